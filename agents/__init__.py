@@ -1,0 +1,1 @@
+"""Agents built from jrl parts."""

@@ -1,0 +1,140 @@
+"""The environment registry: ``make``, ``register``, ``list``.
+
+An id maps to a factory (a class or a ``"module:attr"`` string, imported on
+first use) and a time limit. :func:`make` returns ``(env, params)``: the
+environment wrapped in its :class:`~jrl.wrappers.TimeLimit` (no auto-reset,
+no batching; see :func:`jrl.wrappers.wrap_for_training`) and its default
+parameters with any overrides applied. Ids prefixed ``gymnax:`` adapt a
+gymnax environment on the fly.
+"""
+
+from __future__ import annotations
+
+import builtins
+import dataclasses
+import difflib
+import importlib
+from typing import Any, Callable
+
+from jrl.env import Environment
+from jrl.wrappers import CheckActions, TimeLimit
+
+
+@dataclasses.dataclass(frozen=True)
+class EnvSpec:
+    """A registered environment."""
+
+    id: str  # registry id, e.g. "CartPole-v1"
+    entry_point: Any  # a callable returning an Environment, or "module:attr"
+    max_episode_steps: int | None  # time limit applied by make (None: no limit)
+    source: str = "jrl"  # where the implementation comes from ("jrl", "gymnax", a user package)
+    kwargs: tuple[tuple[str, Any], ...] = ()  # constructor arguments
+
+    def build(self) -> Environment:
+        fn = self.entry_point
+        if isinstance(fn, str):
+            module, _, attr = fn.partition(":")
+            fn = getattr(importlib.import_module(module), attr)
+        return fn(**dict(self.kwargs))
+
+
+_REGISTRY: dict[str, EnvSpec] = {}
+GYMNAX_PREFIX = "gymnax:"
+
+
+def register(
+    id: str,
+    entry_point: Callable[..., Environment] | str,
+    max_episode_steps: int | None = None,
+    source: str = "user",
+    overwrite: bool = False,
+    **kwargs: Any,
+) -> EnvSpec:
+    """Registers an environment under ``id``; ``make(id)`` then builds it."""
+    if not isinstance(id, str) or not id or id.startswith(GYMNAX_PREFIX):
+        raise ValueError(f"invalid env id {id!r} (non-empty, not starting with {GYMNAX_PREFIX!r})")
+    if id in _REGISTRY and not overwrite:
+        raise ValueError(f"env id {id!r} is already registered (pass overwrite=True to replace it)")
+    if max_episode_steps is not None and int(max_episode_steps) <= 0:
+        raise ValueError(f"max_episode_steps must be positive, got {max_episode_steps}")
+    spec = EnvSpec(id, entry_point, max_episode_steps, source, tuple(sorted(kwargs.items())))
+    _REGISTRY[id] = spec
+    return spec
+
+
+def list() -> builtins.list[str]:  # noqa: A001 - the registry's public name
+    """Registered ids, sorted (gymnax ids are available on top, as ``gymnax:<name>``)."""
+    return sorted(_REGISTRY)
+
+
+
+def spec(id: str) -> EnvSpec:
+    """The :class:`EnvSpec` of ``id``; unknown ids raise with the closest matches."""
+    if id.startswith(GYMNAX_PREFIX):
+        from jrl.envs.gymnax_adapter import gymnax_spec
+
+        return gymnax_spec(id[len(GYMNAX_PREFIX):])
+    if id not in _REGISTRY:
+        raise UnknownEnvError(id, sorted(_REGISTRY))
+    return _REGISTRY[id]
+
+
+class UnknownEnvError(KeyError, ValueError):
+    """An env id that is not registered; the message lists the closest ids."""
+
+    def __init__(self, id: str, known: builtins.list[str]):
+        close = difflib.get_close_matches(id, known, n=3, cutoff=0.5)
+        if not close:
+            low = {k.lower(): k for k in known}
+            close = [low[k] for k in difflib.get_close_matches(id.lower(), builtins.list(low), n=3, cutoff=0.5)]
+        hint = f" Did you mean {', '.join(repr(c) for c in close)}?" if close else ""
+        self.message = f"unknown environment {id!r}.{hint} Registered: {', '.join(known)}; gymnax envs as 'gymnax:<name>'."
+        super().__init__(self.message)
+
+    def __str__(self) -> str:
+        return self.message
+
+
+def make(id: str, *, max_episode_steps: int | None = None, check: bool = False, **param_overrides: Any):
+    """Builds a registered environment: returns ``(env, params)``.
+
+    Args:
+      id: a registered id (``jrl.envs.list()``) or ``"gymnax:<name>"``.
+      max_episode_steps: replaces the registered time limit.
+      check: wrap in :class:`~jrl.wrappers.CheckActions` (actions outside the
+        action space raise; slow, for debugging).
+      **param_overrides: fields of the env's params to replace, e.g.
+        ``make("CartPole-v1", gravity=12.0)``; unknown fields raise.
+    """
+    s = spec(id)
+    env = s.build()
+    params = env.default_params
+    if param_overrides:
+        if not dataclasses.is_dataclass(params):
+            raise TypeError(f"{id} has no parameters to override (got {sorted(param_overrides)})")
+        fields = {f.name for f in dataclasses.fields(params)}
+        unknown = sorted(set(param_overrides) - fields)
+        if unknown:
+            raise TypeError(f"{id}: unknown parameter(s) {unknown}; its parameters are {sorted(fields)}")
+        params = params.replace(**param_overrides)
+    limit = s.max_episode_steps if max_episode_steps is None else max_episode_steps
+    if limit is not None:
+        env = TimeLimit(env, limit)
+    if check:
+        env = CheckActions(env)
+    return env, params
+
+
+def _register_builtins() -> None:
+    builtins = [
+        ("CartPole-v1", "jrl.envs.cartpole:CartPole", 500),
+        ("Acrobot-v1", "jrl.envs.acrobot:Acrobot", 500),
+        ("MountainCar-v0", "jrl.envs.mountain_car:MountainCar", 200),
+        ("MountainCarContinuous-v0", "jrl.envs.mountain_car:MountainCarContinuous", 999),
+        ("Pendulum-v1", "jrl.envs.pendulum:Pendulum", 200),
+    ]
+    for id, entry, limit in builtins:
+        register(id, entry, max_episode_steps=limit, source="jrl")
+
+
+_register_builtins()

@@ -1,0 +1,1 @@
+"""Runners: execution strategies for a loop (anakin: fully on device)."""

@@ -1,0 +1,74 @@
+"""Core data types shared by environments, agents and loops.
+
+Every type here is a ``flax.struct.dataclass``: an immutable pytree that
+``jit``, ``vmap`` and ``lax.scan`` carry without conversion, updated with
+``.replace(...)``. Shapes are written as comments; ``[...]`` stands for any
+leading batch dimensions (none for a single environment, ``[N]`` for a
+batch of N environments, ``[T, N]`` for a rollout).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jax
+from flax import struct
+
+PRNGKey = jax.Array
+Array = jax.Array
+PyTree = Any
+
+# Keys that jrl's wrappers place in ``TimeStep.info``; documented once here so
+# that the info dict is a contract, not a grab bag.
+FINAL_OBSERVATION = "final_observation"
+"""Set by AutoReset: the last observation of the episode that just ended
+(equal to ``observation`` on steps where no episode ended)."""
+EPISODE_RETURN = "episode_return"
+"""Set by EpisodeStatistics: undiscounted return of the episode that finished
+on this step (0 where none finished)."""
+EPISODE_LENGTH = "episode_length"
+"""Set by EpisodeStatistics: length of the episode that finished on this
+step (0 where none finished)."""
+EPISODE_DONE = "episode_done"
+"""Set by EpisodeStatistics: True where an episode finished on this step."""
+
+
+@struct.dataclass
+class TimeStep:
+    """What an environment returns from ``reset`` and ``step``.
+
+    ``terminated`` and ``truncated`` are kept apart: a terminated step ends
+    the episode in an absorbing state (no bootstrap), a truncated step ends it
+    for an outside reason such as a time limit (bootstrap from the final
+    observation).
+    """
+
+    observation: PyTree  # [..., *obs_shape] observation after this step
+    reward: Array  # [...] float32 reward of the transition (0 after reset)
+    terminated: Array  # [...] bool, the episode reached a terminal state
+    truncated: Array  # [...] bool, the episode was cut short (e.g. time limit)
+    info: dict[str, Any]  # extra per-step values; jrl's keys are listed above
+
+    @property
+    def done(self) -> Array:
+        """[...] bool, ``terminated | truncated``: the episode ended here."""
+        return self.terminated | self.truncated
+
+
+@struct.dataclass
+class Transition:
+    """One environment transition as a learner consumes it.
+
+    In a rollout every field gains leading ``[T, N]`` dimensions (time-major).
+    ``next_observation`` is the true successor of ``observation`` (on the
+    step an episode ended it is the final observation of that episode, never
+    the first observation of the next one).
+    """
+
+    observation: PyTree  # [..., *obs_shape] o_t
+    action: Array  # [..., *act_shape] a_t
+    reward: Array  # [...] r_{t+1}
+    terminated: Array  # [...] bool, o_{t+1} is terminal (no bootstrap)
+    truncated: Array  # [...] bool, the episode was cut after o_{t+1}
+    next_observation: PyTree  # [..., *obs_shape] o_{t+1}
+    extras: dict[str, Any] = struct.field(default_factory=dict)  # agent's act_info (log-prob, value, ...)
