@@ -1,1 +1,47 @@
-"""Agents built from jrl parts."""
+"""Agents built from jrl's parts, and their registry.
+
+Each agent module defines a frozen ``Config`` dataclass (``PPOConfig``...),
+per-environment ``PRESETS`` and ``build(config, env, env_params) -> Built``.
+"""
+
+from __future__ import annotations
+
+import difflib
+import importlib
+from types import ModuleType
+
+AGENTS: dict[str, tuple[str, str]] = {
+    "ppo": ("jrl.agents.ppo", "PPOConfig"),
+    "a2c": ("jrl.agents.a2c", "A2CConfig"),
+}
+"""Agent name -> (module, config class name)."""
+
+
+class UnknownAgentError(KeyError, ValueError):
+    """An agent name that is not registered; the message lists close matches."""
+
+    def __init__(self, name: str):
+        close = difflib.get_close_matches(name.lower(), list(AGENTS), n=3, cutoff=0.4)
+        hint = f" Did you mean {', '.join(repr(c) for c in close)}?" if close else ""
+        self.message = f"unknown agent {name!r}.{hint} Available: {', '.join(sorted(AGENTS))}."
+        super().__init__(self.message)
+
+    def __str__(self) -> str:
+        return self.message
+
+
+def get(name: str) -> tuple[ModuleType, type]:
+    """The agent's module and its config class."""
+    if name not in AGENTS:
+        raise UnknownAgentError(name)
+    module_name, config_name = AGENTS[name]
+    module = importlib.import_module(module_name)
+    return module, getattr(module, config_name)
+
+
+def names() -> list[str]:
+    """Registered agent names."""
+    return sorted(AGENTS)
+
+
+__all__ = ["AGENTS", "UnknownAgentError", "get", "names"]

@@ -1,9 +1,25 @@
-"""jrl: JAX-native reinforcement learning."""
+"""jrl: JAX-native reinforcement learning.
+
+Public API: the environment layer (``Environment``, ``Wrapper``,
+``TimeStep``, ``Transition``, ``spaces``), the agent contract (``Agent``,
+``EnvSpec``) and ``train`` (see :mod:`jrl.experiment`); environments live
+in ``jrl.envs``, agents in ``jrl.agents``, runners in ``jrl.run``.
+"""
 
 from jrl import spaces
+from jrl.agent import Agent, EnvSpec
 from jrl.env import Environment, Wrapper
 from jrl.types import TimeStep, Transition
 
 __version__ = "0.1.0"
 
-__all__ = ["Environment", "TimeStep", "Transition", "Wrapper", "spaces", "__version__"]
+__all__ = ["Agent", "EnvSpec", "Environment", "TimeStep", "Transition", "Wrapper", "spaces", "train",
+           "__version__"]
+
+
+def __getattr__(name: str):
+    if name == "train":  # imported lazily: it pulls in the agents and the runner
+        from jrl.experiment import train
+
+        return train
+    raise AttributeError(f"module 'jrl' has no attribute {name!r}")

@@ -89,10 +89,11 @@ class MultiDiscrete(Space):
         return f"MultiDiscrete({self.nvec.tolist()})"
 
     def __eq__(self, other: object) -> bool:
-        return isinstance(other, MultiDiscrete) and np.array_equal(other.nvec, self.nvec)
+        return (isinstance(other, MultiDiscrete) and np.array_equal(other.nvec, self.nvec)
+                and other.dtype == self.dtype)
 
     def __hash__(self) -> int:
-        return hash(("MultiDiscrete", tuple(self.nvec.tolist())))
+        return hash(("MultiDiscrete", tuple(self.nvec.tolist()), str(self.dtype)))
 
 
 class Box(Space):
@@ -123,21 +124,30 @@ class Box(Space):
         return bool(np.isfinite(self.low).all() and np.isfinite(self.high).all())
 
     def sample(self, key: jax.Array) -> jax.Array:
-        """Uniform on finite intervals; exponential/normal on half/un-bounded ones."""
+        """Uniform on finite intervals; exponential/normal on half/un-bounded ones.
+
+        Integer dtypes draw uniformly from the integers in ``[low, high]`` (both
+        ends included). Bounds as wide as the float32 range (Gymnasium-style
+        ``finfo.max``) are sampled without overflowing to ``inf``.
+        """
         k_u, k_n, k_e = jax.random.split(key, 3)
-        low = jnp.asarray(self.low, jnp.float32)
-        high = jnp.asarray(self.high, jnp.float32)
         lo_f, hi_f = np.isfinite(self.low), np.isfinite(self.high)
-        uniform = jax.random.uniform(k_u, self.shape, minval=jnp.where(lo_f, low, 0.0),
-                                     maxval=jnp.where(hi_f, high, 1.0))
+        integer = jnp.issubdtype(self.dtype, jnp.integer)
+        big = float(np.finfo(np.float32).max)
+        low = np.clip(np.where(lo_f, self.low, 0.0), -big, big)
+        high = np.clip(np.where(hi_f, self.high, 0.0), -big, big)
+        if integer:  # the integers inside the bounds; uniform on [low, high + 1) then floored
+            low, high = np.ceil(low), np.floor(high)
+        top = high + 1.0 if integer else high
+        low32, high32, top32 = (jnp.asarray(a, jnp.float32) for a in (low, high, top))
+        u = jax.random.uniform(k_u, self.shape)
+        uniform = low32 * (1.0 - u) + top32 * u  # a convex combination never overflows
         normal = jax.random.normal(k_n, self.shape)
         expo = jax.random.exponential(k_e, self.shape)
-        x = jnp.where(lo_f & hi_f, uniform,
-                      jnp.where(lo_f, jnp.where(lo_f, low, 0.0) + expo,
-                                jnp.where(hi_f, jnp.where(hi_f, high, 0.0) - expo, normal)))
-        if jnp.issubdtype(self.dtype, jnp.integer):
-            x = jnp.floor(x + jnp.where(lo_f & hi_f, 0.999999, 0.0))  # inclusive integer range
-            x = jnp.clip(x, jnp.where(lo_f, low, -jnp.inf), jnp.where(hi_f, high, jnp.inf))
+        x = jnp.where(lo_f & hi_f, uniform, jnp.where(lo_f, low32 + expo, jnp.where(hi_f, high32 - expo, normal)))
+        if integer:
+            x = jnp.floor(x)
+        x = jnp.clip(x, jnp.where(lo_f, low32, -jnp.inf), jnp.where(hi_f, high32, jnp.inf))
         return x.astype(self.dtype)
 
     def contains(self, x: Any) -> jax.Array:
@@ -177,7 +187,7 @@ class Tuple(Space):
     def contains(self, x: Any) -> jax.Array:
         if not isinstance(x, (tuple, list)) or len(x) != len(self.spaces):
             return jnp.asarray(False)
-        return jnp.all(jnp.stack([s.contains(v) for s, v in zip(self.spaces, x)]))
+        return jnp.all(jnp.stack([jnp.asarray(True)] + [s.contains(v) for s, v in zip(self.spaces, x)]))
 
     def __getitem__(self, i: int) -> Space:
         return self.spaces[i]
@@ -196,10 +206,17 @@ class Tuple(Space):
 
 
 class Dict(Space):
-    """A mapping of names to spaces; elements are dicts with the same keys."""
+    """A mapping of names to spaces; elements are dicts with the same keys.
+
+    Keys are kept sorted (as JAX flattens dicts and Gymnasium orders its Dict),
+    so equal spaces sample equal elements from the same key.
+    """
 
     def __init__(self, spaces: Mapping[str, Space]):
-        self.spaces = dict(spaces)
+        try:
+            self.spaces = dict(sorted(spaces.items()))
+        except TypeError:  # keys that do not sort keep their order
+            self.spaces = dict(spaces)
         self.shape = ()
         self.dtype = None
 
@@ -210,7 +227,7 @@ class Dict(Space):
     def contains(self, x: Any) -> jax.Array:
         if not isinstance(x, Mapping) or set(x.keys()) != set(self.spaces.keys()):
             return jnp.asarray(False)
-        return jnp.all(jnp.stack([s.contains(x[name]) for name, s in self.spaces.items()]))
+        return jnp.all(jnp.stack([jnp.asarray(True)] + [s.contains(x[name]) for name, s in self.spaces.items()]))
 
     def __getitem__(self, name: str) -> Space:
         return self.spaces[name]
@@ -223,7 +240,7 @@ class Dict(Space):
         return isinstance(other, Dict) and other.spaces == self.spaces
 
     def __hash__(self) -> int:
-        return hash(("Dict", tuple(self.spaces.items())))
+        return hash(("Dict", frozenset(self.spaces.items())))  # equality ignores key order, so must the hash
 
 
 def flat_dim(space: Space) -> int:

@@ -1,0 +1,56 @@
+"""Proximal Policy Optimisation (Schulman et al., 2017) on jrl's actor-critic agent.
+
+Only the loss is PPO's own: the clipped surrogate objective, an (optionally
+clipped) value loss and an entropy bonus,
+``L = L_clip + vf_coef * L_V - ent_coef * H``.
+Acting, GAE, minibatching, gradient clipping and annealing are shared with
+A2C in :mod:`jrl.actor_critic`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from jrl.actor_critic import ActorCriticConfig, ActorCriticHParams, Built, Minibatch, build_on_policy
+from jrl.losses import clipped_surrogate_loss, value_loss
+
+__all__ = ["PPOConfig", "PRESETS", "build", "ppo_loss"]
+
+
+@dataclasses.dataclass(frozen=True)
+class PPOConfig(ActorCriticConfig):
+    """PPO settings; defaults are the well-known CartPole configuration
+    (4 envs x 128 steps, 4 epochs x 4 minibatches, 64x64 tanh, lr 2.5e-4 annealed)."""
+
+
+PRESETS: dict[str, dict] = {
+    "CartPole-v1": {},
+    "Acrobot-v1": {"num_envs": 16, "ent_coef": 0.0},
+    "MountainCar-v0": {"num_envs": 16, "normalize_observations": True},
+    "Pendulum-v1": {
+        "total_steps": 400_000, "num_envs": 16, "num_steps": 128, "num_epochs": 10, "num_minibatches": 32,
+        "learning_rate": 1e-3, "gamma": 0.95, "gae_lambda": 0.95, "ent_coef": 0.0, "clip_value": False,
+        "normalize_observations": True, "normalize_rewards": True,
+    },
+    "MountainCarContinuous-v0": {"num_envs": 16, "normalize_observations": True, "ent_coef": 0.0},
+}
+"""Per-environment overrides of the defaults."""
+
+
+def ppo_loss(dist, values, entropy, mb: Minibatch, hp: ActorCriticHParams, clip_value: bool = True):
+    """PPO's total loss on a minibatch ``[M]`` and its parts."""
+    log_prob = dist.log_prob(mb.action)
+    pg_loss, clip_frac = clipped_surrogate_loss(log_prob, mb.old_log_prob, mb.advantage, hp.clip_eps)
+    v_loss = value_loss(values, mb.target, mb.old_value if clip_value else None, hp.clip_eps if clip_value else None)
+    ent = entropy.mean()
+    total = pg_loss + hp.vf_coef * v_loss - hp.ent_coef * ent
+    approx_kl = ((mb.old_log_prob - log_prob)).mean()
+    return total, {"train/policy_loss": pg_loss, "train/value_loss": v_loss, "train/entropy": ent,
+                   "train/clip_fraction": clip_frac, "train/approx_kl": approx_kl}
+
+
+def build(config: PPOConfig, env, env_params) -> Built:
+    """Assembles PPO on ``env`` (a jrl env as :func:`jrl.envs.make` returns it)."""
+    clip = config.clip_value
+    return build_on_policy(config, env, env_params,
+                           lambda dist, v, h, mb, hp: ppo_loss(dist, v, h, mb, hp, clip_value=clip))

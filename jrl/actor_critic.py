@@ -1,0 +1,294 @@
+"""The on-policy actor-critic agent shared by PPO and A2C.
+
+Everything but the loss is common: acting (sample an action, keep its
+log-prob and the critic's value), advantage estimation with GAE
+(bootstrapping truncated episodes from their final observation), and the
+update (``num_epochs`` passes over the rollout in ``num_minibatches``
+shuffled minibatches, global-norm gradient clipping, an optional linearly
+annealed learning rate). An algorithm supplies only a :data:`LossFn`.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import optax
+from flax import struct
+
+from jrl import returns
+from jrl.agent import Agent, EnvSpec
+from jrl.losses import normalize
+from jrl.types import PRNGKey, PyTree, Transition
+
+__all__ = ["ActorCriticHParams", "ActorCriticState", "Minibatch", "LossFn", "make_actor_critic", "make_optimizer"]
+
+
+@struct.dataclass
+class ActorCriticHParams:
+    """Hyperparameters that may be vmapped (swept) without recompiling; all [] float32."""
+
+    learning_rate: jax.Array
+    gamma: jax.Array
+    gae_lambda: jax.Array
+    clip_eps: jax.Array  # PPO's ratio clip (also the value clip); unused by A2C
+    ent_coef: jax.Array
+    vf_coef: jax.Array
+
+
+@struct.dataclass
+class ActorCriticState:
+    params: PyTree  # network parameters
+    opt_state: PyTree  # optax state of the gradient transformation (without the learning rate)
+    hparams: ActorCriticHParams
+    num_learn_steps: jax.Array  # [] int32 calls to learn so far (drives annealing)
+
+
+@struct.dataclass
+class Minibatch:
+    """A flat batch ``[M, ...]`` of rollout samples with their targets."""
+
+    observation: PyTree  # [M, *obs_shape]
+    action: jax.Array  # [M, *act_shape]
+    old_log_prob: jax.Array  # [M] log-prob under the behaviour policy
+    old_value: jax.Array  # [M] critic value at acting time
+    advantage: jax.Array  # [M] (normalised if requested) advantage
+    target: jax.Array  # [M] value target (GAE return)
+
+
+LossFn = Callable[[Any, Any, jax.Array, Minibatch, ActorCriticHParams], tuple[jax.Array, dict[str, jax.Array]]]
+"""``loss_fn(dist, values, entropy, minibatch, hparams) -> (loss, metrics)``: the
+network's distribution and values ``[M]`` on the minibatch are given."""
+
+
+def make_optimizer(name: str, max_grad_norm: float, eps: float = 1e-5) -> optax.GradientTransformation:
+    """Global-norm clipping then Adam or RMSprop *without* the learning rate
+    (applied separately so that it can be a traced, sweepable value)."""
+    scalers = {"adam": lambda: optax.scale_by_adam(eps=eps),
+               "rmsprop": lambda: optax.scale_by_rms(decay=0.99, eps=eps)}
+    if name not in scalers:
+        raise ValueError(f"unknown optimizer {name!r}; choose from {sorted(scalers)}")
+    return optax.chain(optax.clip_by_global_norm(max_grad_norm), scalers[name]())
+
+
+def make_actor_critic(
+    network: nn.Module,
+    loss_fn: LossFn,
+    hparams: ActorCriticHParams,
+    *,
+    num_epochs: int,
+    num_minibatches: int,
+    total_learn_steps: int,
+    anneal_lr: bool = True,
+    normalize_advantages: bool = True,
+    max_grad_norm: float = 0.5,
+    optimizer: str = "adam",
+) -> Agent:
+    """Builds the agent. ``network`` maps observations to ``(distribution, value)``
+    and has ``policy`` and ``value`` methods (see :class:`jrl.networks.ActorCritic`)."""
+    tx = make_optimizer(optimizer, max_grad_norm)
+
+    def init(key: PRNGKey, spec: EnvSpec) -> ActorCriticState:
+        obs = jax.tree.map(lambda x: jnp.zeros((1,) + x.shape, x.dtype), _obs_template(spec))
+        params = network.init(key, obs)
+        return ActorCriticState(params, tx.init(params), hparams, jnp.zeros((), jnp.int32))
+
+    def act(state: ActorCriticState, obs, key: PRNGKey):
+        dist, value = network.apply(state.params, obs)
+        action = dist.sample(key)
+        return action, {"log_prob": dist.log_prob(action), "value": value}
+
+    def policy(params, obs, key: PRNGKey):
+        del key
+        return network.apply(params, obs, method=network.policy).mode()
+
+    def loss(params, mb: Minibatch, hp: ActorCriticHParams):
+        dist, values = network.apply(params, mb.observation)
+        return loss_fn(dist, values, dist.entropy(), mb, hp)
+
+    def sgd_step(state: ActorCriticState, mb: Minibatch, lr):
+        (total, metrics), grads = jax.value_and_grad(loss, has_aux=True)(state.params, mb, state.hparams)
+        updates, opt_state = tx.update(grads, state.opt_state, state.params)
+        params = optax.apply_updates(state.params, jax.tree.map(lambda u: -lr * u, updates))
+        metrics = {**metrics, "train/loss": total, "train/grad_norm": optax.global_norm(grads)}
+        return state.replace(params=params, opt_state=opt_state), metrics
+
+    def learn(state: ActorCriticState, batch: Transition, key: PRNGKey):
+        hp = state.hparams
+        bootstrap = network.apply(state.params, batch.next_observation, method=network.value)
+        adv, target = returns.gae_advantages(batch.reward, batch.extras["value"], bootstrap,
+                                             batch.terminated, batch.truncated, hp.gamma, hp.gae_lambda)
+        flat = Minibatch(batch.observation, batch.action, batch.extras["log_prob"], batch.extras["value"], adv, target)
+        flat = jax.tree.map(lambda x: x.reshape((-1,) + x.shape[2:]), flat)
+        size = flat.advantage.shape[0]
+        if size % num_minibatches:
+            raise ValueError(f"rollout of {size} samples is not divisible into {num_minibatches} minibatches")
+        frac = 1.0 - state.num_learn_steps / total_learn_steps if anneal_lr else 1.0
+        lr = hp.learning_rate * jnp.maximum(frac, 0.0)
+
+        def epoch(st, k):
+            perm = jax.random.permutation(k, size)
+            shuffled = jax.tree.map(lambda x: x[perm].reshape((num_minibatches, -1) + x.shape[1:]), flat)
+            if normalize_advantages:  # per minibatch, as in the reference PPO implementations
+                shuffled = shuffled.replace(advantage=jax.vmap(normalize)(shuffled.advantage))
+            return jax.lax.scan(lambda s, mb: sgd_step(s, mb, lr), st, shuffled)
+
+        state, metrics = jax.lax.scan(epoch, state, jax.random.split(key, num_epochs))
+        metrics = jax.tree.map(jnp.mean, metrics)
+        metrics["train/learning_rate"] = lr
+        metrics["train/value_target"] = target.mean()
+        return state.replace(num_learn_steps=state.num_learn_steps + 1), metrics
+
+    return Agent(init=init, act=act, learn=learn, policy=policy)
+
+
+def _obs_template(spec: EnvSpec):
+    from jrl.spaces import zeros_like_space
+
+    return zeros_like_space(spec.observation_space)
+
+
+# --------------------------------------------------------------------------
+# Configuration and assembly shared by the on-policy agents
+# --------------------------------------------------------------------------
+
+import dataclasses  # noqa: E402
+from typing import Annotated  # noqa: E402
+
+import tyro  # noqa: E402
+
+from jrl import networks, spaces  # noqa: E402
+from jrl.loops import Algorithm, on_policy  # noqa: E402
+from jrl.wrappers import ClipAction, wrap_for_training  # noqa: E402
+
+
+@dataclasses.dataclass(frozen=True)
+class ActorCriticConfig:
+    """Settings shared by on-policy actor-critic agents (PPO, A2C)."""
+
+    total_steps: int = 500_000
+    """Environment steps to train for, summed over envs (per seed)."""
+    num_envs: int = 4
+    """Parallel environments per seed."""
+    num_steps: int = 128
+    """Steps collected from each env per iteration (rollout length T)."""
+    num_epochs: int = 4
+    """Passes over each rollout."""
+    num_minibatches: int = 4
+    """Minibatches per pass; num_envs * num_steps must be divisible by it."""
+    learning_rate: Annotated[float, tyro.conf.arg(aliases=("--lr",))] = 2.5e-4
+    """Optimizer step size (sweepable)."""
+    anneal_lr: bool = True
+    """Decay the learning rate linearly to 0 over training."""
+    optimizer: str = "adam"
+    """'adam' or 'rmsprop'."""
+    gamma: float = 0.99
+    """Discount factor in [0, 1] (sweepable)."""
+    gae_lambda: float = 0.95
+    """GAE lambda in [0, 1] (sweepable)."""
+    clip_eps: float = 0.2
+    """PPO ratio clip (and value clip when clip_value) (sweepable)."""
+    ent_coef: float = 0.01
+    """Entropy bonus coefficient (sweepable)."""
+    vf_coef: float = 0.5
+    """Value loss coefficient (sweepable)."""
+    max_grad_norm: float = 0.5
+    """Global-norm gradient clipping threshold."""
+    normalize_advantages: bool = True
+    """Normalise advantages per minibatch."""
+    clip_value: bool = True
+    """Clip the value update around the old value (PPO)."""
+    hidden_sizes: tuple[int, ...] = (64, 64)
+    """Hidden layer widths of the actor and critic MLPs."""
+    activation: str = "tanh"
+    """Hidden activation: tanh, relu, gelu, silu or elu."""
+    continuous: str = "normal"
+    """Distribution for Box actions: 'normal' (env clips actions) or 'tanh_normal'."""
+    init_log_std: float = 0.0
+    """Initial log standard deviation of Gaussian policies."""
+    normalize_observations: bool = False
+    """Normalise observations by running statistics (NormalizeObservation)."""
+    normalize_rewards: bool = False
+    """Scale rewards by the running std of the discounted return (NormalizeReward)."""
+
+    @property
+    def batch_size(self) -> int:
+        """Samples per iteration: num_envs * num_steps."""
+        return self.num_envs * self.num_steps
+
+    @property
+    def num_iterations(self) -> int:
+        """Iterations (collect + learn) in a run: total_steps // batch_size."""
+        return self.total_steps // self.batch_size
+
+    def validate(self) -> None:
+        """Raises ValueError naming the first inconsistent or out-of-range field."""
+        checks = [
+            (self.num_envs > 0, f"num_envs must be positive, got {self.num_envs}"),
+            (self.num_steps > 0, f"num_steps must be positive, got {self.num_steps}"),
+            (self.num_epochs > 0, f"num_epochs must be positive, got {self.num_epochs}"),
+            (self.num_minibatches > 0, f"num_minibatches must be positive, got {self.num_minibatches}"),
+            (self.batch_size % max(self.num_minibatches, 1) == 0,
+             f"num_envs * num_steps = {self.batch_size} is not divisible by num_minibatches = {self.num_minibatches}"),
+            (self.total_steps >= self.batch_size,
+             f"total_steps = {self.total_steps} is less than one iteration (num_envs * num_steps = {self.batch_size})"),
+            (self.learning_rate > 0, f"learning_rate must be positive, got {self.learning_rate}"),
+            (0.0 <= self.gamma <= 1.0, f"gamma must lie in [0, 1], got {self.gamma}"),
+            (0.0 <= self.gae_lambda <= 1.0, f"gae_lambda must lie in [0, 1], got {self.gae_lambda}"),
+            (self.clip_eps > 0, f"clip_eps must be positive, got {self.clip_eps}"),
+            (self.ent_coef >= 0, f"ent_coef must be >= 0, got {self.ent_coef}"),
+            (self.vf_coef >= 0, f"vf_coef must be >= 0, got {self.vf_coef}"),
+            (self.max_grad_norm > 0, f"max_grad_norm must be positive, got {self.max_grad_norm}"),
+            (len(self.hidden_sizes) > 0 and all(h > 0 for h in self.hidden_sizes),
+             f"hidden_sizes must be positive, got {self.hidden_sizes}"),
+            (self.activation in networks.ACTIVATIONS,
+             f"activation must be one of {sorted(networks.ACTIVATIONS)}, got {self.activation!r}"),
+            (self.continuous in ("normal", "tanh_normal"),
+             f"continuous must be 'normal' or 'tanh_normal', got {self.continuous!r}"),
+            (self.optimizer in ("adam", "rmsprop"), f"optimizer must be 'adam' or 'rmsprop', got {self.optimizer!r}"),
+        ]
+        for ok, message in checks:
+            if not ok:
+                raise ValueError(message)
+
+    def hparams(self) -> ActorCriticHParams:
+        """The sweepable fields as traced-ready float32 scalars."""
+        f = lambda v: jnp.asarray(v, jnp.float32)  # noqa: E731
+        return ActorCriticHParams(f(self.learning_rate), f(self.gamma), f(self.gae_lambda), f(self.clip_eps),
+                                  f(self.ent_coef), f(self.vf_coef))
+
+
+SWEEPABLE = tuple(f.name for f in dataclasses.fields(ActorCriticHParams))
+"""Config fields that can take several values in one compiled program."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Built:
+    """An assembled experiment: the algorithm and what evaluation needs."""
+
+    algorithm: Algorithm
+    agent: Agent
+    env: Any  # the training env (batched, wrapped)
+    env_params: Any
+    spec: EnvSpec
+
+
+def build_on_policy(config: ActorCriticConfig, env, env_params, loss_fn: LossFn) -> Built:
+    """Wraps ``env`` for training, builds the network and agent, returns the loop."""
+    config.validate()
+    action_space = env.action_space(env_params)
+    if isinstance(action_space, spaces.Box) and config.continuous == "normal":
+        env = ClipAction(env)
+    env = wrap_for_training(env, config.num_envs, normalize_observation=config.normalize_observations,
+                            normalize_reward=config.normalize_rewards, gamma=config.gamma)
+    spec = EnvSpec.from_env(env, env_params)
+    obs_ndim = max(len(spec.observation_space.shape), 1)
+    network = networks.ActorCritic(spec.action_space, tuple(config.hidden_sizes), config.activation, obs_ndim,
+                                   config.continuous, config.init_log_std)
+    agent = make_actor_critic(network, loss_fn, config.hparams(), num_epochs=config.num_epochs,
+                              num_minibatches=config.num_minibatches, total_learn_steps=config.num_iterations,
+                              anneal_lr=config.anneal_lr, normalize_advantages=config.normalize_advantages,
+                              max_grad_norm=config.max_grad_norm, optimizer=config.optimizer)
+    return Built(on_policy(agent, env, config.num_steps, env_params), agent, env, env_params, spec)

@@ -1,0 +1,55 @@
+"""The agent contract: a bundle of pure functions, like an optax transformation.
+
+An :class:`Agent` is a ``NamedTuple`` of
+
+- ``init(key, env_spec) -> agent_state``
+- ``act(agent_state, observation, key) -> (action, act_info)``: the behaviour
+  policy on a batch ``[N, *obs_shape] -> [N, *act_shape]``; ``act_info`` is a
+  dict of ``[N]`` arrays learning needs (log-prob, value, ...), stored in
+  ``Transition.extras``;
+- ``learn(agent_state, batch, key) -> (agent_state, metrics)``: one update
+  from a batch of transitions (for on-policy agents a time-major rollout
+  ``Transition`` of ``[T, N]``); ``metrics`` is a flat dict of scalars;
+- ``policy(params, observation, key) -> action`` (optional): the evaluation
+  policy, greedy by default.
+
+Everything is pure and jittable; hyperparameters that may be swept without
+recompiling (learning rate, gamma, ...) live in ``agent_state.hparams`` as
+traced scalars, so vmapping over agent states vmaps over them too.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Callable, NamedTuple
+
+from jrl import spaces
+from jrl.types import PRNGKey, PyTree
+
+
+@dataclasses.dataclass(frozen=True)
+class EnvSpec:
+    """What an agent needs to know about an environment to build its networks."""
+
+    observation_space: spaces.Space  # one (unbatched) observation
+    action_space: spaces.Space  # one (unbatched) action
+
+    @classmethod
+    def from_env(cls, env, params=None) -> "EnvSpec":
+        params = env.default_params if params is None else params
+        return cls(env.observation_space(params), env.action_space(params))
+
+
+InitFn = Callable[[PRNGKey, EnvSpec], PyTree]
+ActFn = Callable[[PyTree, PyTree, PRNGKey], tuple[Any, dict[str, Any]]]
+LearnFn = Callable[[PyTree, PyTree, PRNGKey], tuple[PyTree, dict[str, Any]]]
+PolicyFn = Callable[[PyTree, PyTree, PRNGKey], Any]
+
+
+class Agent(NamedTuple):
+    """A bundle of pure functions; see the module docstring."""
+
+    init: InitFn
+    act: ActFn
+    learn: LearnFn
+    policy: PolicyFn | None = None

@@ -1,0 +1,166 @@
+"""The Anakin runner: the whole training loop compiled on the device.
+
+``run`` executes an :class:`~jrl.loops.Algorithm` for R runs at once (seeds,
+or seeds x hyperparameter values) in one compiled program:
+``jit(scan(vmap(step)))`` over a chunk of iterations, called once per chunk
+so the host can report progress between chunks. Initialisation is done per
+run *outside* the vmap and stacked: vmapping a network init that uses the
+orthogonal initialiser (batched QR) can hang on jax 0.10 CPU.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import time
+from typing import Any, Callable
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from jrl.loops import Algorithm
+from jrl.types import PyTree
+
+__all__ = ["Report", "RunResult", "chunk_lengths", "init_runs", "run", "set_hparams"]
+
+
+@dataclasses.dataclass
+class Report:
+    """Progress after a chunk (sent to ``on_report``)."""
+
+    iteration: int  # iterations done (per run)
+    num_iterations: int  # iterations in the whole run
+    env_steps: int  # env steps done per run
+    elapsed: float  # seconds since the first chunk started (compile excluded)
+    steps_per_second: float  # env steps per second summed over all runs
+    metrics: dict[str, np.ndarray]  # latest value of each metric, [R]
+
+    @property
+    def eta(self) -> float:
+        """Seconds left, extrapolated from the rate so far."""
+        done = max(self.iteration, 1)
+        return self.elapsed * (self.num_iterations - self.iteration) / done
+
+
+@dataclasses.dataclass
+class RunResult:
+    """Histories and final state of R runs executed together."""
+
+    metrics: dict[str, np.ndarray]  # each [R, num_iterations], one value per iteration
+    final_state: PyTree  # the stacked train states, leading axis [R]
+    compile_seconds: float  # time to compile the chunk program(s)
+    run_seconds: float  # time executing chunks (excludes compile)
+    env_steps_per_run: int  # env steps per run
+    num_runs: int
+
+    @property
+    def steps_per_second(self) -> float:
+        """Env steps per second summed over the R runs."""
+        return self.env_steps_per_run * self.num_runs / max(self.run_seconds, 1e-9)
+
+
+def set_hparams(states: PyTree, values: dict[str, Any]) -> PyTree:
+    """Overrides fields of ``states.agent_state.hparams`` (leading run axis [R])."""
+    if not values:
+        return states
+    hp = states.agent_state.hparams
+    known = {f.name for f in dataclasses.fields(hp)}
+    unknown = sorted(set(values) - known)
+    if unknown:
+        raise ValueError(f"cannot sweep {unknown}: sweepable fields are {sorted(known)}")
+    updates = {}
+    for name, v in values.items():
+        old = getattr(hp, name)
+        updates[name] = jnp.broadcast_to(jnp.asarray(v, old.dtype), old.shape)
+    return states.replace(agent_state=states.agent_state.replace(hparams=hp.replace(**updates)))
+
+
+def init_runs(algorithm: Algorithm, keys: jax.Array) -> PyTree:
+    """Initialises one train state per key (no vmap, see module docstring) and stacks them."""
+    init = jax.jit(algorithm.init)
+    states = [init(k) for k in keys]
+    return jax.tree.map(lambda *xs: jnp.stack(xs), *states)
+
+
+def _make_chunk(algorithm: Algorithm, length: int):
+    vstep = jax.vmap(algorithm.step)
+
+    def chunk(states):
+        return jax.lax.scan(lambda s, _: vstep(s), states, None, length=length)
+
+    return jax.jit(chunk, donate_argnums=0)
+
+
+def chunk_lengths(num_iterations: int, num_reports: int) -> list[int]:
+    """Splits the iterations into about ``num_reports`` chunks.
+
+    Each distinct chunk length is a separate compilation, so equal lengths
+    are preferred: a divisor of ``num_iterations`` giving between half and
+    twice the requested number of reports is used when one exists, otherwise
+    equal chunks plus one shorter remainder.
+    """
+    target = max(1, math.ceil(num_iterations / max(num_reports, 1)))
+    lo, hi = max(1, target // 2), max(1, 2 * target)
+    divisors = [d for d in range(lo, hi + 1) if num_iterations % d == 0]
+    if divisors:
+        d = min(divisors, key=lambda d: abs(d - target))
+        return [d] * (num_iterations // d)
+    lengths = [target] * (num_iterations // target)
+    if num_iterations % target:
+        lengths.append(num_iterations % target)
+    return lengths
+
+
+def run(
+    algorithm: Algorithm,
+    keys: jax.Array,
+    num_iterations: int,
+    *,
+    num_reports: int = 20,
+    hparams: dict[str, Any] | None = None,
+    on_report: Callable[[Report], None] | None = None,
+    initial_state: PyTree | None = None,
+) -> RunResult:
+    """Trains ``len(keys)`` runs for ``num_iterations`` iterations each.
+
+    Args:
+      algorithm: the loop (``init``/``step``).
+      keys: ``[R]`` typed PRNG keys, one per run.
+      num_iterations: iterations per run.
+      num_reports: the run is cut into this many chunks (at most), each one
+        compiled call; ``on_report`` is called after each.
+      hparams: sweepable hyperparameters per run, name -> ``[R]`` values
+        (``agent_state.hparams`` fields), set after init.
+      initial_state: a stacked train state to start from instead of ``init``.
+    """
+    if num_iterations <= 0:
+        raise ValueError(f"num_iterations must be positive, got {num_iterations}")
+    num_runs = int(keys.shape[0])
+    states = init_runs(algorithm, keys) if initial_state is None else initial_state
+    states = set_hparams(states, hparams or {})
+
+    lengths = chunk_lengths(num_iterations, num_reports)
+
+    t0 = time.perf_counter()
+    compiled = {n: _make_chunk(algorithm, n).lower(states).compile() for n in sorted(set(lengths))}
+    compile_seconds = time.perf_counter() - t0
+
+    history: list[dict[str, np.ndarray]] = []
+    done = 0
+    t_start = time.perf_counter()
+    for n in lengths:
+        states, metrics = compiled[n](states)
+        metrics = jax.device_get(metrics)  # blocks: one sync per chunk
+        history.append(metrics)
+        done += n
+        if on_report is not None:
+            elapsed = time.perf_counter() - t_start
+            latest = {k: np.asarray(v[-1]) for k, v in metrics.items()}
+            on_report(Report(done, num_iterations, done * algorithm.env_steps_per_step, elapsed,
+                             done * algorithm.env_steps_per_step * num_runs / max(elapsed, 1e-9), latest))
+    jax.block_until_ready(states)
+    run_seconds = time.perf_counter() - t_start
+    merged = {k: np.concatenate([h[k] for h in history], axis=0).T for k in history[0]}  # [R, iters]
+    return RunResult(merged, states, compile_seconds, run_seconds,
+                     num_iterations * algorithm.env_steps_per_step, num_runs)
