@@ -31,15 +31,15 @@ class A2CConfig(ActorCriticConfig):
     """Passes over each rollout (1 for A2C)."""
     num_minibatches: int = 1
     """Minibatches per pass (1 for A2C)."""
-    learning_rate: Annotated[float, tyro.conf.arg(aliases=("--lr",))] = 1e-3
+    learning_rate: Annotated[float, tyro.conf.arg(aliases=("--lr",))] = 2e-3
     """Optimizer step size (sweepable)."""
     optimizer: str = "adam"
     """'adam' or 'rmsprop'."""
-    gae_lambda: float = 1.0
+    gae_lambda: float = 0.95
     """GAE lambda; 1.0 gives n-step returns (sweepable)."""
     ent_coef: float = 0.0
     """Entropy bonus coefficient (sweepable)."""
-    normalize_advantages: bool = False
+    normalize_advantages: bool = True
     """Normalise advantages over the batch."""
     clip_value: bool = False
     """Unused by A2C (no value clipping)."""

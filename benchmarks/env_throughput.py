@@ -98,7 +98,8 @@ class Runner:
     run: Callable[[Any], Any]
     carry: Any
     env_steps: int  # steps * batch per call
-    times: list[float] = field(default_factory=list)
+    times: list[float] = field(default_factory=list)  # wall-clock seconds per timed call
+    cpu_times: list[float] = field(default_factory=list)  # this process's CPU seconds per timed call
 
     def warm_up(self) -> float:
         t0 = time.perf_counter()
@@ -106,16 +107,21 @@ class Runner:
         return time.perf_counter() - t0
 
     def time_once(self) -> None:
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         self.carry = jax.block_until_ready(self.run(self.carry))
         self.times.append(time.perf_counter() - t0)
+        self.cpu_times.append(time.process_time() - c0)
 
     def rate(self) -> float:
-        """Best steps/s over the timed rounds."""
+        """Best steps/s over the timed rounds (wall clock)."""
         return self.env_steps / min(self.times)
 
     def median_rate(self) -> float:
         return self.env_steps / statistics.median(self.times)
+
+    def cpu_rate(self) -> float:
+        """Best steps per CPU-second of this process: insensitive to other processes' load."""
+        return self.env_steps / min(self.cpu_times)
 
 
 def _scan_runner(name, step_fn, state, sample, batch, steps, seed) -> Runner:
@@ -187,6 +193,7 @@ class GymnasiumRunner:
             self.sample = lambda: self.rng.uniform(space.low, space.high, (batch,) + space.shape).astype(np.float32)
         self.steps, self.env_steps = steps, steps * batch
         self.times: list[float] = []
+        self.cpu_times: list[float] = []
 
     def _run(self) -> None:
         checksum = 0.0
@@ -201,12 +208,14 @@ class GymnasiumRunner:
         return time.perf_counter() - t0
 
     def time_once(self) -> None:
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         self._run()
         self.times.append(time.perf_counter() - t0)
+        self.cpu_times.append(time.process_time() - c0)
 
     rate = Runner.rate
     median_rate = Runner.median_rate
+    cpu_rate = Runner.cpu_rate
 
 
 # --------------------------------------------------------------------------
@@ -235,6 +244,7 @@ def measure(cfg: Config) -> list[dict[str, Any]]:
             for r in runners:
                 row[r.name] = r.rate()
                 row[r.name + " median"] = r.median_rate()
+                row[r.name + " cpu"] = r.cpu_rate()
             rows.append(row)
             print(_progress(row), flush=True)
     return rows
@@ -260,14 +270,16 @@ def _fmt_rate(x: float | None) -> str:
 
 def table(rows: list[dict[str, Any]]) -> str:
     lines = [
-        "| env | batch | jrl | jrl + stats | gymnax | Gymnasium Sync | jrl / gymnax | jrl / Gymnasium |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|",
+        "| env | batch | jrl | jrl + stats | gymnax | Gymnasium Sync | jrl / gymnax | jrl / gymnax (CPU time) "
+        "| jrl / Gymnasium |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for r in rows:
         gym_rate = r.get("gymnasium")
         lines.append(
             f"| {r['env']} | {r['batch']} | {_fmt_rate(r['jrl'])} | {_fmt_rate(r['jrl (full)'])} | "
             f"{_fmt_rate(r['gymnax'])} | {_fmt_rate(gym_rate)} | {r['jrl'] / r['gymnax']:.2f}x | "
+            f"{r['jrl cpu'] / r['gymnax cpu']:.2f}x | "
             + (f"{r['jrl'] / gym_rate:.0f}x |" if gym_rate else "– |")
         )
     return "\n".join(lines)
@@ -308,6 +320,9 @@ Measured {datetime.date.today().isoformat()} on {machine()}.
   time limit), in the same scan with the same action sampler and key splits.
 - **Gymnasium Sync**: `gymnasium.vector.SyncVectorEnv` of `gymnasium.make(id)`,
   a Python loop with NumPy random actions (batch 4096 not run).
+- Rates are wall clock (best round). The CPU-time ratio divides steps per
+  CPU-second of this process, which background load on a shared machine
+  barely moves; where the two ratios disagree, the machine was busy.
 - A JAX call runs the same number of steps for both libraries: {', '.join(
         f'{cfg.jax_steps(b)} iterations at B={b}' for b in cfg.batches)}.
 
@@ -329,12 +344,15 @@ def write_section(path: Path, text: str) -> None:
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="smoke run: few steps, 2 rounds, no file written")
+    parser.add_argument("--batches", type=int, nargs="+", default=None,
+                        help=f"batch sizes (default {' '.join(map(str, BATCHES))}; quick: 16 256)")
     parser.add_argument("--repeats", type=int, default=None, help="timed rounds per library (default 7; quick 2)")
     parser.add_argument("--output", type=Path, default=None,
                         help="markdown file to update (default BENCHMARKS.md at the repo root; quick: none)")
     parser.add_argument("--no-write", action="store_true", help="print the table only")
     args = parser.parse_args(argv)
-    cfg = Config(quick=args.quick, repeats=args.repeats or (2 if args.quick else 7))
+    batches = tuple(args.batches) if args.batches else ((16, 256) if args.quick else BATCHES)
+    cfg = Config(quick=args.quick, repeats=args.repeats or (2 if args.quick else 7), batches=batches)
     rows = measure(cfg)
     command = "python benchmarks/env_throughput.py" + (" --quick" if args.quick else "")
     text = section(rows, cfg, command)

@@ -32,4 +32,5 @@ def concrete_params(params: P | None, default: P) -> P:
             raise ValueError(f"params.{name} differs across the batch ({a}); spaces need one value")
         return float(a.flat[0])
 
-    return dataclasses.replace(default, **{f.name: value(f.name) for f in dataclasses.fields(default)})
+    fields = dataclasses.fields(default)
+    return dataclasses.replace(default, **{f.name: value(f.name) for f in fields})

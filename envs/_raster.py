@@ -25,7 +25,8 @@ def pixel_grid(height: int, width: int) -> tuple[jax.Array, jax.Array]:
     """Pixel-centre coordinates ``(px, py)``, each float32 ``[height, width]``, y up."""
     px = jnp.arange(width, dtype=jnp.float32) + 0.5
     py = height - (jnp.arange(height, dtype=jnp.float32) + 0.5)
-    return jnp.broadcast_to(px[None, :], (height, width)), jnp.broadcast_to(py[:, None], (height, width))
+    shape = (height, width)
+    return jnp.broadcast_to(px[None, :], shape), jnp.broadcast_to(py[:, None], shape)
 
 
 def blank(height: int, width: int, color: Color = WHITE) -> jax.Array:
@@ -52,7 +53,8 @@ def sd_circle(px: jax.Array, py: jax.Array, cx, cy, radius) -> jax.Array:
 def sd_segment(px: jax.Array, py: jax.Array, x0, y0, x1, y1, half_width) -> jax.Array:
     """Capsule: all points within ``half_width`` of the segment ``(x0, y0)-(x1, y1)``."""
     dx, dy = x1 - x0, y1 - y0
-    t = jnp.clip(((px - x0) * dx + (py - y0) * dy) / jnp.maximum(dx * dx + dy * dy, 1e-12), 0.0, 1.0)
+    t = ((px - x0) * dx + (py - y0) * dy) / jnp.maximum(dx * dx + dy * dy, 1e-12)
+    t = jnp.clip(t, 0.0, 1.0)  # the closest point's position along the segment
     return jnp.hypot(px - (x0 + t * dx), py - (y0 + t * dy)) - half_width
 
 

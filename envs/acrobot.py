@@ -10,7 +10,8 @@ With torque ``τ`` on the middle joint::
     d1  = m1 lc1^2 + m2 (l1^2 + lc2^2 + 2 l1 lc2 cos θ2) + I1 + I2
     d2  = m2 (lc2^2 + l1 lc2 cos θ2) + I2
     φ2  = m2 lc2 g cos(θ1 + θ2 - π/2)
-    φ1  = -m2 l1 lc2 θ2'^2 sin θ2 - 2 m2 l1 lc2 θ2' θ1' sin θ2 + (m1 lc1 + m2 l1) g cos(θ1 - π/2) + φ2
+    φ1  = -m2 l1 lc2 θ2'^2 sin θ2 - 2 m2 l1 lc2 θ2' θ1' sin θ2
+          + (m1 lc1 + m2 l1) g cos(θ1 - π/2) + φ2
     θ2'' = (τ + d2/d1 φ1 - [book] m2 l1 lc2 θ1'^2 sin θ2 - φ2) / (m2 lc2^2 + I2 - d2^2/d1)
     θ1'' = -(d2 θ2'' + φ1) / d1
 
@@ -93,7 +94,7 @@ def _dsdt(s: jax.Array, torque: jax.Array, p: AcrobotParams) -> jax.Array:
 
 
 def _wrap(x: jax.Array, low: float, high: float) -> jax.Array:
-    """Shifts ``x`` by whole periods ``high - low`` into ``[low, high]`` (values on the edges stay)."""
+    """Shifts ``x`` by whole periods ``high - low`` into ``[low, high]`` (edge values stay)."""
     period = high - low
     x = jnp.where(x > high, x - period * jnp.ceil((x - high) / period), x)
     return jnp.where(x < low, x + period * jnp.ceil((low - x) / period), x)
@@ -123,7 +124,7 @@ class Acrobot(Environment):
     def step_env(self, key: PRNGKey, state: AcrobotState, action: jax.Array, params: AcrobotParams):
         noise = jax.random.uniform(key, (), jnp.float32, -1.0, 1.0) * params.torque_noise_max
         torque = (jnp.asarray(action).astype(jnp.float32) - 1.0) * params.torque_mag + noise
-        s = jnp.stack([state.theta1, state.theta2, state.theta1_dot, state.theta2_dot]).astype(jnp.float32)
+        s = jnp.stack([state.theta1, state.theta2, state.theta1_dot, state.theta2_dot])
         dt = params.dt
         k1 = _dsdt(s, torque, params)
         k2 = _dsdt(s + dt / 2 * k1, torque, params)
@@ -142,10 +143,10 @@ class Acrobot(Environment):
 
     @staticmethod
     def _obs(state: AcrobotState) -> jax.Array:
-        return jnp.stack([
-            jnp.cos(state.theta1), jnp.sin(state.theta1), jnp.cos(state.theta2), jnp.sin(state.theta2),
-            state.theta1_dot, state.theta2_dot,
-        ]).astype(jnp.float32)
+        th1, th2 = state.theta1, state.theta2
+        obs = [jnp.cos(th1), jnp.sin(th1), jnp.cos(th2), jnp.sin(th2),
+               state.theta1_dot, state.theta2_dot]
+        return jnp.stack(obs).astype(jnp.float32)
 
     def observation_space(self, params: AcrobotParams | None = None) -> spaces.Box:
         p = concrete_params(params, self.default_params)
@@ -165,13 +166,15 @@ class Acrobot(Environment):
         px, py = R.pixel_grid(h, w)
         img = R.blank(h, w)
         goal_y = oy + 1.0 * scale
-        img = R.paint(img, R.sd_segment(px, py, ox - 2.2 * scale, goal_y, ox + 2.2 * scale, goal_y, 0.5), R.BLACK)
+        goal_line = R.sd_segment(px, py, ox - 2.2 * scale, goal_y, ox + 2.2 * scale, goal_y, 0.5)
+        img = R.paint(img, goal_line, R.BLACK)
         x1 = ox + params.link_length_1 * jnp.sin(state.theta1) * scale
         y1 = oy - params.link_length_1 * jnp.cos(state.theta1) * scale
         links = ((ox, oy, state.theta1, params.link_length_1),
                  (x1, y1, state.theta1 + state.theta2, params.link_length_2))
         for jx, jy, angle, length in links:  # a link hangs straight down at angle 0
-            rect = R.rect_vertices(0.0, length * scale, -0.1 * scale, 0.1 * scale, angle - jnp.pi / 2, jx, jy)
+            hw = 0.1 * scale  # half width
+            rect = R.rect_vertices(0.0, length * scale, -hw, hw, angle - jnp.pi / 2, jx, jy)
             img = R.paint(img, R.sd_convex_polygon(px, py, rect), (0, 204, 204))
             img = R.paint(img, R.sd_circle(px, py, jx, jy, 0.1 * scale), (204, 204, 0))
         return R.to_uint8(img)

@@ -90,7 +90,8 @@ class CartPole(Environment):
         state = CartPoleState(x=s[0], x_dot=s[1], theta=s[2], theta_dot=s[3])
         return state, self._obs(state)
 
-    def step_env(self, key: PRNGKey, state: CartPoleState, action: jax.Array, params: CartPoleParams):
+    def step_env(self, key: PRNGKey, state: CartPoleState, action: jax.Array,
+                 params: CartPoleParams):
         force = jnp.where(jnp.asarray(action) == 1, params.force_mag, -params.force_mag)
         cos, sin = jnp.cos(state.theta), jnp.sin(state.theta)
         temp = (force + params.polemass_length * state.theta_dot**2 * sin) / params.total_mass
@@ -116,14 +117,15 @@ class CartPole(Environment):
 
     def observation_space(self, params: CartPoleParams | None = None) -> spaces.Box:
         p = concrete_params(params, self.default_params)
-        high = np.array([2 * p.x_threshold, np.inf, 2 * p.theta_threshold_radians, np.inf], np.float32)
+        high = [2 * p.x_threshold, np.inf, 2 * p.theta_threshold_radians, np.inf]
+        high = np.array(high, np.float32)  # twice the termination bounds, as in Gymnasium
         return spaces.Box(-high, high, (4,), jnp.float32)
 
     def action_space(self, params: CartPoleParams | None = None) -> spaces.Discrete:
         return spaces.Discrete(2)
 
     def render(self, state: CartPoleState, params: CartPoleParams | None = None) -> jax.Array:
-        """``uint8[H, W, 3]``: Gymnasium's picture (black cart, brown pole, blue axle, track line)."""
+        """``uint8[H, W, 3]``: Gymnasium's picture (black cart, brown pole, blue axle, track)."""
         params = self.default_params if params is None else params
         h, w = self.render_shape
         u = w / 600.0  # one Gymnasium pixel
@@ -133,11 +135,11 @@ class CartPole(Environment):
         axle_y = cart_y + 7.5 * u
         pole_len = scale * 2 * params.length
         img = R.blank(h, w)
-        img = R.paint(img, R.sd_convex_polygon(
-            px, py, R.rect_vertices(-25 * u, 25 * u, -15 * u, 15 * u, 0.0, cart_x, cart_y)), R.BLACK)
-        img = R.paint(img, R.sd_convex_polygon(
-            px, py, R.rect_vertices(-5 * u, 5 * u, -5 * u, pole_len - 5 * u, -state.theta, cart_x, axle_y)),
-            (202, 152, 101))
+        cart = R.rect_vertices(-25 * u, 25 * u, -15 * u, 15 * u, 0.0, cart_x, cart_y)
+        pole_top = pole_len - 5 * u
+        pole = R.rect_vertices(-5 * u, 5 * u, -5 * u, pole_top, -state.theta, cart_x, axle_y)
+        img = R.paint(img, R.sd_convex_polygon(px, py, cart), R.BLACK)
+        img = R.paint(img, R.sd_convex_polygon(px, py, pole), (202, 152, 101))
         img = R.paint(img, R.sd_circle(px, py, cart_x, axle_y, 5 * u), (129, 132, 203))
         img = R.paint(img, jnp.abs(py - (cart_y + 0.5)) - 0.5, R.BLACK)  # the track, one pixel row
         return R.to_uint8(img)

@@ -88,7 +88,8 @@ def _move(state: MountainCarState, push: jax.Array, params) -> tuple[MountainCar
     velocity = jnp.clip(velocity, -params.max_speed, params.max_speed)
     position = jnp.clip(state.position + velocity, params.min_position, params.max_position)
     velocity = jnp.where((position == params.min_position) & (velocity < 0), 0.0, velocity)
-    state = MountainCarState(position=position.astype(jnp.float32), velocity=velocity.astype(jnp.float32))
+    state = MountainCarState(position=position.astype(jnp.float32),
+                             velocity=velocity.astype(jnp.float32))
     terminated = (position >= params.goal_position) & (velocity >= params.goal_velocity)
     return state, terminated
 
@@ -132,7 +133,8 @@ def _render(state: MountainCarState, params, shape: tuple[int, int]) -> jax.Arra
     fy1 = _height(params.goal_position) * scale
     fy2 = fy1 + 50 * u
     img = R.paint(img, R.sd_segment(px, py, fx, fy1, fx, fy2, 0.5), R.BLACK)
-    flag = jnp.stack([jnp.stack([fx, fy2 - 10 * u]), jnp.stack([fx + 25 * u, fy2 - 5 * u]), jnp.stack([fx, fy2])])
+    flag = jnp.stack([jnp.stack([fx, fy2 - 10 * u]), jnp.stack([fx + 25 * u, fy2 - 5 * u]),
+                      jnp.stack([fx, fy2])])
     img = R.paint(img, R.sd_convex_polygon(px, py, flag), (204, 204, 0))
     return R.to_uint8(img)
 
@@ -153,11 +155,12 @@ class MountainCar(Environment):
     def default_params(self) -> MountainCarParams:
         return MountainCarParams()
 
-    def reset_env(self, key: PRNGKey, params: MountainCarParams) -> tuple[MountainCarState, jax.Array]:
+    def reset_env(self, key: PRNGKey, params: MountainCarParams):
         state = _reset(key, params)
         return state, _obs(state)
 
-    def step_env(self, key: PRNGKey, state: MountainCarState, action: jax.Array, params: MountainCarParams):
+    def step_env(self, key: PRNGKey, state: MountainCarState, action: jax.Array,
+                 params: MountainCarParams):
         push = (jnp.asarray(action).astype(jnp.float32) - 1.0) * params.force
         state, terminated = _move(state, push, params)
         return state, _obs(state), jnp.full((), -1.0, jnp.float32), terminated, {}
@@ -195,7 +198,7 @@ class MountainCarContinuous(Environment):
 
     def step_env(self, key: PRNGKey, state: MountainCarState, action: jax.Array,
                  params: MountainCarContinuousParams):
-        a = jnp.reshape(jnp.asarray(action, jnp.float32), ())  # float32[1] (a scalar is accepted too)
+        a = jnp.reshape(jnp.asarray(action, jnp.float32), ())  # float32[1] (or a scalar)
         push = jnp.clip(a, params.min_action, params.max_action) * params.power
         state, terminated = _move(state, push, params)
         reward = jnp.where(terminated, params.goal_reward, 0.0) - params.action_cost * a**2
@@ -208,6 +211,7 @@ class MountainCarContinuous(Environment):
         p = concrete_params(params, self.default_params)
         return spaces.Box(np.float32(p.min_action), np.float32(p.max_action), (1,), jnp.float32)
 
-    def render(self, state: MountainCarState, params: MountainCarContinuousParams | None = None) -> jax.Array:
+    def render(self, state: MountainCarState,
+               params: MountainCarContinuousParams | None = None) -> jax.Array:
         """``uint8[H, W, 3]`` frame of ``state``."""
         return _render(state, self.default_params if params is None else params, self.render_shape)

@@ -81,18 +81,22 @@ class Pendulum(Environment):
         state = PendulumState(theta=s[0], theta_dot=s[1], last_u=jnp.zeros((), jnp.float32))
         return state, self._obs(state)
 
-    def step_env(self, key: PRNGKey, state: PendulumState, action: jax.Array, params: PendulumParams):
-        u = jnp.clip(jnp.reshape(jnp.asarray(action, jnp.float32), ()), -params.max_torque, params.max_torque)
+    def step_env(self, key: PRNGKey, state: PendulumState, action: jax.Array,
+                 params: PendulumParams):
+        u = jnp.reshape(jnp.asarray(action, jnp.float32), ())  # float32[1] (or a scalar)
+        u = jnp.clip(u, -params.max_torque, params.max_torque)
+        g, m, l, dt = params.g, params.m, params.l, params.dt  # noqa: E741
         th, thdot = state.theta, state.theta_dot
         cost = angle_normalize(th) ** 2 + 0.1 * thdot**2 + 0.001 * u**2
-        thdot = thdot + (3 * params.g / (2 * params.l) * jnp.sin(th) + 3.0 / (params.m * params.l**2) * u) * params.dt
+        thdot = thdot + (3 * g / (2 * l) * jnp.sin(th) + 3.0 / (m * l**2) * u) * dt
         thdot = jnp.clip(thdot, -params.max_speed, params.max_speed)
-        state = PendulumState(theta=th + thdot * params.dt, theta_dot=thdot, last_u=u)
+        state = PendulumState(theta=th + thdot * dt, theta_dot=thdot, last_u=u)
         return state, self._obs(state), (-cost).astype(jnp.float32), jnp.zeros((), bool), {}
 
     @staticmethod
     def _obs(state: PendulumState) -> jax.Array:
-        return jnp.stack([jnp.cos(state.theta), jnp.sin(state.theta), state.theta_dot]).astype(jnp.float32)
+        obs = [jnp.cos(state.theta), jnp.sin(state.theta), state.theta_dot]
+        return jnp.stack(obs).astype(jnp.float32)
 
     def observation_space(self, params: PendulumParams | None = None) -> spaces.Box:
         p = concrete_params(params, self.default_params)
@@ -112,9 +116,10 @@ class Pendulum(Environment):
         px, py = R.pixel_grid(h, w)
         img = R.blank(h, w)
         red = (204, 77, 77)
-        rod = R.rect_vertices(0.0, params.l * scale, -0.1 * scale, 0.1 * scale, state.theta + jnp.pi / 2, cx, cy)
+        angle = state.theta + jnp.pi / 2  # the rod points up at theta = 0
+        rod = R.rect_vertices(0.0, params.l * scale, -0.1 * scale, 0.1 * scale, angle, cx, cy)
         img = R.paint(img, R.sd_convex_polygon(px, py, rod), red)
-        tip_x, tip_y = R.rotate(params.l * scale, 0.0, state.theta + jnp.pi / 2)
+        tip_x, tip_y = R.rotate(params.l * scale, 0.0, angle)
         img = R.paint(img, R.sd_circle(px, py, cx, cy, 0.1 * scale), red)
         img = R.paint(img, R.sd_circle(px, py, cx + tip_x, cy + tip_y, 0.1 * scale), red)
         img = R.paint(img, _sd_torque_arrow(px - cx, py - cy, state.last_u, scale), R.BLACK)

@@ -97,8 +97,8 @@ def make_actor_critic(
 
     def act(state: ActorCriticState, obs, key: PRNGKey):
         dist, value = network.apply(state.params, obs)
-        action = dist.sample(key)
-        return action, {"log_prob": dist.log_prob(action), "value": value}
+        action, log_prob = dist.sample_and_log_prob(key)
+        return action, {"log_prob": log_prob, "value": value}
 
     def policy(params, obs, key: PRNGKey):
         del key
@@ -112,7 +112,7 @@ def make_actor_critic(
         (total, metrics), grads = jax.value_and_grad(loss, has_aux=True)(state.params, mb, state.hparams)
         updates, opt_state = tx.update(grads, state.opt_state, state.params)
         params = optax.apply_updates(state.params, jax.tree.map(lambda u: -lr * u, updates))
-        metrics = {**metrics, "train/loss": total, "train/grad_norm": optax.global_norm(grads)}
+        metrics = {**metrics, "train/loss": total, "train/grad_norm": optax.tree.norm(grads)}
         return state.replace(params=params, opt_state=opt_state), metrics
 
     def learn(state: ActorCriticState, batch: Transition, key: PRNGKey):
@@ -273,6 +273,7 @@ class Built:
     env: Any  # the training env (batched, wrapped)
     env_params: Any
     spec: EnvSpec
+    network: Any = None  # the flax module (``apply(params, obs)`` -> (distribution, value))
 
 
 def build_on_policy(config: ActorCriticConfig, env, env_params, loss_fn: LossFn) -> Built:
@@ -291,4 +292,4 @@ def build_on_policy(config: ActorCriticConfig, env, env_params, loss_fn: LossFn)
                               num_minibatches=config.num_minibatches, total_learn_steps=config.num_iterations,
                               anneal_lr=config.anneal_lr, normalize_advantages=config.normalize_advantages,
                               max_grad_norm=config.max_grad_norm, optimizer=config.optimizer)
-    return Built(on_policy(agent, env, config.num_steps, env_params), agent, env, env_params, spec)
+    return Built(on_policy(agent, env, config.num_steps, env_params), agent, env, env_params, spec, network)

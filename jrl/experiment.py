@@ -24,6 +24,7 @@ import os
 import sys
 import time
 import typing
+import warnings
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -139,7 +140,7 @@ class TrainResult:
         """[R] mean training return over the last ``fraction`` of iterations."""
         ret = self.metrics[RETURN_KEY]
         k = max(1, int(math.ceil(ret.shape[1] * fraction)))
-        return ret[:, -k:].mean(axis=1)
+        return np.nanmean(ret[:, -k:], axis=1)
 
     def groups(self) -> list[tuple[str, np.ndarray]]:
         """(label, run indices) for each combination of swept values (one group without a sweep)."""
@@ -177,10 +178,12 @@ class TrainResult:
         values = self.metrics[metric]
         for label, idx in self.groups():
             v = values[idx]
-            mean = v.mean(axis=0)
+            with warnings.catch_warnings():  # columns before the first finished episode are all NaN
+                warnings.simplefilter("ignore", RuntimeWarning)
+                mean, low, high = np.nanmean(v, axis=0), np.nanmin(v, axis=0), np.nanmax(v, axis=0)
             ax.plot(self.env_steps, mean, label=label or f"mean of {len(idx)} seed(s)")
             if len(idx) > 1:
-                ax.fill_between(self.env_steps, v.min(axis=0), v.max(axis=0), alpha=0.2)
+                ax.fill_between(self.env_steps, low, high, alpha=0.2)
         ax.set_xlabel("environment steps (per run)")
         ax.set_ylabel(metric.split("/")[-1].replace("_", " "))
         ax.set_title(f"{self.agent} on {self.env_id}")
@@ -257,7 +260,8 @@ class _Progress:
 
     def __call__(self, report: anakin.Report) -> None:
         ret = report.metrics.get(RETURN_KEY)
-        ret_txt = f"return {np.mean(ret):8.1f} ± {np.std(ret):6.1f}" if ret is not None else ""
+        ret_txt = (f"return {np.nanmean(ret):8.1f} ± {np.nanstd(ret):6.1f}"
+                   if ret is not None and np.isfinite(ret).any() else "return      n/a         ")
         pct = 100.0 * report.iteration / report.num_iterations
         line = (f"[{self.label}] {report.env_steps:>10,}/{self.total:,} steps ({pct:5.1f}%) | "
                 f"{report.steps_per_second:>10,.0f} steps/s | {ret_txt} | ETA {report.eta:5.1f}s")

@@ -40,8 +40,8 @@ class OnPolicyState:
     key: PRNGKey  # the loop's key; split every iteration
     iteration: jax.Array  # [] int32 iterations done
     env_steps: jax.Array  # [] int32 env transitions collected (all envs)
-    last_episode_return: jax.Array  # [] float32 mean return of the latest finished episodes
-    last_episode_length: jax.Array  # [] float32 mean length of the latest finished episodes
+    last_episode_return: jax.Array  # [] float32 mean return of the latest finished episodes (NaN before any)
+    last_episode_length: jax.Array  # [] float32 mean length of the latest finished episodes (NaN before any)
 
 
 def episode_metrics(info: dict[str, Any], previous_return: jax.Array, previous_length: jax.Array):
@@ -80,9 +80,9 @@ def on_policy(agent: Agent, env: Environment, num_steps: int, env_params: PyTree
     def init(key: PRNGKey) -> OnPolicyState:
         k_agent, k_env, k_loop = jax.random.split(key, 3)
         env_state, ts = env.reset(k_env, params)
-        zero = jnp.zeros((), jnp.float32)
+        nan = jnp.full((), jnp.nan, jnp.float32)  # no episode finished yet
         return OnPolicyState(agent.init(k_agent, spec), env_state, ts.observation, k_loop,
-                             jnp.zeros((), jnp.int32), jnp.zeros((), jnp.int32), zero, zero)
+                             jnp.zeros((), jnp.int32), jnp.zeros((), jnp.int32), nan, nan)
 
     def env_step(agent_state, carry, key):
         env_state, obs = carry

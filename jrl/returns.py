@@ -30,6 +30,7 @@ from __future__ import annotations
 import chex
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 Array = jax.Array
 Scalar = float | Array
@@ -186,12 +187,12 @@ def n_step_returns(
 
     Returns: ``[T, B]`` (or ``[T]``).
     """
-    if not isinstance(n, int) or n < 1:
+    if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 1:
         raise ValueError(f"n_step_returns needs a static int n >= 1, got {n!r}")
     _check(rewards, bootstrap_values, terminated, truncated)
     not_term, not_done = _flags(rewards, terminated, truncated)
     returns = rewards + gamma * not_term * bootstrap_values
-    for _ in range(n - 1):
+    for _ in range(int(n) - 1):
         g_tp1 = jnp.concatenate([returns[1:], bootstrap_values[-1:]])
         next_t = jnp.where(not_done > 0, g_tp1, bootstrap_values)
         returns = rewards + gamma * not_term * next_t

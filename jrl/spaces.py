@@ -140,11 +140,17 @@ class Box(Space):
             low, high = np.ceil(low), np.floor(high)
         top = high + 1.0 if integer else high
         low32, high32, top32 = (jnp.asarray(a, jnp.float32) for a in (low, high, top))
-        u = jax.random.uniform(k_u, self.shape)
-        uniform = low32 * (1.0 - u) + top32 * u  # a convex combination never overflows
-        normal = jax.random.normal(k_n, self.shape)
-        expo = jax.random.exponential(k_e, self.shape)
-        x = jnp.where(lo_f & hi_f, uniform, jnp.where(lo_f, low32 + expo, jnp.where(hi_f, high32 - expo, normal)))
+        both, neither = lo_f & hi_f, ~lo_f & ~hi_f
+        x = jnp.zeros(self.shape, jnp.float32)
+        # Bounds are static: draw only the distributions some dimension needs.
+        if both.any():
+            u = jax.random.uniform(k_u, self.shape)
+            x = jnp.where(both, low32 * (1.0 - u) + top32 * u, x)  # a convex combination never overflows
+        if (lo_f ^ hi_f).any():
+            expo = jax.random.exponential(k_e, self.shape)
+            x = jnp.where(lo_f & ~hi_f, low32 + expo, jnp.where(hi_f & ~lo_f, high32 - expo, x))
+        if neither.any():
+            x = jnp.where(neither, jax.random.normal(k_n, self.shape), x)
         if integer:
             x = jnp.floor(x)
         x = jnp.clip(x, jnp.where(lo_f, low32, -jnp.inf), jnp.where(hi_f, high32, jnp.inf))

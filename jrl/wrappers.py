@@ -602,20 +602,20 @@ def freeze(state: PyTree, frozen: bool = True) -> PyTree:
 def copy_statistics(src: PyTree, dst: PyTree) -> PyTree:
     """Copies normaliser statistics from ``src`` into ``dst`` (same wrapper chain),
     e.g. from a training state into a fresh evaluation state of another batch size."""
-    found: list[RunningMeanStd] = []
+    found: list[tuple[type, RunningMeanStd]] = []
 
     def collect(s):
-        found.append(s.stats)
+        found.append((type(s), s.stats))
         return s
 
     _map_normalizer_states(src, collect)
     it = iter(found)
 
     def put(s):
-        try:
-            return s.replace(stats=next(it))
-        except StopIteration:
-            raise ValueError("copy_statistics: the two states have different wrapper chains") from None
+        kind, stats = next(it, (None, None))
+        if kind is not type(s) or jax.tree.map(jnp.shape, stats) != jax.tree.map(jnp.shape, s.stats):
+            raise ValueError("copy_statistics: the two states have different wrapper chains")
+        return s.replace(stats=stats)
 
     out = _map_normalizer_states(dst, put)
     if next(it, None) is not None:

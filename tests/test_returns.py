@@ -170,7 +170,9 @@ def test_batch_with_different_ends(variant):
     lam = variant(R.lambda_returns)(r, b, term, trunc, GAMMA, LAM)
     np.testing.assert_allclose(lam, ret, rtol=1e-5)
     nstep = R.n_step_returns(r, b, term, trunc, GAMMA, 2)
-    expected = np.stack([[4.015, 6.32, 8.625, 6.25], [2.8, 2, 8.625, 6.25], [8.47, 8.3, 8.625, 6.25]], 1)
+    expected = np.stack(
+        [[4.015, 6.32, 8.625, 6.25], [2.8, 2, 8.625, 6.25], [8.47, 8.3, 8.625, 6.25]], 1
+    )
     np.testing.assert_allclose(nstep, expected, rtol=1e-5)
 
 
@@ -191,7 +193,9 @@ def test_vmapped_over_gamma():
         np.testing.assert_allclose(
             adv[i], R.gae_advantages(r, v, b, NONE, AT_1, g, LAM)[0], rtol=1e-6
         )
-    lam = jax.vmap(lambda lam: R.lambda_returns(r, b, NONE, AT_1, GAMMA, lam))(jnp.array([0.0, 1.0]))
+    lam_sweep = jax.vmap(lambda lam: R.lambda_returns(r, b, NONE, AT_1, GAMMA, lam))
+    lam = lam_sweep(jnp.array([0.0, 1.0]))
+    np.testing.assert_allclose(lam[0], [1.9, 8.3, 4.8, 6.25], rtol=1e-5)  # r + 0.9 * b
     np.testing.assert_allclose(lam[1], [8.47, 8.3, 8.625, 6.25], rtol=1e-5)
 
 
@@ -264,7 +268,8 @@ def _np_lambda(r, b, term, trunc, gamma, lam):
         end = next((k for k in range(t, T) if term[k] or trunc[k]), T - 1)
         N = end - t + 1
         g = [_np_n_step(r, b, term, trunc, gamma, n)[t] for n in range(1, N + 1)]
-        out[t] = sum((1 - lam) * lam ** (n - 1) * g[n - 1] for n in range(1, N)) + lam ** (N - 1) * g[-1]
+        mixture = sum((1 - lam) * lam ** (n - 1) * g[n - 1] for n in range(1, N))
+        out[t] = mixture + lam ** (N - 1) * g[-1]
     return out
 
 
@@ -283,4 +288,6 @@ def test_against_numpy_reference(seed):
         np.testing.assert_allclose(adv[:, j], _np_gae(*cols, gamma, lam), rtol=1e-4, atol=1e-5)
         no_v = (r[:, j], b[:, j], term[:, j], trunc[:, j])
         np.testing.assert_allclose(n3[:, j], _np_n_step(*no_v, gamma, 3), rtol=1e-4, atol=1e-5)
-        np.testing.assert_allclose(lam_ret[:, j], _np_lambda(*no_v, gamma, lam), rtol=1e-4, atol=1e-5)
+        np.testing.assert_allclose(
+            lam_ret[:, j], _np_lambda(*no_v, gamma, lam), rtol=1e-4, atol=1e-5
+        )

@@ -1,0 +1,212 @@
+"""The agent contract, on-policy loop and Anakin runner (fast, small budgets)."""
+
+import dataclasses
+import os
+import subprocess
+import sys
+import textwrap
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import jrl
+import jrl.agents as jrl_agents
+import jrl.envs
+from jrl import experiment
+from jrl.agents import a2c, ppo
+from jrl.run import anakin
+
+
+def small_ppo(env_id="CartPole-v1", **kw):
+    env, params = jrl.envs.make(env_id)
+    cfg = dataclasses.replace(experiment.make_config("ppo", env_id), **{"total_steps": 4096, "num_envs": 4,
+                                                                         "num_steps": 32, **kw})
+    return cfg, ppo.build(cfg, env, params)
+
+
+def test_public_api_imports():
+    assert {"Agent", "EnvSpec", "Environment", "TimeStep", "Transition", "train"} <= set(jrl.__all__)
+    assert callable(jrl.train)
+    assert jrl_agents.names() == ["a2c", "ppo"]
+
+
+def test_act_and_learn_shapes():
+    cfg, built = small_ppo()
+    state = jax.jit(built.algorithm.init)(jax.random.key(0))
+    action, info = built.agent.act(state.agent_state, state.observation, jax.random.key(1))
+    assert action.shape == (4,) and action.dtype == jnp.int32
+    assert info["log_prob"].shape == (4,) and info["value"].shape == (4,)
+    new_state, metrics = jax.jit(built.algorithm.step)(state)
+    assert int(new_state.iteration) == 1 and int(new_state.env_steps) == 4 * 32
+    for name in ("train/loss", "train/policy_loss", "train/value_loss", "train/entropy", "train/episode_return"):
+        assert metrics[name].shape == ()
+    changed = jax.tree.map(lambda a, b: bool(jnp.any(a != b)), state.agent_state.params, new_state.agent_state.params)
+    assert all(jax.tree.leaves(changed))
+    greedy = built.agent.policy(new_state.agent_state.params, state.observation, jax.random.key(2))
+    assert greedy.shape == (4,)
+
+
+@pytest.mark.parametrize("env_id,shape", [("Pendulum-v1", (4, 1)), ("MountainCarContinuous-v0", (4, 1))])
+def test_continuous_actions(env_id, shape):
+    cfg, built = small_ppo(env_id)
+    state = jax.jit(built.algorithm.init)(jax.random.key(0))
+    action, info = built.agent.act(state.agent_state, state.observation, jax.random.key(1))
+    assert action.shape == shape
+    state, metrics = jax.jit(built.algorithm.step)(state)
+    assert np.isfinite(float(metrics["train/loss"]))
+
+
+def test_multidiscrete_actions():
+    from jrl import spaces
+    from jrl.env import Environment
+
+    class TwoKnobs(Environment):
+        """Reward 1 when action == (2, 0), observation constant."""
+
+        id = "TwoKnobs"
+
+        def reset_env(self, key, params):
+            return jnp.zeros(()), jnp.zeros((2,))
+
+        def step_env(self, key, state, action, params):
+            r = jnp.all(action == jnp.array([2, 0])).astype(jnp.float32)
+            return state, jnp.zeros((2,)), r, jnp.ones((), bool), {}
+
+        def observation_space(self, params=None):
+            return spaces.Box(-1.0, 1.0, (2,))
+
+        def action_space(self, params=None):
+            return spaces.MultiDiscrete([3, 2])
+
+    cfg = ppo.PPOConfig(total_steps=4096 * 4, num_envs=8, num_steps=16, learning_rate=3e-3, ent_coef=0.0)
+    built = ppo.build(cfg, TwoKnobs(), None)
+    res = anakin.run(built.algorithm, jax.random.split(jax.random.key(0), 1), cfg.num_iterations, num_reports=2)
+    assert res.metrics["train/episode_return"][0, -5:].mean() > 0.9
+
+
+def test_sweep_equals_separate_runs():
+    """A vmapped learning-rate sweep gives the same results as separate programs."""
+    cfg, built = small_ppo()
+    keys = jax.random.split(jax.random.key(3), 1)
+    n = cfg.num_iterations
+    swept = anakin.run(built.algorithm, jnp.concatenate([keys, keys]), n, num_reports=1,
+                       hparams={"learning_rate": np.array([1e-3, 1e-4], np.float32)})
+    for i, lr in enumerate([1e-3, 1e-4]):
+        single = anakin.run(built.algorithm, keys, n, num_reports=1, hparams={"learning_rate": np.array([lr])})
+        for a, b in zip(jax.tree.leaves(swept.final_state.agent_state.params),
+                        jax.tree.leaves(single.final_state.agent_state.params)):
+            np.testing.assert_allclose(a[i], b[0], atol=1e-5)
+    p = swept.final_state.agent_state.params
+    assert any(bool(jnp.any(x[0] != x[1])) for x in jax.tree.leaves(p))
+
+
+def test_set_hparams_rejects_unknown_field():
+    cfg, built = small_ppo()
+    st = anakin.init_runs(built.algorithm, jax.random.split(jax.random.key(0), 2))
+    with pytest.raises(ValueError, match="sweepable fields"):
+        anakin.set_hparams(st, {"num_envs": [1, 2]})
+
+
+def test_determinism_bitwise():
+    """The same seed gives bitwise-identical final parameters and metrics."""
+    a = jrl.train("ppo", "CartPole-v1", seeds=2, seed=7, total_steps=4096, progress=False)
+    b = jrl.train("ppo", "CartPole-v1", seeds=2, seed=7, total_steps=4096, progress=False)
+    c = jrl.train("ppo", "CartPole-v1", seeds=2, seed=8, total_steps=4096, progress=False)
+    for x, y in zip(jax.tree.leaves(a.final_params), jax.tree.leaves(b.final_params)):
+        np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
+    np.testing.assert_array_equal(a.metrics["train/loss"], b.metrics["train/loss"])
+    assert any(not np.array_equal(x, y) for x, y in zip(jax.tree.leaves(a.final_params), jax.tree.leaves(c.final_params)))
+    # the two seeds of one run differ from each other
+    assert any(not np.array_equal(x[0], x[1]) for x in jax.tree.leaves(a.final_params))
+
+
+def test_chunk_lengths_cover_all_iterations():
+    for n, r in [(976, 20), (97, 20), (5, 20), (1, 1), (1000, 7), (64, 64)]:
+        lengths = anakin.chunk_lengths(n, r)
+        assert sum(lengths) == n
+        assert len(set(lengths)) <= 2
+        assert len(lengths) <= 2 * r + 1
+
+
+def test_reports_and_result_fields():
+    cfg, built = small_ppo()
+    reports = []
+    res = anakin.run(built.algorithm, jax.random.split(jax.random.key(0), 3), cfg.num_iterations, num_reports=4,
+                     on_report=reports.append)
+    assert [r.iteration for r in reports][-1] == cfg.num_iterations
+    assert len(reports) == len(anakin.chunk_lengths(cfg.num_iterations, 4))
+    assert res.metrics["train/loss"].shape == (3, cfg.num_iterations)
+    assert res.compile_seconds > 0 and res.run_seconds > 0 and res.steps_per_second > 0
+    assert reports[-1].metrics["train/loss"].shape == (3,)
+
+
+def test_config_validation_and_overrides():
+    with pytest.raises(ValueError, match="learning_rate must be positive"):
+        experiment.make_config("ppo", "CartPole-v1", learning_rate=-1.0)
+    with pytest.raises(ValueError, match="gamma must lie in"):
+        experiment.make_config("ppo", "CartPole-v1", gamma=1.5)
+    with pytest.raises(ValueError, match="num_envs must be positive"):
+        experiment.make_config("ppo", "CartPole-v1", num_envs=0)
+    with pytest.raises(ValueError, match="not divisible by num_minibatches"):
+        experiment.make_config("ppo", "CartPole-v1", num_minibatches=3)
+    with pytest.raises(TypeError, match="did you mean learning_rate"):
+        experiment.make_config("ppo", "CartPole-v1", learning_rat=1e-3)
+    with pytest.raises(TypeError, match="expects int"):
+        experiment.make_config("ppo", "CartPole-v1", num_envs=2.5)
+    cfg = experiment.make_config("ppo", "Pendulum-v1", learning_rate="3e-4")
+    assert cfg.learning_rate == 3e-4 and cfg.num_envs == ppo.PRESETS["Pendulum-v1"]["num_envs"]
+    assert isinstance(experiment.make_config("a2c", "CartPole-v1"), a2c.A2CConfig)
+
+
+def test_train_rejects_bad_input():
+    with pytest.raises(jrl_agents.UnknownAgentError, match="did you mean 'ppo'|Did you mean 'ppo'"):
+        jrl.train("ppoo", "CartPole-v1")
+    with pytest.raises(jrl.envs.UnknownEnvError, match="CartPole-v1"):
+        jrl.train("ppo", "CartPole-v2", total_steps=512, progress=False)
+    with pytest.raises(ValueError, match="cannot sweep"):
+        jrl.train("ppo", "CartPole-v1", sweep={"num_envs": [2, 4]}, progress=False)
+    with pytest.raises(ValueError, match="seeds must be"):
+        jrl.train("ppo", "CartPole-v1", seeds=0)
+
+
+def test_run_folder(tmp_path):
+    out = tmp_path / "run"
+    res = jrl.train("ppo", "CartPole-v1", seeds=2, total_steps=4096, out=out, progress=False, num_reports=4)
+    for name in experiment.RUN_FILES:
+        assert (out / name).is_file(), name
+    rows = (out / "metrics.csv").read_text().strip().splitlines()
+    assert rows[0].startswith("run,seed,iteration,env_steps")
+    assert len(rows) - 1 == 2 * len(anakin.chunk_lengths(res.config.num_iterations, 4))
+    import json
+
+    cfg = json.loads((out / "config.json").read_text())
+    assert cfg["agent"] == "ppo" and cfg["config"]["total_steps"] == 4096
+    with pytest.raises(FileExistsError, match="already holds a run"):
+        jrl.train("ppo", "CartPole-v1", total_steps=4096, out=out, progress=False)
+    from flax import serialization
+
+    restored = serialization.msgpack_restore((out / "params.msgpack").read_bytes())
+    leaves = jax.tree.leaves(restored)
+    assert leaves and all(x.shape[0] == 2 for x in leaves)
+    assert "final return" in res.summary()
+
+
+def test_vmapped_seed_init_never_hangs():
+    """Initialising many seeds (orthogonal init) completes, repeatedly (DESIGN.md pitfall)."""
+    code = textwrap.dedent("""
+        import jax, jrl.envs
+        from jrl.agents import ppo
+        from jrl.run import anakin
+        env, params = jrl.envs.make("CartPole-v1")
+        built = ppo.build(ppo.PPOConfig(), env, params)
+        for i in range(8):
+            st = anakin.init_runs(built.algorithm, jax.random.split(jax.random.key(i), 16))
+            jax.block_until_ready(st)
+        print("ok")
+    """)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=240,
+                         env={**os.environ, "JAX_PLATFORMS": "cpu"})
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.strip().endswith("ok")
