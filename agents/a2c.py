@@ -62,6 +62,6 @@ def a2c_loss(dist, values, entropy, mb: Minibatch, hp: ActorCriticHParams):
     return total, {"train/policy_loss": pg_loss, "train/value_loss": v_loss, "train/entropy": ent}
 
 
-def build(config: A2CConfig, env, env_params) -> Built:
+def build(config: A2CConfig, env, env_params, num_devices: int = 1) -> Built:
     """Assembles A2C on ``env`` (a jrl env as :func:`jrl.envs.make` returns it)."""
-    return build_on_policy(config, env, env_params, a2c_loss)
+    return build_on_policy(config, env, env_params, a2c_loss, num_devices)

@@ -49,8 +49,9 @@ def ppo_loss(dist, values, entropy, mb: Minibatch, hp: ActorCriticHParams, clip_
                    "train/clip_fraction": clip_frac, "train/approx_kl": approx_kl}
 
 
-def build(config: PPOConfig, env, env_params) -> Built:
+def build(config: PPOConfig, env, env_params, num_devices: int = 1) -> Built:
     """Assembles PPO on ``env`` (a jrl env as :func:`jrl.envs.make` returns it)."""
     clip = config.clip_value
     return build_on_policy(config, env, env_params,
-                           lambda dist, v, h, mb, hp: ppo_loss(dist, v, h, mb, hp, clip_value=clip))
+                           lambda dist, v, h, mb, hp: ppo_loss(dist, v, h, mb, hp, clip_value=clip),
+                           num_devices)

@@ -17,8 +17,9 @@ folds reward, observation and done flags into a carried checksum so that no
 output is dead code. ``T`` depends only on ``B``, so every library runs the
 same number of steps. Each function is compiled and run once before timing
 (compile time excluded); then the libraries are timed in turn, ``repeats``
-rounds interleaved so that background load hits them alike, each call ended
-by ``block_until_ready``, and the best round is reported. Gymnasium steps a
+rounds interleaved (the order rotating each round) so that background load
+hits them alike, each call ended by ``block_until_ready``, and the best round
+is reported. Gymnasium steps a
 Python loop with actions from a NumPy generator, same rounds, best of them.
 
 Usage::
@@ -37,15 +38,16 @@ import re
 import statistics
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import jax
 import jax.numpy as jnp
+import jrl.envs
 import numpy as np
 
-import jrl.envs
 from jrl import spaces
 from jrl.wrappers import AutoReset, VmapEnv, wrap_for_training
 
@@ -66,12 +68,12 @@ class Config:
     gymnasium_batches: tuple[int, ...] = GYMNASIUM_BATCHES  # batch sizes for Gymnasium
 
     def jax_steps(self, batch: int) -> int:
-        """Scan length: ~1M env steps per call at large batch, at least 1000 iterations."""
-        steps = min(100_000, max(1_000, (1 << 20) // batch))
+        """Scan length: ~0.5M env steps per call (short calls: more chances of a quiet moment)."""
+        steps = min(50_000, max(250, (1 << 19) // batch))
         return max(100, steps // 20) if self.quick else steps
 
     def gymnasium_steps(self, batch: int) -> int:
-        steps = max(100, 50_000 // batch)
+        steps = max(50, 10_000 // batch)
         return max(20, steps // 20) if self.quick else steps
 
 
@@ -99,11 +101,16 @@ class Runner:
     carry: Any
     env_steps: int  # steps * batch per call
     times: list[float] = field(default_factory=list)  # wall-clock seconds per timed call
-    cpu_times: list[float] = field(default_factory=list)  # this process's CPU seconds per timed call
+    cpu_times: list[float] = field(
+        default_factory=list
+    )  # this process's CPU seconds per timed call
 
     def warm_up(self) -> float:
+        """Compiles and runs twice: the first call's output carry can differ from the
+        initial one in weak types (gymnax's ``time=0``), which would compile again."""
         t0 = time.perf_counter()
-        self.carry = jax.block_until_ready(self.run(self.carry))
+        for _ in range(2):
+            self.carry = jax.block_until_ready(self.run(self.carry))
         return time.perf_counter() - t0
 
     def time_once(self) -> None:
@@ -156,16 +163,19 @@ def jrl_runner(env_id: str, batch: int, steps: int, full: bool) -> Runner:
 
 def gymnax_runner(env_id: str, batch: int, steps: int) -> Runner:
     import gymnax
-
     from jrl.envs.gymnax_adapter import to_jrl_space
 
     genv, gparams = gymnax.make(env_id)
     sample = make_sampler(to_jrl_space(genv.action_space(gparams)), batch)
     vstep = jax.vmap(genv.step, in_axes=(0, 0, 0, None))
-    _, state = jax.jit(jax.vmap(genv.reset, in_axes=(0, None)))(jax.random.split(jax.random.key(0), batch), gparams)
+    _, state = jax.jit(jax.vmap(genv.reset, in_axes=(0, None)))(
+        jax.random.split(jax.random.key(0), batch), gparams
+    )
 
     def step_fn(key, state, action):
-        obs, state, reward, terminated, truncated, _ = vstep(jax.random.split(key, batch), state, action, gparams)
+        obs, state, reward, terminated, truncated, _ = vstep(
+            jax.random.split(key, batch), state, action, gparams
+        )
         return state, reward, obs, terminated | truncated
 
     return _scan_runner("gymnax", step_fn, state, sample, batch, steps, 1)
@@ -190,16 +200,20 @@ class GymnasiumRunner:
         if isinstance(space, gym.spaces.Discrete):
             self.sample = lambda: self.rng.integers(0, space.n, batch)
         else:
-            self.sample = lambda: self.rng.uniform(space.low, space.high, (batch,) + space.shape).astype(np.float32)
+            self.sample = lambda: self.rng.uniform(
+                space.low, space.high, (batch,) + space.shape
+            ).astype(np.float32)
         self.steps, self.env_steps = steps, steps * batch
         self.times: list[float] = []
         self.cpu_times: list[float] = []
 
     def _run(self) -> None:
-        checksum = 0.0
+        checksum = 0.0  # touch the outputs as the JAX runs do
         for _ in range(self.steps):
             obs, reward, terminated, truncated, _ = self.venv.step(self.sample())
-            checksum += float(reward.sum())
+            checksum += (
+                float(reward.sum()) + float(obs.sum()) + float((terminated | truncated).sum())
+            )
 
     def warm_up(self) -> float:
         t0 = time.perf_counter()
@@ -237,8 +251,10 @@ def measure(cfg: Config) -> list[dict[str, Any]]:
                 runners.append(GymnasiumRunner(env_id, batch, cfg.gymnasium_steps(batch)))
             for r in runners:
                 r.warm_up()
-            for _ in range(cfg.repeats):
-                for r in runners:
+            for i in range(cfg.repeats):
+                for r in (
+                    runners[i % len(runners) :] + runners[: i % len(runners)]
+                ):  # rotate the order
                     r.time_once()
             row = {"env": env_id, "batch": batch, "steps": steps}
             for r in runners:
@@ -254,7 +270,9 @@ def _progress(row: dict[str, Any]) -> str:
     parts = [f"{row['env']:<12} B={row['batch']:<5}"]
     for name in ("jrl", "jrl (full)", "gymnax", "gymnasium"):
         if name in row:
-            parts.append(f"{name} {row[name] / 1e6:8.3f} M/s (median {row[name + ' median'] / 1e6:.3f})")
+            parts.append(
+                f"{name} {row[name] / 1e6:8.3f} M/s (median {row[name + ' median'] / 1e6:.3f})"
+            )
     return "  ".join(parts)
 
 
@@ -269,11 +287,18 @@ def _fmt_rate(x: float | None) -> str:
 
 
 def table(rows: list[dict[str, Any]]) -> str:
-    lines = [
-        "| env | batch | jrl | jrl + stats | gymnax | Gymnasium Sync | jrl / gymnax | jrl / gymnax (CPU time) "
-        "| jrl / Gymnasium |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+    columns = [
+        "env",
+        "batch",
+        "jrl",
+        "jrl + stats",
+        "gymnax",
+        "Gymnasium Sync",
+        "jrl / gymnax",
+        "jrl / gymnax (CPU time)",
+        "jrl / Gymnasium",
     ]
+    lines = ["| " + " | ".join(columns) + " |", "|---|" + "---:|" * (len(columns) - 1)]
     for r in rows:
         gym_rate = r.get("gymnasium")
         lines.append(
@@ -294,12 +319,16 @@ def machine() -> str:
                 break
     except OSError:
         pass
-    import gymnasium
-    import gymnax  # noqa: F401
     from importlib.metadata import version
 
-    return (f"{cpu}, {os.cpu_count()} cores, backend {jax.default_backend()}; Python {platform.python_version()}, "
-            f"jax {jax.__version__}, gymnax {version('gymnax')}, gymnasium {gymnasium.__version__}")
+    import gymnasium
+    import gymnax  # noqa: F401
+
+    return (
+        f"{cpu}, {os.cpu_count()} cores, backend {jax.default_backend()}; "
+        f"Python {platform.python_version()}, jax {jax.__version__}, "
+        f"gymnax {version('gymnax')}, gymnasium {gymnasium.__version__}"
+    )
 
 
 def section(rows: list[dict[str, Any]], cfg: Config, command: str) -> str:
@@ -323,8 +352,9 @@ Measured {datetime.date.today().isoformat()} on {machine()}.
 - Rates are wall clock (best round). The CPU-time ratio divides steps per
   CPU-second of this process, which background load on a shared machine
   barely moves; where the two ratios disagree, the machine was busy.
-- A JAX call runs the same number of steps for both libraries: {', '.join(
-        f'{cfg.jax_steps(b)} iterations at B={b}' for b in cfg.batches)}.
+- A JAX call runs the same number of steps for both libraries: {
+        ", ".join(f"{cfg.jax_steps(b)} iterations at B={b}" for b in cfg.batches)
+    }.
 
 {table(rows)}
 """
@@ -333,7 +363,7 @@ Measured {datetime.date.today().isoformat()} on {machine()}.
 def write_section(path: Path, text: str) -> None:
     """Replaces the section under HEADING in ``path`` (or appends it)."""
     old = path.read_text() if path.exists() else "# Benchmarks\n"
-    pattern = re.compile(rf"^{re.escape(HEADING)}\n.*?(?=^## |\Z)", re.S | re.M)
+    pattern = re.compile(rf"^{re.escape(HEADING)}\n.*?(?=^## |\Z)", re.DOTALL | re.MULTILINE)
     if pattern.search(old):
         new = pattern.sub(lambda _: text.rstrip("\n") + "\n\n", old, count=1)
     else:
@@ -343,22 +373,39 @@ def write_section(path: Path, text: str) -> None:
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--quick", action="store_true", help="smoke run: few steps, 2 rounds, no file written")
-    parser.add_argument("--batches", type=int, nargs="+", default=None,
-                        help=f"batch sizes (default {' '.join(map(str, BATCHES))}; quick: 16 256)")
-    parser.add_argument("--repeats", type=int, default=None, help="timed rounds per library (default 7; quick 2)")
-    parser.add_argument("--output", type=Path, default=None,
-                        help="markdown file to update (default BENCHMARKS.md at the repo root; quick: none)")
+    parser.add_argument(
+        "--quick", action="store_true", help="smoke run: few steps, 2 rounds, no file written"
+    )
+    parser.add_argument(
+        "--batches",
+        type=int,
+        nargs="+",
+        default=None,
+        help=f"batch sizes (default {' '.join(map(str, BATCHES))}; quick: 16 256)",
+    )
+    parser.add_argument(
+        "--repeats", type=int, default=None, help="timed rounds per library (default 15; quick 2)"
+    )
+    parser.add_argument(
+        "--output",
+        type=Path,
+        default=None,
+        help="markdown file to update (default BENCHMARKS.md at the repo root; quick: none)",
+    )
     parser.add_argument("--no-write", action="store_true", help="print the table only")
     args = parser.parse_args(argv)
     batches = tuple(args.batches) if args.batches else ((16, 256) if args.quick else BATCHES)
-    cfg = Config(quick=args.quick, repeats=args.repeats or (2 if args.quick else 7), batches=batches)
+    cfg = Config(
+        quick=args.quick, repeats=args.repeats or (2 if args.quick else 15), batches=batches
+    )
     rows = measure(cfg)
     command = "python benchmarks/env_throughput.py" + (" --quick" if args.quick else "")
     text = section(rows, cfg, command)
     print()
     print(text)
-    output = args.output if args.output is not None else (None if args.quick else REPO / "BENCHMARKS.md")
+    output = (
+        args.output if args.output is not None else (None if args.quick else REPO / "BENCHMARKS.md")
+    )
     if output is not None and not args.no_write:
         write_section(output, text)
         print(f"wrote {output}")

@@ -44,10 +44,10 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jrl.envs.registry import GYMNAX_PREFIX, EnvSpec, UnknownEnvError
 
 from jrl import spaces
 from jrl.env import Environment
-from jrl.envs.registry import GYMNAX_PREFIX, EnvSpec, UnknownEnvError
 from jrl.types import PRNGKey, PyTree, TimeStep
 
 __all__ = ["GymnaxEnv", "gymnax_spec", "to_jrl_space"]
@@ -59,7 +59,9 @@ def _import_gymnax():
     try:
         import gymnax
     except ImportError as e:  # pragma: no cover - gymnax is a dependency
-        raise ImportError("gymnax envs need the `gymnax` package (pip install 'gymnax>=1,<2')") from e
+        raise ImportError(
+            "gymnax envs need the `gymnax` package (pip install 'gymnax>=1,<2')"
+        ) from e
     return gymnax
 
 
@@ -72,7 +74,9 @@ def _unknown(name: str, known: list[str]) -> UnknownEnvError:
     close = difflib.get_close_matches(name, known, n=3, cutoff=0.6)
     if not close:
         low = {k.lower(): k for k in known}
-        close = [low[k] for k in difflib.get_close_matches(name.lower(), list(low), n=3, cutoff=0.6)]
+        close = [
+            low[k] for k in difflib.get_close_matches(name.lower(), list(low), n=3, cutoff=0.6)
+        ]
     hint = f" Did you mean {', '.join(repr(GYMNAX_PREFIX + c) for c in close)}?" if close else ""
     err = UnknownEnvError(GYMNAX_PREFIX + name, [])
     err.message = f"unknown gymnax environment {name!r}.{hint} gymnax has: {', '.join(known)}."
@@ -80,7 +84,7 @@ def _unknown(name: str, known: list[str]) -> UnknownEnvError:
     return err
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _make_default(name: str):
     """``gymnax.make(name)[0]``, built once per name (some constructors load data)."""
     return _make(name)
@@ -119,7 +123,9 @@ def to_jrl_space(space: Any) -> spaces.Space:
     if isinstance(space, gs.Discrete):
         return spaces.Discrete(int(space.n), dtype=space.dtype)
     if isinstance(space, gs.Box):
-        shape = (int(space.shape),) if np.isscalar(space.shape) else tuple(int(s) for s in space.shape)
+        shape = (
+            (int(space.shape),) if np.isscalar(space.shape) else tuple(int(s) for s in space.shape)
+        )
         low = np.asarray(space.low, dtype=np.float64)
         high = np.asarray(space.high, dtype=np.float64)
         low = np.where(low <= -_F32_MAX, -np.inf, low)
@@ -151,7 +157,9 @@ class GymnaxEnv(Environment):
             if env_kwargs:
                 raise TypeError("env_kwargs are only accepted with a gymnax env name")
             if not all(hasattr(env, a) for a in ("reset_env", "step_env", "default_params")):
-                raise TypeError(f"GymnaxEnv needs a gymnax Environment or name, got {type(env).__name__}")
+                raise TypeError(
+                    f"GymnaxEnv needs a gymnax Environment or name, got {type(env).__name__}"
+                )
             self.gymnax_env = env
             name = env.name
         self.id = GYMNAX_PREFIX + name

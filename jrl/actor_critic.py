@@ -18,9 +18,8 @@ import jax.numpy as jnp
 import optax
 from flax import struct
 
-from jrl import returns
+from jrl import parallel, returns
 from jrl.agent import Agent, EnvSpec
-from jrl.losses import normalize
 from jrl.types import PRNGKey, PyTree, Transition
 
 __all__ = ["ActorCriticHParams", "ActorCriticState", "Minibatch", "LossFn", "make_actor_critic", "make_optimizer"]
@@ -96,8 +95,15 @@ def make_actor_critic(
         return ActorCriticState(params, tx.init(params), hparams, jnp.zeros((), jnp.int32))
 
     def act(state: ActorCriticState, obs, key: PRNGKey):
-        dist, value = network.apply(state.params, obs)
-        action, log_prob = dist.sample_and_log_prob(key)
+        """``obs [N, ...] -> action [N, ...]``; one key per env (see jrl.parallel.local_keys)."""
+        num = jax.tree.leaves(obs)[0].shape[0]
+
+        def act_one(o, k):
+            dist, value = network.apply(state.params, jax.tree.map(lambda x: x[None], o))
+            action, log_prob = dist.sample_and_log_prob(k)
+            return action[0], log_prob[0], value[0]
+
+        action, log_prob, value = jax.vmap(act_one)(obs, parallel.local_keys(key, num))
         return action, {"log_prob": log_prob, "value": value}
 
     def policy(params, obs, key: PRNGKey):
@@ -109,36 +115,50 @@ def make_actor_critic(
         return loss_fn(dist, values, dist.entropy(), mb, hp)
 
     def sgd_step(state: ActorCriticState, mb: Minibatch, lr):
+        if normalize_advantages:  # over the whole minibatch, on every device
+            mean = parallel.pmean(mb.advantage.mean())
+            std = jnp.sqrt(parallel.pmean(jnp.square(mb.advantage - mean).mean()))
+            mb = mb.replace(advantage=(mb.advantage - mean) / (std + 1e-8))
         (total, metrics), grads = jax.value_and_grad(loss, has_aux=True)(state.params, mb, state.hparams)
+        grads = parallel.pmean(grads)  # equal sample counts per device: the global mean gradient
         updates, opt_state = tx.update(grads, state.opt_state, state.params)
         params = optax.apply_updates(state.params, jax.tree.map(lambda u: -lr * u, updates))
         metrics = {**metrics, "train/loss": total, "train/grad_norm": optax.tree.norm(grads)}
         return state.replace(params=params, opt_state=opt_state), metrics
 
+    def minibatches(data: Minibatch, key: PRNGKey) -> Minibatch:
+        """``[T, N, ...] -> [M, T/M * N, ...]``: every env's T steps in its own random
+        order, split into M blocks, so each minibatch holds T/M steps of every env.
+
+        Stratifying by env (rather than shuffling all T*N samples together)
+        keeps minibatches identical however the envs are split across devices.
+        """
+        num_steps, num_envs = data.advantage.shape
+        perms = jax.vmap(lambda k: jax.random.permutation(k, num_steps))(parallel.local_keys(key, num_envs))
+        shuffled = jax.tree.map(lambda x: jnp.take_along_axis(
+            x, perms.T.reshape(perms.T.shape + (1,) * (x.ndim - 2)), axis=0), data)
+        return jax.tree.map(
+            lambda x: x.reshape((num_minibatches, (num_steps // num_minibatches) * num_envs) + x.shape[2:]), shuffled)
+
     def learn(state: ActorCriticState, batch: Transition, key: PRNGKey):
         hp = state.hparams
+        num_steps = batch.reward.shape[0]
+        if num_steps % num_minibatches:
+            raise ValueError(f"rollout length {num_steps} is not divisible into {num_minibatches} minibatches")
         bootstrap = network.apply(state.params, batch.next_observation, method=network.value)
         adv, target = returns.gae_advantages(batch.reward, batch.extras["value"], bootstrap,
                                              batch.terminated, batch.truncated, hp.gamma, hp.gae_lambda)
-        flat = Minibatch(batch.observation, batch.action, batch.extras["log_prob"], batch.extras["value"], adv, target)
-        flat = jax.tree.map(lambda x: x.reshape((-1,) + x.shape[2:]), flat)
-        size = flat.advantage.shape[0]
-        if size % num_minibatches:
-            raise ValueError(f"rollout of {size} samples is not divisible into {num_minibatches} minibatches")
+        data = Minibatch(batch.observation, batch.action, batch.extras["log_prob"], batch.extras["value"], adv, target)
         frac = 1.0 - state.num_learn_steps / total_learn_steps if anneal_lr else 1.0
         lr = hp.learning_rate * jnp.maximum(frac, 0.0)
 
         def epoch(st, k):
-            perm = jax.random.permutation(k, size)
-            shuffled = jax.tree.map(lambda x: x[perm].reshape((num_minibatches, -1) + x.shape[1:]), flat)
-            if normalize_advantages:  # per minibatch, as in the reference PPO implementations
-                shuffled = shuffled.replace(advantage=jax.vmap(normalize)(shuffled.advantage))
-            return jax.lax.scan(lambda s, mb: sgd_step(s, mb, lr), st, shuffled)
+            return jax.lax.scan(lambda s, mb: sgd_step(s, mb, lr), st, minibatches(data, k))
 
         state, metrics = jax.lax.scan(epoch, state, jax.random.split(key, num_epochs))
-        metrics = jax.tree.map(jnp.mean, metrics)
+        metrics = parallel.pmean(jax.tree.map(jnp.mean, metrics))
         metrics["train/learning_rate"] = lr
-        metrics["train/value_target"] = target.mean()
+        metrics["train/value_target"] = parallel.pmean(target.mean())
         return state.replace(num_learn_steps=state.num_learn_steps + 1), metrics
 
     return Agent(init=init, act=act, learn=learn, policy=policy)
@@ -177,7 +197,7 @@ class ActorCriticConfig:
     num_epochs: int = 4
     """Passes over each rollout."""
     num_minibatches: int = 4
-    """Minibatches per pass; num_envs * num_steps must be divisible by it."""
+    """Minibatches per pass; num_steps must be divisible by it (each holds num_steps/num_minibatches steps of every env)."""
     learning_rate: Annotated[float, tyro.conf.arg(aliases=("--lr",))] = 2.5e-4
     """Optimizer step size (sweepable)."""
     anneal_lr: bool = True
@@ -230,8 +250,9 @@ class ActorCriticConfig:
             (self.num_steps > 0, f"num_steps must be positive, got {self.num_steps}"),
             (self.num_epochs > 0, f"num_epochs must be positive, got {self.num_epochs}"),
             (self.num_minibatches > 0, f"num_minibatches must be positive, got {self.num_minibatches}"),
-            (self.batch_size % max(self.num_minibatches, 1) == 0,
-             f"num_envs * num_steps = {self.batch_size} is not divisible by num_minibatches = {self.num_minibatches}"),
+            (self.num_steps % max(self.num_minibatches, 1) == 0,
+             f"num_steps = {self.num_steps} is not divisible by num_minibatches = {self.num_minibatches} "
+             "(each minibatch holds num_steps / num_minibatches steps of every env)"),
             (self.total_steps >= self.batch_size,
              f"total_steps = {self.total_steps} is less than one iteration (num_envs * num_steps = {self.batch_size})"),
             (self.learning_rate > 0, f"learning_rate must be positive, got {self.learning_rate}"),
@@ -276,13 +297,19 @@ class Built:
     network: Any = None  # the flax module (``apply(params, obs)`` -> (distribution, value))
 
 
-def build_on_policy(config: ActorCriticConfig, env, env_params, loss_fn: LossFn) -> Built:
-    """Wraps ``env`` for training, builds the network and agent, returns the loop."""
+def build_on_policy(config: ActorCriticConfig, env, env_params, loss_fn: LossFn, num_devices: int = 1) -> Built:
+    """Wraps ``env`` for training, builds the network and agent, returns the loop.
+
+    With ``num_devices > 1`` each device steps ``num_envs / num_devices`` envs
+    (the loop must then run sharded, see :func:`jrl.run.anakin.run`).
+    """
     config.validate()
+    if num_devices < 1 or config.num_envs % num_devices:
+        raise ValueError(f"num_envs = {config.num_envs} is not divisible by {num_devices} devices")
     action_space = env.action_space(env_params)
     if isinstance(action_space, spaces.Box) and config.continuous == "normal":
         env = ClipAction(env)
-    env = wrap_for_training(env, config.num_envs, normalize_observation=config.normalize_observations,
+    env = wrap_for_training(env, config.num_envs // num_devices, normalize_observation=config.normalize_observations,
                             normalize_reward=config.normalize_rewards, gamma=config.gamma)
     spec = EnvSpec.from_env(env, env_params)
     obs_ndim = max(len(spec.observation_space.shape), 1)
@@ -292,4 +319,5 @@ def build_on_policy(config: ActorCriticConfig, env, env_params, loss_fn: LossFn)
                               num_minibatches=config.num_minibatches, total_learn_steps=config.num_iterations,
                               anneal_lr=config.anneal_lr, normalize_advantages=config.normalize_advantages,
                               max_grad_norm=config.max_grad_norm, optimizer=config.optimizer)
-    return Built(on_policy(agent, env, config.num_steps, env_params), agent, env, env_params, spec, network)
+    return Built(on_policy(agent, env, config.num_steps, env_params, num_devices), agent, env, env_params, spec,
+                 network)

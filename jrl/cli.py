@@ -125,6 +125,15 @@ def cmd_train(args: Sequence[str]) -> int:
         """Progress reports (chunks) over the run."""
         quiet: bool = False
         """No progress line."""
+        devices: int | None = None
+        """Data-parallel over this many devices (num_envs divisible by it); default: one device, or every
+        device of every process in a multi-host run."""
+        num_processes: int | None = None
+        """Multi-host: number of processes (with --process-id and --coordinator)."""
+        process_id: int | None = None
+        """Multi-host: this process's index, 0 .. num_processes-1."""
+        coordinator: str | None = None
+        """Multi-host: HOST:PORT of process 0."""
         debug: bool = False
         """Show tracebacks on errors."""
 
@@ -135,13 +144,21 @@ def cmd_train(args: Sequence[str]) -> int:
                  if getattr(ns.config, f.name) != getattr(preset, f.name)}
     out = ns.out or f"runs/{agent}-{env_id.replace(':', '_')}-seed{ns.seed}"
     try:
+        if ns.num_processes is not None or ns.coordinator is not None or ns.process_id is not None:
+            import jrl.distributed
+
+            jrl.distributed.initialize(ns.coordinator, ns.num_processes, ns.process_id)
         result = experiment.train(agent, env_id, seeds=ns.seeds, seed=ns.seed, sweep=_parse_sweep(ns.sweep),
                                   out=out, overwrite=ns.overwrite, num_reports=ns.num_reports,
-                                  progress=not ns.quiet, **overrides)
-    except (ValueError, TypeError, FileExistsError, KeyError) as e:
+                                  progress=not ns.quiet, devices=ns.devices, **overrides)
+    except (ValueError, TypeError, FileExistsError, KeyError, ConnectionError) as e:
         if ns.debug:
             raise
         raise CLIError(str(e)) from e
+    import jax
+
+    if jax.process_index() != 0:
+        return 0
     print(result.summary())
     print(f"run folder: {result.out_dir} (learning_curve.png, metrics.csv, config.json, params.msgpack)")
     return 0

@@ -286,6 +286,7 @@ def train(
     num_reports: int = 20,
     progress: bool = True,
     env_overrides: dict[str, Any] | None = None,
+    devices: int | None = None,
     **overrides: Any,
 ) -> TrainResult:
     """Trains ``agent`` on ``env`` for ``seeds`` seeds in one compiled program.
@@ -301,6 +302,11 @@ def train(
         ``overwrite``).
       num_reports: progress reports / chunks over the run.
       env_overrides: env parameters to override (``jrl.envs.make`` kwargs).
+      devices: run data-parallel over this many devices (``shard_map``,
+        pmap semantics; ``num_envs`` must be divisible by it). None: the
+        plain single-device program. In a multi-process run (after
+        :func:`jrl.distributed.initialize`) it defaults to every device of
+        every process, and only process 0 writes ``out``.
       **overrides: config fields, e.g. ``total_steps=100_000, learning_rate=3e-4``.
     """
     import jrl.envs
@@ -320,12 +326,20 @@ def train(
             raise ValueError(f"sweep over {k!r} has no values")
         for v in vs:  # each value must be valid on its own
             dataclasses.replace(config, **{k: v}).validate()
-    out_path = Path(out) if out is not None else None
+    if devices is None and jax.process_count() > 1:
+        devices = jax.device_count()
+    mesh = None
+    if devices is not None:
+        mesh = anakin.make_mesh(devices)  # too many devices: a clear error before anything is built
+        if config.num_envs % int(devices):
+            raise ValueError(f"num_envs = {config.num_envs} is not divisible by {devices} devices")
+    writer = jax.process_index() == 0
+    out_path = Path(out) if out is not None and writer else None
     if out_path is not None:
         _check_out_dir(out_path, overwrite)
 
     env_obj, env_params = jrl.envs.make(env, **(env_overrides or {}))
-    built = module.build(config, env_obj, env_params)
+    built = module.build(config, env_obj, env_params, num_devices=1 if devices is None else int(devices))
 
     combos = list(itertools.product(*sweep.values())) if sweep else [()]
     run_seeds = [s for _ in combos for s in range(int(seeds))]
@@ -333,19 +347,20 @@ def train(
     base_keys = jax.random.split(jax.random.key(int(seed)), int(seeds))
     keys = jax.numpy.concatenate([base_keys] * len(combos))
 
-    label = f"{agent} {env} x{len(run_seeds)}"
+    label = f"{agent} {env} x{len(run_seeds)}" + (f" on {devices} devices" if devices else "")
     reports: list[int] = []
 
     def on_report(report: anakin.Report):
         reports.append(report.iteration)
-        if progress:
+        if progress and writer:
             _Progress(label, config.num_iterations * built.algorithm.env_steps_per_step)(report)
 
-    if progress:
+    if progress and writer:
         print(f"[{label}] compiling {config.num_iterations} iterations x {built.algorithm.env_steps_per_step} "
               f"steps ...", file=sys.stderr, flush=True)
     res = anakin.run(built.algorithm, keys, config.num_iterations, num_reports=num_reports,
-                     hparams={k: np.asarray(v, np.float32) for k, v in run_sweep.items()}, on_report=on_report)
+                     hparams={k: np.asarray(v, np.float32) for k, v in run_sweep.items()}, on_report=on_report,
+                     mesh=mesh)
     env_steps = np.arange(1, config.num_iterations + 1) * built.algorithm.env_steps_per_step
     result = TrainResult(agent, env, config, run_seeds, run_sweep, env_steps, res.metrics, res.final_state,
                          res.compile_seconds, res.run_seconds)

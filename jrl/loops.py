@@ -14,11 +14,13 @@ import jax
 import jax.numpy as jnp
 from flax import struct
 
+from jrl import parallel
 from jrl.agent import Agent, EnvSpec
+from jrl.buffers import NStepState, ReplayBuffer, Sample, nstep_accumulator
 from jrl.env import Environment
 from jrl.types import EPISODE_DONE, EPISODE_LENGTH, EPISODE_RETURN, FINAL_OBSERVATION, PRNGKey, PyTree, Transition
 
-__all__ = ["Algorithm", "OnPolicyState", "on_policy", "episode_metrics"]
+__all__ = ["Algorithm", "OnPolicyState", "OffPolicyState", "PRIORITIES", "on_policy", "off_policy", "episode_metrics"]
 
 
 class Algorithm(NamedTuple):
@@ -47,19 +49,22 @@ class OnPolicyState:
 def episode_metrics(info: dict[str, Any], previous_return: jax.Array, previous_length: jax.Array):
     """Mean return/length of the episodes that finished in a rollout.
 
-    ``info`` holds EpisodeStatistics' ``[T, N]`` arrays. When no episode
+    ``info`` holds EpisodeStatistics' ``[T, N]`` arrays (this device's envs;
+    the counts and sums are all-reduced over devices). When no episode
     finished, the previous values are carried forward. Returns
     ``(mean_return, mean_length, num_finished)``.
     """
     done = info[EPISODE_DONE]
-    count = done.sum()
+    count, ret_sum, len_sum = parallel.psum((done.sum(), (info[EPISODE_RETURN] * done).sum(),
+                                             (info[EPISODE_LENGTH] * done).sum().astype(jnp.float32)))
     denom = jnp.maximum(count, 1)
-    ret = jnp.where(count > 0, (info[EPISODE_RETURN] * done).sum() / denom, previous_return)
-    length = jnp.where(count > 0, (info[EPISODE_LENGTH] * done).sum() / denom, previous_length)
+    ret = jnp.where(count > 0, ret_sum / denom, previous_return)
+    length = jnp.where(count > 0, len_sum / denom, previous_length)
     return ret.astype(jnp.float32), length.astype(jnp.float32), count
 
 
-def on_policy(agent: Agent, env: Environment, num_steps: int, env_params: PyTree = None) -> Algorithm:
+def on_policy(agent: Agent, env: Environment, num_steps: int, env_params: PyTree = None,
+              num_devices: int = 1) -> Algorithm:
     """Collect ``num_steps`` steps from each of the env's N envs, then learn once.
 
     ``env`` must be batched (a :class:`~jrl.wrappers.VmapEnv` inside, as
@@ -68,6 +73,9 @@ def on_policy(agent: Agent, env: Environment, num_steps: int, env_params: PyTree
     ``Transition`` ``[T, N]`` whose ``next_observation`` is the true successor
     (the final observation where an episode ended), ``extras`` the agent's
     ``act_info``.
+
+    With ``num_devices > 1`` the env holds one device's share of the envs
+    and ``step`` must run inside a sharded trace (:mod:`jrl.run.anakin`).
     """
     num_envs = env.num_envs
     if num_envs is None:
@@ -102,9 +110,158 @@ def on_policy(agent: Agent, env: Environment, num_steps: int, env_params: PyTree
         agent_state, metrics = agent.learn(state.agent_state, batch, k_learn)
         ret, length, count = episode_metrics(episodes, state.last_episode_return, state.last_episode_length)
         new_state = OnPolicyState(agent_state, env_state, obs, key, state.iteration + 1,
-                                  state.env_steps + num_steps * num_envs, ret, length)
+                                  state.env_steps + num_steps * num_envs * num_devices, ret, length)
         metrics = {**metrics, "train/episode_return": ret, "train/episode_length": length,
                    "train/episodes": count, "train/env_steps": new_state.env_steps}
         return new_state, metrics
 
-    return Algorithm(init, step, int(num_steps) * num_envs)
+    return Algorithm(init, step, int(num_steps) * num_envs * int(num_devices))
+
+
+PRIORITIES = "priorities"
+"""Key of the ``[batch]`` new priorities an off-policy ``learn`` returns in its
+metrics for a prioritised buffer (e.g. ``|TD error|``); the loop removes it."""
+
+
+@struct.dataclass
+class OffPolicyState:
+    """Everything an off-policy run carries from one iteration to the next."""
+
+    agent_state: PyTree  # the agent's params, target params, optimiser state, hparams
+    env_state: PyTree  # batched env state [N, ...] (wrappers included)
+    observation: PyTree  # [N, *obs_shape] current observations
+    buffer_state: PyTree  # this device's replay buffer of NStepTransitions
+    nstep_state: NStepState  # the n-step window of the last n steps of the N envs
+    key: PRNGKey  # the loop's key; split every iteration
+    iteration: jax.Array  # [] int32 iterations done
+    env_steps: jax.Array  # [] int32 env transitions collected (all envs, all devices)
+    num_updates: jax.Array  # [] int32 gradient updates done
+    last_episode_return: jax.Array  # [] float32 mean return of the latest finished episodes (NaN before any)
+    last_episode_length: jax.Array  # [] float32 mean length of the latest finished episodes (NaN before any)
+
+
+def off_policy(agent: Agent, env: Environment, buffer: ReplayBuffer, *, steps_per_iteration: int,
+               updates_per_iteration: int, learning_starts: int, batch_size: int, n_step: int = 1,
+               discount: Callable[[PyTree], jax.Array] | None = None,
+               beta: Callable[[PyTree], jax.Array] | None = None, env_params: PyTree = None,
+               num_devices: int = 1) -> Algorithm:
+    """Collect ``steps_per_iteration`` steps from each of the N envs into replay, then
+    do ``updates_per_iteration`` gradient updates on sampled batches.
+
+    Collection acts with ``agent.act`` (the behaviour policy, e.g.
+    epsilon-greedy) and pushes each step's ``Transition`` (``next_observation``
+    the true successor, ``info[FINAL_OBSERVATION]``) through an
+    :func:`~jrl.buffers.nstep_accumulator`; the buffer stores the resulting
+    :class:`~jrl.buffers.NStepTransition`s (with ``n_step=1`` these are
+    one-step transitions with ``discount = gamma * (1 - terminated)``), so a
+    learner's target is always ``reward + discount * V(next_observation)`` and
+    truncated episodes bootstrap from their final observation. The
+    accumulator's ``gamma`` is ``discount(agent_state)`` (default
+    ``agent_state.hparams.gamma``), so a swept gamma stays consistent. ``init``
+    steps the envs ``n_step - 1`` times to fill the window (counted in
+    ``env_steps``), so every later push is a valid transition.
+
+    Updates run once ``env_steps >= learning_starts`` (a global count, equal on
+    every device; under ``vmap`` over runs the gate is a select, so the
+    update cost is paid from the start). Each update samples ``batch_size /
+    num_devices`` items from this device's buffer (with ``beta(agent_state)``
+    for a prioritised buffer) and calls ``agent.learn(agent_state, Sample,
+    key)``; a ``learn`` metric :data:`PRIORITIES` (``[batch]``) is written
+    back with ``buffer.update_priorities`` and dropped from the metrics.
+    The replay ratio (samples learned per env step) is
+    ``updates_per_iteration * batch_size / (steps_per_iteration * num_envs)``.
+    """
+    num_envs = env.num_envs
+    if num_envs is None:
+        raise ValueError("off_policy needs a batched env: wrap it with jrl.wrappers.wrap_for_training(env, num_envs)")
+    for name, value in (("steps_per_iteration", steps_per_iteration), ("updates_per_iteration", updates_per_iteration),
+                        ("batch_size", batch_size), ("n_step", n_step)):
+        if int(value) <= 0:
+            raise ValueError(f"{name} must be positive, got {value}")
+    if batch_size % num_devices:
+        raise ValueError(f"batch_size = {batch_size} is not divisible by {num_devices} devices")
+    if buffer.update_priorities is None:
+        update_priorities = lambda bs, idx, p: bs  # noqa: E731
+    else:
+        update_priorities = buffer.update_priorities
+    params = env.default_params if env_params is None else env_params
+    spec = EnvSpec.from_env(env, params)
+    accumulator = nstep_accumulator(int(n_step), 1.0)
+    gamma_of = discount or (lambda agent_state: agent_state.hparams.gamma)
+    beta_of = beta or (lambda agent_state: None)
+    local_batch = int(batch_size) // int(num_devices)
+    per_iteration = int(steps_per_iteration) * num_envs * int(num_devices)
+
+    def env_step(agent_state, carry, key):
+        """One step of the N envs: act, step, push to the n-step window, add to replay."""
+        env_state, obs, nstep_state, buffer_state = carry
+        k_act, k_env = jax.random.split(key)
+        action, act_info = agent.act(agent_state, obs, k_act)
+        env_state, ts = env.step(k_env, env_state, action, params)
+        transition = Transition(obs, action, ts.reward, ts.terminated, ts.truncated,
+                                ts.info[FINAL_OBSERVATION], act_info)
+        nstep_state, item, _ = accumulator.push(nstep_state, transition, gamma_of(agent_state))
+        buffer_state = buffer.add(buffer_state, item) if buffer_state is not None else None
+        episodes = {k: ts.info[k] for k in (EPISODE_RETURN, EPISODE_LENGTH, EPISODE_DONE)}
+        return (env_state, ts.observation, nstep_state, buffer_state), episodes
+
+    def init(key: PRNGKey) -> OffPolicyState:
+        k_agent, k_env, k_warm, k_loop = jax.random.split(key, 4)
+        agent_state = agent.init(k_agent, spec)
+        env_state, ts = env.reset(k_env, params)
+        action, act_info = jax.eval_shape(agent.act, agent_state, ts.observation, k_warm)
+        example = jax.eval_shape(lambda: Transition(ts.observation, jnp.zeros(action.shape, action.dtype),
+                                                    ts.reward, ts.terminated, ts.truncated, ts.observation,
+                                                    jax.tree.map(jnp.zeros_like, act_info)))
+        nstep_state = accumulator.init(example)
+        item = jax.eval_shape(lambda s, t: accumulator.push(s, t)[1], nstep_state, example)
+        buffer_state = buffer.init(jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape[1:], x.dtype), item))
+        (env_state, obs, nstep_state, _), _ = jax.lax.scan(  # fill the n-step window
+            lambda c, k: env_step(agent_state, c, k), (env_state, ts.observation, nstep_state, None),
+            jax.random.split(k_warm, int(n_step) - 1))
+        nan = jnp.full((), jnp.nan, jnp.float32)  # no episode finished yet
+        zero = jnp.zeros((), jnp.int32)
+        warm_steps = jnp.asarray((int(n_step) - 1) * num_envs * int(num_devices), jnp.int32)
+        return OffPolicyState(agent_state, env_state, obs, buffer_state, nstep_state, k_loop, zero, warm_steps,
+                              zero, nan, nan)
+
+    def update(carry, key):
+        """One gradient update on a batch sampled from this device's buffer."""
+        agent_state, buffer_state = carry
+        k_sample, k_learn = jax.random.split(key)
+        sample = buffer.sample(buffer_state, k_sample, local_batch, beta_of(agent_state))
+        agent_state, metrics = agent.learn(agent_state, sample, k_learn)
+        metrics = dict(metrics)
+        priorities = metrics.pop(PRIORITIES, None)
+        if priorities is not None:
+            buffer_state = update_priorities(buffer_state, sample.indices, priorities)
+        return (agent_state, buffer_state), metrics
+
+    def learn_phase(agent_state, buffer_state, key):
+        (agent_state, buffer_state), metrics = jax.lax.scan(
+            update, (agent_state, buffer_state), jax.random.split(key, int(updates_per_iteration)))
+        return agent_state, buffer_state, jax.tree.map(jnp.mean, metrics)
+
+    def skip_phase(agent_state, buffer_state, key):
+        shapes = jax.eval_shape(learn_phase, agent_state, buffer_state, key)[2]
+        return agent_state, buffer_state, jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), shapes)
+
+    def step(state: OffPolicyState) -> tuple[OffPolicyState, dict[str, jax.Array]]:
+        key, k_rollout, k_learn = jax.random.split(state.key, 3)
+        (env_state, obs, nstep_state, buffer_state), episodes = jax.lax.scan(
+            lambda c, k: env_step(state.agent_state, c, k),
+            (state.env_state, state.observation, state.nstep_state, state.buffer_state),
+            jax.random.split(k_rollout, int(steps_per_iteration)))
+        env_steps = state.env_steps + per_iteration
+        ready = env_steps >= learning_starts
+        agent_state, buffer_state, metrics = jax.lax.cond(ready, learn_phase, skip_phase, state.agent_state,
+                                                          buffer_state, k_learn)
+        ret, length, count = episode_metrics(episodes, state.last_episode_return, state.last_episode_length)
+        num_updates = state.num_updates + jnp.where(ready, int(updates_per_iteration), 0).astype(jnp.int32)
+        new_state = OffPolicyState(agent_state, env_state, obs, buffer_state, nstep_state, key, state.iteration + 1,
+                                   env_steps, num_updates, ret, length)
+        metrics = {**metrics, "train/episode_return": ret, "train/episode_length": length,
+                   "train/episodes": count, "train/env_steps": env_steps, "train/updates": num_updates}
+        return new_state, metrics
+
+    return Algorithm(init, step, per_iteration)

@@ -48,6 +48,7 @@ class MLP(nn.Module):
     activation: str = "tanh"
     obs_ndim: int = 1  # number of trailing observation dims to flatten
     layer_norm: bool = False
+    orthogonal: bool = True  # orthogonal(sqrt 2) kernels; False: flax's default (lecun normal, no QR)
 
     @nn.compact
     def __call__(self, x: jax.Array) -> jax.Array:
@@ -56,7 +57,7 @@ class MLP(nn.Module):
         x = x.reshape(batch + (-1,))
         act = activation(self.activation)
         for size in self.hidden_sizes:
-            x = _dense(size, np.sqrt(2.0))(x)
+            x = _dense(size, np.sqrt(2.0))(x) if self.orthogonal else nn.Dense(size)(x)
             if self.layer_norm:
                 x = nn.LayerNorm()(x)
             x = act(x)
@@ -120,3 +121,27 @@ class ActorCritic(nn.Module):
 
     def value(self, obs: jax.Array) -> jax.Array:
         return self.value_head(self.critic_torso(obs))[..., 0]
+
+
+class QNetwork(nn.Module):
+    """Action values for a Discrete action space: ``obs [..., *obs_shape] -> q [..., num_actions]``.
+
+    An MLP torso (flax's default init, no orthogonal QR) and a Dense head; with
+    ``dueling`` (Wang et al., 2016) separate value and advantage streams are
+    combined as ``q = v + a - mean_a(a)``.
+    """
+
+    num_actions: int
+    hidden_sizes: Sequence[int] = (64, 64)
+    activation: str = "relu"
+    obs_ndim: int = 1
+    dueling: bool = False
+
+    @nn.compact
+    def __call__(self, obs: jax.Array) -> jax.Array:
+        features = MLP(self.hidden_sizes, self.activation, self.obs_ndim, orthogonal=False)(obs)
+        if not self.dueling:
+            return nn.Dense(self.num_actions)(features)
+        value = nn.Dense(1)(features)
+        advantage = nn.Dense(self.num_actions)(features)
+        return value + advantage - advantage.mean(axis=-1, keepdims=True)

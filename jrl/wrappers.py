@@ -37,7 +37,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import struct
 
-from jrl import spaces
+from jrl import parallel, spaces
 from jrl.env import Environment, Wrapper
 from jrl.types import EPISODE_DONE, EPISODE_LENGTH, EPISODE_RETURN, FINAL_OBSERVATION, PyTree, TimeStep
 
@@ -216,6 +216,10 @@ class VmapEnv(Wrapper):
     rewards and flags gain a leading ``[num_envs]`` axis; actions must have
     it too (checked when the step is traced). Spaces stay those of a single
     env; :attr:`num_envs` gives the batch size.
+
+    Inside a sharded trace (:mod:`jrl.parallel`) ``num_envs`` is this
+    device's share, and each env gets the key it would get in the unsharded
+    batch of ``num_envs * devices`` envs.
     """
 
     def __init__(self, env: Environment, num_envs: int, batched_params: bool = False):
@@ -233,7 +237,7 @@ class VmapEnv(Wrapper):
 
     def reset(self, key, params=None):
         params = self.default_params if params is None else params
-        keys = jax.random.split(key, self._num_envs)
+        keys = parallel.local_keys(key, self._num_envs)
         return jax.vmap(self.env.reset, in_axes=(0, self._params_axis))(keys, params)
 
     def step(self, key, state, action, params=None):
@@ -247,7 +251,7 @@ class VmapEnv(Wrapper):
                     f"{self.id}: a batch of actions for {self._num_envs} envs must have shape {expected}, "
                     f"got {tuple(jnp.shape(leaf))}"
                 )
-        keys = jax.random.split(key, self._num_envs)
+        keys = parallel.local_keys(key, self._num_envs)
         return jax.vmap(self.env.step, in_axes=(0, 0, 0, self._params_axis))(keys, state, action, params)
 
     def render(self, state, params=None):
@@ -493,9 +497,8 @@ class NormalizeObservation(Wrapper):
     ``obs -> clip((obs - mean) / sqrt(var + epsilon), -clip, clip)`` with the
     statistics updated (unless frozen) by every observation returned,
     before normalising. Statistics are over all leading batch axes, so after
-    VmapEnv they are shared by the batch; with ``axis_name`` they are also
-    shared across the devices of that mapped axis (use inside
-    ``shard_map``/``pmap``). Freeze them for evaluation with :func:`freeze`.
+    VmapEnv they are shared by the batch; across devices too, over
+    ``axis_name`` or else the active :mod:`jrl.parallel` device axis. Freeze them for evaluation with :func:`freeze`.
     """
 
     def __init__(self, env: Environment, clip: float = 10.0, epsilon: float = 1e-8,
@@ -518,7 +521,7 @@ class NormalizeObservation(Wrapper):
         return jnp.clip(z, -self.clip, self.clip).astype(jnp.float32)
 
     def _update(self, stats: RunningMeanStd, frozen, obs) -> RunningMeanStd:
-        new = stats.update(obs, self.axis_name)
+        new = stats.update(obs, self.axis_name or parallel.current_axis())
         return jax.tree.map(lambda old, upd: jnp.where(frozen, old, upd), stats, new)
 
     def _apply(self, stats, ts: TimeStep) -> TimeStep:
@@ -575,7 +578,7 @@ class NormalizeReward(Wrapper):
     def step(self, key, state: NormalizeRewardState, action, params=None):
         env_state, ts = self.env.step(key, state.env_state, action, params)
         ret = state.discounted_return * self.gamma + ts.reward
-        new = state.stats.update(ret, self.axis_name)
+        new = state.stats.update(ret, self.axis_name or parallel.current_axis())
         stats = jax.tree.map(lambda old, upd: jnp.where(state.frozen, old, upd), state.stats, new)
         reward = jnp.clip(ts.reward / jnp.sqrt(stats.var + self.epsilon), -self.clip, self.clip)
         ret = jnp.where(ts.terminated | ts.truncated, 0.0, ret)

@@ -18,12 +18,12 @@ import pytest
 
 gymnax = pytest.importorskip("gymnax")
 
-import jrl.envs  # noqa: E402
-from jrl import spaces  # noqa: E402
-from jrl.types import FINAL_OBSERVATION  # noqa: E402
-from jrl.wrappers import wrap_for_training  # noqa: E402
+import jrl.envs
+from jrl.envs.gymnax_adapter import GymnaxEnv, to_jrl_space
 
-from jrl.envs.gymnax_adapter import GymnaxEnv, to_jrl_space  # noqa: E402
+from jrl import spaces
+from jrl.types import FINAL_OBSERVATION
+from jrl.wrappers import wrap_for_training
 
 pytestmark = pytest.mark.parity
 
@@ -51,7 +51,9 @@ def test_spec_takes_gymnax_time_limit():
         s = jrl.envs.spec(f"gymnax:{name}")
         assert s.source == "gymnax" and s.id == f"gymnax:{name}"
         assert s.max_episode_steps == limit == gymnax.make(name)[1].max_steps_in_episode
-    env, params = jrl.envs.make("gymnax:Breakout-MinAtar", max_episode_steps=7, max_steps_in_episode=7)
+    env, params = jrl.envs.make(
+        "gymnax:Breakout-MinAtar", max_episode_steps=7, max_steps_in_episode=7
+    )
     assert env.max_episode_steps == 7 and params.max_steps_in_episode == 7
     assert isinstance(env.unwrapped, GymnaxEnv) and env.id == "gymnax:Breakout-MinAtar"
 
@@ -69,13 +71,20 @@ def test_unknown_gymnax_name_lists_close_matches():
 def test_space_mapping():
     gs = gymnax.environments.spaces
     f32max = float(np.finfo(np.float32).max)
-    box = to_jrl_space(gs.Box(jnp.array([-1.0, -f32max]), jnp.array([2.0, f32max]), (2,), jnp.float32))
+    box = to_jrl_space(
+        gs.Box(jnp.array([-1.0, -f32max]), jnp.array([2.0, f32max]), (2,), jnp.float32)
+    )
     assert box == spaces.Box(np.array([-1.0, -np.inf]), np.array([2.0, np.inf]), (2,), jnp.float32)
     assert to_jrl_space(gs.Box(0, 255, (3, 3), jnp.uint8)) == spaces.Box(0, 255, (3, 3), jnp.uint8)
     assert to_jrl_space(gs.Discrete(5)) == spaces.Discrete(5)
-    nested = gs.Dict({"a": gs.Discrete(2), "b": gs.Tuple([gs.Discrete(3), gs.Box(0.0, 1.0, (), jnp.float32)])})
+    nested = gs.Dict(
+        {"a": gs.Discrete(2), "b": gs.Tuple([gs.Discrete(3), gs.Box(0.0, 1.0, (), jnp.float32)])}
+    )
     assert to_jrl_space(nested) == spaces.Dict(
-        {"a": spaces.Discrete(2), "b": spaces.Tuple([spaces.Discrete(3), spaces.Box(0.0, 1.0, (), jnp.float32)])}
+        {
+            "a": spaces.Discrete(2),
+            "b": spaces.Tuple([spaces.Discrete(3), spaces.Box(0.0, 1.0, (), jnp.float32)]),
+        }
     )
 
 
@@ -116,17 +125,28 @@ def test_cartpole_matches_jrl_cartpole():
         g_state = carry
         k_act, k_step, k_reset = jax.random.split(key, 3)
         action = jax.random.randint(k_act, (), 0, 2)
-        o_state = our_template.replace(**{f: getattr(g_state, f) for f in fields})  # copy the state across
+        o_state = our_template.replace(
+            **{f: getattr(g_state, f) for f in fields}
+        )  # copy the state across
         _, o_ts = ours.step(k_step, o_state, action, our_params)
         g_next, g_ts = theirs.step(k_step, g_state, action, their_params)
         g_reset, _ = theirs.reset(k_reset, their_params)
         g_next = jax.tree.map(lambda r, s: jnp.where(g_ts.terminated, r, s), g_reset, g_next)
-        out = (o_ts.observation, g_ts.observation, o_ts.reward, g_ts.reward, o_ts.terminated, g_ts.terminated)
+        out = (
+            o_ts.observation,
+            g_ts.observation,
+            o_ts.reward,
+            g_ts.reward,
+            o_ts.terminated,
+            g_ts.terminated,
+        )
         return g_next, out
 
     g_state, _ = theirs.reset(jax.random.key(1), their_params)
     keys = jax.random.split(jax.random.key(2), N_CARTPOLE_STEPS)
-    _, (o_obs, g_obs, o_rew, g_rew, o_term, g_term) = jax.jit(lambda s: jax.lax.scan(body, s, keys))(g_state)
+    _, (o_obs, g_obs, o_rew, g_rew, o_term, g_term) = jax.jit(
+        lambda s: jax.lax.scan(body, s, keys)
+    )(g_state)
     assert o_obs.dtype == g_obs.dtype == jnp.float32
     np.testing.assert_allclose(o_obs, g_obs, rtol=1e-5, atol=1e-6)
     np.testing.assert_array_equal(o_rew, g_rew)
@@ -145,7 +165,7 @@ MINATAR = ["Breakout-MinAtar", "SpaceInvaders-MinAtar"]
 def test_minatar_spaces(name):
     genv, gparams = gymnax.make(name)
     env, params = jrl.envs.make(f"gymnax:{name}")
-    g_obs, g_act = genv.observation_space(gparams), genv.action_space(gparams)
+    g_obs = genv.observation_space(gparams)
     obs, act = env.observation_space(params), env.action_space(params)
     assert isinstance(obs, spaces.Box) and obs.shape == tuple(g_obs.shape) == genv.obs_shape
     assert obs.shape[:2] == (10, 10) and (name != "Breakout-MinAtar" or obs.shape == (10, 10, 4))
@@ -167,15 +187,25 @@ def test_minatar_step_equals_gymnax_step_env(name):
         action = jax.random.randint(k_act, (), 0, n_act)
         a_state, a_ts = env.step(k_step, g_state, action, gparams)
         g_obs, g_next, g_rew, g_term, _ = genv.step_env(k_step, g_state, action, gparams)
-        same = jax.tree.map(lambda x, y: jnp.all(x == y), (a_state, a_ts.observation), (g_next, g_obs))
+        same = jax.tree.map(
+            lambda x, y: jnp.all(x == y), (a_state, a_ts.observation), (g_next, g_obs)
+        )
         g_reset = genv.reset_env(k_reset, gparams)[1]
         g_next = jax.tree.map(lambda r, s: jnp.where(g_term, r, s), g_reset, g_next)
-        return g_next, (jnp.all(jnp.stack(jax.tree.leaves(same))), a_ts.reward, g_rew, a_ts.terminated, g_term,
-                        a_ts.truncated)
+        return g_next, (
+            jnp.all(jnp.stack(jax.tree.leaves(same))),
+            a_ts.reward,
+            g_rew,
+            a_ts.terminated,
+            g_term,
+            a_ts.truncated,
+        )
 
     g_state = genv.reset_env(jax.random.key(0), gparams)[1]
     keys = jax.random.split(jax.random.key(1), 300)
-    _, (same, a_rew, g_rew, a_term, g_term, a_trunc) = jax.jit(lambda s: jax.lax.scan(body, s, keys))(g_state)
+    _, (same, a_rew, g_rew, a_term, g_term, a_trunc) = jax.jit(
+        lambda s: jax.lax.scan(body, s, keys)
+    )(g_state)
     assert bool(same.all())
     np.testing.assert_array_equal(a_rew, g_rew)
     np.testing.assert_array_equal(a_term, g_term)
@@ -190,7 +220,9 @@ def test_breakout_batched_rollout_equals_gymnax_autoreset():
     gives both terminated and truncated episodes.
     """
     num_envs, limit, num_steps = 8, 12, 80
-    env, params = jrl.envs.make("gymnax:Breakout-MinAtar", max_episode_steps=limit, max_steps_in_episode=limit)
+    env, params = jrl.envs.make(
+        "gymnax:Breakout-MinAtar", max_episode_steps=limit, max_steps_in_episode=limit
+    )
     benv = wrap_for_training(env, num_envs)
     genv = env.unwrapped.gymnax_env
     n_act = env.action_space(params).n
@@ -198,7 +230,9 @@ def test_breakout_batched_rollout_equals_gymnax_autoreset():
     def rollout(key):
         k_reset, k_run = jax.random.split(key)
         state, _ = benv.reset(k_reset, params)
-        g_obs, g_state = jax.vmap(genv.reset, in_axes=(0, None))(jax.random.split(k_reset, num_envs), params)
+        g_obs, g_state = jax.vmap(genv.reset, in_axes=(0, None))(
+            jax.random.split(k_reset, num_envs), params
+        )
 
         def body(carry, key):
             state, g_state = carry
@@ -206,13 +240,27 @@ def test_breakout_batched_rollout_equals_gymnax_autoreset():
             action = jax.random.randint(k_act, (num_envs,), 0, n_act)
             state, ts = benv.step(k_step, state, action, params)
             g_out = jax.vmap(genv.step, in_axes=(0, 0, 0, None))(
-                jax.random.split(k_step, num_envs), g_state, action, params)
+                jax.random.split(k_step, num_envs), g_state, action, params
+            )
             g_obs, g_state, g_rew, g_term, g_trunc, g_info = g_out
-            ours = (ts.observation, ts.info[FINAL_OBSERVATION], ts.reward, ts.terminated, ts.truncated)
+            ours = (
+                ts.observation,
+                ts.info[FINAL_OBSERVATION],
+                ts.reward,
+                ts.terminated,
+                ts.truncated,
+            )
             theirs = (g_obs, g_info["final_observation"], g_rew, g_term, g_trunc)
-            return (state, g_state), (ours, theirs, ts.info["episode_length"], ts.info["episode_done"])
+            return (state, g_state), (
+                ours,
+                theirs,
+                ts.info["episode_length"],
+                ts.info["episode_done"],
+            )
 
-        (state, g_state), out = jax.lax.scan(body, (state, g_state), jax.random.split(k_run, num_steps))
+        (state, g_state), out = jax.lax.scan(
+            body, (state, g_state), jax.random.split(k_run, num_steps)
+        )
         return out, state, g_state, g_obs
 
     (ours, theirs, ep_len, ep_done), _, _, _ = jax.jit(rollout)(jax.random.key(3))
@@ -220,6 +268,8 @@ def test_breakout_batched_rollout_equals_gymnax_autoreset():
     _, _, _, term, trunc = ours
     assert term.shape == (num_steps, num_envs)
     assert term.any() and trunc.any()  # both kinds of episode end happen and auto-reset
-    assert (ep_len[trunc & ~term] == limit).all()  # truncation comes from our TimeLimit, at the limit
+    assert (
+        ep_len[trunc & ~term] == limit
+    ).all()  # truncation comes from our TimeLimit, at the limit
     assert (ep_len[term] <= limit).all() and (ep_len[ep_done] > 0).all()
     assert int(ep_done.sum()) == int((term | trunc).sum())

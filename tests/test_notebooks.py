@@ -1,10 +1,11 @@
 """Executes every ``notebooks/*.ipynb`` and fails on any cell error.
 
-The kernel runs with ``JRL_NOTEBOOK_SMOKE=1`` (the notebooks shrink their
-training budgets) and the non-interactive ``Agg`` matplotlib backend. The
-notebooks are executed in memory; the files are not rewritten.
+The kernel runs this interpreter with ``JRL_NOTEBOOK_SMOKE=1`` (the notebooks
+shrink their training budgets) and the non-interactive ``Agg`` matplotlib
+backend. Notebooks are executed in memory; the files are not rewritten.
 """
 
+import json
 import os
 import sys
 from pathlib import Path
@@ -17,11 +18,19 @@ pytest.importorskip("ipykernel")
 
 NOTEBOOKS = sorted((Path(__file__).resolve().parent.parent / "notebooks").glob("*.ipynb"))
 CELL_TIMEOUT_S = 600
+KERNEL_NAME = "jrl-test-python"
 
 
 @pytest.fixture
-def kernel_env(monkeypatch):
-    """The kernel inherits this process's environment (nbclient starts it as a subprocess)."""
+def kernel_env(monkeypatch, tmp_path):
+    """A kernelspec for this very interpreter, and the kernel's environment
+    (nbclient starts the kernel as a subprocess, which inherits ``os.environ``)."""
+    spec_dir = tmp_path / "jupyter" / "kernels" / KERNEL_NAME
+    spec_dir.mkdir(parents=True)
+    spec = {"argv": [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
+            "display_name": "jrl tests", "language": "python"}
+    (spec_dir / "kernel.json").write_text(json.dumps(spec))
+    monkeypatch.setenv("JUPYTER_PATH", str(tmp_path / "jupyter") + os.pathsep + os.environ.get("JUPYTER_PATH", ""))
     monkeypatch.setenv("JRL_NOTEBOOK_SMOKE", "1")
     monkeypatch.setenv("MPLBACKEND", "Agg")
     cache = os.environ.get("JRL_TEST_COMPILE_CACHE")  # share the suite's compilation cache (conftest.py)
@@ -29,8 +38,6 @@ def kernel_env(monkeypatch):
         monkeypatch.setenv("JAX_COMPILATION_CACHE_DIR", cache)
         monkeypatch.setenv("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0.5")
         monkeypatch.setenv("JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES", "0")
-    # the 'python3' kernel is started with this interpreter (jupyter_client maps 'python' to sys.executable)
-    monkeypatch.setenv("PATH", os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", ""))
 
 
 def test_notebooks_exist():
@@ -40,7 +47,7 @@ def test_notebooks_exist():
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.name for p in NOTEBOOKS])
 def test_notebook_runs(path, kernel_env):
     nb = nbformat.read(path, as_version=4)
-    client = nbclient.NotebookClient(nb, timeout=CELL_TIMEOUT_S, kernel_name="python3",
+    client = nbclient.NotebookClient(nb, timeout=CELL_TIMEOUT_S, kernel_name=KERNEL_NAME,
                                      resources={"metadata": {"path": str(path.parent)}})
     try:
         client.execute()

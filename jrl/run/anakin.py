@@ -3,13 +3,24 @@
 ``run`` executes an :class:`~jrl.loops.Algorithm` for R runs at once (seeds,
 or seeds x hyperparameter values) in one compiled program:
 ``jit(scan(vmap(step)))`` over a chunk of iterations, called once per chunk
-so the host can report progress between chunks. Initialisation is done per
-run *outside* the vmap and stacked: vmapping a network init that uses the
-orthogonal initialiser (batched QR) can hang on jax 0.10 CPU.
+so the host can report progress between chunks. Runs are initialised with
+``lax.map`` (sequentially, *not* vmapped): vmapping a network init that uses
+the orthogonal initialiser (batched QR) can hang on jax 0.10 CPU.
+
+With ``mesh`` (a 1-D mesh over the device axis :data:`jrl.parallel.AXIS`)
+the same program runs data-parallel with pmap semantics: ``shard_map`` over
+the devices, each device stepping its share of the envs, gradients and
+statistics all-reduced by :mod:`jrl.parallel` (the algorithm must be built
+for that many devices). Every leaf of the sharded train state has a leading
+device axis ``[D, R, ...]``; the scan over iterations sits inside the
+sharded function, so there is one dispatch (and one host sync) per chunk.
+Multi-host: call :func:`jrl.distributed.initialize` first; the mesh then
+spans the devices of every process.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import math
 import time
@@ -18,11 +29,14 @@ from typing import Any, Callable
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+
+from jrl import parallel
 
 from jrl.loops import Algorithm
 from jrl.types import PyTree
 
-__all__ = ["Report", "RunResult", "chunk_lengths", "init_runs", "run", "set_hparams"]
+__all__ = ["Report", "RunResult", "chunk_lengths", "init_runs", "make_mesh", "run", "set_hparams"]
 
 
 @dataclasses.dataclass
@@ -48,11 +62,12 @@ class RunResult:
     """Histories and final state of R runs executed together."""
 
     metrics: dict[str, np.ndarray]  # each [R, num_iterations], one value per iteration
-    final_state: PyTree  # the stacked train states, leading axis [R]
+    final_state: PyTree  # the stacked train states, leading axis [R] (device 0's view when sharded)
     compile_seconds: float  # time to compile the chunk program(s)
     run_seconds: float  # time executing chunks (excludes compile)
     env_steps_per_run: int  # env steps per run
     num_runs: int
+    sharded_state: PyTree = None  # with a mesh: the full state, leading axes [D, R]
 
     @property
     def steps_per_second(self) -> float:
@@ -77,19 +92,63 @@ def set_hparams(states: PyTree, values: dict[str, Any]) -> PyTree:
 
 
 def init_runs(algorithm: Algorithm, keys: jax.Array) -> PyTree:
-    """Initialises one train state per key (no vmap, see module docstring) and stacks them."""
-    init = jax.jit(algorithm.init)
-    states = [init(k) for k in keys]
-    return jax.tree.map(lambda *xs: jnp.stack(xs), *states)
+    """One train state per key, stacked ``[R, ...]``; sequential ``lax.map``, not vmap
+    (see the module docstring)."""
+    return jax.jit(lambda ks: jax.lax.map(algorithm.init, ks))(keys)
 
 
-def _make_chunk(algorithm: Algorithm, length: int):
+def make_mesh(num_devices: int | None = None) -> Mesh:
+    """A 1-D mesh over the first ``num_devices`` devices (all when None), axis
+    :data:`jrl.parallel.AXIS`; raises a clear error when too many are asked for."""
+    devices = jax.devices()
+    n = len(devices) if num_devices is None else int(num_devices)
+    if n < 1:
+        raise ValueError(f"devices must be >= 1, got {n}")
+    if n > len(devices):
+        raise ValueError(f"{n} devices requested but only {len(devices)} available "
+                         f"({devices[0].platform}); on CPU, XLA_FLAGS=--xla_force_host_platform_device_count={n} "
+                         "set before jax starts gives fake devices")
+    return Mesh(np.asarray(devices[:n]), (parallel.AXIS,))
+
+
+def _sharded(mesh: Mesh, fn, in_spec, out_spec):
+    return jax.jit(jax.shard_map(fn, mesh=mesh, in_specs=in_spec, out_specs=out_spec, check_vma=False))
+
+
+def _init_sharded(algorithm: Algorithm, keys: jax.Array, mesh: Mesh) -> PyTree:
+    def init(key_data):
+        states = jax.lax.map(algorithm.init, jax.random.wrap_key_data(key_data))
+        return jax.tree.map(lambda x: x[None], states)
+
+    key_data = jax.make_array_from_process_local_data(NamedSharding(mesh, P()), np.asarray(jax.random.key_data(keys)))
+    with parallel.device_axis(parallel.AXIS, mesh.devices.size):
+        return _sharded(mesh, init, P(), P(parallel.AXIS))(key_data)
+
+
+def _first_device(tree: PyTree) -> PyTree:
+    """Device 0's slice of a ``[D, ...]`` sharded tree (works across processes)."""
+    def take(x):
+        if isinstance(x, jax.Array) and not x.is_fully_addressable:
+            return x.addressable_shards[0].data[0]
+        return x[0]
+
+    return jax.tree.map(take, tree)
+
+
+def _make_chunk(algorithm: Algorithm, length: int, mesh: Mesh | None = None):
     vstep = jax.vmap(algorithm.step)
 
     def chunk(states):
         return jax.lax.scan(lambda s, _: vstep(s), states, None, length=length)
 
-    return jax.jit(chunk, donate_argnums=0)
+    if mesh is None:
+        return jax.jit(chunk, donate_argnums=0)
+
+    def sharded_chunk(states):
+        states, metrics = chunk(jax.tree.map(lambda x: x[0], states))
+        return jax.tree.map(lambda x: x[None], (states, metrics))
+
+    return _sharded(mesh, sharded_chunk, P(parallel.AXIS), (P(parallel.AXIS), P(parallel.AXIS)))
 
 
 def chunk_lengths(num_iterations: int, num_reports: int) -> list[int]:
@@ -121,6 +180,7 @@ def run(
     hparams: dict[str, Any] | None = None,
     on_report: Callable[[Report], None] | None = None,
     initial_state: PyTree | None = None,
+    mesh: Mesh | None = None,
 ) -> RunResult:
     """Trains ``len(keys)`` runs for ``num_iterations`` iterations each.
 
@@ -133,17 +193,25 @@ def run(
       hparams: sweepable hyperparameters per run, name -> ``[R]`` values
         (``agent_state.hparams`` fields), set after init.
       initial_state: a stacked train state to start from instead of ``init``.
+      mesh: run sharded over this 1-D device mesh (see the module docstring).
     """
     if num_iterations <= 0:
         raise ValueError(f"num_iterations must be positive, got {num_iterations}")
     num_runs = int(keys.shape[0])
-    states = init_runs(algorithm, keys) if initial_state is None else initial_state
+    if initial_state is not None:
+        states = initial_state
+    elif mesh is None:
+        states = init_runs(algorithm, keys)
+    else:
+        states = _init_sharded(algorithm, keys, mesh)
     states = set_hparams(states, hparams or {})
+    axis = parallel.device_axis(parallel.AXIS, mesh.devices.size) if mesh is not None else contextlib.nullcontext()
 
     lengths = chunk_lengths(num_iterations, num_reports)
 
     t0 = time.perf_counter()
-    compiled = {n: _make_chunk(algorithm, n).lower(states).compile() for n in sorted(set(lengths))}
+    with axis:
+        compiled = {n: _make_chunk(algorithm, n, mesh).lower(states).compile() for n in sorted(set(lengths))}
     compile_seconds = time.perf_counter() - t0
 
     history: list[dict[str, np.ndarray]] = []
@@ -151,6 +219,8 @@ def run(
     t_start = time.perf_counter()
     for n in lengths:
         states, metrics = compiled[n](states)
+        if mesh is not None:  # identical on every device after the all-reduces
+            metrics = _first_device(metrics)
         metrics = jax.device_get(metrics)  # blocks: one sync per chunk
         history.append(metrics)
         done += n
@@ -162,5 +232,6 @@ def run(
     jax.block_until_ready(states)
     run_seconds = time.perf_counter() - t_start
     merged = {k: np.concatenate([h[k] for h in history], axis=0).T for k in history[0]}  # [R, iters]
-    return RunResult(merged, states, compile_seconds, run_seconds,
-                     num_iterations * algorithm.env_steps_per_step, num_runs)
+    final = states if mesh is None else _first_device(states)
+    return RunResult(merged, final, compile_seconds, run_seconds, num_iterations * algorithm.env_steps_per_step,
+                     num_runs, None if mesh is None else states)

@@ -1,0 +1,484 @@
+"""PPO on CartPole-v1: compile time, run time, steps/s and time to a return of 475.
+
+The configuration is PureJaxRL's well-known CartPole one, which is also
+jrl's ``PPOConfig`` default (checked at start-up): 4 envs x 128 steps,
+4 epochs x 4 minibatches, a 64x64 tanh actor and critic, Adam with
+lr 2.5e-4 annealed linearly to 0, gamma 0.99, GAE lambda 0.95, clip 0.2,
+entropy 0.01, value 0.5, gradient clip 0.5, 5e5 env steps (976 iterations
+of 512 steps). It is run for 1 seed and for 16 and 64 seeds vmapped in one
+program.
+
+Measurements (each configuration in a fresh subprocess, so that every
+compile starts cold):
+
+- **jrl**: ``jrl.run.anakin.run`` on ``agents/ppo.py``'s ``build``;
+  compile seconds and run seconds are the runner's own (``compile`` is the
+  AOT ``lower().compile()`` of the chunk program, ``run`` executes the
+  chunks; ``num_reports`` chunks, one host sync each). ``init`` (per-seed
+  ``jit(init)`` outside the vmap, see anakin's docstring) is reported
+  separately.
+- **rejax** (``rejax.PPO``, run by another interpreter with rejax installed,
+  ``--rejax-python``): ``jit(vmap(algo.train))`` compiled ahead of time with
+  ``lower().compile()``, then called once. Its init is inside ``train``.
+  rejax has no training-return metric, so its env is wrapped in a small
+  tracker (below) that sums the returns and counts the episodes finished
+  per env, read by rejax's per-evaluation callback after every iteration
+  (``eval_freq`` = one iteration); the per-iteration metric is then the
+  mean return of the episodes that finished during the iteration (carried
+  forward when none did), which is what jrl's ``train/episode_return`` is.
+  The learning rate is a callable with jrl's per-iteration linear
+  annealing.
+- **time to 475**: the first iteration ``i`` at which the mean over seeds
+  of the per-iteration return is >= 475, converted to wall time as
+  ``compile + run_seconds * i / num_iterations`` (the run is one compiled
+  program, so its per-iteration timing is taken as uniform).
+- steps/s counts env steps summed over seeds; "per seed" is
+  ``run_seconds / seeds``. Each configuration is run ``--repeats`` times
+  (interleaving the libraries); compile and run are the best (lowest) over
+  the repeats, taken separately. CPU seconds (``time.process_time`` of the
+  worker) are also recorded: background load moves them much less than
+  wall time.
+
+Reference: PureJaxRL on this configuration, measured earlier on the same
+2-core machine (~3.4 s compile, ~3.3 s run for 1 seed; ~2.3 s per seed with
+16 vmapped seeds).
+
+Usage::
+
+    python benchmarks/ppo_cartpole.py             # full run, writes BENCHMARKS.md
+    python benchmarks/ppo_cartpole.py --quick     # smoke run (fewer steps, 1 and 4 seeds), prints only
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import re
+import subprocess
+import sys
+import time
+import warnings
+from pathlib import Path
+
+HEADING = "## PPO CartPole-v1"
+REPO = Path(__file__).resolve().parent.parent
+TARGET_RETURN = 475.0
+DEFAULT_REJAX_PYTHON = "/work/venv-rejax/bin/python"
+
+# PureJaxRL's CartPole-v1 PPO configuration (the fields jrl's PPOConfig must match).
+CONFIG = {
+    "total_steps": 500_000, "num_envs": 4, "num_steps": 128, "num_epochs": 4, "num_minibatches": 4,
+    "learning_rate": 2.5e-4, "anneal_lr": True, "gamma": 0.99, "gae_lambda": 0.95, "clip_eps": 0.2,
+    "ent_coef": 0.01, "vf_coef": 0.5, "max_grad_norm": 0.5, "hidden_sizes": (64, 64), "activation": "tanh",
+}
+
+# PureJaxRL, same configuration, measured earlier on this machine (seconds).
+REFERENCE = {1: {"compile": 3.4, "run": 3.3}, 16: {"run_per_seed": 2.3}}
+
+
+# --------------------------------------------------------------------------
+# Workers (run in a subprocess; print one JSON line)
+# --------------------------------------------------------------------------
+
+
+def _first_reach(mean_return, num_iterations):
+    """1-based first iteration whose mean return is >= TARGET_RETURN, or None."""
+    for i, r in enumerate(mean_return):
+        if r == r and r >= TARGET_RETURN:  # r == r: not NaN
+            return i + 1
+    return None
+
+
+def worker_jrl(seeds: int, total_steps: int, num_reports: int, seed: int) -> dict:
+    import jax
+    import numpy as np
+
+    import jrl.agents
+    import jrl.envs
+    from jrl.experiment import make_config
+    from jrl.run import anakin
+
+    t_start = time.perf_counter()
+    config = make_config("ppo", "CartPole-v1", total_steps=total_steps)
+    expected = {**CONFIG, "total_steps": total_steps}
+    got = {k: getattr(config, k) for k in expected}
+    if got != expected:
+        raise SystemExit(f"jrl's PPO CartPole config differs from PureJaxRL's: {got} != {expected}")
+    module, _ = jrl.agents.get("ppo")
+    env, env_params = jrl.envs.make("CartPole-v1")
+    built = module.build(config, env, env_params)
+    keys = jax.random.split(jax.random.key(seed), seeds)
+
+    t0, c0 = time.perf_counter(), time.process_time()
+    states = jax.block_until_ready(anakin.init_runs(built.algorithm, keys))  # per-seed jit(init), stacked
+    init_s, init_cpu = time.perf_counter() - t0, time.process_time() - c0
+
+    # anakin.run times its compile with perf_counter; also read the CPU seconds of the same calls.
+    compile_cpu = [0.0]
+    real_compile = jax.stages.Lowered.compile
+
+    def compile_with_cpu_time(self, *args, **kwargs):
+        start = time.process_time()
+        try:
+            return real_compile(self, *args, **kwargs)
+        finally:
+            compile_cpu[0] += time.process_time() - start
+
+    jax.stages.Lowered.compile = compile_with_cpu_time
+    try:
+        res = anakin.run(built.algorithm, keys, config.num_iterations, num_reports=num_reports,
+                         initial_state=states)
+    finally:
+        jax.stages.Lowered.compile = real_compile
+    wall = time.perf_counter() - t_start
+    ret = np.asarray(res.metrics["train/episode_return"])  # [R, iters]
+    with warnings.catch_warnings():  # iterations before the first finished episode are NaN
+        warnings.simplefilter("ignore", RuntimeWarning)
+        mean = np.nanmean(ret, axis=0)
+        final = float(np.nanmean(ret[:, -max(1, ret.shape[1] // 20):]))
+    return {
+        "library": "jrl", "seeds": seeds, "num_iterations": config.num_iterations,
+        "steps_per_run": res.env_steps_per_run, "compile": res.compile_seconds, "run": res.run_seconds,
+        "compile_cpu": compile_cpu[0], "init": init_s, "init_cpu": init_cpu, "wall": wall,
+        "reached": _first_reach(mean.tolist(), config.num_iterations), "final_return": final,
+        "mean_return": [None if x != x else float(x) for x in mean.tolist()],
+        "jax": jax.__version__, "load": os.getloadavg()[0],
+    }
+
+
+def worker_rejax(seeds: int, total_steps: int, num_reports: int, seed: int, plain: bool = False) -> dict:
+    del num_reports
+    import gymnax
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+    import rejax
+    from flax import struct
+    from importlib.metadata import version
+
+    t_start = time.perf_counter()
+    c = CONFIG
+    batch = c["num_envs"] * c["num_steps"]
+    num_iterations = total_steps // batch
+    updates_per_iteration = c["num_epochs"] * c["num_minibatches"]
+
+    @struct.dataclass
+    class TrackerState:
+        env_state: object
+        episode_return: jax.Array  # return so far of the running episode
+        finished_return_sum: jax.Array  # sum of the returns of all finished episodes
+        finished_count: jax.Array  # number of finished episodes
+
+    class ReturnTracker:
+        """A gymnax env that also sums finished episodes' returns in its state."""
+
+        def __init__(self, env):
+            self._env = env
+
+        def __getattr__(self, name):  # everything but reset/step is the wrapped env's
+            if name == "_env":  # not set yet (copy/deepcopy)
+                raise AttributeError(name)
+            return getattr(self._env, name)
+
+        def reset(self, key, params=None):
+            obs, state = self._env.reset(key, params)
+            z = jnp.zeros((), jnp.float32)
+            return obs, TrackerState(state, z, z, jnp.zeros((), jnp.int32))
+
+        def step(self, key, state, action, params=None):
+            obs, env_state, reward, done, info = self._env.step(key, state.env_state, action, params)
+            ret = state.episode_return + reward
+            new = TrackerState(env_state, jnp.where(done, 0.0, ret),
+                               state.finished_return_sum + jnp.where(done, ret, 0.0),
+                               state.finished_count + done.astype(jnp.int32))
+            return obs, new, reward, done, info
+
+    base_env, env_params = gymnax.make("CartPole-v1")
+    lr0 = c["learning_rate"]
+
+    def learning_rate(count):  # jrl's / PureJaxRL's per-iteration linear annealing
+        return lr0 * (1.0 - (count // updates_per_iteration) / num_iterations)
+
+    algo = rejax.PPO.create(
+        env=base_env if plain else ReturnTracker(base_env), env_params=env_params,
+        num_envs=c["num_envs"], num_steps=c["num_steps"], num_epochs=c["num_epochs"],
+        num_minibatches=c["num_minibatches"], learning_rate=learning_rate, max_grad_norm=c["max_grad_norm"],
+        gamma=c["gamma"], gae_lambda=c["gae_lambda"], clip_eps=c["clip_eps"], ent_coef=c["ent_coef"],
+        vf_coef=c["vf_coef"], total_timesteps=num_iterations * batch,
+        eval_freq=num_iterations * batch if plain else batch, skip_initial_evaluation=True,
+        agent_kwargs={"activation": c["activation"], "hidden_layer_sizes": c["hidden_sizes"]},
+    )
+    if plain:
+        callback = lambda algo, ts, rng: jnp.zeros((), jnp.float32)  # noqa: E731
+    else:
+        callback = lambda algo, ts, rng: (ts.env_state.finished_return_sum.sum(),  # noqa: E731
+                                          ts.env_state.finished_count.sum())
+    algo = algo.replace(eval_callback=callback)
+    keys = jax.random.split(jax.random.PRNGKey(seed), seeds)
+    train = jax.jit(jax.vmap(algo.train))
+
+    t0, c0 = time.perf_counter(), time.process_time()
+    compiled = train.lower(keys).compile()
+    compile_s, compile_cpu = time.perf_counter() - t0, time.process_time() - c0
+    t0, c0 = time.perf_counter(), time.process_time()
+    ts, evaluation = compiled(keys)
+    jax.block_until_ready((ts, evaluation))
+    run_s, run_cpu = time.perf_counter() - t0, time.process_time() - c0
+    wall = time.perf_counter() - t_start
+
+    reached, final, mean_list = None, float("nan"), []
+    if not plain:
+        sums, counts = (np.asarray(x, np.float64) for x in evaluation)  # [R, iters] cumulative
+        d_sum = np.diff(sums, axis=1, prepend=0.0)
+        d_cnt = np.diff(counts, axis=1, prepend=0.0)
+        per_iter = np.full(sums.shape, np.nan)
+        for r in range(sums.shape[0]):  # mean return of episodes finished in the iteration, carried forward
+            last = np.nan
+            for i in range(sums.shape[1]):
+                if d_cnt[r, i] > 0:
+                    last = d_sum[r, i] / d_cnt[r, i]
+                per_iter[r, i] = last
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)
+            mean = np.nanmean(per_iter, axis=0)
+            final = float(np.nanmean(per_iter[:, -max(1, per_iter.shape[1] // 20):]))
+        reached = _first_reach(mean.tolist(), num_iterations)
+        mean_list = [None if x != x else float(x) for x in mean.tolist()]
+    return {
+        "library": "rejax (plain)" if plain else "rejax", "seeds": seeds, "num_iterations": num_iterations,
+        "steps_per_run": num_iterations * batch, "compile": compile_s, "run": run_s,
+        "compile_cpu": compile_cpu, "run_cpu": run_cpu, "wall": wall, "init": 0.0,
+        "reached": reached, "final_return": final, "mean_return": mean_list,
+        "jax": jax.__version__, "load": os.getloadavg()[0],
+        "versions": {p: version(p) for p in ("rejax", "gymnax", "jax", "flax", "optax", "distrax")},
+    }
+
+
+# --------------------------------------------------------------------------
+# Orchestration
+# --------------------------------------------------------------------------
+
+
+def run_worker(python: str, library: str, seeds: int, total_steps: int, num_reports: int, seed: int,
+               timeout: float) -> dict | str:
+    """Runs one measurement in a fresh interpreter; returns its JSON or an error string."""
+    cmd = [python, str(Path(__file__).resolve()), "--worker", library, "--seeds", str(seeds),
+           "--total-steps", str(total_steps), "--num-reports", str(num_reports), "--seed", str(seed)]
+    env = {**os.environ, "PYTHONPATH": ""} if library.startswith("rejax") else dict(os.environ)
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env, cwd=REPO)
+    except subprocess.TimeoutExpired:
+        return f"timed out after {timeout:.0f} s"
+    for line in reversed(proc.stdout.splitlines()):
+        if line.startswith("{"):
+            return json.loads(line)
+    tail = (proc.stderr or proc.stdout).strip().splitlines()[-3:]
+    return f"exit {proc.returncode}: " + " | ".join(tail)
+
+
+def best(results: list[dict]) -> dict:
+    """Lowest compile and lowest run over the repeats (taken separately)."""
+    out = dict(min(results, key=lambda r: r["run"]))
+    out["compile"] = min(r["compile"] for r in results)
+    cpus = [r["compile_cpu"] for r in results if r.get("compile_cpu") is not None]
+    out["compile_cpu"] = min(cpus) if cpus else None
+    out["load_range"] = (min(r["load"] for r in results), max(r["load"] for r in results))
+    out["repeats"] = len(results)
+    out["all_compile"] = [round(r["compile"], 2) for r in results]
+    out["all_run"] = [round(r["run"], 2) for r in results]
+    return out
+
+
+def time_to_target(r: dict) -> float | None:
+    if r.get("reached") is None:
+        return None
+    return r["compile"] + r["run"] * r["reached"] / r["num_iterations"]
+
+
+def _f(x, fmt="{:.1f}", none="–"):
+    return none if x is None else fmt.format(x)
+
+
+def _rate(x: float) -> str:
+    return f"{x / 1e6:.2f} M" if x >= 1e6 else f"{x / 1e3:.0f} k"
+
+
+def make_table(rows: dict[tuple[str, int], dict], seeds_list: list[int], quick: bool) -> str:
+    head = ("| library | seeds | compile s (CPU s) | run s | steps/s | run s / seed | time to 475 s (iteration) "
+            "| final return | vs PureJaxRL ref | jrl / rejax |\n"
+            "|---|---:|---:|---:|---:|---:|---:|---:|---|---|")
+    lines = [head]
+    for seeds in seeds_list:
+        ref = None if quick else REFERENCE.get(seeds)
+        if ref is not None:
+            run_ref = ref.get("run", ref.get("run_per_seed", 0) * seeds)
+            rate = CONFIG["total_steps"] * seeds / run_ref
+            lines.append(f"| PureJaxRL (reference) | {seeds} | {_f(ref.get('compile'))} | "
+                         f"{_f(ref.get('run'))} | ~{_rate(rate)} | {run_ref / seeds:.2f} | – | – | – | – |")
+        for lib in ("jrl", "rejax", "rejax (plain)"):
+            r = rows.get((lib, seeds))
+            if r is None:
+                continue
+            if isinstance(r, str):
+                lines.append(f"| {lib} | {seeds} | failed: {r} | | | | | | | |")
+                continue
+            rate = r["steps_per_run"] * seeds / r["run"]
+            t = time_to_target(r)
+            reach = f"{t:.1f} ({r['reached']})" if t is not None else "not reached"
+            cpu = f" ({r['compile_cpu']:.1f})" if r.get("compile_cpu") is not None else ""
+            vs_ref = "–"
+            if ref is not None:
+                parts = []
+                if "compile" in ref:
+                    parts.append(f"compile {r['compile'] / ref['compile']:.1f}x")
+                run_ref = ref.get("run", ref.get("run_per_seed", 0) * seeds)
+                parts.append(f"run {r['run'] / run_ref:.1f}x")
+                vs_ref = ", ".join(parts) + " (time; >1 = slower)"
+            vs_rejax = "–"
+            other = rows.get(("rejax", seeds))
+            if lib == "jrl" and isinstance(other, dict):
+                vs_rejax = (f"steps/s {other['run'] / r['run']:.2f}x, compile {r['compile'] / other['compile']:.1f}x "
+                            "time")
+                t_other = time_to_target(other)
+                if t is not None and t_other is not None:
+                    vs_rejax += f", to-475 {t / t_other:.2f}x time"
+            lines.append(f"| {lib} | {seeds} | {r['compile']:.1f}{cpu} | {r['run']:.1f} | {_rate(rate)} | "
+                         f"{r['run'] / seeds:.2f} | {reach} | {_f(r.get('final_return'))} | {vs_ref} | {vs_rejax} |")
+    return "\n".join(lines)
+
+
+def write_section(path: Path, text: str) -> None:
+    """Replaces the section under HEADING in ``path`` (or appends it), keeping the others."""
+    old = path.read_text() if path.exists() else "# Benchmarks\n"
+    pattern = re.compile(rf"^{re.escape(HEADING)}\n.*?(?=^## |\Z)", re.S | re.M)
+    if pattern.search(old):
+        new = pattern.sub(lambda _: text.rstrip("\n") + "\n\n", old, count=1)
+    else:
+        new = old.rstrip("\n") + "\n\n" + text.rstrip("\n") + "\n"
+    path.write_text(new.rstrip("\n") + "\n")
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="smoke run: 1/10 of the steps, 1 and 4 seeds, 1 repeat")
+    parser.add_argument("--seeds", type=int, nargs="+", help="seed counts (default 1 16 64; quick: 1 4)")
+    parser.add_argument("--repeats", type=int, help="runs per configuration, best reported (default 3; quick: 1)")
+    parser.add_argument("--total-steps", type=int, help="env steps per seed (default 500000; quick: 51200)")
+    parser.add_argument("--num-reports", type=int, default=4,
+                        help="jrl chunks (host syncs) per run; metrics are per iteration regardless")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--rejax-python", default=DEFAULT_REJAX_PYTHON,
+                        help="interpreter with rejax installed (skipped if absent)")
+    parser.add_argument("--rejax-plain", action="store_true",
+                        help="also time rejax without the return tracker (no per-iteration callback output)")
+    parser.add_argument("--timeout", type=float, default=1800, help="seconds per worker")
+    parser.add_argument("--output", type=Path, help="markdown file to update (default BENCHMARKS.md; quick: none)")
+    parser.add_argument("--no-write", action="store_true", help="print the table only")
+    parser.add_argument("--json", type=Path, help="also dump every measurement here")
+    parser.add_argument("--worker", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+
+    total_steps = args.total_steps or (51_200 if args.quick else CONFIG["total_steps"])
+    if args.worker:
+        if args.worker == "jrl":
+            out = worker_jrl(args.seeds[0], total_steps, args.num_reports, args.seed)
+        else:
+            out = worker_rejax(args.seeds[0], total_steps, args.num_reports, args.seed,
+                               plain=args.worker == "rejax-plain")
+        print(json.dumps(out))
+        return
+
+    seeds_list = args.seeds or ([1, 4] if args.quick else [1, 16, 64])
+    repeats = args.repeats or (1 if args.quick else 3)
+    libraries = ["jrl"]
+    rejax_note = None
+    if Path(args.rejax_python).exists():
+        libraries.append("rejax")
+        if args.rejax_plain:
+            libraries.append("rejax-plain")
+    else:
+        rejax_note = f"rejax skipped: {args.rejax_python} not found (see --rejax-python)"
+        print(rejax_note, file=sys.stderr)
+
+    measured: dict[tuple[str, int], list] = {}
+    for seeds in seeds_list:
+        for rep in range(repeats):
+            for lib in libraries:
+                python = sys.executable if lib == "jrl" else args.rejax_python
+                load = os.getloadavg()[0]
+                r = run_worker(python, lib, seeds, total_steps, args.num_reports, args.seed, args.timeout)
+                name = "rejax (plain)" if lib == "rejax-plain" else lib
+                if isinstance(r, str):
+                    print(f"{name:14s} seeds={seeds:3d} repeat {rep + 1}: {r}", file=sys.stderr)
+                else:
+                    print(f"{name:14s} seeds={seeds:3d} repeat {rep + 1}: compile {r['compile']:6.2f} s "
+                          f"(cpu {_f(r.get('compile_cpu'), '{:.2f}')}) run {r['run']:7.2f} s "
+                          f"wall {r['wall']:6.1f} s reached {r['reached']} load {load:.2f}", file=sys.stderr)
+                measured.setdefault((name, seeds), []).append(r)
+
+    rows = {}
+    for key, results in measured.items():
+        ok = [r for r in results if isinstance(r, dict)]
+        rows[key] = best(ok) if ok else results[-1]
+    table = make_table(rows, seeds_list, args.quick)
+    print(table)
+    if args.json:
+        args.json.write_text(json.dumps({f"{k[0]}|{k[1]}": v for k, v in measured.items()}, indent=1))
+
+    output = args.output if args.output is not None else (None if args.quick else REPO / "BENCHMARKS.md")
+    if output is not None and not args.no_write:
+        write_section(output, section(rows, table, seeds_list, repeats, total_steps, argv, rejax_note))
+        print(f"wrote {output}")
+
+
+def section(rows, table, seeds_list, repeats, total_steps, argv, rejax_note) -> str:
+    import jax
+
+    any_jrl = next((r for k, r in rows.items() if k[0] == "jrl" and isinstance(r, dict)), None)
+    rj = next((r for k, r in rows.items() if k[0] == "rejax" and isinstance(r, dict)), None)
+    loads = [r["load_range"] for r in rows.values() if isinstance(r, dict)]
+    load_txt = f"{min(l[0] for l in loads):.1f}-{max(l[1] for l in loads):.1f}" if loads else "?"
+    cmd = "python benchmarks/ppo_cartpole.py" + ("" if not argv else " " + " ".join(argv))
+    versions = ""
+    if rj is not None:
+        versions = "; rejax venv: " + ", ".join(f"{k} {v}" for k, v in rj["versions"].items())
+    date = datetime.date.today().isoformat()
+    return f"""{HEADING}
+
+PPO with PureJaxRL's CartPole-v1 configuration (jrl's `PPOConfig` defaults,
+checked by the script): 4 envs x 128 steps, 4 epochs x 4 minibatches, 64x64
+tanh actor and critic, Adam lr 2.5e-4 annealed, {total_steps:,} steps per seed
+({total_steps // 512} iterations), seeds vmapped in one program. Reproduce with:
+
+    {cmd}
+
+Measured {date} on {platform.processor() or platform.machine()} ({os.cpu_count()}-core CPU, shared),
+Python {platform.python_version()}, jax {jax.__version__}{versions}. The machine was shared with other
+jobs: 1-minute load average {load_txt} during the runs (2 cores), so wall times are noisy; each
+configuration ran {repeats} times in fresh processes, compile and run are the best of them
+(separately).
+
+- **compile s**: AOT `lower().compile()` of the whole training program (CPU seconds of the
+  compiling process in parentheses). jrl's per-seed `init` (compiled and run outside the
+  vmap) is not included; it adds several seconds of wall time (see the notes below).
+- **time to 475**: first iteration at which the return averaged over seeds is >= 475,
+  converted to wall time as `compile + run_seconds * iteration / num_iterations`.
+  jrl: `train/episode_return` (mean return of the episodes that finished in the
+  iteration's rollout, carried forward when none did). rejax has no such metric: its env
+  is wrapped in a tracker of finished-episode returns, read after every iteration by
+  rejax's evaluation callback, giving the same per-iteration quantity.
+- **PureJaxRL (reference)**: measured earlier on this machine, not re-run by the script;
+  its "per seed" with 16 seeds is read as run seconds / 16.
+- Ratios are time ratios: > 1 means jrl takes longer ("steps/s x" = rejax run / jrl run,
+  > 1 means jrl is faster).
+{('- ' + rejax_note) if rejax_note else ''}
+
+{table}
+"""
+
+
+if __name__ == "__main__":
+    main()

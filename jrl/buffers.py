@@ -1,0 +1,567 @@
+"""Replay buffers and n-step transitions as pure, jittable, vmappable functions.
+
+A buffer is a :class:`ReplayBuffer`, a ``NamedTuple`` of pure functions in
+the style of an optax ``GradientTransformation``; a factory closes over the
+static sizes and the state is a ``flax.struct.dataclass``:
+
+- ``init(item) -> state``: ``item`` is one example (e.g. a single unbatched
+  ``Transition``), used only for its shapes and dtypes; storage is allocated
+  zero-filled with a leading ``[capacity]`` axis per leaf (the memory check
+  runs first, see :func:`check_buffer_memory`).
+- ``add(state, items) -> state``: ``items`` has a leading batch axis ``[B]``
+  (e.g. the N envs of one step), written circularly at ``position``.
+- ``sample(state, key, batch_size, beta=None) -> Sample``: only filled slots
+  are drawn; ``batch_size`` is static; ``beta`` is used by the prioritised
+  buffer only (the others accept and ignore it, so buffers are swappable).
+- ``update_priorities(state, indices, priorities) -> state``: prioritised
+  buffer only (``None`` elsewhere).
+- ``can_sample(state, batch_size) -> bool[]``.
+
+Everything works under ``jit`` and ``vmap``: vmapping ``init`` (over anything
+with a leading seed axis), ``add`` and ``sample`` gives one independent buffer
+per seed. Under ``vmap`` the memory check sees one buffer; call
+:func:`check_buffer_memory` with ``copies=R`` yourself before vmapping R.
+
+:func:`nstep_accumulator` turns a stream of one-step transitions of N envs
+into n-step transitions inside the compiled loop, to be added to any buffer.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from typing import Any, Callable, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import struct
+
+from jrl.types import Array, PRNGKey, PyTree, Transition
+
+__all__ = [
+    "BufferState",
+    "NStepAccumulator",
+    "NStepState",
+    "NStepTransition",
+    "PrioritizedBufferState",
+    "ReplayBuffer",
+    "Sample",
+    "available_memory_bytes",
+    "buffer_bytes",
+    "check_buffer_memory",
+    "nstep_accumulator",
+    "prioritized_buffer",
+    "sum_tree_size",
+    "trajectory_buffer",
+    "uniform_buffer",
+]
+
+_GiB = float(2**30)
+
+
+# ----------------------------------------------------------------------------- types
+
+
+@struct.dataclass
+class BufferState:
+    """State of a uniform or trajectory buffer."""
+
+    storage: PyTree  # [capacity, ...] per leaf (trajectory buffer: [T_capacity, N, ...])
+    position: Array  # [] int32 next slot (trajectory: time row) to write
+    size: Array  # [] int32 filled slots (trajectory: time rows), <= capacity
+
+
+@struct.dataclass
+class PrioritizedBufferState:
+    """State of a prioritised buffer: storage plus a flat sum tree."""
+
+    storage: PyTree  # [capacity, ...] per leaf
+    position: Array  # [] int32 next slot to write
+    size: Array  # [] int32 filled slots, <= capacity
+    tree: Array  # [2 * P] float32 sum tree of p^alpha; root at 1, slot i's leaf at P + i
+    max_priority: Array  # [] float32 largest priority seen (p + eps, before ^alpha)
+
+
+@struct.dataclass
+class Sample:
+    """What ``sample`` returns."""
+
+    items: PyTree  # [batch_size, ...] (trajectory: [batch_size, sequence_length, ...])
+    indices: Array  # [batch_size] int32 slots (trajectory: start_row * num_envs + env)
+    weights: Array  # [batch_size] float32 importance weights (ones unless prioritised)
+
+
+class ReplayBuffer(NamedTuple):
+    """A replay buffer as a bundle of pure functions; see the module docstring."""
+
+    init: Callable[[PyTree], Any]
+    add: Callable[[Any, PyTree], Any]
+    sample: Callable[..., Sample]
+    update_priorities: Callable[[Any, Array, Array], Any] | None
+    can_sample: Callable[[Any, int], Array]
+
+
+# ----------------------------------------------------------------------------- memory
+
+
+def _spec(leaf) -> jax.ShapeDtypeStruct:
+    """Shape and (canonical) dtype of an array, tracer, ShapeDtypeStruct or scalar."""
+    if not (hasattr(leaf, "shape") and hasattr(leaf, "dtype")):
+        leaf = np.asarray(leaf)
+    return jax.ShapeDtypeStruct(tuple(leaf.shape), jax.dtypes.canonicalize_dtype(leaf.dtype))
+
+
+def _item_bytes(item: PyTree) -> int:
+    specs = [_spec(x) for x in jax.tree.leaves(item)]
+    return sum(math.prod(s.shape) * np.dtype(s.dtype).itemsize for s in specs)
+
+
+def sum_tree_size(capacity: int) -> int:
+    """Length of the flat sum-tree array for ``capacity`` leaves: ``2 * P``,
+    ``P`` the smallest power of two >= capacity."""
+    return 2 * (1 << (int(capacity) - 1).bit_length())
+
+
+def buffer_bytes(item: PyTree, capacity: int, *, prioritized: bool = False) -> int:
+    """Bytes of storage for ``capacity`` copies of the example ``item`` (its
+    shapes and dtypes), plus the float32 sum tree if ``prioritized``.
+    Counters (a few scalars) are not counted."""
+    total = int(capacity) * _item_bytes(item)
+    if prioritized:
+        total += 4 * sum_tree_size(capacity)
+    return total
+
+
+def available_memory_bytes(device: jax.Device | None = None) -> int | None:
+    """Free memory where buffers are allocated (default: ``jax.devices()[0]``).
+
+    GPU/TPU: ``bytes_limit - bytes_in_use`` from ``device.memory_stats()``;
+    CPU: ``MemAvailable`` from ``/proc/meminfo``, else ``os.sysconf``'s free
+    physical pages. ``None`` when unknown (the check is then skipped). Tests
+    monkeypatch this function.
+    """
+    device = jax.devices()[0] if device is None else device
+    if device.platform != "cpu":
+        try:
+            stats = device.memory_stats()
+        except Exception:  # noqa: BLE001 - not every backend implements it
+            stats = None
+        if stats and "bytes_limit" in stats:
+            return int(stats["bytes_limit"]) - int(stats.get("bytes_in_use", 0))
+        return None
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    try:
+        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):
+        return None
+
+
+def check_buffer_memory(item: PyTree, capacity: int, *, prioritized: bool = False,
+                        copies: int = 1, available_bytes: int | None = None) -> int:
+    """Raise ``MemoryError`` if ``copies`` buffers of ``capacity`` x ``item``
+    do not fit in the free memory; return the bytes needed.
+
+    ``available_bytes`` defaults to :func:`available_memory_bytes` (no check
+    when that is unknown). Buffers' ``init`` calls this with ``copies=1``
+    before allocating; call it with ``copies=R`` before vmapping R buffers.
+    """
+    need = int(copies) * buffer_bytes(item, capacity, prioritized=prioritized)
+    avail = available_memory_bytes() if available_bytes is None else int(available_bytes)
+    if avail is not None and need > avail:
+        tree = f" + sum tree {4 * sum_tree_size(capacity)} bytes" if prioritized else ""
+        times = f", x {copies} copies" if copies != 1 else ""
+        raise MemoryError(
+            f"replay buffer needs {need / _GiB:.2f} GiB (capacity {int(capacity)} x item "
+            f"{_item_bytes(item)} bytes{tree}{times}), only {avail / _GiB:.2f} GiB available; "
+            "lower the capacity, or pass check_memory=False to skip this check")
+    return need
+
+
+# ----------------------------------------------------------------------------- helpers
+
+
+def _positive_int(value, name: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+        raise ValueError(f"{name} must be a positive int, got {value!r}")
+    return int(value)
+
+
+def _zeros(item: PyTree, leading: tuple[int, ...]) -> PyTree:
+    def zeros(leaf):
+        s = _spec(leaf)
+        return jnp.zeros(leading + s.shape, s.dtype)
+
+    return jax.tree.map(zeros, item)
+
+
+def _leading_size(storage: PyTree, items: PyTree, extra_dims: int, what: str) -> int:
+    """Size of ``items``' leading axis; each leaf must be ``[B, *s.shape[extra_dims:]]``
+    for its storage leaf ``s``."""
+    sizes = set()
+
+    def check(s, x):
+        shape = jnp.shape(x)
+        if len(shape) != s.ndim - extra_dims + 1 or tuple(shape[1:]) != tuple(s.shape[extra_dims:]):
+            raise ValueError(f"{what}: expected a leaf of shape [B, *{tuple(s.shape[extra_dims:])}]"
+                             f", got {tuple(shape)}")
+        sizes.add(shape[0])
+
+    jax.tree.map(check, storage, items)
+    if len(sizes) != 1:
+        raise ValueError(f"{what}: leaves disagree on the batch size: {sorted(sizes)}")
+    return sizes.pop()
+
+
+def _write(storage: PyTree, items: PyTree, rows: Array) -> PyTree:
+    return jax.tree.map(
+        lambda s, x: s.at[rows].set(jnp.asarray(x).astype(s.dtype), unique_indices=True),
+        storage, items)
+
+
+def _add_rows(state, items: PyTree, capacity: int, what: str):
+    """Write ``items`` (``[B, ...]``, ``B <= capacity``) at rows ``(position +
+    arange(B)) % capacity``; returns ``(state, rows)``."""
+    b = _leading_size(state.storage, items, 1, what)
+    if b > capacity:
+        raise ValueError(f"{what}: cannot add {b} items at once to a buffer of capacity "
+                         f"{capacity}; raise the capacity or add fewer items per call")
+    rows = (state.position + jnp.arange(b, dtype=jnp.int32)) % capacity
+    state = state.replace(storage=_write(state.storage, items, rows),
+                          position=(state.position + b) % capacity,
+                          size=jnp.minimum(state.size + b, capacity))
+    return state, rows
+
+
+def _zero_counters() -> tuple[Array, Array]:
+    return jnp.zeros((), jnp.int32), jnp.zeros((), jnp.int32)
+
+
+# ----------------------------------------------------------------------------- uniform
+
+
+def uniform_buffer(capacity: int, *, check_memory: bool = True) -> ReplayBuffer:
+    """A circular buffer of ``capacity`` items, sampled uniformly with replacement.
+
+    ``add`` accepts any batch ``B <= capacity`` (``B`` need not divide the
+    capacity: slots are ``(position + arange(B)) % capacity``); ``B >
+    capacity`` raises ``ValueError`` at trace time. ``sample`` draws from the
+    ``size`` filled slots only; on an empty buffer it returns slot 0 (zeros) --
+    check ``can_sample`` (``size >= batch_size``) first.
+    """
+    capacity = _positive_int(capacity, "capacity")
+
+    def init(item: PyTree) -> BufferState:
+        if check_memory:
+            check_buffer_memory(item, capacity)
+        return BufferState(_zeros(item, (capacity,)), *_zero_counters())
+
+    def add(state: BufferState, items: PyTree) -> BufferState:
+        return _add_rows(state, items, capacity, "uniform_buffer.add")[0]
+
+    def sample(state: BufferState, key: PRNGKey, batch_size: int, beta=None) -> Sample:
+        del beta  # uniform: all weights are one
+        batch_size = _positive_int(batch_size, "batch_size")
+        idx = jax.random.randint(key, (batch_size,), 0, jnp.maximum(state.size, 1), jnp.int32)
+        items = jax.tree.map(lambda s: s[idx], state.storage)
+        return Sample(items, idx, jnp.ones((batch_size,), jnp.float32))
+
+    def can_sample(state: BufferState, batch_size: int) -> Array:
+        return state.size >= batch_size
+
+    return ReplayBuffer(init, add, sample, None, can_sample)
+
+
+# ----------------------------------------------------------------------------- sum tree
+
+
+def _tree_set(tree: Array, slots: Array, values: Array, leaves: int) -> Array:
+    """Set leaves ``slots`` to ``values`` and recompute their ancestors, one
+    tree level per loop step (O(B log P)). Parents are recomputed from their
+    children, never incremented, so float error does not accumulate and
+    duplicate slots leave a consistent tree."""
+    depth = leaves.bit_length() - 1
+    node = slots.astype(jnp.int32) + leaves
+    tree = tree.at[node].set(values.astype(tree.dtype))
+    tree, _ = jax.lax.fori_loop(0, depth, _climb, (tree, node))
+    return tree
+
+
+def _climb(_, carry: tuple[Array, Array]) -> tuple[Array, Array]:
+    """One level up: recompute the parents of ``node`` from their children."""
+    tree, node = carry
+    node = node // 2
+    return tree.at[node].set(tree[2 * node] + tree[2 * node + 1]), node
+
+
+def _tree_find(tree: Array, mass: Array, leaves: int) -> Array:
+    """Leaf slot holding cumulative ``mass`` (``[B]``): descend from the root,
+    one level per loop step, never into a zero-mass subtree. O(B log P)."""
+    depth = leaves.bit_length() - 1
+
+    def descend(_, carry):
+        node, mass = carry
+        left, right = tree[2 * node], tree[2 * node + 1]
+        go_right = (right > 0) & ((mass >= left) | (left <= 0))
+        return 2 * node + go_right, jnp.where(go_right, mass - left, mass)
+
+    node0 = jnp.ones(mass.shape, jnp.int32)
+    node, _ = jax.lax.fori_loop(0, depth, descend, (node0, mass))
+    return node - leaves
+
+
+# ----------------------------------------------------------------------------- prioritised
+
+
+def prioritized_buffer(capacity: int, alpha: float = 0.6, beta: float = 0.4, eps: float = 1e-6,
+                       *, check_memory: bool = True) -> ReplayBuffer:
+    """Proportional prioritised replay (Schaul et al., 2016) over a sum tree.
+
+        stored_i = (|p_i| + eps) ** alpha,    P(i) = stored_i / sum_j stored_j
+        w_i = (N * P(i)) ** -beta / max_{j in batch} (N * P(j)) ** -beta
+
+    with ``N`` the number of filled slots. Weights are normalised by the
+    largest weight **in the sampled batch** (O(batch), no min-tree), so they
+    lie in ``(0, 1]``. ``alpha`` is fixed here; ``beta`` is the default for
+    ``sample(state, key, batch_size, beta=None)``, which takes a traced
+    ``beta`` to anneal it.
+
+    The sum tree is a flat float32 array of ``2 * P`` (``P`` the next power
+    of two >= capacity): node 1 is the root, node ``k`` has children ``2k``
+    and ``2k + 1``, slot ``i`` is leaf ``P + i``; unused leaves hold 0. New
+    items enter at the largest priority seen so far (``max_priority``, 1
+    initially, never decreasing). Sampling is stratified: the total mass is
+    cut into ``batch_size`` equal segments, one uniform draw in each, each
+    located by an O(log P) descent (a ``fori_loop`` over the depth, vectorised
+    over the batch); so samples come out in slot order -- permute them if you
+    split the batch. ``update_priorities(state, indices, priorities)`` takes
+    raw priorities (e.g. |TD error|, abs taken); if an index repeats, one of
+    its priorities is kept.
+    """
+    capacity = _positive_int(capacity, "capacity")
+    for name, value in (("alpha", alpha), ("beta", beta), ("eps", eps)):
+        if not np.isfinite(value) or value < 0:
+            raise ValueError(f"{name} must be a finite number >= 0, got {value!r}")
+    leaves = sum_tree_size(capacity) // 2
+    default_beta = float(beta)
+
+    def init(item: PyTree) -> PrioritizedBufferState:
+        if check_memory:
+            check_buffer_memory(item, capacity, prioritized=True)
+        tree = jnp.zeros((2 * leaves,), jnp.float32)
+        return PrioritizedBufferState(_zeros(item, (capacity,)), *_zero_counters(), tree,
+                                      max_priority=jnp.ones((), jnp.float32))
+
+    def add(state: PrioritizedBufferState, items: PyTree) -> PrioritizedBufferState:
+        state, rows = _add_rows(state, items, capacity, "prioritized_buffer.add")
+        values = jnp.full(rows.shape, state.max_priority ** alpha, jnp.float32)
+        return state.replace(tree=_tree_set(state.tree, rows, values, leaves))
+
+    def sample(state: PrioritizedBufferState, key: PRNGKey, batch_size: int, beta=None) -> Sample:
+        batch_size = _positive_int(batch_size, "batch_size")
+        beta = default_beta if beta is None else beta
+        total = state.tree[1]
+        u = jax.random.uniform(key, (batch_size,), jnp.float32)
+        mass = (jnp.arange(batch_size, dtype=jnp.float32) + u) * (total / batch_size)
+        idx = jnp.clip(_tree_find(state.tree, mass, leaves), 0, capacity - 1)
+        leaf = jnp.maximum(state.tree[leaves + idx], jnp.finfo(jnp.float32).tiny)
+        n = jnp.maximum(state.size, 1).astype(jnp.float32)
+        log_w = -jnp.asarray(beta, jnp.float32) * (jnp.log(n) + jnp.log(leaf) - jnp.log(total))
+        weights = jnp.where(total > 0, jnp.exp(log_w - log_w.max()), 1.0)
+        items = jax.tree.map(lambda s: s[idx], state.storage)
+        return Sample(items, idx, weights.astype(jnp.float32))
+
+    def update_priorities(state: PrioritizedBufferState, indices: Array,
+                          priorities: Array) -> PrioritizedBufferState:
+        p = jnp.abs(jnp.asarray(priorities, jnp.float32)) + eps
+        tree = _tree_set(state.tree, jnp.asarray(indices, jnp.int32), p ** alpha, leaves)
+        return state.replace(tree=tree, max_priority=jnp.maximum(state.max_priority, p.max()))
+
+    def can_sample(state: PrioritizedBufferState, batch_size: int) -> Array:
+        return state.size >= batch_size
+
+    return ReplayBuffer(init, add, sample, update_priorities, can_sample)
+
+
+# ----------------------------------------------------------------------------- trajectory
+
+
+def trajectory_buffer(capacity_steps: int, num_envs: int, sequence_length: int, *,
+                      check_memory: bool = True) -> ReplayBuffer:
+    """A time-major buffer ``[T_capacity, N, ...]`` sampled as contiguous sequences.
+
+    ``capacity_steps`` is ``T_capacity``, the time steps kept **per env**
+    (``capacity_steps * num_envs`` transitions in all). ``init(item)`` takes one
+    env's unbatched example. ``add(state, items)`` takes one step of the N envs
+    (leaves ``[N, ...]``) or a time-major rollout (``[T, N, ...]``, ``T <=
+    capacity_steps``), written at time rows ``(position + arange(T)) %
+    T_capacity``. ``sample(state, key, batch_size)`` returns items
+    ``[batch_size, sequence_length, ...]`` (batch-major; transpose for
+    time-major losses), each sequence from one env and in time order;
+    ``indices`` is ``start_row * num_envs + env``, weights are ones.
+
+    Sequences never cross the write pointer: with ``size`` rows filled, the
+    oldest is row ``(position - size) % T_capacity`` and a sequence starts at
+    one of the ``size - sequence_length + 1`` oldest rows in time order, so its
+    rows are all written and its last row is at most the newest one (the row
+    before ``position``); it may wrap around the end of the array, never past
+    the newest step into the oldest. Sequences may span episode ends; the
+    ``terminated``/``truncated`` flags inside them mark where.
+    ``can_sample`` is ``size >= sequence_length`` and at least ``batch_size``
+    distinct (start, env) pairs.
+    """
+    capacity_steps = _positive_int(capacity_steps, "capacity_steps")
+    num_envs = _positive_int(num_envs, "num_envs")
+    sequence_length = _positive_int(sequence_length, "sequence_length")
+    if sequence_length > capacity_steps:
+        raise ValueError(
+            f"sequence_length {sequence_length} exceeds capacity_steps {capacity_steps}")
+
+    def init(item: PyTree) -> BufferState:
+        if check_memory:
+            check_buffer_memory(item, capacity_steps * num_envs)
+        return BufferState(_zeros(item, (capacity_steps, num_envs)), *_zero_counters())
+
+    def add(state: BufferState, items: PyTree) -> BufferState:
+        leaf_s, leaf_x = jax.tree.leaves(state.storage)[0], jax.tree.leaves(items)[0]
+        if jnp.ndim(leaf_x) == leaf_s.ndim - 1:  # one step [N, ...]
+            items = jax.tree.map(lambda x: jnp.asarray(x)[None], items)
+        what = "trajectory_buffer.add ([N, ...] or [T, N, ...])"
+        return _add_rows(state, items, capacity_steps, what)[0]
+
+    def sample(state: BufferState, key: PRNGKey, batch_size: int, beta=None) -> Sample:
+        del beta
+        batch_size = _positive_int(batch_size, "batch_size")
+        k_start, k_env = jax.random.split(key)
+        num_starts = jnp.maximum(state.size - sequence_length + 1, 1)
+        oldest = (state.position - state.size) % capacity_steps
+        offset = jax.random.randint(k_start, (batch_size,), 0, num_starts, jnp.int32)
+        start = (oldest + offset) % capacity_steps
+        env = jax.random.randint(k_env, (batch_size,), 0, num_envs, jnp.int32)
+        rows = (start[:, None] + jnp.arange(sequence_length, dtype=jnp.int32)) % capacity_steps
+        items = jax.tree.map(lambda s: s[rows, env[:, None]], state.storage)  # [B, L, ...]
+        return Sample(items, start * num_envs + env, jnp.ones((batch_size,), jnp.float32))
+
+    def can_sample(state: BufferState, batch_size: int) -> Array:
+        starts = state.size - sequence_length + 1
+        return (starts >= 1) & (starts * num_envs >= batch_size)
+
+    return ReplayBuffer(init, add, sample, None, can_sample)
+
+
+# ----------------------------------------------------------------------------- n-step
+
+
+@struct.dataclass
+class NStepState:
+    """The accumulator's window of the last n pushed steps."""
+
+    window: Transition  # [n, N, ...] ring of pushed steps; push c (0-based) is at row c % n
+    count: Array  # [] int32 pushes so far (kept in [n, 2n) once the window is full)
+
+
+@struct.dataclass
+class NStepTransition:
+    """An n-step transition from start step ``s`` over ``m <= n`` steps (``m < n``
+    where the episode ended within the window); store it in a buffer as is.
+
+    Target for a learner: ``reward + discount * V(next_observation)``.
+    """
+
+    observation: PyTree  # [N, *obs_shape] o_s
+    action: Array  # [N, *act_shape] a_s
+    reward: Array  # [N] float32 sum_{k<m} gamma^k r_{s+k}
+    discount: Array  # [N] float32 gamma^m, 0 if step s+m-1 terminated
+    next_observation: PyTree  # [N, *obs_shape] successor of step s+m-1 (final obs at an end)
+    terminated: Array  # [N] bool step s+m-1 terminated
+    truncated: Array  # [N] bool step s+m-1 was truncated
+    steps: Array  # [N] int32 m, the number of rewards summed
+    extras: dict[str, Any] = struct.field(default_factory=dict)  # step s's extras (act_info)
+
+
+class NStepAccumulator(NamedTuple):
+    """``init(transition) -> NStepState`` (an ``[N, ...]`` example, shapes only) and
+    ``push(state, transition, gamma=None) -> (state, NStepTransition, valid)``."""
+
+    init: Callable[[Transition], NStepState]
+    push: Callable[..., tuple[NStepState, NStepTransition, Array]]
+
+
+def nstep_accumulator(n: int, gamma: float | Array) -> NStepAccumulator:
+    """Build n-step transitions inside the compiled loop, one step of N envs at a time.
+
+    ``push(state, transition, gamma=None)`` takes the ``Transition`` of step
+    ``t`` (leaves ``[N, ...]``, ``reward``/``terminated``/``truncated`` ``[N]``)
+    and returns, for each env, the :class:`NStepTransition` that starts at
+    ``s = t - n + 1``:
+
+        m        = min(n, j - s + 1),   j >= s the first step with an episode end
+        reward   = sum_{k<m} gamma^k r_{s+k}
+        discount = gamma^m * (1 - terminated_{s+m-1})
+        next_observation = next_observation_{s+m-1}
+
+    So a termination stops the sum and the bootstrap, a truncation stops the
+    sum and bootstraps from that episode's final observation (the
+    ``next_observation`` AutoReset's ``final_observation`` gives), and the
+    next episode's steps never enter the sum. Every start step is emitted
+    exactly once, n-1 pushes after it (the n-1 starts before an episode end
+    get shorter sums; the last n-1 starts of the stream wait for more pushes), so
+    ``reward + discount * V(next_observation)`` equals
+    :func:`jrl.returns.n_step_returns`' target for that start.
+
+    ``valid`` (``[N]`` bool) is False for the first ``n - 1`` pushes (the window
+    is not full yet); warm up with n-1 pushes before adding to a buffer, or
+    gate the add on ``valid``. ``gamma`` may be traced: the factory's value is
+    the default, ``push(..., gamma=g)`` overrides it (e.g. from
+    ``agent_state.hparams``). O(n) work per push.
+    """
+    n = _positive_int(n, "n")
+    if isinstance(gamma, (int, float)) and not 0.0 <= gamma <= 1.0:
+        raise ValueError(f"gamma must be in [0, 1], got {gamma!r}")
+    default_gamma = gamma
+
+    def init(transition: Transition) -> NStepState:
+        reward_shape = _spec(transition.reward).shape
+        if len(reward_shape) != 1:
+            raise ValueError("nstep_accumulator.init expects one step of N envs (reward of shape "
+                             f"[N]), got a reward of shape {reward_shape}")
+        return NStepState(_zeros(transition, (n,)), jnp.zeros((), jnp.int32))
+
+    def push(state: NStepState, transition: Transition,
+             gamma: float | Array | None = None) -> tuple[NStepState, NStepTransition, Array]:
+        g = jnp.asarray(default_gamma if gamma is None else gamma, jnp.float32)
+        row = state.count % n
+        window = jax.tree.map(lambda w, x: w.at[row].set(jnp.asarray(x).astype(w.dtype)),
+                              state.window, transition)
+        count = state.count + 1
+        count = jnp.where(count >= 2 * n, count - n, count)  # same row and validity, no overflow
+        order = (count + jnp.arange(n, dtype=jnp.int32)) % n  # window rows, oldest (step s) first
+        term = window.terminated[order].astype(bool)  # [n, N]
+        done = (term | window.truncated[order].astype(bool)).astype(jnp.int32)
+        included = (jnp.cumsum(done, axis=0) - done) == 0  # no episode end before step s+k
+        m = included.sum(axis=0).astype(jnp.int32)  # [N] in 1..n
+        powers = g ** jnp.arange(n + 1, dtype=jnp.float32)  # gamma^0 .. gamma^n
+        reward = (powers[:n, None] * window.reward[order] * included).sum(axis=0)
+        last, envs = order[m - 1], jnp.arange(m.shape[0])  # row of step s+m-1 per env
+        term_last = window.terminated[last, envs].astype(bool)
+        out = NStepTransition(
+            observation=jax.tree.map(lambda x: x[order[0]], window.observation),
+            action=jax.tree.map(lambda x: x[order[0]], window.action),
+            reward=reward.astype(jnp.float32),
+            discount=(powers[m] * (1.0 - term_last.astype(jnp.float32))),
+            next_observation=jax.tree.map(lambda x: x[last, envs], window.next_observation),
+            terminated=term_last,
+            truncated=window.truncated[last, envs].astype(bool),
+            steps=m,
+            extras=jax.tree.map(lambda x: x[order[0]], window.extras),
+        )
+        valid = jnp.broadcast_to(count >= n, m.shape)
+        return NStepState(window, count), out, valid
+
+    return NStepAccumulator(init, push)

@@ -1,0 +1,49 @@
+"""Worker for tests/test_distributed.py (run as a script in a subprocess).
+
+    python tests/dist_worker.py OUT.npz AGENT DEVICES [--fake-devices N] [--process-id I --num-processes P --coordinator A]
+
+Trains AGENT for a few iterations with the same global batch whatever the
+device count and saves the final parameters of every run.
+"""
+
+import argparse
+import os
+import sys
+
+p = argparse.ArgumentParser()
+p.add_argument("out")
+p.add_argument("agent")
+p.add_argument("devices", type=int)  # 0: the plain unsharded program
+p.add_argument("--fake-devices", type=int, default=1)
+p.add_argument("--process-id", type=int)
+p.add_argument("--num-processes", type=int)
+p.add_argument("--coordinator")
+p.add_argument("--total-steps", type=int, default=0)
+p.add_argument("--seeds", type=int, default=2)
+a = p.parse_args()
+os.environ["XLA_FLAGS"] = f"--xla_force_host_platform_device_count={a.fake_devices}"
+os.environ["JAX_PLATFORMS"] = "cpu"
+
+import jax  # noqa: E402
+import numpy as np  # noqa: E402
+
+if os.environ.get("JRL_TEST_COMPILE_CACHE"):  # share the test run's compilation cache
+    jax.config.update("jax_compilation_cache_dir", os.environ["JRL_TEST_COMPILE_CACHE"])
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.5)
+
+import jrl  # noqa: E402
+import jrl.distributed  # noqa: E402
+
+if a.num_processes:
+    jrl.distributed.initialize(a.coordinator, a.num_processes, a.process_id, timeout=60)
+
+SMALL = {"ppo": dict(num_envs=4, num_steps=32, total_steps=4 * 32 * 4),
+         "a2c": dict(num_envs=4, num_steps=8, total_steps=4 * 8 * 4)}
+overrides = dict(SMALL[a.agent])
+if a.total_steps:
+    overrides = {"total_steps": a.total_steps}
+res = jrl.train(a.agent, "CartPole-v1", seeds=a.seeds, seed=3, progress=False, devices=a.devices or None, **overrides)
+leaves = [np.asarray(x) for x in jax.tree.leaves(res.final_params)]
+np.savez(a.out, *leaves, final_returns=res.final_returns(), process=jax.process_index())
+print("done", jax.process_index(), jax.device_count(), res.summary(), flush=True)
+sys.exit(0)
