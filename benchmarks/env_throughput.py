@@ -331,7 +331,7 @@ def machine() -> str:
     )
 
 
-def section(rows: list[dict[str, Any]], cfg: Config, command: str) -> str:
+def section(rows: list[dict[str, Any]], cfg: Config, command: str, load: str) -> str:
     return f"""{HEADING}
 
 Environment steps per second (one env advanced one step = one step) of a
@@ -350,8 +350,12 @@ Measured {datetime.date.today().isoformat()} on {machine()}.
 - **Gymnasium Sync**: `gymnasium.vector.SyncVectorEnv` of `gymnasium.make(id)`,
   a Python loop with NumPy random actions (batch 4096 not run).
 - Rates are wall clock (best round). The CPU-time ratio divides steps per
-  CPU-second of this process, which background load on a shared machine
-  barely moves; where the two ratios disagree, the machine was busy.
+  CPU-second of this process: less sensitive to other processes than wall
+  clock, but XLA's worker threads on a busy 2-core machine still move it.
+  The compiled jrl and gymnax programs do the same work (same HLO ops,
+  flops and bytes), so ratios away from 1.00x here are measurement noise;
+  rerun on an idle machine for finer comparisons. 1-minute load average
+  during this run: {load}.
 - A JAX call runs the same number of steps for both libraries: {
         ", ".join(f"{cfg.jax_steps(b)} iterations at B={b}" for b in cfg.batches)
     }.
@@ -398,9 +402,11 @@ def main(argv: list[str] | None = None) -> None:
     cfg = Config(
         quick=args.quick, repeats=args.repeats or (2 if args.quick else 15), batches=batches
     )
+    load_before = os.getloadavg()[0]
     rows = measure(cfg)
+    load = f"{load_before:.1f} at the start, {os.getloadavg()[0]:.1f} at the end"
     command = "python benchmarks/env_throughput.py" + (" --quick" if args.quick else "")
-    text = section(rows, cfg, command)
+    text = section(rows, cfg, command, load)
     print()
     print(text)
     output = (

@@ -119,8 +119,8 @@ def cmd_train(args: Sequence[str]) -> int:
         overwrite: bool = False
         """Replace a run already in --out."""
         sweep: tuple[str, ...] = ()
-        """Sweep a hyperparameter in the same program: FIELD=v1,v2 (learning_rate, gamma, gae_lambda,
-        clip_eps, ent_coef, vf_coef)."""
+        """Sweep a hyperparameter in the same program: FIELD=v1,v2 (a field of the agent's SWEEPABLE,
+        e.g. learning_rate or gamma)."""
         num_reports: int = 20
         """Progress reports (chunks) over the run."""
         quiet: bool = False
@@ -134,6 +134,8 @@ def cmd_train(args: Sequence[str]) -> int:
         """Multi-host: this process's index, 0 .. num_processes-1."""
         coordinator: str | None = None
         """Multi-host: HOST:PORT of process 0."""
+        multihost: bool = False
+        """Multi-host with jax's cluster auto-detection (TPU pods, SLURM, Open MPI): no other flags needed."""
         debug: bool = False
         """Show tracebacks on errors."""
 
@@ -144,7 +146,7 @@ def cmd_train(args: Sequence[str]) -> int:
                  if getattr(ns.config, f.name) != getattr(preset, f.name)}
     out = ns.out or f"runs/{agent}-{env_id.replace(':', '_')}-seed{ns.seed}"
     try:
-        if ns.num_processes is not None or ns.coordinator is not None or ns.process_id is not None:
+        if ns.multihost or any(v is not None for v in (ns.num_processes, ns.coordinator, ns.process_id)):
             import jrl.distributed
 
             jrl.distributed.initialize(ns.coordinator, ns.num_processes, ns.process_id)
