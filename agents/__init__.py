@@ -13,6 +13,7 @@ from types import ModuleType
 AGENTS: dict[str, tuple[str, str]] = {
     "ppo": ("jrl.agents.ppo", "PPOConfig"),
     "a2c": ("jrl.agents.a2c", "A2CConfig"),
+    "dqn": ("jrl.agents.dqn", "DQNConfig"),
 }
 """Agent name -> (module, config class name)."""
 

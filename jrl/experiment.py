@@ -297,7 +297,8 @@ def train(
       seeds: independent runs per swept value (vmapped).
       seed: base seed; run i uses ``split(key(seed), seeds)[i]``.
       sweep: sweepable config field -> values; every value is trained for
-        every seed, in the same compiled program (``jrl.actor_critic.SWEEPABLE``).
+        every seed, in the same compiled program (the agent module's ``SWEEPABLE``,
+        default ``jrl.actor_critic.SWEEPABLE``).
       out: run folder to write (refuses a folder holding another run unless
         ``overwrite``).
       num_reports: progress reports / chunks over the run.
@@ -316,8 +317,9 @@ def train(
     config = make_config(agent, env, **overrides)
     sweep = {k: [float(v) for v in vs] for k, vs in (sweep or {}).items()}
     module, _ = _agents().get(agent)
-    from jrl.actor_critic import SWEEPABLE
+    from jrl import actor_critic
 
+    SWEEPABLE = getattr(module, "SWEEPABLE", actor_critic.SWEEPABLE)  # the agent's own hparams fields
     bad = sorted(set(sweep) - set(SWEEPABLE))
     if bad:
         raise ValueError(f"cannot sweep {bad} in one program: sweepable fields are {list(SWEEPABLE)}")
