@@ -97,13 +97,8 @@ def make_actor_critic(
     def act(state: ActorCriticState, obs, key: PRNGKey):
         """``obs [N, ...] -> action [N, ...]``; one key per env (see jrl.parallel.local_keys)."""
         num = jax.tree.leaves(obs)[0].shape[0]
-
-        def act_one(o, k):
-            dist, value = network.apply(state.params, jax.tree.map(lambda x: x[None], o))
-            action, log_prob = dist.sample_and_log_prob(k)
-            return action[0], log_prob[0], value[0]
-
-        action, log_prob, value = jax.vmap(act_one)(obs, parallel.local_keys(key, num))
+        dist, value = network.apply(state.params, obs)  # one batched forward pass
+        action, log_prob = jax.vmap(lambda d, k: d.sample_and_log_prob(k))(dist, parallel.local_keys(key, num))
         return action, {"log_prob": log_prob, "value": value}
 
     def policy(params, obs, key: PRNGKey):

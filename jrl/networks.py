@@ -91,8 +91,9 @@ class PolicyHead(nn.Module):
             log_std = self.param("log_std", nn.initializers.constant(self.init_log_std), (dim,))
             log_std = jnp.broadcast_to(log_std, mean.shape)
             if self.continuous == "tanh_normal":
-                return distributions.TanhNormal(mean, log_std, low=jnp.asarray(space.low.reshape(-1), jnp.float32),
-                                                high=jnp.asarray(space.high.reshape(-1), jnp.float32))
+                low = jnp.broadcast_to(jnp.asarray(space.low.reshape(-1), jnp.float32), mean.shape)
+                high = jnp.broadcast_to(jnp.asarray(space.high.reshape(-1), jnp.float32), mean.shape)
+                return distributions.TanhNormal(mean, log_std, low=low, high=high)  # every leaf batched like mean
             return distributions.Normal(mean, log_std)
         raise TypeError(f"no policy head for action space {space!r}")
 
