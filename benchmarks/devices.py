@@ -78,8 +78,8 @@ def main() -> None:
             f"{steps:,} steps per seed, best of {1 if a.quick else a.repeats} runs (compile excluded). Reproduce with:\n\n"
             f"    python benchmarks/devices.py --write\n\nMeasured {time.strftime('%Y-%m-%d')}, 2-core CPU, "
             f"jax {jax.__version__}, load average {load:.1f} at the end.\n\n{table}\n\n"
-            "The sharded program on one device costs the shard_map path's overhead (target <= 5%); fake devices "
-            "share the same two cores, so more of them cannot be faster here.\n")
+            "The sharded program on one device measures the shard_map path's overhead (target <= 5%). Two fake "
+            "devices can use both cores; more share the same two cores.\n")
     print(text)
     if a.write:
         path = Path(__file__).resolve().parent.parent / "BENCHMARKS.md"

@@ -54,6 +54,7 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
+import math
 import os
 import platform
 import re
@@ -87,17 +88,17 @@ REFERENCE = {1: {"compile": 3.4, "run": 3.3}, 16: {"run_per_seed": 2.3}}
 def _first_reach(mean_return, num_iterations):
     """1-based first iteration whose mean return is >= TARGET_RETURN, or None."""
     for i, r in enumerate(mean_return):
-        if r == r and r >= TARGET_RETURN:  # r == r: not NaN
+        if r is not None and not math.isnan(r) and r >= TARGET_RETURN:
             return i + 1
     return None
 
 
 def worker_jrl(seeds: int, total_steps: int, num_reports: int, seed: int) -> dict:
     import jax
-    import numpy as np
-
     import jrl.agents
     import jrl.envs
+    import numpy as np
+
     from jrl.experiment import make_config
     from jrl.run import anakin
 
@@ -144,20 +145,21 @@ def worker_jrl(seeds: int, total_steps: int, num_reports: int, seed: int) -> dic
         "steps_per_run": res.env_steps_per_run, "compile": res.compile_seconds, "run": res.run_seconds,
         "compile_cpu": compile_cpu[0], "init": init_s, "init_cpu": init_cpu, "wall": wall,
         "reached": _first_reach(mean.tolist(), config.num_iterations), "final_return": final,
-        "mean_return": [None if x != x else float(x) for x in mean.tolist()],
+        "mean_return": [None if math.isnan(x) else float(x) for x in mean.tolist()],
         "jax": jax.__version__, "load": os.getloadavg()[0],
     }
 
 
 def worker_rejax(seeds: int, total_steps: int, num_reports: int, seed: int, plain: bool = False) -> dict:
     del num_reports
+    from importlib.metadata import version
+
     import gymnax
     import jax
     import jax.numpy as jnp
     import numpy as np
     import rejax
     from flax import struct
-    from importlib.metadata import version
 
     t_start = time.perf_counter()
     c = CONFIG
@@ -212,9 +214,9 @@ def worker_rejax(seeds: int, total_steps: int, num_reports: int, seed: int, plai
         agent_kwargs={"activation": c["activation"], "hidden_layer_sizes": c["hidden_sizes"]},
     )
     if plain:
-        callback = lambda algo, ts, rng: jnp.zeros((), jnp.float32)  # noqa: E731
+        callback = lambda algo, ts, rng: jnp.zeros((), jnp.float32)
     else:
-        callback = lambda algo, ts, rng: (ts.env_state.finished_return_sum.sum(),  # noqa: E731
+        callback = lambda algo, ts, rng: (ts.env_state.finished_return_sum.sum(),
                                           ts.env_state.finished_count.sum())
     algo = algo.replace(eval_callback=callback)
     keys = jax.random.split(jax.random.PRNGKey(seed), seeds)
@@ -246,7 +248,7 @@ def worker_rejax(seeds: int, total_steps: int, num_reports: int, seed: int, plai
             mean = np.nanmean(per_iter, axis=0)
             final = float(np.nanmean(per_iter[:, -max(1, per_iter.shape[1] // 20):]))
         reached = _first_reach(mean.tolist(), num_iterations)
-        mean_list = [None if x != x else float(x) for x in mean.tolist()]
+        mean_list = [None if math.isnan(x) else float(x) for x in mean.tolist()]
     return {
         "library": "rejax (plain)" if plain else "rejax", "seeds": seeds, "num_iterations": num_iterations,
         "steps_per_run": num_iterations * batch, "compile": compile_s, "run": run_s,
@@ -269,7 +271,8 @@ def run_worker(python: str, library: str, seeds: int, total_steps: int, num_repo
            "--total-steps", str(total_steps), "--num-reports", str(num_reports), "--seed", str(seed)]
     env = {**os.environ, "PYTHONPATH": ""} if library.startswith("rejax") else dict(os.environ)
     try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env, cwd=REPO)
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env, cwd=REPO,
+                              check=False)
     except subprocess.TimeoutExpired:
         return f"timed out after {timeout:.0f} s"
     for line in reversed(proc.stdout.splitlines()):
@@ -285,6 +288,8 @@ def best(results: list[dict]) -> dict:
     out["compile"] = min(r["compile"] for r in results)
     cpus = [r["compile_cpu"] for r in results if r.get("compile_cpu") is not None]
     out["compile_cpu"] = min(cpus) if cpus else None
+    inits = [r["init"] for r in results if r.get("init") is not None]
+    out["init"] = min(inits) if inits else None
     out["load_range"] = (min(r["load"] for r in results), max(r["load"] for r in results))
     out["repeats"] = len(results)
     out["all_compile"] = [round(r["compile"], 2) for r in results]
@@ -306,18 +311,22 @@ def _rate(x: float) -> str:
     return f"{x / 1e6:.2f} M" if x >= 1e6 else f"{x / 1e3:.0f} k"
 
 
-def make_table(rows: dict[tuple[str, int], dict], seeds_list: list[int], quick: bool) -> str:
-    head = ("| library | seeds | compile s (CPU s) | run s | steps/s | run s / seed | time to 475 s (iteration) "
-            "| final return | vs PureJaxRL ref | jrl / rejax |\n"
-            "|---|---:|---:|---:|---:|---:|---:|---:|---|---|")
-    lines = [head]
+def _ref_run(ref: dict, seeds: int) -> float:
+    return ref["run"] if "run" in ref else ref["run_per_seed"] * seeds
+
+
+def make_tables(rows: dict[tuple[str, int], dict], seeds_list: list[int], quick: bool) -> str:
+    """The measurements table and the ratios table (markdown)."""
+    lines = [("| library | seeds | compile s | compile CPU s | init s | run s | steps/s | run s / seed "
+              "| time to 475 s (iteration) | final return |"),
+             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for seeds in seeds_list:
         ref = None if quick else REFERENCE.get(seeds)
         if ref is not None:
-            run_ref = ref.get("run", ref.get("run_per_seed", 0) * seeds)
-            rate = CONFIG["total_steps"] * seeds / run_ref
-            lines.append(f"| PureJaxRL (reference) | {seeds} | {_f(ref.get('compile'))} | "
-                         f"{_f(ref.get('run'))} | ~{_rate(rate)} | {run_ref / seeds:.2f} | – | – | – | – |")
+            run_ref = _ref_run(ref, seeds)
+            lines.append(f"| PureJaxRL (reference) | {seeds} | {_f(ref.get('compile'))} | – | – | "
+                         f"{_f(ref.get('run'))} | ~{_rate(CONFIG['total_steps'] * seeds / run_ref)} | "
+                         f"{run_ref / seeds:.2f} | – | – |")
         for lib in ("jrl", "rejax", "rejax (plain)"):
             r = rows.get((lib, seeds))
             if r is None:
@@ -325,35 +334,42 @@ def make_table(rows: dict[tuple[str, int], dict], seeds_list: list[int], quick: 
             if isinstance(r, str):
                 lines.append(f"| {lib} | {seeds} | failed: {r} | | | | | | | |")
                 continue
-            rate = r["steps_per_run"] * seeds / r["run"]
             t = time_to_target(r)
-            reach = f"{t:.1f} ({r['reached']})" if t is not None else "not reached"
-            cpu = f" ({r['compile_cpu']:.1f})" if r.get("compile_cpu") is not None else ""
-            vs_ref = "–"
-            if ref is not None:
-                parts = []
-                if "compile" in ref:
-                    parts.append(f"compile {r['compile'] / ref['compile']:.1f}x")
-                run_ref = ref.get("run", ref.get("run_per_seed", 0) * seeds)
-                parts.append(f"run {r['run'] / run_ref:.1f}x")
-                vs_ref = ", ".join(parts) + " (time; >1 = slower)"
-            vs_rejax = "–"
-            other = rows.get(("rejax", seeds))
-            if lib == "jrl" and isinstance(other, dict):
-                vs_rejax = (f"steps/s {other['run'] / r['run']:.2f}x, compile {r['compile'] / other['compile']:.1f}x "
-                            "time")
-                t_other = time_to_target(other)
-                if t is not None and t_other is not None:
-                    vs_rejax += f", to-475 {t / t_other:.2f}x time"
-            lines.append(f"| {lib} | {seeds} | {r['compile']:.1f}{cpu} | {r['run']:.1f} | {_rate(rate)} | "
-                         f"{r['run'] / seeds:.2f} | {reach} | {_f(r.get('final_return'))} | {vs_ref} | {vs_rejax} |")
-    return "\n".join(lines)
+            reach = f"{t:.1f} ({r['reached']})" if t is not None else ("not reached" if r["mean_return"] else "–")
+            init = _f(r.get("init")) if lib == "jrl" else "(in run)"
+            lines.append(f"| {lib} | {seeds} | {r['compile']:.1f} | {_f(r.get('compile_cpu'))} | {init} | "
+                         f"{r['run']:.1f} | {_rate(r['steps_per_run'] * seeds / r['run'])} | {r['run'] / seeds:.2f} | "
+                         f"{reach} | {_f(r.get('final_return'))} |")
+
+    ratio = [("| seeds | jrl / PureJaxRL ref: compile | jrl / PureJaxRL ref: run s per seed "
+              "| jrl / rejax: steps/s | jrl / rejax: run s per seed | jrl / rejax: compile "
+              "| jrl / rejax: compile (jrl + init) | jrl / rejax: (compile + init + run) per seed "
+              "| jrl / rejax: time to 475 |"),
+             "|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for seeds in seeds_list:
+        j, x = rows.get(("jrl", seeds)), rows.get(("rejax", seeds))
+        if not isinstance(j, dict):
+            continue
+        ref = None if quick else REFERENCE.get(seeds)
+        c_ref = f"{j['compile'] / ref['compile']:.2f}x" if ref and "compile" in ref else "–"
+        r_ref = f"{(j['run'] / seeds) / (_ref_run(ref, seeds) / seeds):.2f}x" if ref else "–"
+        cells = ["–"] * 6
+        if isinstance(x, dict):
+            tj, tx = time_to_target(j), time_to_target(x)
+            init = j.get("init") or 0.0  # rejax initialises inside its compiled program
+            cells = [f"{x['run'] / j['run']:.2f}x", f"{j['run'] / x['run']:.2f}x", f"{j['compile'] / x['compile']:.2f}x",
+                     f"{(j['compile'] + init) / x['compile']:.2f}x",
+                     f"{(j['compile'] + init + j['run']) / (x['compile'] + x['run']):.2f}x",
+                     f"{tj / tx:.2f}x" if tj is not None and tx is not None else "–"]
+        ratio.append(f"| {seeds} | {c_ref} | {r_ref} | " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n\nRatios (times: < 1 means jrl takes less time; steps/s: > 1 means jrl is faster):\n\n" \
+        + "\n".join(ratio)
 
 
 def write_section(path: Path, text: str) -> None:
     """Replaces the section under HEADING in ``path`` (or appends it), keeping the others."""
     old = path.read_text() if path.exists() else "# Benchmarks\n"
-    pattern = re.compile(rf"^{re.escape(HEADING)}\n.*?(?=^## |\Z)", re.S | re.M)
+    pattern = re.compile(rf"^{re.escape(HEADING)}\n.*?(?=^## |\Z)", re.DOTALL | re.MULTILINE)
     if pattern.search(old):
         new = pattern.sub(lambda _: text.rstrip("\n") + "\n\n", old, count=1)
     else:
@@ -373,11 +389,13 @@ def main(argv=None) -> None:
     parser.add_argument("--rejax-python", default=DEFAULT_REJAX_PYTHON,
                         help="interpreter with rejax installed (skipped if absent)")
     parser.add_argument("--rejax-plain", action="store_true",
-                        help="also time rejax without the return tracker (no per-iteration callback output)")
+                        help="also time rejax without the return tracker and per-iteration callback")
     parser.add_argument("--timeout", type=float, default=1800, help="seconds per worker")
     parser.add_argument("--output", type=Path, help="markdown file to update (default BENCHMARKS.md; quick: none)")
-    parser.add_argument("--no-write", action="store_true", help="print the table only")
+    parser.add_argument("--no-write", action="store_true", help="print the tables only")
     parser.add_argument("--json", type=Path, help="also dump every measurement here")
+    parser.add_argument("--from-json", type=Path, nargs="+",
+                        help="measure nothing: render the tables from earlier --json dumps (merged in order)")
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
 
@@ -391,92 +409,116 @@ def main(argv=None) -> None:
         print(json.dumps(out))
         return
 
-    seeds_list = args.seeds or ([1, 4] if args.quick else [1, 16, 64])
     repeats = args.repeats or (1 if args.quick else 3)
-    libraries = ["jrl"]
     rejax_note = None
-    if Path(args.rejax_python).exists():
-        libraries.append("rejax")
-        if args.rejax_plain:
-            libraries.append("rejax-plain")
-    else:
-        rejax_note = f"rejax skipped: {args.rejax_python} not found (see --rejax-python)"
-        print(rejax_note, file=sys.stderr)
-
     measured: dict[tuple[str, int], list] = {}
-    for seeds in seeds_list:
-        for rep in range(repeats):
-            for lib in libraries:
-                python = sys.executable if lib == "jrl" else args.rejax_python
-                load = os.getloadavg()[0]
-                r = run_worker(python, lib, seeds, total_steps, args.num_reports, args.seed, args.timeout)
-                name = "rejax (plain)" if lib == "rejax-plain" else lib
-                if isinstance(r, str):
-                    print(f"{name:14s} seeds={seeds:3d} repeat {rep + 1}: {r}", file=sys.stderr)
-                else:
-                    print(f"{name:14s} seeds={seeds:3d} repeat {rep + 1}: compile {r['compile']:6.2f} s "
-                          f"(cpu {_f(r.get('compile_cpu'), '{:.2f}')}) run {r['run']:7.2f} s "
-                          f"wall {r['wall']:6.1f} s reached {r['reached']} load {load:.2f}", file=sys.stderr)
-                measured.setdefault((name, seeds), []).append(r)
+    if args.from_json:
+        for path in args.from_json:
+            for key, results in json.loads(path.read_text()).items():
+                lib, seeds = key.rsplit("|", 1)
+                measured.setdefault((lib, int(seeds)), []).extend(results)
+        seeds_list = args.seeds or sorted({s for _, s in measured})
+        total_steps = next(r["steps_per_run"] for rs in measured.values() for r in rs if isinstance(r, dict))
+        repeats = max(len(rs) for rs in measured.values())
+    else:
+        seeds_list = args.seeds or ([1, 4] if args.quick else [1, 16, 64])
+        libraries = ["jrl"]
+        if Path(args.rejax_python).exists():
+            libraries.append("rejax")
+            if args.rejax_plain:
+                libraries.append("rejax-plain")
+        else:
+            rejax_note = f"rejax skipped: {args.rejax_python} not found (see --rejax-python)"
+            print(rejax_note, file=sys.stderr)
+        for seeds in seeds_list:
+            for rep in range(repeats):
+                for lib in libraries:
+                    python = sys.executable if lib == "jrl" else args.rejax_python
+                    load = os.getloadavg()[0]
+                    r = run_worker(python, lib, seeds, total_steps, args.num_reports, args.seed, args.timeout)
+                    name = "rejax (plain)" if lib == "rejax-plain" else lib
+                    if isinstance(r, str):
+                        print(f"{name:14s} seeds={seeds:3d} repeat {rep + 1}: {r}", file=sys.stderr)
+                    else:
+                        print(f"{name:14s} seeds={seeds:3d} repeat {rep + 1}: compile {r['compile']:6.2f} s "
+                              f"(cpu {_f(r.get('compile_cpu'), '{:.2f}')}) run {r['run']:7.2f} s "
+                              f"wall {r['wall']:6.1f} s reached {r['reached']} load {load:.2f}", file=sys.stderr)
+                    measured.setdefault((name, seeds), []).append(r)
+        if args.json:
+            args.json.write_text(json.dumps({f"{k[0]}|{k[1]}": v for k, v in measured.items()}, indent=1))
 
     rows = {}
     for key, results in measured.items():
         ok = [r for r in results if isinstance(r, dict)]
         rows[key] = best(ok) if ok else results[-1]
-    table = make_table(rows, seeds_list, args.quick)
-    print(table)
-    if args.json:
-        args.json.write_text(json.dumps({f"{k[0]}|{k[1]}": v for k, v in measured.items()}, indent=1))
+    tables = make_tables(rows, seeds_list, args.quick)
+    print(tables)
 
     output = args.output if args.output is not None else (None if args.quick else REPO / "BENCHMARKS.md")
     if output is not None and not args.no_write:
-        write_section(output, section(rows, table, seeds_list, repeats, total_steps, argv, rejax_note))
+        write_section(output, section(rows, tables, repeats, total_steps, rejax_note))
         print(f"wrote {output}")
 
 
-def section(rows, table, seeds_list, repeats, total_steps, argv, rejax_note) -> str:
+def section(rows, tables, repeats, total_steps, rejax_note) -> str:
     import jax
 
-    any_jrl = next((r for k, r in rows.items() if k[0] == "jrl" and isinstance(r, dict)), None)
     rj = next((r for k, r in rows.items() if k[0] == "rejax" and isinstance(r, dict)), None)
     loads = [r["load_range"] for r in rows.values() if isinstance(r, dict)]
-    load_txt = f"{min(l[0] for l in loads):.1f}-{max(l[1] for l in loads):.1f}" if loads else "?"
-    cmd = "python benchmarks/ppo_cartpole.py" + ("" if not argv else " " + " ".join(argv))
+    load_txt = f"{min(l[0] for l in loads):.1f} to {max(l[1] for l in loads):.1f}" if loads else "?"
     versions = ""
     if rj is not None:
-        versions = "; rejax venv: " + ", ".join(f"{k} {v}" for k, v in rj["versions"].items())
+        versions = "; rejax's venv: " + ", ".join(f"{k} {v}" for k, v in rj["versions"].items())
+    batch = CONFIG["num_envs"] * CONFIG["num_steps"]
+    steps = "" if total_steps // batch == CONFIG["total_steps"] // batch else f" --total-steps {total_steps}"
     date = datetime.date.today().isoformat()
+    rejax_line = f"\n{rejax_note}\n" if rejax_note else ""
     return f"""{HEADING}
 
-PPO with PureJaxRL's CartPole-v1 configuration (jrl's `PPOConfig` defaults,
-checked by the script): 4 envs x 128 steps, 4 epochs x 4 minibatches, 64x64
-tanh actor and critic, Adam lr 2.5e-4 annealed, {total_steps:,} steps per seed
-({total_steps // 512} iterations), seeds vmapped in one program. Reproduce with:
+PPO with PureJaxRL's CartPole-v1 configuration, which is jrl's `PPOConfig`
+default (the script checks it): 4 envs x 128 steps, 4 epochs x 4 minibatches,
+64x64 tanh actor and critic, Adam, lr 2.5e-4 annealed, {total_steps // batch} iterations
+of 512 env steps ({total_steps // batch * batch:,} steps per seed). The seeds are vmapped in one
+program. To reproduce:
 
-    {cmd}
+    python benchmarks/ppo_cartpole.py{steps}
 
 Measured {date} on {platform.processor() or platform.machine()} ({os.cpu_count()}-core CPU, shared),
-Python {platform.python_version()}, jax {jax.__version__}{versions}. The machine was shared with other
-jobs: 1-minute load average {load_txt} during the runs (2 cores), so wall times are noisy; each
-configuration ran {repeats} times in fresh processes, compile and run are the best of them
-(separately).
+Python {platform.python_version()}, jax {jax.__version__}{versions}. Other jobs were using the machine:
+the 1-minute load average was {load_txt} during the runs (2 cores; the benchmark itself
+accounts for about 1 to 2 of it), so the wall times are noisy. Each
+configuration ran {repeats} times in fresh processes, alternating the libraries. Compile and run
+are each the best of those runs.
+{rejax_line}
+- **compile**: `lower().compile()` of the whole training program. CPU s is the
+  CPU time of the compiling process; XLA compiles on both cores, so it can be higher
+  than the wall time.
+- **init** (jrl): `anakin.init_runs`, jit-compiling `init` and running it once per
+  seed, outside the vmap. It is neither compile nor run, and time to 475 leaves it
+  out. Most of it is the XLA compile of `init` (about 4 s of CPU time). rejax
+  initialises inside its compiled program, so "compile (jrl + init)" is the fairer
+  compile comparison.
+- **time to 475**: the first iteration at which the return averaged over seeds is
+  >= 475, converted to wall time as `compile + run_seconds * iteration / num_iterations`.
+  For jrl the return is `train/episode_return`, the mean return of the episodes that
+  finished in that iteration's rollout, carried forward when none did. With 1 seed one
+  long episode can reach 475 early, so that column is noisy. rejax has no training-return
+  metric, so its env is wrapped in a tracker that sums the returns of finished episodes.
+  rejax's evaluation callback reads it after every iteration, which gives the same
+  per-iteration quantity.
+- **PureJaxRL (reference)**: measured earlier on this machine, not re-run by the
+  script. Its "~2.3 s per seed with 16 seeds" is read as run seconds / 16.
+- **rejax** is `rejax.PPO` 0.1.3 in a separate venv. It needs gymnax 0.0.9: rejax
+  unpacks gymnax's old 5-value `step`, and gymnax 1.0.1 fails with "too many values to
+  unpack". Configured to match: the lr is annealed per iteration by a callable learning
+  rate, and the activation is tanh. rejax still differs in ways its API does not expose:
+  gradients are clipped element-wise (`optax.clip(0.5)`), not by global norm; the actor
+  and critic have separate Adam optimisers with eps 1e-8 (jrl: one, eps 1e-5); Dense
+  layers use the default lecun-normal initialisation, not orthogonal; and GAE does not
+  bootstrap truncated episodes. Learning curves therefore differ somewhat, but the
+  computation per step is the same.
 
-- **compile s**: AOT `lower().compile()` of the whole training program (CPU seconds of the
-  compiling process in parentheses). jrl's per-seed `init` (compiled and run outside the
-  vmap) is not included; it adds several seconds of wall time (see the notes below).
-- **time to 475**: first iteration at which the return averaged over seeds is >= 475,
-  converted to wall time as `compile + run_seconds * iteration / num_iterations`.
-  jrl: `train/episode_return` (mean return of the episodes that finished in the
-  iteration's rollout, carried forward when none did). rejax has no such metric: its env
-  is wrapped in a tracker of finished-episode returns, read after every iteration by
-  rejax's evaluation callback, giving the same per-iteration quantity.
-- **PureJaxRL (reference)**: measured earlier on this machine, not re-run by the script;
-  its "per seed" with 16 seeds is read as run seconds / 16.
-- Ratios are time ratios: > 1 means jrl takes longer ("steps/s x" = rejax run / jrl run,
-  > 1 means jrl is faster).
-{('- ' + rejax_note) if rejax_note else ''}
-
-{table}
+{tables}
 """
 
 
