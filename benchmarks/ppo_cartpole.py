@@ -460,6 +460,16 @@ def main(argv=None) -> None:
         print(f"wrote {output}")
 
 
+def _cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
 def section(rows, tables, repeats, total_steps, rejax_note) -> str:
     import jax
 
@@ -483,7 +493,7 @@ program. To reproduce:
 
     python benchmarks/ppo_cartpole.py{steps}
 
-Measured {date} on {platform.processor() or platform.machine()} ({os.cpu_count()}-core CPU, shared),
+Measured {date} on {_cpu_model()} ({os.cpu_count()}-core CPU, shared),
 Python {platform.python_version()}, jax {jax.__version__}{versions}. Other jobs were using the machine:
 the 1-minute load average was {load_txt} during the runs (2 cores; the benchmark itself
 accounts for about 1 to 2 of it), so the wall times are noisy. Each
