@@ -470,6 +470,18 @@ def _cpu_model() -> str:
     return platform.processor() or platform.machine()
 
 
+def _git_commit() -> str:
+    """Short HEAD commit of the repo, marked when jrl's sources have uncommitted changes."""
+    try:
+        head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True,
+                              text=True, check=True).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "jrl", "agents", "envs"], cwd=REPO,
+                               capture_output=True, text=True, check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+    return head + (" plus uncommitted changes" if dirty else "")
+
+
 def section(rows, tables, repeats, total_steps, rejax_note) -> str:
     import jax
 
@@ -482,6 +494,10 @@ def section(rows, tables, repeats, total_steps, rejax_note) -> str:
     batch = CONFIG["num_envs"] * CONFIG["num_steps"]
     steps = "" if total_steps // batch == CONFIG["total_steps"] // batch else f" --total-steps {total_steps}"
     date = datetime.date.today().isoformat()
+    counts = sorted({(k[1], r["repeats"]) for k, r in rows.items() if isinstance(r, dict)})
+    distinct = sorted({n for _, n in counts})
+    repeats_txt = (f"{distinct[0]} times" if len(distinct) == 1 else
+                   ", ".join(f"{n} times with {s} seed{'s' if s > 1 else ''}" for s, n in counts))
     rejax_line = f"\n{rejax_note}\n" if rejax_note else ""
     return f"""{HEADING}
 
@@ -496,8 +512,8 @@ program. To reproduce:
 Measured {date} on {_cpu_model()} ({os.cpu_count()}-core CPU, shared),
 Python {platform.python_version()}, jax {jax.__version__}{versions}. Other jobs were using the machine:
 the 1-minute load average was {load_txt} during the runs (2 cores; the benchmark itself
-accounts for about 1 to 2 of it), so the wall times are noisy. Each
-configuration ran {repeats} times in fresh processes, alternating the libraries. Compile and run
+accounts for about 1 to 2 of it), so the wall times are noisy. jrl at commit {_git_commit()}.
+Each configuration ran {repeats_txt} in fresh processes, alternating the libraries. Compile and run
 are each the best of those runs.
 {rejax_line}
 - **compile**: `lower().compile()` of the whole training program. CPU s is the
