@@ -1,7 +1,9 @@
 """Agents built from jrl's parts, and their registry.
 
 Each agent module defines a frozen ``Config`` dataclass (``PPOConfig``...),
-per-environment ``PRESETS`` and ``build(config, env, env_params) -> Built``.
+per-environment ``PRESETS``, ``SWEEPABLE`` (the config fields that may take
+several values in one compiled program) and ``build(config, env,
+env_params, num_devices=1) -> Built``.
 """
 
 from __future__ import annotations

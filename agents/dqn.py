@@ -36,10 +36,10 @@ import tyro
 from flax import struct
 
 from jrl import buffers, networks, parallel, spaces
+from jrl import config as cfg
 from jrl.actor_critic import Built, make_optimizer
 from jrl.agent import Agent, EnvSpec
 from jrl.loops import PRIORITIES, off_policy
-from jrl.spaces import zeros_like_space
 from jrl.types import PyTree
 from jrl.wrappers import wrap_for_training
 
@@ -104,8 +104,7 @@ def make_dqn(network: networks.QNetwork, hparams: DQNHParams, *, total_updates: 
     tx = make_optimizer("adam", max_grad_norm)
 
     def init(key, spec: EnvSpec) -> DQNState:
-        obs = jax.tree.map(lambda x: jnp.zeros((1,) + x.shape, x.dtype), zeros_like_space(spec.observation_space))
-        params = network.init(key, obs)
+        params = network.init(key, networks.example_observation(spec.observation_space))
         return DQNState(params, params, tx.init(params), hparams, jnp.zeros((), jnp.int32))
 
     def epsilon(state: DQNState):
@@ -229,8 +228,7 @@ class DQNConfig:
 
     def validate(self) -> None:
         """Raises ValueError naming the first inconsistent or out-of-range field."""
-        checks = [
-            (self.num_envs > 0, f"num_envs must be positive, got {self.num_envs}"),
+        cfg.check(cfg.common_checks(self) + [
             (self.steps_per_iteration > 0, f"steps_per_iteration must be positive, got {self.steps_per_iteration}"),
             (self.updates_per_iteration > 0,
              f"updates_per_iteration must be positive, got {self.updates_per_iteration}"),
@@ -244,8 +242,6 @@ class DQNConfig:
              f"learning_starts = {self.learning_starts} leaves no updates within total_steps = {self.total_steps}"),
             (self.buffer_size >= max(self.batch_size, self.num_envs),
              f"buffer_size = {self.buffer_size} must be at least batch_size and num_envs"),
-            (self.learning_rate > 0, f"learning_rate must be positive, got {self.learning_rate}"),
-            (0.0 <= self.gamma <= 1.0, f"gamma must lie in [0, 1], got {self.gamma}"),
             (0.0 <= self.epsilon_end <= 1.0 and 0.0 <= self.epsilon_start <= 1.0,
              f"epsilon_start/epsilon_end must lie in [0, 1], got {self.epsilon_start}/{self.epsilon_end}"),
             (0.0 <= self.exploration_fraction <= 1.0,
@@ -256,19 +252,11 @@ class DQNConfig:
             (self.per_alpha >= 0 and 0.0 <= self.per_beta <= 1.0,
              f"per_alpha must be >= 0 and per_beta in [0, 1], got {self.per_alpha}/{self.per_beta}"),
             (self.loss in ("huber", "mse"), f"loss must be 'huber' or 'mse', got {self.loss!r}"),
-            (self.max_grad_norm > 0, f"max_grad_norm must be positive, got {self.max_grad_norm}"),
-            (len(self.hidden_sizes) > 0 and all(h > 0 for h in self.hidden_sizes),
-             f"hidden_sizes must be positive, got {self.hidden_sizes}"),
-            (self.activation in networks.ACTIVATIONS,
-             f"activation must be one of {sorted(networks.ACTIVATIONS)}, got {self.activation!r}"),
-        ]
-        for ok, message in checks:
-            if not ok:
-                raise ValueError(message)
+        ])
 
     def hparams(self) -> DQNHParams:
         """The sweepable fields as traced-ready float32 scalars."""
-        return DQNHParams(*(jnp.asarray(getattr(self, name), jnp.float32) for name in SWEEPABLE))
+        return cfg.hparams_from(self, DQNHParams)
 
 
 PRESETS: dict[str, dict] = {
@@ -281,12 +269,11 @@ PRESETS: dict[str, dict] = {
 def build(config: DQNConfig, env, env_params, num_devices: int = 1) -> Built:
     """Assembles DQN on ``env`` (a jrl env with a Discrete action space)."""
     config.validate()
-    if num_devices < 1 or config.num_envs % num_devices:
-        raise ValueError(f"num_envs = {config.num_envs} is not divisible by {num_devices} devices")
+    local_envs = cfg.envs_per_device(config.num_envs, num_devices)
     action_space = env.action_space(env_params)
     if not isinstance(action_space, spaces.Discrete):
         raise ValueError(f"DQN needs a Discrete action space, got {action_space!r}")
-    env = wrap_for_training(env, config.num_envs // num_devices)
+    env = wrap_for_training(env, local_envs)
     spec = EnvSpec.from_env(env, env_params)
     network = networks.QNetwork(int(action_space.n), tuple(config.hidden_sizes), config.activation,
                                 max(len(spec.observation_space.shape), 1), config.dueling)

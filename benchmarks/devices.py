@@ -20,7 +20,10 @@ import os
 import subprocess
 import sys
 import time
-from pathlib import Path
+
+from report import BENCHMARKS_MD, write_section
+
+HEADING = "## Data-parallel overhead (fake CPU devices)"
 
 CHILD = r"""
 import os, sys, json, time
@@ -74,7 +77,7 @@ def main() -> None:
     load = os.getloadavg()[0]
     import jax
 
-    text = (f"## Data-parallel overhead (fake CPU devices)\n\nPPO CartPole-v1, 16 envs x 128 steps, 4 seeds vmapped, "
+    text = (f"{HEADING}\n\nPPO CartPole-v1, 16 envs x 128 steps, 4 seeds vmapped, "
             f"{steps:,} steps per seed, best of {1 if a.quick else a.repeats} runs (compile excluded). Reproduce with:\n\n"
             f"    python benchmarks/devices.py --write\n\nMeasured {time.strftime('%Y-%m-%d')}, 2-core CPU, "
             f"jax {jax.__version__}, load average {load:.1f} at the end.\n\n{table}\n\n"
@@ -82,14 +85,7 @@ def main() -> None:
             "devices can use both cores; more share the same two cores.\n")
     print(text)
     if a.write:
-        path = Path(__file__).resolve().parent.parent / "BENCHMARKS.md"
-        old = path.read_text() if path.exists() else "# Benchmarks\n"
-        head = "## Data-parallel overhead (fake CPU devices)"
-        if head in old:
-            start = old.index(head)
-            nxt = old.find("\n## ", start + len(head))
-            old = old[:start] + old[nxt + 1:] if nxt != -1 else old[:start]
-        path.write_text(old.rstrip() + "\n\n" + text)
+        write_section(BENCHMARKS_MD, HEADING, text)
 
 
 if __name__ == "__main__":

@@ -34,7 +34,6 @@ import argparse
 import datetime
 import os
 import platform
-import re
 import statistics
 import sys
 import time
@@ -44,6 +43,7 @@ from pathlib import Path
 from typing import Any
 
 import jax
+from report import write_section
 import jax.numpy as jnp
 import jrl.envs
 import numpy as np
@@ -364,17 +364,6 @@ Measured {datetime.date.today().isoformat()} on {machine()}.
 """
 
 
-def write_section(path: Path, text: str) -> None:
-    """Replaces the section under HEADING in ``path`` (or appends it)."""
-    old = path.read_text() if path.exists() else "# Benchmarks\n"
-    pattern = re.compile(rf"^{re.escape(HEADING)}\n.*?(?=^## |\Z)", re.DOTALL | re.MULTILINE)
-    if pattern.search(old):
-        new = pattern.sub(lambda _: text.rstrip("\n") + "\n\n", old, count=1)
-    else:
-        new = old.rstrip("\n") + "\n\n" + text
-    path.write_text(new.rstrip("\n") + "\n")
-
-
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument(
@@ -413,7 +402,7 @@ def main(argv: list[str] | None = None) -> None:
         args.output if args.output is not None else (None if args.quick else REPO / "BENCHMARKS.md")
     )
     if output is not None and not args.no_write:
-        write_section(output, text)
+        write_section(output, HEADING, text)
         print(f"wrote {output}")
 
 

@@ -57,12 +57,13 @@ import json
 import math
 import os
 import platform
-import re
 import subprocess
 import sys
 import time
 import warnings
 from pathlib import Path
+
+from report import write_section
 
 HEADING = "## PPO CartPole-v1"
 REPO = Path(__file__).resolve().parent.parent
@@ -366,17 +367,6 @@ def make_tables(rows: dict[tuple[str, int], dict], seeds_list: list[int], quick:
         + "\n".join(ratio)
 
 
-def write_section(path: Path, text: str) -> None:
-    """Replaces the section under HEADING in ``path`` (or appends it), keeping the others."""
-    old = path.read_text() if path.exists() else "# Benchmarks\n"
-    pattern = re.compile(rf"^{re.escape(HEADING)}\n.*?(?=^## |\Z)", re.DOTALL | re.MULTILINE)
-    if pattern.search(old):
-        new = pattern.sub(lambda _: text.rstrip("\n") + "\n\n", old, count=1)
-    else:
-        new = old.rstrip("\n") + "\n\n" + text.rstrip("\n") + "\n"
-    path.write_text(new.rstrip("\n") + "\n")
-
-
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="smoke run: 1/10 of the steps, 1 and 4 seeds, 1 repeat")
@@ -456,7 +446,7 @@ def main(argv=None) -> None:
 
     output = args.output if args.output is not None else (None if args.quick else REPO / "BENCHMARKS.md")
     if output is not None and not args.no_write:
-        write_section(output, section(rows, tables, repeats, total_steps, rejax_note))
+        write_section(output, HEADING, section(rows, tables, repeats, total_steps, rejax_note))
         print(f"wrote {output}")
 
 

@@ -10,17 +10,22 @@ annealed learning rate). An algorithm supplies only a :data:`LossFn`.
 
 from __future__ import annotations
 
-from typing import Any, Callable
+import dataclasses
+from typing import Annotated, Any, Callable
 
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import optax
+import tyro
 from flax import struct
 
-from jrl import parallel, returns
+from jrl import config as cfg
+from jrl import networks, parallel, returns, spaces
 from jrl.agent import Agent, EnvSpec
+from jrl.loops import Algorithm, on_policy
 from jrl.types import PRNGKey, PyTree, Transition
+from jrl.wrappers import ClipAction, wrap_for_training
 
 __all__ = ["ActorCriticHParams", "ActorCriticState", "Minibatch", "LossFn", "make_actor_critic", "make_optimizer"]
 
@@ -90,8 +95,7 @@ def make_actor_critic(
     tx = make_optimizer(optimizer, max_grad_norm)
 
     def init(key: PRNGKey, spec: EnvSpec) -> ActorCriticState:
-        obs = jax.tree.map(lambda x: jnp.zeros((1,) + x.shape, x.dtype), _obs_template(spec))
-        params = network.init(key, obs)
+        params = network.init(key, networks.example_observation(spec.observation_space))
         return ActorCriticState(params, tx.init(params), hparams, jnp.zeros((), jnp.int32))
 
     def act(state: ActorCriticState, obs, key: PRNGKey):
@@ -159,25 +163,9 @@ def make_actor_critic(
     return Agent(init=init, act=act, learn=learn, policy=policy)
 
 
-def _obs_template(spec: EnvSpec):
-    from jrl.spaces import zeros_like_space
-
-    return zeros_like_space(spec.observation_space)
-
-
 # --------------------------------------------------------------------------
 # Configuration and assembly shared by the on-policy agents
 # --------------------------------------------------------------------------
-
-import dataclasses  # noqa: E402
-from typing import Annotated  # noqa: E402
-
-import tyro  # noqa: E402
-
-from jrl import networks, spaces  # noqa: E402
-from jrl.loops import Algorithm, on_policy  # noqa: E402
-from jrl.wrappers import ClipAction, wrap_for_training  # noqa: E402
-
 
 @dataclasses.dataclass(frozen=True)
 class ActorCriticConfig:
@@ -240,8 +228,7 @@ class ActorCriticConfig:
 
     def validate(self) -> None:
         """Raises ValueError naming the first inconsistent or out-of-range field."""
-        checks = [
-            (self.num_envs > 0, f"num_envs must be positive, got {self.num_envs}"),
+        cfg.check(cfg.common_checks(self) + [
             (self.num_steps > 0, f"num_steps must be positive, got {self.num_steps}"),
             (self.num_epochs > 0, f"num_epochs must be positive, got {self.num_epochs}"),
             (self.num_minibatches > 0, f"num_minibatches must be positive, got {self.num_minibatches}"),
@@ -250,30 +237,18 @@ class ActorCriticConfig:
              "(each minibatch holds num_steps / num_minibatches steps of every env)"),
             (self.total_steps >= self.batch_size,
              f"total_steps = {self.total_steps} is less than one iteration (num_envs * num_steps = {self.batch_size})"),
-            (self.learning_rate > 0, f"learning_rate must be positive, got {self.learning_rate}"),
-            (0.0 <= self.gamma <= 1.0, f"gamma must lie in [0, 1], got {self.gamma}"),
             (0.0 <= self.gae_lambda <= 1.0, f"gae_lambda must lie in [0, 1], got {self.gae_lambda}"),
             (self.clip_eps > 0, f"clip_eps must be positive, got {self.clip_eps}"),
             (self.ent_coef >= 0, f"ent_coef must be >= 0, got {self.ent_coef}"),
             (self.vf_coef >= 0, f"vf_coef must be >= 0, got {self.vf_coef}"),
-            (self.max_grad_norm > 0, f"max_grad_norm must be positive, got {self.max_grad_norm}"),
-            (len(self.hidden_sizes) > 0 and all(h > 0 for h in self.hidden_sizes),
-             f"hidden_sizes must be positive, got {self.hidden_sizes}"),
-            (self.activation in networks.ACTIVATIONS,
-             f"activation must be one of {sorted(networks.ACTIVATIONS)}, got {self.activation!r}"),
             (self.continuous in ("normal", "tanh_normal"),
              f"continuous must be 'normal' or 'tanh_normal', got {self.continuous!r}"),
             (self.optimizer in ("adam", "rmsprop"), f"optimizer must be 'adam' or 'rmsprop', got {self.optimizer!r}"),
-        ]
-        for ok, message in checks:
-            if not ok:
-                raise ValueError(message)
+        ])
 
     def hparams(self) -> ActorCriticHParams:
         """The sweepable fields as traced-ready float32 scalars."""
-        f = lambda v: jnp.asarray(v, jnp.float32)  # noqa: E731
-        return ActorCriticHParams(f(self.learning_rate), f(self.gamma), f(self.gae_lambda), f(self.clip_eps),
-                                  f(self.ent_coef), f(self.vf_coef))
+        return cfg.hparams_from(self, ActorCriticHParams)
 
 
 SWEEPABLE = tuple(f.name for f in dataclasses.fields(ActorCriticHParams))
@@ -299,12 +274,11 @@ def build_on_policy(config: ActorCriticConfig, env, env_params, loss_fn: LossFn,
     (the loop must then run sharded, see :func:`jrl.run.anakin.run`).
     """
     config.validate()
-    if num_devices < 1 or config.num_envs % num_devices:
-        raise ValueError(f"num_envs = {config.num_envs} is not divisible by {num_devices} devices")
+    local_envs = cfg.envs_per_device(config.num_envs, num_devices)
     action_space = env.action_space(env_params)
     if isinstance(action_space, spaces.Box) and config.continuous == "normal":
         env = ClipAction(env)
-    env = wrap_for_training(env, config.num_envs // num_devices, normalize_observation=config.normalize_observations,
+    env = wrap_for_training(env, local_envs, normalize_observation=config.normalize_observations,
                             normalize_reward=config.normalize_rewards, gamma=config.gamma)
     spec = EnvSpec.from_env(env, env_params)
     obs_ndim = max(len(spec.observation_space.shape), 1)

@@ -16,7 +16,7 @@ the traceback.
 import argparse
 import dataclasses
 import sys
-from typing import Annotated, Any, Sequence
+from typing import Annotated, Sequence
 
 USAGE = __doc__.split("\n\n")[1]
 

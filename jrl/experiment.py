@@ -17,12 +17,12 @@ from __future__ import annotations
 import csv
 import dataclasses
 import difflib
+import io
 import itertools
 import json
 import math
 import os
 import sys
-import time
 import typing
 import warnings
 from pathlib import Path
@@ -32,18 +32,15 @@ import jax
 import numpy as np
 
 
+import jrl.agents
+import jrl.envs
+from jrl import __version__
 from jrl.run import anakin
 
 __all__ = ["TrainResult", "make_config", "train", "RUN_FILES"]
 
 RUN_FILES = ("config.json", "metrics.csv", "learning_curve.png", "params.msgpack", "summary.json")
 RETURN_KEY = "train/episode_return"
-
-
-def _agents():
-    import jrl.agents
-
-    return jrl.agents
 
 
 def _coerce(field: dataclasses.Field, value: Any, hints: dict[str, Any]) -> Any:
@@ -85,7 +82,7 @@ def make_config(agent: str, env_id: str, **overrides: Any):
     Unknown fields raise ``TypeError`` with close matches; ill-typed values
     raise ``TypeError``; out-of-range values raise ``ValueError``.
     """
-    module, config_cls = _agents().get(agent)
+    module, config_cls = jrl.agents.get(agent)
     fields = {f.name: f for f in dataclasses.fields(config_cls)}
     hints = typing.get_type_hints(config_cls)
     unknown = sorted(set(overrides) - set(fields))
@@ -209,7 +206,7 @@ class TrainResult:
             os.replace(tmp, out / name)
 
         config = {"agent": self.agent, "env_id": self.env_id, "seeds": self.seeds, "sweep": self.sweep,
-                  "config": dataclasses.asdict(self.config), "jrl_version": _version()}
+                  "config": dataclasses.asdict(self.config), "jrl_version": __version__}
         write("config.json", json.dumps(config, indent=2))
 
         names = sorted(self.metrics)
@@ -218,9 +215,9 @@ class TrainResult:
             for it in report_iterations:
                 rows.append([r, self.seeds[r], *(self.sweep[k][r] for k in self.sweep), it,
                              int(self.env_steps[it - 1]), *(float(self.metrics[n][r, it - 1]) for n in names)])
-        buf = _CsvBuffer()
+        buf = io.StringIO()
         csv.writer(buf).writerows(rows)
-        write("metrics.csv", buf.text())
+        write("metrics.csv", buf.getvalue())
         write("params.msgpack", serialization.to_bytes(jax.device_get(self.final_params)))
         summary = {"summary": self.summary(), "final_returns": self.final_returns().tolist(),
                    "compile_seconds": self.compile_seconds, "run_seconds": self.run_seconds,
@@ -231,23 +228,6 @@ class TrainResult:
         os.replace(tmp_png, out / "learning_curve.png")
         self.out_dir = out
         return out
-
-
-class _CsvBuffer:
-    def __init__(self):
-        self.parts: list[str] = []
-
-    def write(self, s: str) -> None:
-        self.parts.append(s)
-
-    def text(self) -> str:
-        return "".join(self.parts)
-
-
-def _version() -> str:
-    from jrl import __version__
-
-    return __version__
 
 
 class _Progress:
@@ -297,8 +277,7 @@ def train(
       seeds: independent runs per swept value (vmapped).
       seed: base seed; run i uses ``split(key(seed), seeds)[i]``.
       sweep: sweepable config field -> values; every value is trained for
-        every seed, in the same compiled program (the agent module's ``SWEEPABLE``,
-        default ``jrl.actor_critic.SWEEPABLE``).
+        every seed, in the same compiled program (the agent module's ``SWEEPABLE``).
       out: run folder to write (refuses a folder holding another run unless
         ``overwrite``).
       num_reports: progress reports / chunks over the run.
@@ -310,19 +289,14 @@ def train(
         every process, and only process 0 writes ``out``.
       **overrides: config fields, e.g. ``total_steps=100_000, learning_rate=3e-4``.
     """
-    import jrl.envs
-
     if int(seeds) < 1:
         raise ValueError(f"seeds must be >= 1, got {seeds}")
     config = make_config(agent, env, **overrides)
     sweep = {k: [float(v) for v in vs] for k, vs in (sweep or {}).items()}
-    module, _ = _agents().get(agent)
-    from jrl import actor_critic
-
-    SWEEPABLE = getattr(module, "SWEEPABLE", actor_critic.SWEEPABLE)  # the agent's own hparams fields
-    bad = sorted(set(sweep) - set(SWEEPABLE))
+    module, _ = jrl.agents.get(agent)
+    bad = sorted(set(sweep) - set(module.SWEEPABLE))
     if bad:
-        raise ValueError(f"cannot sweep {bad} in one program: sweepable fields are {list(SWEEPABLE)}")
+        raise ValueError(f"cannot sweep {bad} in one program: sweepable fields are {list(module.SWEEPABLE)}")
     for k, vs in sweep.items():
         if not vs:
             raise ValueError(f"sweep over {k!r} has no values")
@@ -333,8 +307,6 @@ def train(
     mesh = None
     if devices is not None:
         mesh = anakin.make_mesh(devices)  # too many devices: a clear error before anything is built
-        if config.num_envs % int(devices):
-            raise ValueError(f"num_envs = {config.num_envs} is not divisible by {devices} devices")
     writer = jax.process_index() == 0
     out_path = Path(out) if out is not None and writer else None
     if out_path is not None:
@@ -351,11 +323,12 @@ def train(
 
     label = f"{agent} {env} x{len(run_seeds)}" + (f" on {devices} devices" if devices else "")
     reports: list[int] = []
+    show = _Progress(label, config.num_iterations * built.algorithm.env_steps_per_step) if progress and writer else None
 
     def on_report(report: anakin.Report):
         reports.append(report.iteration)
-        if progress and writer:
-            _Progress(label, config.num_iterations * built.algorithm.env_steps_per_step)(report)
+        if show is not None:
+            show(report)
 
     if progress and writer:
         print(f"[{label}] compiling {config.num_iterations} iterations x {built.algorithm.env_steps_per_step} "

@@ -16,11 +16,12 @@ from flax import struct
 
 from jrl import parallel
 from jrl.agent import Agent, EnvSpec
-from jrl.buffers import NStepState, ReplayBuffer, Sample, nstep_accumulator
+from jrl.buffers import NStepState, ReplayBuffer, nstep_accumulator
 from jrl.env import Environment
 from jrl.types import EPISODE_DONE, EPISODE_LENGTH, EPISODE_RETURN, FINAL_OBSERVATION, PRNGKey, PyTree, Transition
 
-__all__ = ["Algorithm", "OnPolicyState", "OffPolicyState", "PRIORITIES", "on_policy", "off_policy", "episode_metrics"]
+__all__ = ["Algorithm", "NO_EPISODE", "OnPolicyState", "OffPolicyState", "PRIORITIES", "collect_step", "episode_metrics",
+           "off_policy", "on_policy"]
 
 
 class Algorithm(NamedTuple):
@@ -51,16 +52,40 @@ def episode_metrics(info: dict[str, Any], previous_return: jax.Array, previous_l
 
     ``info`` holds EpisodeStatistics' ``[T, N]`` arrays (this device's envs;
     the counts and sums are all-reduced over devices). When no episode
-    finished, the previous values are carried forward. Returns
-    ``(mean_return, mean_length, num_finished)``.
+    finished, the previous values are carried forward (NaN before the first
+    episode: see :data:`NO_EPISODE`). Returns ``(mean_return, mean_length,
+    metrics)`` with the ``train/episode_*`` metrics.
     """
     done = info[EPISODE_DONE]
     count, ret_sum, len_sum = parallel.psum((done.sum(), (info[EPISODE_RETURN] * done).sum(),
                                              (info[EPISODE_LENGTH] * done).sum().astype(jnp.float32)))
     denom = jnp.maximum(count, 1)
-    ret = jnp.where(count > 0, ret_sum / denom, previous_return)
-    length = jnp.where(count > 0, len_sum / denom, previous_length)
-    return ret.astype(jnp.float32), length.astype(jnp.float32), count
+    ret = jnp.where(count > 0, ret_sum / denom, previous_return).astype(jnp.float32)
+    length = jnp.where(count > 0, len_sum / denom, previous_length).astype(jnp.float32)
+    return ret, length, {"train/episode_return": ret, "train/episode_length": length, "train/episodes": count}
+
+
+NO_EPISODE = float("nan")
+"""The return/length reported before any episode has finished."""
+
+
+def collect_step(agent: Agent, env: Environment, params: PyTree, agent_state: PyTree, env_state: PyTree,
+                 observation: PyTree, key: PRNGKey):
+    """Acts with the behaviour policy and steps the N envs once.
+
+    Returns ``(env_state, next_observation, transition, episodes)``: the
+    ``Transition`` ``[N]`` has the true successor as ``next_observation``
+    (``info["final_observation"]``) and ``act_info`` as ``extras``;
+    ``episodes`` holds EpisodeStatistics' per-env arrays for
+    :func:`episode_metrics`.
+    """
+    k_act, k_env = jax.random.split(key)
+    action, act_info = agent.act(agent_state, observation, k_act)
+    env_state, ts = env.step(k_env, env_state, action, params)
+    transition = Transition(observation, action, ts.reward, ts.terminated, ts.truncated,
+                            ts.info[FINAL_OBSERVATION], act_info)
+    episodes = {k: ts.info[k] for k in (EPISODE_RETURN, EPISODE_LENGTH, EPISODE_DONE)}
+    return env_state, ts.observation, transition, episodes
 
 
 def on_policy(agent: Agent, env: Environment, num_steps: int, env_params: PyTree = None,
@@ -88,19 +113,13 @@ def on_policy(agent: Agent, env: Environment, num_steps: int, env_params: PyTree
     def init(key: PRNGKey) -> OnPolicyState:
         k_agent, k_env, k_loop = jax.random.split(key, 3)
         env_state, ts = env.reset(k_env, params)
-        nan = jnp.full((), jnp.nan, jnp.float32)  # no episode finished yet
+        nan = jnp.full((), NO_EPISODE, jnp.float32)
         return OnPolicyState(agent.init(k_agent, spec), env_state, ts.observation, k_loop,
                              jnp.zeros((), jnp.int32), jnp.zeros((), jnp.int32), nan, nan)
 
     def env_step(agent_state, carry, key):
-        env_state, obs = carry
-        k_act, k_env = jax.random.split(key)
-        action, act_info = agent.act(agent_state, obs, k_act)
-        env_state, ts = env.step(k_env, env_state, action, params)
-        transition = Transition(obs, action, ts.reward, ts.terminated, ts.truncated,
-                                ts.info[FINAL_OBSERVATION], act_info)
-        episodes = {k: ts.info[k] for k in (EPISODE_RETURN, EPISODE_LENGTH, EPISODE_DONE)}
-        return (env_state, ts.observation), (transition, episodes)
+        env_state, obs, transition, episodes = collect_step(agent, env, params, agent_state, *carry, key)
+        return (env_state, obs), (transition, episodes)
 
     def step(state: OnPolicyState) -> tuple[OnPolicyState, dict[str, jax.Array]]:
         key, k_rollout, k_learn = jax.random.split(state.key, 3)
@@ -108,11 +127,10 @@ def on_policy(agent: Agent, env: Environment, num_steps: int, env_params: PyTree
             lambda c, k: env_step(state.agent_state, c, k),
             (state.env_state, state.observation), jax.random.split(k_rollout, num_steps))
         agent_state, metrics = agent.learn(state.agent_state, batch, k_learn)
-        ret, length, count = episode_metrics(episodes, state.last_episode_return, state.last_episode_length)
+        ret, length, ep_metrics = episode_metrics(episodes, state.last_episode_return, state.last_episode_length)
         new_state = OnPolicyState(agent_state, env_state, obs, key, state.iteration + 1,
                                   state.env_steps + num_steps * num_envs * num_devices, ret, length)
-        metrics = {**metrics, "train/episode_return": ret, "train/episode_length": length,
-                   "train/episodes": count, "train/env_steps": new_state.env_steps}
+        metrics = {**metrics, **ep_metrics, "train/env_steps": new_state.env_steps}
         return new_state, metrics
 
     return Algorithm(init, step, int(num_steps) * num_envs * int(num_devices))
@@ -195,15 +213,10 @@ def off_policy(agent: Agent, env: Environment, buffer: ReplayBuffer, *, steps_pe
     def env_step(agent_state, carry, key):
         """One step of the N envs: act, step, push to the n-step window, add to replay."""
         env_state, obs, nstep_state, buffer_state = carry
-        k_act, k_env = jax.random.split(key)
-        action, act_info = agent.act(agent_state, obs, k_act)
-        env_state, ts = env.step(k_env, env_state, action, params)
-        transition = Transition(obs, action, ts.reward, ts.terminated, ts.truncated,
-                                ts.info[FINAL_OBSERVATION], act_info)
+        env_state, obs, transition, episodes = collect_step(agent, env, params, agent_state, env_state, obs, key)
         nstep_state, item, _ = accumulator.push(nstep_state, transition, gamma_of(agent_state))
         buffer_state = buffer.add(buffer_state, item) if buffer_state is not None else None
-        episodes = {k: ts.info[k] for k in (EPISODE_RETURN, EPISODE_LENGTH, EPISODE_DONE)}
-        return (env_state, ts.observation, nstep_state, buffer_state), episodes
+        return (env_state, obs, nstep_state, buffer_state), episodes
 
     def init(key: PRNGKey) -> OffPolicyState:
         k_agent, k_env, k_warm, k_loop = jax.random.split(key, 4)
@@ -219,7 +232,7 @@ def off_policy(agent: Agent, env: Environment, buffer: ReplayBuffer, *, steps_pe
         (env_state, obs, nstep_state, _), _ = jax.lax.scan(  # fill the n-step window
             lambda c, k: env_step(agent_state, c, k), (env_state, ts.observation, nstep_state, None),
             jax.random.split(k_warm, int(n_step) - 1))
-        nan = jnp.full((), jnp.nan, jnp.float32)  # no episode finished yet
+        nan = jnp.full((), NO_EPISODE, jnp.float32)
         zero = jnp.zeros((), jnp.int32)
         warm_steps = jnp.asarray((int(n_step) - 1) * num_envs * int(num_devices), jnp.int32)
         return OffPolicyState(agent_state, env_state, obs, buffer_state, nstep_state, k_loop, zero, warm_steps,
@@ -256,12 +269,11 @@ def off_policy(agent: Agent, env: Environment, buffer: ReplayBuffer, *, steps_pe
         ready = env_steps >= learning_starts
         agent_state, buffer_state, metrics = jax.lax.cond(ready, learn_phase, skip_phase, state.agent_state,
                                                           buffer_state, k_learn)
-        ret, length, count = episode_metrics(episodes, state.last_episode_return, state.last_episode_length)
+        ret, length, ep_metrics = episode_metrics(episodes, state.last_episode_return, state.last_episode_length)
         num_updates = state.num_updates + jnp.where(ready, int(updates_per_iteration), 0).astype(jnp.int32)
         new_state = OffPolicyState(agent_state, env_state, obs, buffer_state, nstep_state, key, state.iteration + 1,
                                    env_steps, num_updates, ret, length)
-        metrics = {**metrics, "train/episode_return": ret, "train/episode_length": length,
-                   "train/episodes": count, "train/env_steps": env_steps, "train/updates": num_updates}
+        metrics = {**metrics, **ep_metrics, "train/env_steps": env_steps, "train/updates": num_updates}
         return new_state, metrics
 
     return Algorithm(init, step, per_iteration)

@@ -34,6 +34,11 @@ def activation(name: str) -> Activation:
     return ACTIVATIONS[name]
 
 
+def example_observation(space: spaces.Space):
+    """A batch of one all-zero observation, ``[1, *obs_shape]`` per leaf, for ``Module.init``."""
+    return jax.tree.map(lambda x: x[None], spaces.zeros_like_space(space))
+
+
 def _dense(features: int, gain: float) -> nn.Dense:
     return nn.Dense(features, kernel_init=nn.initializers.orthogonal(gain), bias_init=nn.initializers.zeros)
 

@@ -1,6 +1,5 @@
 """DQN: targets, target-network updates, exploration schedule, the off-policy loop, learning."""
 
-import time
 
 import jax
 import jax.numpy as jnp

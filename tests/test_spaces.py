@@ -141,6 +141,7 @@ def test_box_with_float32_max_bounds_samples_finite_values():
     space = SPACES["box_huge"]
     xs = np.asarray(_vsample("box_huge"))
     assert np.isfinite(xs).all()
+    assert bool(jax.vmap(space.contains)(xs).all())
     assert (xs < 0).any() and (xs > 0).any()
 
 
