@@ -173,7 +173,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     debug = "--debug" in argv
     if not argv or argv[0] in ("-h", "--help"):
-        print(f"usage: {USAGE.strip()}")
+        print(f"usage:\n{USAGE.rstrip()}", file=sys.stdout if argv else sys.stderr)
         return 0 if argv else 2
     if argv[0] in ("-V", "--version"):
         from jrl import __version__
