@@ -126,12 +126,13 @@ def make_dqn(network: networks.QNetwork, hparams: DQNHParams, *, total_updates: 
         return jnp.argmax(network.apply(params, obs), axis=-1).astype(jnp.int32)
 
     def loss_fn(params, target_params, batch, weights):
-        q_next_online = network.apply(params, batch.next_observation)
+        size = batch.reward.shape[0]
+        both = jax.tree.map(lambda o, n: jnp.concatenate([o, n]), batch.observation, batch.next_observation)
+        q_online = network.apply(params, both)  # one online pass over o_t and o_{t+n}
         q_next_target = network.apply(target_params, batch.next_observation)
-        target = jax.lax.stop_gradient(q_targets(q_next_online, q_next_target, batch.reward, batch.discount,
+        target = jax.lax.stop_gradient(q_targets(q_online[size:], q_next_target, batch.reward, batch.discount,
                                                  double_q))
-        q = jnp.take_along_axis(network.apply(params, batch.observation), batch.action[:, None].astype(jnp.int32),
-                                axis=-1)[:, 0]
+        q = jnp.take_along_axis(q_online[:size], batch.action[:, None].astype(jnp.int32), axis=-1)[:, 0]
         td = q - target
         per_item = optax.huber_loss(td) if loss == "huber" else 0.5 * jnp.square(td)
         return jnp.mean(weights * per_item), (td, q)
@@ -222,8 +223,10 @@ class DQNConfig:
 
     @property
     def num_updates(self) -> int:
-        """Gradient updates in a run (iterations at or after learning_starts times updates_per_iteration)."""
-        first = -(-max(self.learning_starts, 1) // self.steps_per_step)  # first iteration that updates (1-based)
+        """Gradient updates in a run: ``updates_per_iteration`` in every iteration whose env-step
+        count (the ``n_step - 1`` warm-up steps per env included) has reached ``learning_starts``."""
+        warm_up = (self.n_step - 1) * self.num_envs
+        first = max(-(-(self.learning_starts - warm_up) // self.steps_per_step), 1)  # 1-based
         return max(self.num_iterations - first + 1, 0) * self.updates_per_iteration
 
     def validate(self) -> None:

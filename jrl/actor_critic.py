@@ -23,6 +23,7 @@ from flax import struct
 from jrl import config as cfg
 from jrl import networks, parallel, returns, spaces
 from jrl.agent import Agent, EnvSpec
+from jrl.losses import normalize
 from jrl.loops import Algorithm, on_policy
 from jrl.types import PRNGKey, PyTree, Transition
 from jrl.wrappers import ClipAction, wrap_for_training
@@ -102,8 +103,10 @@ def make_actor_critic(
         """``obs [N, ...] -> action [N, ...]``; one key per env (see jrl.parallel.local_keys)."""
         num = jax.tree.leaves(obs)[0].shape[0]
         dist, value = network.apply(state.params, obs)  # one batched forward pass
-        action, log_prob = jax.vmap(lambda d, k: d.sample_and_log_prob(k))(dist, parallel.local_keys(key, num))
-        return action, {"log_prob": log_prob, "value": value}
+        action = jax.vmap(lambda d, k: d.sample(k))(dist, parallel.local_keys(key, num))
+        # log-prob of the stored action by the same function learn uses, so the first ratio is exactly 1
+        # (a tanh-normal's exact sample-time log-prob differs from log_prob(action) where tanh saturates)
+        return action, {"log_prob": dist.log_prob(action), "value": value}
 
     def policy(params, obs, key: PRNGKey):
         del key
@@ -115,9 +118,7 @@ def make_actor_critic(
 
     def sgd_step(state: ActorCriticState, mb: Minibatch, lr):
         if normalize_advantages:  # over the whole minibatch, on every device
-            mean = parallel.pmean(mb.advantage.mean())
-            std = jnp.sqrt(parallel.pmean(jnp.square(mb.advantage - mean).mean()))
-            mb = mb.replace(advantage=(mb.advantage - mean) / (std + 1e-8))
+            mb = mb.replace(advantage=normalize(mb.advantage))
         (total, metrics), grads = jax.value_and_grad(loss, has_aux=True)(state.params, mb, state.hparams)
         grads = parallel.pmean(grads)  # equal sample counts per device: the global mean gradient
         updates, opt_state = tx.update(grads, state.opt_state, state.params)

@@ -297,6 +297,9 @@ def train(
     bad = sorted(set(sweep) - set(module.SWEEPABLE))
     if bad:
         raise ValueError(f"cannot sweep {bad} in one program: sweepable fields are {list(module.SWEEPABLE)}")
+    if "gamma" in sweep and getattr(config, "normalize_rewards", False):
+        raise ValueError("cannot sweep gamma with normalize_rewards: the reward normaliser's discount is fixed "
+                         "when the env is built; sweep it in separate runs or turn normalize_rewards off")
     for k, vs in sweep.items():
         if not vs:
             raise ValueError(f"sweep over {k!r} has no values")
@@ -336,7 +339,7 @@ def train(
     res = anakin.run(built.algorithm, keys, config.num_iterations, num_reports=num_reports,
                      hparams={k: np.asarray(v, np.float32) for k, v in run_sweep.items()}, on_report=on_report,
                      mesh=mesh)
-    env_steps = np.arange(1, config.num_iterations + 1) * built.algorithm.env_steps_per_step
+    env_steps = np.asarray(res.metrics["train/env_steps"][0], np.int64)  # what the loop counted (warm-up included)
     result = TrainResult(agent, env, config, run_seeds, run_sweep, env_steps, res.metrics, res.final_state,
                          res.compile_seconds, res.run_seconds)
     if out_path is not None:

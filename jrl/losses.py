@@ -8,12 +8,17 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
+from jrl import parallel
+
 __all__ = ["clipped_surrogate_loss", "policy_gradient_loss", "value_loss", "normalize"]
 
 
 def normalize(x: jax.Array, eps: float = 1e-8) -> jax.Array:
-    """``(x - mean(x)) / (std(x) + eps)`` over all elements."""
-    return (x - x.mean()) / (x.std() + eps)
+    """``(x - mean(x)) / (std(x) + eps)`` over all elements, on every device
+    of the active device axis (:mod:`jrl.parallel`; one device otherwise)."""
+    mean = parallel.global_mean(x)
+    std = jnp.sqrt(parallel.global_mean(jnp.square(x - mean)))
+    return (x - mean) / (std + eps)
 
 
 def clipped_surrogate_loss(log_prob: jax.Array, old_log_prob: jax.Array, advantages: jax.Array,

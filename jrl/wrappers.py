@@ -141,7 +141,7 @@ class AutoReset(Wrapper):
         key_step, key_reset = jax.random.split(key)
         state_step, ts = self.env.step(key_step, state, action, params)
         state_reset, ts_reset = self.env.reset(key_reset, params)
-        done = ts.terminated | ts.truncated
+        done = ts.done
         new_state = _select(done, state_reset, state_step)
         obs = _select(done, ts_reset.observation, ts.observation)
         info = {**ts.info, FINAL_OBSERVATION: ts.observation}
@@ -181,7 +181,7 @@ class EpisodeStatistics(Wrapper):
 
     def step(self, key, state: EpisodeStatisticsState, action, params=None):
         env_state, ts = self.env.step(key, state.env_state, action, params)
-        done = ts.terminated | ts.truncated
+        done = ts.done
         ret = state.episode_return + ts.reward
         length = state.episode_length + 1
         new_state = EpisodeStatisticsState(
@@ -484,6 +484,13 @@ class RunningMeanStd:
         return RunningMeanStd(mean, m2 / tot, tot)
 
 
+def _update_unless_frozen(stats: RunningMeanStd, frozen: jax.Array, x: jax.Array, axis_name) -> RunningMeanStd:
+    """``stats`` with the batch ``x`` folded in (over ``axis_name``, else the active
+    device axis), or unchanged where ``frozen``."""
+    new = stats.update(x, axis_name or parallel.current_axis())
+    return jax.tree.map(lambda old, upd: jnp.where(frozen, old, upd), stats, new)
+
+
 @struct.dataclass
 class NormalizeObservationState:
     env_state: PyTree
@@ -520,9 +527,6 @@ class NormalizeObservation(Wrapper):
         z = (obs - stats.mean) / jnp.sqrt(stats.var + self.epsilon)
         return jnp.clip(z, -self.clip, self.clip).astype(jnp.float32)
 
-    def _update(self, stats: RunningMeanStd, frozen, obs) -> RunningMeanStd:
-        new = stats.update(obs, self.axis_name or parallel.current_axis())
-        return jax.tree.map(lambda old, upd: jnp.where(frozen, old, upd), stats, new)
 
     def _apply(self, stats, ts: TimeStep) -> TimeStep:
         info = dict(ts.info)
@@ -533,12 +537,12 @@ class NormalizeObservation(Wrapper):
     def reset(self, key, params=None):
         env_state, ts = self.env.reset(key, params)
         frozen = jnp.zeros((), bool)
-        stats = self._update(RunningMeanStd.create(self._shape), frozen, ts.observation)
+        stats = _update_unless_frozen(RunningMeanStd.create(self._shape), frozen, ts.observation, self.axis_name)
         return NormalizeObservationState(env_state, stats, frozen), self._apply(stats, ts)
 
     def step(self, key, state: NormalizeObservationState, action, params=None):
         env_state, ts = self.env.step(key, state.env_state, action, params)
-        stats = self._update(state.stats, state.frozen, ts.observation)
+        stats = _update_unless_frozen(state.stats, state.frozen, ts.observation, self.axis_name)
         return state.replace(env_state=env_state, stats=stats), self._apply(stats, ts)
 
 
@@ -578,10 +582,9 @@ class NormalizeReward(Wrapper):
     def step(self, key, state: NormalizeRewardState, action, params=None):
         env_state, ts = self.env.step(key, state.env_state, action, params)
         ret = state.discounted_return * self.gamma + ts.reward
-        new = state.stats.update(ret, self.axis_name or parallel.current_axis())
-        stats = jax.tree.map(lambda old, upd: jnp.where(state.frozen, old, upd), state.stats, new)
+        stats = _update_unless_frozen(state.stats, state.frozen, ret, self.axis_name)
         reward = jnp.clip(ts.reward / jnp.sqrt(stats.var + self.epsilon), -self.clip, self.clip)
-        ret = jnp.where(ts.terminated | ts.truncated, 0.0, ret)
+        ret = jnp.where(ts.done, 0.0, ret)
         return state.replace(env_state=env_state, stats=stats, discounted_return=ret), ts.replace(reward=reward)
 
 

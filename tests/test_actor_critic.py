@@ -169,6 +169,8 @@ def test_train_rejects_bad_input():
         jrl.train("ppo", "CartPole-v1", sweep={"num_envs": [2, 4]}, progress=False)
     with pytest.raises(ValueError, match="seeds must be"):
         jrl.train("ppo", "CartPole-v1", seeds=0)
+    with pytest.raises(ValueError, match="cannot sweep gamma with normalize_rewards"):
+        jrl.train("ppo", "Pendulum-v1", sweep={"gamma": [0.9, 0.99]}, progress=False)
 
 
 def test_run_folder(tmp_path):
@@ -210,3 +212,22 @@ def test_vmapped_seed_init_never_hangs():
                          env={**os.environ, "JAX_PLATFORMS": "cpu"})
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.strip().endswith("ok")
+
+
+def test_run_refuses_states_larger_than_free_memory(monkeypatch):
+    """The runner sizes R runs' train states before allocating and refuses with the numbers."""
+    from jrl import buffers
+
+    cfg, built = small_ppo()
+    monkeypatch.setattr(buffers, "available_memory_bytes", lambda device=None: 1000)
+    with pytest.raises(MemoryError, match=r"train states need .* \(3 runs x .*only 0.00 GiB free"):
+        anakin.run(built.algorithm, jax.random.split(jax.random.key(0), 3), 1)
+
+
+def test_run_keeps_the_callers_initial_state():
+    """Resuming from a state does not consume it (the chunk programs donate their input)."""
+    cfg, built = small_ppo()
+    first = anakin.run(built.algorithm, jax.random.split(jax.random.key(0), 2), 2, num_reports=1)
+    anakin.run(built.algorithm, jax.random.split(jax.random.key(0), 2), 2, num_reports=1,
+               initial_state=first.final_state)
+    assert all(np.isfinite(np.asarray(x)).all() for x in jax.tree.leaves(first.final_state.agent_state.params))

@@ -112,14 +112,14 @@ def test_off_policy_loop_counts_and_determinism():
         np.testing.assert_array_equal(a.metrics[k], b.metrics[k], err_msg=k)
     # 64 iterations of 32 steps; updates from iteration 16 on (env_steps >= 512), 2 each
     np.testing.assert_array_equal(a.metrics["train/env_steps"][0], np.arange(1, 65) * 32)
-    assert int(a.metrics["train/updates"][0, -1]) == 49 * 2
+    assert int(a.metrics["train/updates"][0, -1]) == 49 * 2 == a.config.num_updates
     assert int(a.final_state.buffer_state.size[0]) == 1_000
     assert not np.array_equal(a.metrics["train/loss"][0], a.metrics["train/loss"][1])  # seeds differ
 
 
 def test_prioritized_dueling_nstep_sweep_runs(tmp_path):
     """Every flag together, with a sweep over a DQN hparam, in one program; the run folder is written."""
-    res = jrl.train("dqn", "CartPole-v1", seeds=1, total_steps=2_048, learning_starts=512, num_envs=4,
+    res = jrl.train("dqn", "CartPole-v1", seeds=1, total_steps=2_048, learning_starts=520, num_envs=4,
                     steps_per_iteration=8, buffer_size=1_000, batch_size=32, prioritized=True, dueling=True,
                     n_step=3, tau=0.5, double_q=False, loss="mse", sweep={"epsilon_end": [0.0, 0.1]},
                     progress=False, num_reports=2, out=tmp_path / "run")
@@ -127,6 +127,9 @@ def test_prioritized_dueling_nstep_sweep_runs(tmp_path):
     assert np.isfinite(res.metrics["train/loss"]).all()
     # the n-step warm-up steps (n - 1 per env) are counted
     assert int(res.final_state.env_steps[0]) == 2_048 + 2 * 4
+    np.testing.assert_array_equal(res.env_steps, res.metrics["train/env_steps"][0])
+    # updates start at the first iteration whose count (warm-up included) reaches 520: 8 + 16 * 32
+    assert int(res.metrics["train/updates"][0, -1]) == res.config.num_updates == (64 - 16 + 1) * 2
     tree = res.final_state.buffer_state.tree[0]
     assert float(tree[1]) > 0 and float(res.final_state.buffer_state.max_priority[0]) != 1.0
     for name in experiment.RUN_FILES:

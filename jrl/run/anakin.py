@@ -36,7 +36,7 @@ from jrl import parallel
 from jrl.loops import Algorithm
 from jrl.types import PyTree
 
-__all__ = ["Report", "RunResult", "chunk_lengths", "init_runs", "make_mesh", "run", "set_hparams"]
+__all__ = ["Report", "RunResult", "check_memory", "chunk_lengths", "init_runs", "make_mesh", "run", "set_hparams"]
 
 
 @dataclasses.dataclass
@@ -67,7 +67,7 @@ class RunResult:
     run_seconds: float  # time executing chunks (excludes compile)
     env_steps_per_run: int  # env steps per run
     num_runs: int
-    sharded_state: PyTree = None  # with a mesh: the full state, leading axes [D, R]
+    sharded_state: PyTree = None  # with a mesh: the full state, leading axes [D, R] (what a resume needs)
 
     @property
     def steps_per_second(self) -> float:
@@ -97,6 +97,25 @@ def init_runs(algorithm: Algorithm, keys: jax.Array) -> PyTree:
     return jax.jit(lambda ks: jax.lax.map(algorithm.init, ks))(keys)
 
 
+def check_memory(algorithm: Algorithm, keys: jax.Array, mesh: Mesh | None = None) -> None:
+    """Refuses, before anything is allocated, a run whose train states (R runs, replay
+    buffers included) do not fit in the free memory of a device: ``MemoryError``
+    with the numbers. On CPU every local device shares the host's memory."""
+    from jrl import buffers  # the memory probe lives with the buffers, the usual large item
+
+    per_run = sum(x.size * x.dtype.itemsize for x in jax.tree.leaves(jax.eval_shape(algorithm.init, keys[0])))
+    devices = list(mesh.devices.flat) if mesh is not None else jax.devices()[:1]
+    local = [d for d in devices if d.process_index == jax.process_index()]
+    copies = int(keys.shape[0]) * (len(local) if local[0].platform == "cpu" else 1)
+    need, avail = per_run * copies, buffers.available_memory_bytes(local[0])
+    if avail is not None and need > avail:
+        gib = float(2**30)
+        raise MemoryError(f"the train states need {need / gib:.2f} GiB ({keys.shape[0]} runs x "
+                          f"{per_run / gib:.3f} GiB{'' if copies == keys.shape[0] else f' x {len(local)} devices'}), "
+                          f"only {avail / gib:.2f} GiB free on {local[0].platform}; use fewer seeds, smaller replay "
+                          "buffers or more devices")
+
+
 def make_mesh(num_devices: int | None = None) -> Mesh:
     """A 1-D mesh over the first ``num_devices`` devices (all when None), axis
     :data:`jrl.parallel.AXIS`; raises a clear error when too many are asked for."""
@@ -111,8 +130,9 @@ def make_mesh(num_devices: int | None = None) -> Mesh:
     return Mesh(np.asarray(devices[:n]), (parallel.AXIS,))
 
 
-def _sharded(mesh: Mesh, fn, in_spec, out_spec):
-    return jax.jit(jax.shard_map(fn, mesh=mesh, in_specs=in_spec, out_specs=out_spec, check_vma=False))
+def _sharded(mesh: Mesh, fn, in_spec, out_spec, donate: bool = False):
+    return jax.jit(jax.shard_map(fn, mesh=mesh, in_specs=in_spec, out_specs=out_spec, check_vma=False),
+                   donate_argnums=0 if donate else ())
 
 
 def _init_sharded(algorithm: Algorithm, keys: jax.Array, mesh: Mesh) -> PyTree:
@@ -148,7 +168,7 @@ def _make_chunk(algorithm: Algorithm, length: int, mesh: Mesh | None = None):
         states, metrics = chunk(jax.tree.map(lambda x: x[0], states))
         return jax.tree.map(lambda x: x[None], (states, metrics))
 
-    return _sharded(mesh, sharded_chunk, P(parallel.AXIS), (P(parallel.AXIS), P(parallel.AXIS)))
+    return _sharded(mesh, sharded_chunk, P(parallel.AXIS), (P(parallel.AXIS), P(parallel.AXIS)), donate=True)
 
 
 def chunk_lengths(num_iterations: int, num_reports: int) -> list[int]:
@@ -198,8 +218,9 @@ def run(
     if num_iterations <= 0:
         raise ValueError(f"num_iterations must be positive, got {num_iterations}")
     num_runs = int(keys.shape[0])
+    check_memory(algorithm, keys, mesh)
     if initial_state is not None:
-        states = initial_state
+        states = jax.tree.map(jnp.copy, initial_state)  # the chunks donate their input: keep the caller's
     elif mesh is None:
         states = init_runs(algorithm, keys)
     else:
