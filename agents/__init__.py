@@ -8,9 +8,10 @@ env_params, num_devices=1) -> Built``.
 
 from __future__ import annotations
 
-import difflib
 import importlib
 from types import ModuleType
+
+from jrl import names as _names
 
 AGENTS: dict[str, tuple[str, str]] = {
     "ppo": ("jrl.agents.ppo", "PPOConfig"),
@@ -24,8 +25,7 @@ class UnknownAgentError(KeyError, ValueError):
     """An agent name that is not registered; the message lists close matches."""
 
     def __init__(self, name: str):
-        close = difflib.get_close_matches(name.lower(), list(AGENTS), n=3, cutoff=0.4)
-        hint = f" Did you mean {', '.join(repr(c) for c in close)}?" if close else ""
+        hint = _names.did_you_mean(name, list(AGENTS), cutoff=0.4)
         self.message = f"unknown agent {name!r}.{hint} Available: {', '.join(sorted(AGENTS))}."
         super().__init__(self.message)
 

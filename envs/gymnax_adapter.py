@@ -37,7 +37,6 @@ What the adapter does, and does not do:
 
 from __future__ import annotations
 
-import difflib
 import functools
 from typing import Any
 
@@ -65,25 +64,6 @@ def _import_gymnax():
     return gymnax
 
 
-def _unknown(name: str, known: list[str]) -> UnknownEnvError:
-    """An :class:`UnknownEnvError` for ``gymnax:<name>`` suggesting the closest gymnax ids.
-
-    Matching runs on the bare names (a shared ``gymnax:`` prefix would make
-    every id look alike).
-    """
-    close = difflib.get_close_matches(name, known, n=3, cutoff=0.6)
-    if not close:
-        low = {k.lower(): k for k in known}
-        close = [
-            low[k] for k in difflib.get_close_matches(name.lower(), list(low), n=3, cutoff=0.6)
-        ]
-    hint = f" Did you mean {', '.join(repr(GYMNAX_PREFIX + c) for c in close)}?" if close else ""
-    err = UnknownEnvError(GYMNAX_PREFIX + name, [])
-    err.message = f"unknown gymnax environment {name!r}.{hint} gymnax has: {', '.join(known)}."
-    err.args = (err.message,)
-    return err
-
-
 @functools.cache
 def _make_default(name: str):
     """``gymnax.make(name)[0]``, built once per name (some constructors load data)."""
@@ -93,7 +73,8 @@ def _make_default(name: str):
 def _make(name: str, **env_kwargs: Any):
     gymnax = _import_gymnax()
     if name not in gymnax.registered_envs:
-        raise _unknown(name, list(gymnax.registered_envs))
+        known = list(gymnax.registered_envs)
+        raise UnknownEnvError(name, known, prefix=GYMNAX_PREFIX, listing=f"gymnax has: {', '.join(known)}.")
     env, _ = gymnax.make(name, **env_kwargs)
     return env
 

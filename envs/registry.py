@@ -12,10 +12,10 @@ from __future__ import annotations
 
 import builtins
 import dataclasses
-import difflib
 import importlib
 from typing import Any, Callable
 
+from jrl import names
 from jrl.env import Environment
 from jrl.wrappers import CheckActions, TimeLimit
 
@@ -80,15 +80,18 @@ def spec(id: str) -> EnvSpec:
 
 
 class UnknownEnvError(KeyError, ValueError):
-    """An env id that is not registered; the message lists the closest ids."""
+    """An env id that is not registered; the message lists the closest ids.
 
-    def __init__(self, id: str, known: builtins.list[str]):
-        close = difflib.get_close_matches(id, known, n=3, cutoff=0.5)
-        if not close:
-            low = {k.lower(): k for k in known}
-            close = [low[k] for k in difflib.get_close_matches(id.lower(), builtins.list(low), n=3, cutoff=0.5)]
-        hint = f" Did you mean {', '.join(repr(c) for c in close)}?" if close else ""
-        self.message = f"unknown environment {id!r}.{hint} Registered: {', '.join(known)}; gymnax envs as 'gymnax:<name>'."
+    ``prefix`` namespaces the suggestions (``"gymnax:"`` for the gymnax ids,
+    matched on their bare names) and ``listing`` replaces the default list of
+    registered ids in the message.
+    """
+
+    def __init__(self, id: str, known: builtins.list[str], prefix: str = "", listing: str | None = None):
+        hint = names.did_you_mean(id, known, prefix=prefix)
+        if listing is None:
+            listing = f"Registered: {', '.join(known)}; gymnax envs as '{GYMNAX_PREFIX}<name>'."
+        self.message = f"unknown environment {prefix + id!r}.{hint} {listing}"
         super().__init__(self.message)
 
     def __str__(self) -> str:

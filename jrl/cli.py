@@ -182,10 +182,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     command = COMMANDS.get(argv[0])
     if command is None:
-        import difflib
+        from jrl import names
 
-        close = difflib.get_close_matches(argv[0], list(COMMANDS), n=1)
-        hint = f" (did you mean {close[0]!r}?)" if close else ""
+        hint = "".join(f" (did you mean {c!r}?)" for c in names.closest(argv[0], COMMANDS, n=1))
         return _fail(f"unknown command {argv[0]!r}{hint}; commands: {', '.join(COMMANDS)}")
     try:
         return command(argv[1:])

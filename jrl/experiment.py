@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import csv
 import dataclasses
-import difflib
 import io
 import itertools
 import json
@@ -34,7 +33,7 @@ import numpy as np
 
 import jrl.agents
 import jrl.envs
-from jrl import __version__
+from jrl import __version__, names
 from jrl.run import anakin
 
 __all__ = ["TrainResult", "make_config", "train", "RUN_FILES"]
@@ -87,10 +86,8 @@ def make_config(agent: str, env_id: str, **overrides: Any):
     hints = typing.get_type_hints(config_cls)
     unknown = sorted(set(overrides) - set(fields))
     if unknown:
-        hints_txt = "; ".join(
-            f"{u!r}" + (f" (did you mean {', '.join(difflib.get_close_matches(u, list(fields), n=2))}?)"
-                        if difflib.get_close_matches(u, list(fields), n=2) else "")
-            for u in unknown)
+        hints_txt = "; ".join(f"{u!r}" + "".join(f" (did you mean {c}?)" for c in names.closest(u, fields, n=1))
+                              for u in unknown)
         raise TypeError(f"unknown {agent} config field(s): {hints_txt}. Fields: {', '.join(sorted(fields))}")
     values = dict(module.PRESETS.get(env_id, {}))
     values.update({k: _coerce(fields[k], v, hints) for k, v in overrides.items()})
