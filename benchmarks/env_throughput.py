@@ -3,8 +3,11 @@
 Measures environment steps per second (one step of one env = one step) of
 random-action rollouts with auto-reset on:
 
-- jrl: ``VmapEnv(AutoReset(make(id)[0]), B)`` (``make`` adds the TimeLimit),
-  and the full ``wrap_for_training(make(id)[0], B)`` (adds EpisodeStatistics);
+- jrl: ``AutoReset(VmapEnv(make(id)[0], B))`` (``make`` adds the TimeLimit;
+  resets only the envs that finished), the full
+  ``wrap_for_training(make(id)[0], B)`` (adds EpisodeStatistics), and
+  ``VmapEnv(AutoReset(...), B)`` (every env draws a reset every step and keeps
+  it if it finished: the same program as gymnax's);
 - gymnax: ``vmap(env.step)``, gymnax's own auto-resetting, time-limited step;
 - Gymnasium: ``SyncVectorEnv`` of ``gymnasium.make(id)`` (its default
   next-step auto-reset), batch sizes up to 256 only.
@@ -148,9 +151,16 @@ def _scan_runner(name, step_fn, state, sample, batch, steps, seed) -> Runner:
     return Runner(name, jax.jit(run), carry, steps * batch)
 
 
-def jrl_runner(env_id: str, batch: int, steps: int, full: bool) -> Runner:
+JRL_KINDS = {"jrl": "AutoReset(VmapEnv)", "jrl (full)": "wrap_for_training", "jrl (per-env reset)": "VmapEnv(AutoReset)"}
+
+
+def jrl_runner(env_id: str, batch: int, steps: int, kind: str) -> Runner:
     env, params = jrl.envs.make(env_id)
-    benv = wrap_for_training(env, batch) if full else VmapEnv(AutoReset(env), batch)
+    benv = {
+        "jrl": lambda: AutoReset(VmapEnv(env, batch)),
+        "jrl (full)": lambda: wrap_for_training(env, batch),
+        "jrl (per-env reset)": lambda: VmapEnv(AutoReset(env), batch),
+    }[kind]()
     sample = make_sampler(env.action_space(params), batch)
     state, _ = jax.jit(benv.reset)(jax.random.key(0), params)
 
@@ -158,7 +168,7 @@ def jrl_runner(env_id: str, batch: int, steps: int, full: bool) -> Runner:
         state, ts = benv.step(key, state, action, params)
         return state, ts.reward, ts.observation, ts.terminated | ts.truncated
 
-    return _scan_runner("jrl (full)" if full else "jrl", step_fn, state, sample, batch, steps, 1)
+    return _scan_runner(kind, step_fn, state, sample, batch, steps, 1)
 
 
 def gymnax_runner(env_id: str, batch: int, steps: int) -> Runner:
@@ -243,8 +253,7 @@ def measure(cfg: Config) -> list[dict[str, Any]]:
         for batch in cfg.batches:
             steps = cfg.jax_steps(batch)
             runners = [
-                jrl_runner(env_id, batch, steps, full=False),
-                jrl_runner(env_id, batch, steps, full=True),
+                *(jrl_runner(env_id, batch, steps, kind) for kind in JRL_KINDS),
                 gymnax_runner(env_id, batch, steps),
             ]
             if batch in cfg.gymnasium_batches:
@@ -268,7 +277,7 @@ def measure(cfg: Config) -> list[dict[str, Any]]:
 
 def _progress(row: dict[str, Any]) -> str:
     parts = [f"{row['env']:<12} B={row['batch']:<5}"]
-    for name in ("jrl", "jrl (full)", "gymnax", "gymnasium"):
+    for name in (*JRL_KINDS, "gymnax", "gymnasium"):
         if name in row:
             parts.append(
                 f"{name} {row[name] / 1e6:8.3f} M/s (median {row[name + ' median'] / 1e6:.3f})"
@@ -292,6 +301,7 @@ def table(rows: list[dict[str, Any]]) -> str:
         "batch",
         "jrl",
         "jrl + stats",
+        "jrl, reset per env",
         "gymnax",
         "Gymnasium Sync",
         "jrl / gymnax",
@@ -303,6 +313,7 @@ def table(rows: list[dict[str, Any]]) -> str:
         gym_rate = r.get("gymnasium")
         lines.append(
             f"| {r['env']} | {r['batch']} | {_fmt_rate(r['jrl'])} | {_fmt_rate(r['jrl (full)'])} | "
+            f"{_fmt_rate(r['jrl (per-env reset)'])} | "
             f"{_fmt_rate(r['gymnax'])} | {_fmt_rate(gym_rate)} | {r['jrl'] / r['gymnax']:.2f}x | "
             f"{r['jrl cpu'] / r['gymnax cpu']:.2f}x | "
             + (f"{r['jrl'] / gym_rate:.0f}x |" if gym_rate else "– |")
@@ -342,9 +353,12 @@ compile time excluded. Reproduce with:
 
 Measured {datetime.date.today().isoformat()} on {machine()}.
 
-- **jrl**: `VmapEnv(AutoReset(jrl.envs.make(id)[0]), B)` (TimeLimit inside),
-  stepped by `jit(lax.scan(...))`; **jrl + stats**: `wrap_for_training(env, B)`,
-  which adds EpisodeStatistics.
+- **jrl**: `AutoReset(VmapEnv(jrl.envs.make(id)[0], B))` (TimeLimit inside),
+  stepped by `jit(lax.scan(...))`: only the envs that finished are reset
+  (gathered, reset, scattered back); **jrl + stats**:
+  `wrap_for_training(env, B)`, the same plus EpisodeStatistics, what the
+  agents train on; **jrl, reset per env**: `VmapEnv(AutoReset(env), B)`,
+  where every env draws a reset on every step and keeps it if it finished.
 - **gymnax**: `vmap(env.step)` of `gymnax.make(id)` (its own auto-reset and
   time limit), in the same scan with the same action sampler and key splits.
 - **Gymnasium Sync**: `gymnasium.vector.SyncVectorEnv` of `gymnasium.make(id)`,
@@ -352,9 +366,9 @@ Measured {datetime.date.today().isoformat()} on {machine()}.
 - Rates are wall clock (best round). The CPU-time ratio divides steps per
   CPU-second of this process: less sensitive to other processes than wall
   clock, but XLA's worker threads on a busy 2-core machine still move it.
-  The compiled jrl and gymnax programs do the same work (same HLO ops,
-  flops and bytes), so ratios away from 1.00x here are measurement noise;
-  rerun on an idle machine for finer comparisons. 1-minute load average
+  "jrl, reset per env" and gymnax compile to the same work (same HLO ops,
+  flops and bytes), so their ratio away from 1.00x is measurement noise;
+  the gain of jrl over both is the skipped resets (and key splits). 1-minute load average
   during this run: {load}.
 - A JAX call runs the same number of steps for both libraries: {
         ", ".join(f"{cfg.jax_steps(b)} iterations at B={b}" for b in cfg.batches)

@@ -265,6 +265,77 @@ def test_auto_reset_batched(order, jit):
     np.testing.assert_array_equal(np.stack([s.t for s in states]), [[0, 0], [1, 1], [0, 2], [1, 0], [0, 1]])
 
 
+def _random_rollout(env, params, steps, key):
+    """``steps`` steps of ``env`` with random actions in [0, 1] from ``key``: stacked (states, timesteps)."""
+    state, ts = env.reset(jax.random.fold_in(key, 0), params)
+
+    def body(carry, t):
+        state, key = carry
+        key, k_act, k_step = jax.random.split(key, 3)
+        state, ts = env.step(k_step, state, jax.random.uniform(k_act, (env.num_envs, 1)), params)
+        return (state, key), (state, ts)
+
+    return jax.lax.scan(body, (state, key), jnp.arange(steps))[1]
+
+
+def _rollout_fn(env, params, steps):
+    return jax.jit(lambda key: _random_rollout(env, params, steps, key))
+
+
+# Per-env episode lengths 1..5 and goals reached at random times: many envs finish on the same step.
+SPARSE_PARAMS = dict(terminate_at=[1 + i % 5 for i in range(24)], goal=[1.0 + (i % 7) / 2 for i in range(24)],
+                     start=[float(i) / 10 for i in range(24)])
+
+
+@pytest.mark.parametrize("chunk", [1, 3, 24])
+def test_sparse_auto_reset_equals_the_per_env_reset(chunk):
+    """AutoReset outside VmapEnv resets only the finished envs, ``chunk`` at a time (chunk=1: up to 24
+    passes of its loop on one step), and gives bit-identical states and timesteps to AutoReset inside
+    VmapEnv, which resets every env every step and keeps the finished ones' resets."""
+    params = P(**SPARSE_PARAMS)
+    dense = VmapEnv(AutoReset(Toy()), 24, batched_params=True)
+    sparse = AutoReset(VmapEnv(Toy(), 24, batched_params=True), sparse_from=1, chunk=chunk)
+    assert sparse.sparse and sparse.chunk == chunk
+    key = jax.random.key(0)
+    want, got = _rollout_fn(dense, params, 30)(key), _rollout_fn(sparse, params, 30)(key)
+    done = np.asarray(want[1].done)
+    assert done.sum(axis=1).max() >= 5 and done.sum() > 100  # several resets per step, in many steps
+    jax.tree.map(np.testing.assert_array_equal, got, want)
+
+
+@pytest.mark.parametrize("chunk", [2, 24])
+def test_sparse_auto_reset_under_vmap_over_seeds(chunk):
+    """Seeds vmapped over the sparse reset (its loop runs as long as any seed has envs to reset;
+    chunk=24 holds the batch: a cond, a select under vmap) equal each seed run alone; the
+    small-batch branch-free path gives the same too."""
+    params = P(**SPARSE_PARAMS)
+    sparse = AutoReset(VmapEnv(Toy(), 24, batched_params=True), sparse_from=1, chunk=chunk)
+    branch_free = AutoReset(VmapEnv(Toy(), 24, batched_params=True), sparse_from=1000)
+    assert not branch_free.sparse
+    seeds = jax.random.split(jax.random.key(3), 3)
+    batched = jax.jit(jax.vmap(lambda k: _random_rollout(sparse, params, 20, k)))(seeds)
+    alone, alone_branch_free = _rollout_fn(sparse, params, 20), _rollout_fn(branch_free, params, 20)
+    for i in range(3):
+        one = alone(seeds[i])
+        jax.tree.map(np.testing.assert_array_equal, jax.tree.map(lambda x: x[i], batched), one)
+        jax.tree.map(np.testing.assert_array_equal, alone_branch_free(seeds[i]), one)
+
+
+def test_auto_reset_of_a_batch_of_one():
+    """B=1 outside VmapEnv (a cond around the reset) equals AutoReset inside VmapEnv."""
+    params = P(terminate_at=3)
+    key = jax.random.key(5)
+    want = _rollout_fn(VmapEnv(AutoReset(Toy()), 1), params, 12)(key)
+    got = _rollout_fn(AutoReset(VmapEnv(Toy(), 1)), params, 12)(key)
+    assert int(np.asarray(want[1].done).sum()) == 4
+    jax.tree.map(np.testing.assert_array_equal, got, want)
+
+
+def test_sparse_auto_reset_rejects_a_bad_chunk():
+    with pytest.raises(ValueError, match="chunk"):
+        AutoReset(VmapEnv(Toy(), 4), chunk=0)
+
+
 def test_auto_reset_info_has_the_same_structure_on_reset_and_step():
     env = AutoReset(Toy())
     states, tss = rollout(env, [[1.0]], P())
@@ -834,12 +905,12 @@ def test_frame_stack_errors():
 def test_wrap_for_training_order():
     base = TimeLimit(Toy(), 5)
     env = wrap_for_training(base, 4, normalize_observation=True, normalize_reward=True, gamma=0.5, axis_name="d")
-    assert env.wrappers == (NormalizeReward, NormalizeObservation, VmapEnv, EpisodeStatistics, AutoReset, TimeLimit)
+    assert env.wrappers == (NormalizeReward, NormalizeObservation, EpisodeStatistics, AutoReset, VmapEnv, TimeLimit)
     assert env.num_envs == 4 and isinstance(env.unwrapped, Toy)
     assert env.gamma == 0.5 and env.axis_name == "d" and env.env.axis_name == "d"
     assert wrap_for_training(base, None).wrappers == (EpisodeStatistics, AutoReset, TimeLimit)
     assert wrap_for_training(base, None).num_envs is None
-    assert wrap_for_training(base, 2).wrappers == (VmapEnv, EpisodeStatistics, AutoReset, TimeLimit)
+    assert wrap_for_training(base, 2).wrappers == (EpisodeStatistics, AutoReset, VmapEnv, TimeLimit)
     assert wrap_for_training(base, 2, normalize_reward=True).wrappers[0] is NormalizeReward
 
 
