@@ -27,7 +27,7 @@ same as a linear decay over env steps from ``learning_starts`` on.
 from __future__ import annotations
 
 import dataclasses
-from typing import Annotated
+from typing import Annotated, Callable, ClassVar, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -35,16 +35,18 @@ import optax
 import tyro
 from flax import struct
 
-from jrl import buffers, networks, parallel, spaces
+from jrl import buffers, distributional, networks, parallel, spaces
 from jrl import config as cfg
 from jrl.actor_critic import Built, make_optimizer
 from jrl.agent import Agent, EnvSpec
 from jrl.loops import PRIORITIES, off_policy
-from jrl.types import PyTree
+from jrl.distributions import epsilon_greedy, masked_argmax
+from jrl.types import PyTree, split_action_mask
 from jrl.wrappers import wrap_for_training
 
-__all__ = ["DQNConfig", "DQNHParams", "DQNState", "PRESETS", "SWEEPABLE", "build", "epsilon_schedule",
-           "make_dqn", "q_targets", "update_target"]
+__all__ = ["C51Config", "DQNConfig", "DQNHParams", "DQNState", "Head", "PRESETS", "QRDQNConfig", "RainbowConfig",
+           "SWEEPABLE", "build", "categorical_head", "epsilon_schedule", "greedy_next_actions", "make_dqn",
+           "q_targets", "quantile_head", "scalar_head", "update_target"]
 
 
 @struct.dataclass
@@ -78,15 +80,22 @@ def epsilon_schedule(num_updates, start, end, decay_updates):
     return start + frac * (end - start)
 
 
-def q_targets(q_next_online, q_next_target, reward, discount, double_q: bool = True):
-    """``reward + discount * Q_target(s', a*)``, ``[B]``.
+def greedy_next_actions(q_next_online, q_next_target, double_q: bool = True, next_mask=None):
+    """``[B]`` bootstrap actions: ``argmax_a Q_online(s', a)`` (double Q) or ``argmax_a Q_target(s', a)``,
+    over the valid actions of ``s'`` (``next_mask [B, A]``) when the env masks actions."""
+    return masked_argmax(q_next_online if double_q else q_next_target, next_mask)
 
-    ``a* = argmax_a Q_online(s', a)`` (double Q) or ``argmax_a Q_target(s', a)``;
-    ``q_next_*`` are ``[B, A]``, ``discount`` is 0 after a termination.
-    """
-    greedy = jnp.argmax(q_next_online if double_q else q_next_target, axis=-1)
-    bootstrap = jnp.take_along_axis(q_next_target, greedy[:, None], axis=-1)[:, 0]
-    return reward + discount * bootstrap
+
+def q_targets(q_next_online, q_next_target, reward, discount, double_q: bool = True, next_mask=None):
+    """``reward + discount * Q_target(s', a*)``, ``[B]``, with ``a*`` from :func:`greedy_next_actions`;
+    ``q_next_*`` are ``[B, A]``, ``discount`` is 0 after a termination."""
+    greedy = greedy_next_actions(q_next_online, q_next_target, double_q, next_mask)
+    return reward + discount * _at_action(q_next_target, greedy)
+
+
+def _at_action(out, action):
+    """``out[b, action[b]]`` for outputs ``[B, A]`` or ``[B, A, K]``."""
+    return out[jnp.arange(out.shape[0]), action.astype(jnp.int32)]
 
 
 def update_target(target_params, params, num_updates, interval: int, tau):
@@ -96,15 +105,83 @@ def update_target(target_params, params, num_updates, interval: int, tau):
     return jax.tree.map(lambda t, p: jnp.where(due, tau * p + (1.0 - tau) * t, t), target_params, params)
 
 
+class Head(NamedTuple):
+    """How the Q-network's output becomes action values and a TD loss.
+
+    ``q_values(out)``: ``[B, A(, K)] -> [B, A]``. ``loss(taken, next_target,
+    reward, discount)``: the output at the action taken and the target
+    network's output at the bootstrap action (``[B]`` or ``[B, K]`` each),
+    n-step ``reward [B]`` and ``discount [B]`` -> (loss per item ``[B]``, new
+    priority ``[B]``).
+    """
+
+    num_atoms: int  # outputs per action (1: a scalar Q-value)
+    q_values: Callable
+    loss: Callable
+
+
+def scalar_head(loss: str = "huber") -> Head:
+    """DQN: one Q-value per action; Huber or squared TD error, priority ``|TD|``."""
+
+    def loss_fn(taken, next_target, reward, discount):
+        td = taken - jax.lax.stop_gradient(reward + discount * next_target)
+        per_item = optax.huber_loss(td) if loss == "huber" else 0.5 * jnp.square(td)
+        return per_item, jnp.abs(td)
+
+    return Head(1, lambda out: out, loss_fn)
+
+
+def categorical_head(num_atoms: int, v_min: float, v_max: float) -> Head:
+    """C51 (Bellemare et al., 2017): logits over ``num_atoms`` fixed returns in [v_min, v_max]; the target
+    distribution is projected onto them; cross-entropy loss, which is also the priority (as in Rainbow)."""
+    atoms = distributional.support(num_atoms, v_min, v_max)
+
+    def loss_fn(taken, next_target, reward, discount):
+        target = distributional.categorical_projection(jax.nn.softmax(next_target, axis=-1), reward, discount, atoms)
+        per_item = distributional.categorical_loss(taken, jax.lax.stop_gradient(target))
+        return per_item, per_item
+
+    return Head(num_atoms, lambda out: distributional.expected_value(jax.nn.softmax(out, axis=-1), atoms), loss_fn)
+
+
+def quantile_head(num_quantiles: int, kappa: float = 1.0) -> Head:
+    """QR-DQN (Dabney et al., 2018): ``num_quantiles`` quantiles at the midpoints ``(2i+1)/(2N)``;
+    quantile Huber loss, which is also the priority."""
+    taus = distributional.quantile_midpoints(num_quantiles)
+
+    def loss_fn(taken, next_target, reward, discount):
+        target = jax.lax.stop_gradient(reward[:, None] + discount[:, None] * next_target)
+        per_item = distributional.quantile_huber_loss(taken, target, taus, kappa)
+        return per_item, per_item
+
+    return Head(num_quantiles, lambda out: out.mean(axis=-1), loss_fn)
+
+
 def make_dqn(network: networks.QNetwork, hparams: DQNHParams, *, total_updates: int, double_q: bool = True,
-             loss: str = "huber", max_grad_norm: float = 10.0, target_update_interval: int = 1,
+             head: Head | None = None, max_grad_norm: float = 10.0, target_update_interval: int = 1,
              anneal_lr: bool = False) -> Agent:
-    """The DQN agent: ``learn`` takes a :class:`jrl.buffers.Sample` of ``NStepTransition``s
-    and returns the new priorities ``|TD error|`` under :data:`jrl.loops.PRIORITIES`."""
+    """The DQN-family agent: ``learn`` takes a :class:`jrl.buffers.Sample` of ``NStepTransition``s
+    and returns the new priorities under :data:`jrl.loops.PRIORITIES`.
+
+    ``head`` picks DQN (:func:`scalar_head`, the default), C51 or QR-DQN. With
+    a noisy network (``network.noisy``) ``act`` and ``learn`` draw fresh
+    noise from their keys (online and target nets independently); the greedy
+    ``policy`` uses the mean weights. Observations with an action mask
+    (:func:`jrl.types.split_action_mask`) restrict exploration, the greedy
+    action and the bootstrap action to valid actions.
+    """
+    head = head or scalar_head()
     tx = make_optimizer("adam", max_grad_norm)
+    noisy = bool(getattr(network, "noisy", False))
+
+    def apply(params, obs, key=None):
+        if noisy and key is not None:
+            return network.apply(params, obs, noise=True, rngs={"noise": key})
+        return network.apply(params, obs)
 
     def init(key, spec: EnvSpec) -> DQNState:
-        params = network.init(key, networks.example_observation(spec.observation_space))
+        obs_space, _ = split_action_mask(spec.observation_space)
+        params = network.init(key, networks.example_observation(obs_space))
         return DQNState(params, params, tx.init(params), hparams, jnp.zeros((), jnp.int32))
 
     def epsilon(state: DQNState):
@@ -114,43 +191,45 @@ def make_dqn(network: networks.QNetwork, hparams: DQNHParams, *, total_updates: 
 
     def act(state: DQNState, obs, key):
         """Epsilon-greedy on ``[N]`` observations, an independent draw per env."""
-        q = network.apply(state.params, obs)
-        num, num_actions = q.shape
-        keys = parallel.local_keys(key, num)
-        explore = jax.vmap(lambda k: jax.random.uniform(jax.random.fold_in(k, 0)))(keys) < epsilon(state)
-        random = jax.vmap(lambda k: jax.random.randint(jax.random.fold_in(k, 1), (), 0, num_actions))(keys)
-        return jnp.where(explore, random, jnp.argmax(q, axis=-1)).astype(jnp.int32), {}
+        obs, mask = split_action_mask(obs)
+        k_noise, k_explore = jax.random.split(key)
+        q = head.q_values(apply(state.params, obs, k_noise))
+        return epsilon_greedy(parallel.local_keys(k_explore, q.shape[0]), q, epsilon(state), mask), {}
 
     def policy(params, obs, key):
         del key
-        return jnp.argmax(network.apply(params, obs), axis=-1).astype(jnp.int32)
+        obs, mask = split_action_mask(obs)
+        return masked_argmax(head.q_values(apply(params, obs)), mask)
 
-    def loss_fn(params, target_params, batch, weights):
+    def loss_fn(params, target_params, batch, weights, key):
+        k_online, k_target = jax.random.split(key)
+        obs, _ = split_action_mask(batch.observation)
+        next_obs, next_mask = split_action_mask(batch.next_observation)
         size = batch.reward.shape[0]
-        both = jax.tree.map(lambda o, n: jnp.concatenate([o, n]), batch.observation, batch.next_observation)
-        q_online = network.apply(params, both)  # one online pass over o_t and o_{t+n}
-        q_next_target = network.apply(target_params, batch.next_observation)
-        target = jax.lax.stop_gradient(q_targets(q_online[size:], q_next_target, batch.reward, batch.discount,
-                                                 double_q))
-        q = jnp.take_along_axis(q_online[:size], batch.action[:, None].astype(jnp.int32), axis=-1)[:, 0]
-        td = q - target
-        per_item = optax.huber_loss(td) if loss == "huber" else 0.5 * jnp.square(td)
-        return jnp.mean(weights * per_item), (td, q)
+        both = jax.tree.map(lambda o, n: jnp.concatenate([o, n]), obs, next_obs)
+        out_online = apply(params, both, k_online)  # one online pass over o_t and o_{t+n}
+        out_next_target = apply(target_params, next_obs, k_target)
+        greedy = greedy_next_actions(jax.lax.stop_gradient(head.q_values(out_online[size:])),
+                                     head.q_values(out_next_target), double_q, next_mask)
+        taken = _at_action(out_online[:size], batch.action)
+        per_item, priority = head.loss(taken, jax.lax.stop_gradient(_at_action(out_next_target, greedy)),
+                                       batch.reward, batch.discount)
+        q = head.q_values(taken[:, None])[:, 0]
+        return jnp.mean(weights * per_item), (priority, q)
 
     def learn(state: DQNState, sample: buffers.Sample, key):
-        del key
         hp = state.hparams
-        (value, (td, q)), grads = jax.value_and_grad(loss_fn, has_aux=True)(
-            state.params, state.target_params, sample.items, sample.weights)
+        (value, (priority, q)), grads = jax.value_and_grad(loss_fn, has_aux=True)(
+            state.params, state.target_params, sample.items, sample.weights, key)
         grads = parallel.pmean(grads)  # equal batch per device: the global mean gradient
         updates, opt_state = tx.update(grads, state.opt_state, state.params)
         lr = hp.learning_rate * (jnp.maximum(1.0 - state.num_updates / total_updates, 0.0) if anneal_lr else 1.0)
         params = optax.apply_updates(state.params, jax.tree.map(lambda u: -lr * u, updates))
         num_updates = state.num_updates + 1
         target_params = update_target(state.target_params, params, num_updates, target_update_interval, hp.tau)
-        metrics = parallel.pmean({"train/loss": value, "train/q": q.mean(), "train/td_abs": jnp.abs(td).mean()})
+        metrics = parallel.pmean({"train/loss": value, "train/q": q.mean(), "train/priority": priority.mean()})
         metrics = {**metrics, "train/grad_norm": optax.tree.norm(grads), "train/epsilon": epsilon(state),
-                   PRIORITIES: jnp.abs(td)}
+                   PRIORITIES: priority}
         return DQNState(params, target_params, opt_state, hp, num_updates), metrics
 
     return Agent(init=init, act=act, learn=learn, policy=policy)
@@ -202,8 +281,20 @@ class DQNConfig:
     """Final exploration rate (sweepable)."""
     exploration_fraction: float = 0.2
     """Fraction of the updates over which epsilon decays linearly (sweepable)."""
-    loss: str = "huber"
-    """TD loss: 'huber' or 'mse'."""
+    loss: str = "mse"
+    """TD loss of the scalar head: 'mse' (0.5 * TD^2) or 'huber' (diverged on CartPole in our runs, see the notes)."""
+    distribution: str = "none"
+    """Return distribution: 'none' (a Q-value per action), 'categorical' (C51) or 'quantile' (QR-DQN)."""
+    num_atoms: int = 51
+    """Atoms of the categorical distribution, or quantiles of the quantile one."""
+    v_min: float = -10.0
+    """Smallest return on the categorical support."""
+    v_max: float = 10.0
+    """Largest return on the categorical support."""
+    kappa: float = 1.0
+    """Huber threshold of the quantile loss (0: the plain quantile loss)."""
+    noisy: bool = False
+    """Factorised Gaussian noisy output layers (exploration by parameter noise; set epsilon to 0)."""
     max_grad_norm: float = 10.0
     """Global-norm gradient clipping threshold."""
     hidden_sizes: tuple[int, ...] = (128, 128)
@@ -255,18 +346,92 @@ class DQNConfig:
             (self.per_alpha >= 0 and 0.0 <= self.per_beta <= 1.0,
              f"per_alpha must be >= 0 and per_beta in [0, 1], got {self.per_alpha}/{self.per_beta}"),
             (self.loss in ("huber", "mse"), f"loss must be 'huber' or 'mse', got {self.loss!r}"),
+            (self.distribution in DISTRIBUTIONS,
+             f"distribution must be one of {', '.join(map(repr, DISTRIBUTIONS))}, got {self.distribution!r}"),
+            (self.num_atoms >= 2 or self.distribution == "none", f"num_atoms must be at least 2, got {self.num_atoms}"),
+            (self.v_min < self.v_max, f"v_min must be below v_max, got {self.v_min} >= {self.v_max}"),
+            (self.kappa >= 0, f"kappa must be >= 0, got {self.kappa}"),
         ])
+
+    def head(self) -> Head:
+        """The value head this config asks for."""
+        if self.distribution == "categorical":
+            return categorical_head(self.num_atoms, self.v_min, self.v_max)
+        if self.distribution == "quantile":
+            return quantile_head(self.num_atoms, self.kappa)
+        return scalar_head(self.loss)
 
     def hparams(self) -> DQNHParams:
         """The sweepable fields as traced-ready float32 scalars."""
         return cfg.hparams_from(self, DQNHParams)
 
 
-PRESETS: dict[str, dict] = {
-    "CartPole-v1": {"n_step": 3, "dueling": True, "anneal_lr": True},
-    "Acrobot-v1": {"n_step": 3, "learning_starts": 5_000, "target_update_interval": 500},
-}
-"""Per-environment overrides of the defaults."""
+    PRESETS: ClassVar[dict[str, dict]] = {
+        "CartPole-v1": {"n_step": 3, "dueling": True, "anneal_lr": True},
+        "Acrobot-v1": {"n_step": 3, "learning_starts": 5_000, "target_update_interval": 500},
+    }
+    """Per-environment overrides of the defaults."""
+
+
+DISTRIBUTIONS = ("none", "categorical", "quantile")
+
+
+@dataclasses.dataclass(frozen=True)
+class C51Config(DQNConfig):
+    """C51: DQN with a categorical return distribution on 51 atoms (Bellemare et al., 2017)."""
+
+    distribution: str = "categorical"
+    """Return distribution: 'none' (a Q-value per action), 'categorical' (C51) or 'quantile' (QR-DQN)."""
+
+    PRESETS: ClassVar[dict[str, dict]] = {
+        "CartPole-v1": {"n_step": 3, "dueling": True, "anneal_lr": True, "v_min": 0.0, "v_max": 100.0},
+        "Acrobot-v1": {"n_step": 3, "learning_starts": 5_000, "target_update_interval": 500,
+                       "v_min": -100.0, "v_max": 0.0},
+    }
+
+
+@dataclasses.dataclass(frozen=True)
+class QRDQNConfig(DQNConfig):
+    """QR-DQN: DQN with 32 return quantiles and the quantile Huber loss (Dabney et al., 2018)."""
+
+    distribution: str = "quantile"
+    """Return distribution: 'none' (a Q-value per action), 'categorical' (C51) or 'quantile' (QR-DQN)."""
+    num_atoms: int = 32
+    """Atoms of the categorical distribution, or quantiles of the quantile one."""
+
+    PRESETS: ClassVar[dict[str, dict]] = DQNConfig.PRESETS
+
+
+@dataclasses.dataclass(frozen=True)
+class RainbowConfig(DQNConfig):
+    """Rainbow: double Q, dueling, 3-step returns, prioritised replay, noisy nets and C51 together
+    (Hessel et al., 2018), as defaults of the one DQN agent."""
+
+    n_step: int = 3
+    """Steps summed in the return before bootstrapping (n-step DQN)."""
+    dueling: bool = True
+    """Dueling value/advantage head."""
+    prioritized: bool = True
+    """Proportional prioritised replay (sum tree)."""
+    per_beta: float = 0.4
+    """Initial importance-sampling exponent, annealed linearly to 1 over the updates."""
+    distribution: str = "categorical"
+    """Return distribution: 'none' (a Q-value per action), 'categorical' (C51) or 'quantile' (QR-DQN)."""
+    noisy: bool = True
+    """Factorised Gaussian noisy output layers (exploration by parameter noise; set epsilon to 0)."""
+    epsilon_start: float = 0.0
+    """Initial exploration rate (sweepable)."""
+    epsilon_end: float = 0.0
+    """Final exploration rate (sweepable)."""
+
+    PRESETS: ClassVar[dict[str, dict]] = {
+        "CartPole-v1": {"anneal_lr": True, "v_min": 0.0, "v_max": 100.0},
+        "Acrobot-v1": {"learning_starts": 5_000, "target_update_interval": 500, "v_min": -100.0, "v_max": 0.0},
+    }
+
+
+PRESETS = DQNConfig.PRESETS
+"""Per-environment overrides of DQN's defaults (each variant's config class has its own ``PRESETS``)."""
 
 
 def build(config: DQNConfig, env, env_params, num_devices: int = 1) -> Built:
@@ -278,11 +443,14 @@ def build(config: DQNConfig, env, env_params, num_devices: int = 1) -> Built:
         raise ValueError(f"DQN needs a Discrete action space, got {action_space!r}")
     env = wrap_for_training(env, local_envs)
     spec = EnvSpec.from_env(env, env_params)
+    obs_space, _ = split_action_mask(spec.observation_space)
+    head = config.head()
     network = networks.QNetwork(int(action_space.n), tuple(config.hidden_sizes), config.activation,
-                                max(len(spec.observation_space.shape), 1), config.dueling)
+                                max(len(obs_space.shape), 1), config.dueling, num_atoms=head.num_atoms,
+                                noisy=config.noisy)
     total_updates = max(config.num_updates, 1)
     agent = make_dqn(network, config.hparams(), total_updates=total_updates, double_q=config.double_q,
-                     loss=config.loss, max_grad_norm=config.max_grad_norm,
+                     head=head, max_grad_norm=config.max_grad_norm,
                      target_update_interval=config.target_update_interval, anneal_lr=config.anneal_lr)
     if config.prioritized:
         buffer = buffers.prioritized_buffer(config.buffer_size, config.per_alpha, config.per_beta)

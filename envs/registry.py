@@ -136,6 +136,7 @@ def _register_builtins() -> None:
         ("MountainCarContinuous-v0", "jrl.envs.mountain_car:MountainCarContinuous", 999),
         ("Pendulum-v1", "jrl.envs.pendulum:Pendulum", 200),
         ("TruncationProbe-v0", "jrl.envs.probes:TruncationProbe", 20),
+        ("MaskedProbe-v0", "jrl.envs.probes:MaskedProbe", None),
     ]
     for id, entry, limit in builtins:
         register(id, entry, max_episode_steps=limit, source="jrl")

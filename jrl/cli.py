@@ -62,8 +62,7 @@ def cmd_agents(args: Sequence[str]) -> int:
     import jrl.agents
 
     for name in jrl.agents.names():
-        module, _ = jrl.agents.get(name)
-        print(f"{name:8s} {module.__doc__.strip().splitlines()[0]}")
+        print(f"{name:8s} {jrl.agents.summary(name)}")
     return 0
 
 
@@ -140,7 +139,7 @@ def cmd_train(args: Sequence[str]) -> int:
         """Show tracebacks on errors."""
 
     ns = tyro.cli(TrainArgs, args=rest, prog=f"jrl train {agent}",
-                  description=f"Train {agent}: {module.__doc__.strip().splitlines()[0]}",
+                  description=f"Train {agent}: {jrl.agents.summary(agent)}",
                   default=TrainArgs(config=preset, env=env_id), config=(tyro.conf.OmitArgPrefixes,))
     overrides = {f.name: getattr(ns.config, f.name) for f in dataclasses.fields(ns.config)
                  if getattr(ns.config, f.name) != getattr(preset, f.name)}

@@ -18,7 +18,7 @@ from flax import struct
 
 Array = jax.Array
 
-__all__ = ["Categorical", "MultiCategorical", "Normal", "TanhNormal"]
+__all__ = ["Categorical", "MultiCategorical", "Normal", "TanhNormal", "epsilon_greedy", "masked_argmax", "masked_max"]
 
 _LOG_2PI = math.log(2.0 * math.pi)
 
@@ -237,3 +237,33 @@ class TanhNormal:
         """[..., A] the squashed Gaussian mean (the mode of the pre-squash
         Gaussian mapped through the squash, not the squashed density's mode)."""
         return self._squash(self.base.mode())
+
+
+# --------------------------------------------------------------------------
+# Value-based action selection
+# --------------------------------------------------------------------------
+
+
+def masked_argmax(values: Array, mask: Array | None = None) -> Array:
+    """``[...]`` int32 index of the largest of ``values [..., A]`` among the valid
+    actions (``mask [..., A]`` bool, True = valid; at least one valid per row)."""
+    if mask is not None:
+        values = jnp.where(mask, values, -jnp.inf)
+    return jnp.argmax(values, axis=-1).astype(jnp.int32)
+
+
+def masked_max(values: Array, mask: Array | None = None) -> Array:
+    """``[...]`` largest of ``values [..., A]`` among the valid actions."""
+    return jnp.take_along_axis(values, masked_argmax(values, mask)[..., None], axis=-1)[..., 0]
+
+
+def epsilon_greedy(keys: Array, values: Array, epsilon: Array, mask: Array | None = None) -> Array:
+    """Epsilon-greedy actions ``[N]`` int32 from ``values [N, A]``, one key per row (``keys [N]``).
+
+    With probability ``epsilon`` a row takes a uniformly random *valid* action,
+    otherwise its (masked) argmax.
+    """
+    explore = jax.vmap(lambda k: jax.random.uniform(jax.random.fold_in(k, 0)))(keys) < epsilon
+    uniform = Categorical(jnp.zeros(values.shape, jnp.float32), mask)
+    random = jax.vmap(lambda k, d: d.sample(jax.random.fold_in(k, 1)))(keys, uniform)
+    return jnp.where(explore, random, masked_argmax(values, mask))

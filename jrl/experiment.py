@@ -89,7 +89,7 @@ def make_config(agent: str, env_id: str, **overrides: Any):
         hints_txt = "; ".join(f"{u!r}" + "".join(f" (did you mean {c}?)" for c in names.closest(u, fields, n=1))
                               for u in unknown)
         raise TypeError(f"unknown {agent} config field(s): {hints_txt}. Fields: {', '.join(sorted(fields))}")
-    values = dict(module.PRESETS.get(env_id, {}))
+    values = dict(getattr(config_cls, "PRESETS", module.PRESETS).get(env_id, {}))
     values.update({k: _coerce(fields[k], v, hints) for k, v in overrides.items()})
     config = config_cls(**values)
     config.validate()

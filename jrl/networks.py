@@ -23,6 +23,9 @@ import numpy as np
 
 from jrl import distributions, spaces
 
+__all__ = ["ACTIVATIONS", "MLP", "ActorCritic", "NoisyDense", "PolicyHead", "QNetwork", "activation",
+           "example_observation"]
+
 Activation = Callable[[jax.Array], jax.Array]
 ACTIVATIONS: dict[str, Activation] = {"tanh": nn.tanh, "relu": nn.relu, "gelu": nn.gelu, "silu": nn.silu, "elu": nn.elu}
 
@@ -129,12 +132,85 @@ class ActorCritic(nn.Module):
         return self.value_head(self.critic_torso(obs))[..., 0]
 
 
+class NoisyDense(nn.Module):
+    """A factorised-Gaussian noisy linear layer (Fortunato et al., 2018): ``[..., p] -> [..., q]``.
+
+    Parameters ``mu_w [p, q]``, ``mu_b [q]`` (init ``U(-1/sqrt(p), 1/sqrt(p))``)
+    and ``sigma_w [p, q]``, ``sigma_b [q]`` (init ``sigma0 / sqrt(p)``). With
+    ``noise=True`` the layer draws standard normals ``eps_in [p]`` and
+    ``eps_out [q]`` from the ``"noise"`` rng stream (``apply(...,
+    rngs={"noise": key})``; one draw per call, shared by every batch row),
+    and with ``f(x) = sign(x) sqrt(|x|)`` uses
+
+        w = mu_w + sigma_w * outer(f(eps_in), f(eps_out)),
+        b = mu_b + sigma_b * f(eps_out).
+
+    ``noise=False`` (the default; also what ``init`` uses, so init needs no
+    noise key) uses the means ``mu_w``, ``mu_b``: the greedy evaluation
+    network. When noise is drawn the raw normals are sown as
+    ``intermediates/eps_in`` and ``intermediates/eps_out`` (recorded only if
+    ``apply`` is called with ``mutable=["intermediates"]``).
+    """
+
+    features: int
+    sigma0: float = 0.5
+
+    @nn.compact
+    def __call__(self, x: jax.Array, noise: bool = False) -> jax.Array:
+        x = jnp.asarray(x, jnp.float32)
+        p, q = x.shape[-1], self.features
+        bound = 1.0 / np.sqrt(p)
+        mu_init = _symmetric_uniform(bound)
+        mu_w = self.param("mu_w", mu_init, (p, q), jnp.float32)
+        mu_b = self.param("mu_b", mu_init, (q,), jnp.float32)
+        sigma_w = self.param("sigma_w", nn.initializers.constant(self.sigma0 * bound), (p, q), jnp.float32)
+        sigma_b = self.param("sigma_b", nn.initializers.constant(self.sigma0 * bound), (q,), jnp.float32)
+        if not noise:
+            return x @ mu_w + mu_b
+        key_in, key_out = jax.random.split(self.make_rng("noise"))
+        eps_in = jax.random.normal(key_in, (p,), jnp.float32)
+        eps_out = jax.random.normal(key_out, (q,), jnp.float32)
+        self.sow("intermediates", "eps_in", eps_in)
+        self.sow("intermediates", "eps_out", eps_out)
+        f_in, f_out = _scale_noise(eps_in), _scale_noise(eps_out)
+        w = mu_w + sigma_w * jnp.outer(f_in, f_out)
+        b = mu_b + sigma_b * f_out
+        return x @ w + b
+
+
+def _scale_noise(eps: jax.Array) -> jax.Array:
+    """``f(x) = sign(x) sqrt(|x|)``, the factorised-noise transform."""
+    return jnp.sign(eps) * jnp.sqrt(jnp.abs(eps))
+
+
+def _symmetric_uniform(bound: float):
+    """An initialiser drawing ``U(-bound, bound)``."""
+
+    def init(key, shape, dtype=jnp.float32):
+        return jax.random.uniform(key, shape, dtype, -bound, bound)
+
+    return init
+
+
 class QNetwork(nn.Module):
     """Action values for a Discrete action space: ``obs [..., *obs_shape] -> q [..., num_actions]``.
 
-    An MLP torso (flax's default init, no orthogonal QR) and a Dense head; with
-    ``dueling`` (Wang et al., 2016) separate value and advantage streams are
-    combined as ``q = v + a - mean_a(a)``.
+    An MLP torso (flax's default init, no orthogonal QR; ``layer_norm`` puts a
+    LayerNorm after each hidden Dense, before the activation) and a Dense
+    head; with ``dueling`` (Wang et al., 2016) separate value and advantage
+    streams are combined as ``q = v + a - mean_a(a)``.
+
+    ``num_atoms = K > 1`` gives ``[..., num_actions, K]`` numbers per action
+    (C51 logits or QR-DQN quantiles: the caller decides; see
+    :mod:`jrl.distributional`); with ``dueling`` the value stream is
+    ``[..., 1, K]``, the advantage ``[..., A, K]``, and the mean is over the
+    action axis. ``num_atoms = 1`` keeps the plain ``[..., num_actions]``.
+
+    ``noisy`` makes the output layers (the head, or both dueling streams)
+    :class:`NoisyDense` layers. Call with ``noise=True`` and
+    ``apply(params, obs, noise=True, rngs={"noise": key})`` for a noisy
+    (exploring) pass; ``noise=False`` (the default, and what ``init`` uses)
+    takes the mean weights. ``noise`` is ignored when ``noisy`` is False.
     """
 
     num_actions: int
@@ -142,12 +218,28 @@ class QNetwork(nn.Module):
     activation: str = "relu"
     obs_ndim: int = 1
     dueling: bool = False
+    num_atoms: int = 1  # > 1: outputs [..., num_actions, num_atoms]
+    noisy: bool = False  # NoisyDense output layers (Fortunato et al., 2018)
+    layer_norm: bool = False  # LayerNorm after each hidden Dense of the torso
+    sigma0: float = 0.5  # NoisyDense's initial noise scale (used when noisy)
+
+    def _out(self, features: jax.Array, size: int, noise: bool) -> jax.Array:
+        if self.noisy:
+            return NoisyDense(size, self.sigma0)(features, noise)
+        return nn.Dense(size)(features)
 
     @nn.compact
-    def __call__(self, obs: jax.Array) -> jax.Array:
-        features = MLP(self.hidden_sizes, self.activation, self.obs_ndim, orthogonal=False)(obs)
+    def __call__(self, obs: jax.Array, noise: bool = False) -> jax.Array:
+        if self.num_atoms < 1:
+            raise ValueError(f"num_atoms must be >= 1, got {self.num_atoms}")
+        features = MLP(self.hidden_sizes, self.activation, self.obs_ndim, layer_norm=self.layer_norm,
+                       orthogonal=False)(obs)
+        num_actions, num_atoms = self.num_actions, self.num_atoms
+        batch = features.shape[:-1]
         if not self.dueling:
-            return nn.Dense(self.num_actions)(features)
-        value = nn.Dense(1)(features)
-        advantage = nn.Dense(self.num_actions)(features)
-        return value + advantage - advantage.mean(axis=-1, keepdims=True)
+            q = self._out(features, num_actions * num_atoms, noise)
+            return q if num_atoms == 1 else q.reshape(batch + (num_actions, num_atoms))
+        value = self._out(features, num_atoms, noise).reshape(batch + (1, num_atoms))
+        advantage = self._out(features, num_actions * num_atoms, noise).reshape(batch + (num_actions, num_atoms))
+        q = value + advantage - advantage.mean(axis=-2, keepdims=True)  # [..., A, K]
+        return q[..., 0] if num_atoms == 1 else q

@@ -32,6 +32,29 @@ step (0 where none finished)."""
 EPISODE_DONE = "episode_done"
 """Set by EpisodeStatistics: True where an episode finished on this step."""
 
+# Action masks travel in the observation: an env with a mask has a Dict
+# observation ``{"observation": x, "action_mask": bool[..., num_actions]}``
+# (True = valid), so ``act`` sees the mask of the state it acts in and a
+# replayed transition carries the mask of its next state for the target.
+OBSERVATION = "observation"
+"""Key of the observation proper in a masked env's Dict observation."""
+ACTION_MASK = "action_mask"
+"""Key of the ``bool[..., num_actions]`` valid-action mask (True = valid) in a masked env's observation."""
+
+
+def split_action_mask(obs: Any) -> tuple[Any, Any]:
+    """``(observation, mask)`` of a masked env's observation (or observation space), else ``(obs, None)``.
+
+    Works on observations (dicts of arrays) and on :class:`jrl.spaces.Dict` alike.
+    """
+    items = getattr(obs, "spaces", obs)
+    if isinstance(items, dict) and ACTION_MASK in items:
+        if set(items) != {OBSERVATION, ACTION_MASK}:
+            raise ValueError(f"a masked observation has exactly the keys {OBSERVATION!r} and {ACTION_MASK!r}, "
+                             f"got {sorted(items)}")
+        return items[OBSERVATION], items[ACTION_MASK]
+    return obs, None
+
 
 @struct.dataclass
 class TimeStep:

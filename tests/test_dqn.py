@@ -1,6 +1,8 @@
 """DQN: targets, target-network updates, exploration schedule, the off-policy loop, learning."""
 
 
+import dataclasses
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -142,7 +144,7 @@ def test_dqn_truncation_probe_nstep():
     gamma = 0.9
     res = jrl.train("dqn", "TruncationProbe-v0", seeds=2, total_steps=30_000, learning_starts=1_000, n_step=3,
                     gamma=gamma, learning_rate=5e-4, updates_per_iteration=4, buffer_size=20_000,
-                    target_update_interval=100, anneal_lr=True, progress=False, num_reports=2)
+                    target_update_interval=100, anneal_lr=True, loss="huber", progress=False, num_reports=2)
     env, params = jrl_envs.make("TruncationProbe-v0")
     built = dqn.build(res.config, env, params)
     obs = jnp.arange(20, dtype=jnp.float32)[:, None] / 20.0  # every state of an episode
@@ -170,3 +172,123 @@ def test_sharded_two_devices_runs(tmp_path):
     env = {**os.environ, "JAX_PLATFORMS": "cpu", "XLA_FLAGS": "--xla_force_host_platform_device_count=2"}
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=600, env=env)
     assert out.returncode == 0 and "OK" in out.stdout, out.stderr[-3000:]
+
+
+# ---------------------------------------------------------------------------
+# Value heads (DQN, C51, QR-DQN), action masks, the variants' configs
+# ---------------------------------------------------------------------------
+
+
+def test_scalar_head_loss_and_priority_by_hand():
+    head = dqn.scalar_head("mse")
+    taken, nxt = jnp.array([2.0, 0.0]), jnp.array([4.0, 9.0])
+    loss, priority = head.loss(taken, nxt, jnp.array([1.0, 1.0]), jnp.array([0.5, 0.0]))
+    # targets 1 + 0.5 * 4 = 3 and 1 (terminal): TD -1 and -1
+    np.testing.assert_allclose(loss, [0.5, 0.5])
+    np.testing.assert_allclose(priority, [1.0, 1.0])
+    huber, _ = dqn.scalar_head("huber").loss(jnp.array([5.0]), jnp.array([0.0]), jnp.array([1.0]), jnp.array([0.0]))
+    np.testing.assert_allclose(huber, [4.0 - 0.5])  # |TD| = 4 > 1: linear part
+
+
+def test_categorical_head_by_hand():
+    """Atoms 0, 1, 2: a target distribution all on atom 1, reward 0.5, discount 1 lands half on 1,
+    half on 2; the loss is the cross-entropy to that, and Q is the mean over atoms."""
+    head = dqn.categorical_head(3, 0.0, 2.0)
+    assert head.num_atoms == 3
+    big = 30.0  # logits that put (almost) all mass on one atom
+    next_target = jnp.array([[-big, big, -big]])
+    taken = jnp.log(jnp.array([[0.2, 0.3, 0.5]]))
+    loss, priority = head.loss(taken, next_target, jnp.array([0.5]), jnp.array([1.0]))
+    np.testing.assert_allclose(loss, [-(0.5 * np.log(0.3) + 0.5 * np.log(0.5))], rtol=1e-5)
+    np.testing.assert_allclose(priority, loss)
+    q = head.q_values(jnp.log(jnp.array([[[0.2, 0.3, 0.5], [1.0, 1e-9, 1e-9]]])))
+    np.testing.assert_allclose(q, [[0.3 + 1.0, 0.0]], atol=1e-6)
+
+
+def test_quantile_head_by_hand():
+    """Two quantiles (taus 1/4, 3/4) at 0 and 2; target r + d * z' = 1 + 0.5 * [2, 2] = [2, 2]:
+    quantile 0 is below both targets (weight tau = 1/4), quantile 1 equals them (u = 0)."""
+    head = dqn.quantile_head(2, kappa=1.0)
+    loss, _ = head.loss(jnp.array([[0.0, 2.0]]), jnp.array([[2.0, 2.0]]), jnp.array([1.0]), jnp.array([0.5]))
+    # u = 2 for quantile 0: 0.25 * huber(2) = 0.25 * 1.5; quantile 1: 0
+    np.testing.assert_allclose(loss, [0.25 * 1.5], rtol=1e-6)
+    np.testing.assert_allclose(head.q_values(jnp.array([[[0.0, 2.0], [4.0, 6.0]]])), [[1.0, 5.0]])
+
+
+def test_masked_bootstrap_action():
+    """The bootstrap action is the best *valid* action of the next state."""
+    q_online = jnp.array([[5.0, 1.0, 3.0]])
+    q_target = jnp.array([[100.0, 10.0, 20.0]])
+    mask = jnp.array([[False, True, True]])
+    np.testing.assert_array_equal(dqn.greedy_next_actions(q_online, q_target, True, mask), [2])
+    np.testing.assert_array_equal(dqn.greedy_next_actions(q_online, q_target, False, mask), [2])
+    np.testing.assert_allclose(dqn.q_targets(q_online, q_target, jnp.array([1.0]), jnp.array([0.5]), True, mask),
+                               [1.0 + 0.5 * 20.0])
+
+
+@pytest.mark.parametrize("agent", ["dqn", "c51", "qrdqn", "rainbow"])
+def test_act_respects_the_action_mask(agent):
+    """Random (epsilon = 1), greedy (epsilon = 0) and noisy actions on MaskedProbe observations are
+    always valid; greedy ones are the masked argmax of the Q-values."""
+    env, params = jrl_envs.make("MaskedProbe-v0")
+    cfg = experiment.make_config(agent, "MaskedProbe-v0", total_steps=10_000, learning_starts=100)
+    mask = jax.random.bernoulli(jax.random.key(0), 0.4, (256, 4))
+    mask = mask.at[:, 0].set(mask[:, 0] | ~mask.any(axis=1))  # at least one valid action per row
+    obs = {"observation": mask.astype(jnp.float32), "action_mask": mask}
+    for eps in (1.0, 0.0):
+        built = dqn.build(dataclasses.replace(cfg, epsilon_start=eps, epsilon_end=eps), env, params)
+        state = built.agent.init(jax.random.key(1), built.spec)
+        for i in range(3):
+            actions, _ = built.agent.act(state, obs, jax.random.key(i))
+            assert bool(jnp.take_along_axis(mask, actions[:, None], axis=1).all()), (agent, eps)
+        greedy = built.agent.policy(state.params, obs, None)
+        assert bool(jnp.take_along_axis(mask, greedy[:, None], axis=1).all())
+        if eps == 1.0:
+            assert len(np.unique(np.asarray(actions))) == 4  # explores every action that is ever valid
+        elif not cfg.noisy:
+            np.testing.assert_array_equal(actions, greedy)
+
+
+def test_dqn_learns_the_masked_probe():
+    """Trained with masks, DQN never takes an invalid action (every episode of 8 steps returns
+    at least 8 * 0.25 = 2; one invalid action costs -10) and picks the highest valid action."""
+    res = jrl.train("dqn", "MaskedProbe-v0", seeds=2, total_steps=12_000, learning_starts=1_000, gamma=0.5,
+                    target_update_interval=50, progress=False, num_reports=4)
+    returns = res.metrics["train/episode_return"]
+    assert np.nanmin(returns) >= 2.0, returns
+    env, params = jrl_envs.make("MaskedProbe-v0")
+    built = dqn.build(res.config, env, params)
+    mask = jax.random.bernoulli(jax.random.key(7), 0.5, (512, 4))
+    mask = mask.at[:, 0].set(mask[:, 0] | ~mask.any(axis=1))
+    obs = {"observation": mask.astype(jnp.float32), "action_mask": mask}
+    best = 3 - jnp.argmax(mask[:, ::-1], axis=1)  # highest valid index
+    for r in range(res.num_runs):
+        greedy = built.agent.policy(jax.tree.map(lambda x: x[r], res.final_params), obs, None)
+        assert float(jnp.mean(greedy == best)) >= 0.95
+
+
+def test_variants_are_dqn_configs_with_other_defaults():
+    c51 = experiment.make_config("c51", "CartPole-v1")
+    qr = experiment.make_config("qrdqn", "CartPole-v1")
+    rainbow = experiment.make_config("rainbow", "CartPole-v1")
+    assert isinstance(c51, dqn.DQNConfig) and isinstance(rainbow, dqn.DQNConfig)
+    assert (c51.distribution, c51.v_min, c51.v_max) == ("categorical", 0.0, 100.0)
+    assert (qr.distribution, qr.num_atoms) == ("quantile", 32)
+    assert (rainbow.double_q, rainbow.dueling, rainbow.n_step, rainbow.prioritized, rainbow.noisy,
+            rainbow.distribution) == (True, True, 3, True, True, "categorical")
+    assert experiment.make_config("dqn", "CartPole-v1").distribution == "none"
+    with pytest.raises(ValueError, match="distribution"):
+        experiment.make_config("dqn", "CartPole-v1", distribution="gaussian")
+    with pytest.raises(ValueError, match="v_min"):
+        experiment.make_config("c51", "CartPole-v1", v_min=5.0, v_max=5.0)
+    assert "rainbow" in jrl.agents.summary("rainbow").lower()
+
+
+@pytest.mark.parametrize("agent", ["c51", "qrdqn", "rainbow"])
+def test_variants_train_and_write_a_run_folder(agent, tmp_path):
+    res = jrl.train(agent, "CartPole-v1", seeds=2, total_steps=2_048, learning_starts=512, num_envs=4,
+                    steps_per_iteration=8, buffer_size=1_000, batch_size=32, progress=False, num_reports=2,
+                    out=tmp_path / agent)
+    assert np.isfinite(res.metrics["train/loss"]).all() and res.metrics["train/loss"][:, -1].min() > 0
+    for name in experiment.RUN_FILES:
+        assert (tmp_path / agent / name).exists()
