@@ -22,6 +22,7 @@ AGENTS: dict[str, tuple[str, str]] = {
     "c51": ("jrl.agents.dqn", "C51Config"),
     "qrdqn": ("jrl.agents.dqn", "QRDQNConfig"),
     "rainbow": ("jrl.agents.dqn", "RainbowConfig"),
+    "pqn": ("jrl.agents.pqn", "PQNConfig"),
 }
 """Agent name -> (module, config class name)."""
 

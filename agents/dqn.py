@@ -37,15 +37,16 @@ from flax import struct
 
 from jrl import buffers, distributional, networks, parallel, spaces
 from jrl import config as cfg
-from jrl.actor_critic import Built, make_optimizer
+from jrl.actor_critic import Built
 from jrl.agent import Agent, EnvSpec
 from jrl.loops import PRIORITIES, off_policy
+from jrl.optim import linear_schedule, make_optimizer
 from jrl.distributions import epsilon_greedy, masked_argmax
 from jrl.types import PyTree, split_action_mask
 from jrl.wrappers import wrap_for_training
 
 __all__ = ["C51Config", "DQNConfig", "DQNHParams", "DQNState", "Head", "PRESETS", "QRDQNConfig", "RainbowConfig",
-           "SWEEPABLE", "build", "categorical_head", "epsilon_schedule", "greedy_next_actions", "make_dqn",
+           "SWEEPABLE", "build", "categorical_head", "greedy_next_actions", "make_dqn",
            "q_targets", "quantile_head", "scalar_head", "update_target"]
 
 
@@ -72,12 +73,6 @@ class DQNState:
     opt_state: PyTree  # optax state (clipping + Adam, without the learning rate)
     hparams: DQNHParams
     num_updates: jax.Array  # [] int32 gradient updates so far (drives epsilon, beta, target updates)
-
-
-def epsilon_schedule(num_updates, start, end, decay_updates):
-    """Linear decay ``start -> end`` over ``decay_updates`` updates, then ``end``."""
-    frac = jnp.clip(num_updates / jnp.maximum(decay_updates, 1e-8), 0.0, 1.0)
-    return start + frac * (end - start)
 
 
 def greedy_next_actions(q_next_online, q_next_target, double_q: bool = True, next_mask=None):
@@ -186,8 +181,8 @@ def make_dqn(network: networks.QNetwork, hparams: DQNHParams, *, total_updates: 
 
     def epsilon(state: DQNState):
         hp = state.hparams
-        return epsilon_schedule(state.num_updates, hp.epsilon_start, hp.epsilon_end,
-                                hp.exploration_fraction * total_updates)
+        return linear_schedule(state.num_updates, hp.epsilon_start, hp.epsilon_end,
+                               hp.exploration_fraction * total_updates)
 
     def act(state: DQNState, obs, key):
         """Epsilon-greedy on ``[N]`` observations, an independent draw per env."""
@@ -223,7 +218,7 @@ def make_dqn(network: networks.QNetwork, hparams: DQNHParams, *, total_updates: 
             state.params, state.target_params, sample.items, sample.weights, key)
         grads = parallel.pmean(grads)  # equal batch per device: the global mean gradient
         updates, opt_state = tx.update(grads, state.opt_state, state.params)
-        lr = hp.learning_rate * (jnp.maximum(1.0 - state.num_updates / total_updates, 0.0) if anneal_lr else 1.0)
+        lr = hp.learning_rate * (linear_schedule(state.num_updates, 1.0, 0.0, total_updates) if anneal_lr else 1.0)
         params = optax.apply_updates(state.params, jax.tree.map(lambda u: -lr * u, updates))
         num_updates = state.num_updates + 1
         target_params = update_target(state.target_params, params, num_updates, target_update_interval, hp.tau)
@@ -455,7 +450,7 @@ def build(config: DQNConfig, env, env_params, num_devices: int = 1) -> Built:
     if config.prioritized:
         buffer = buffers.prioritized_buffer(config.buffer_size, config.per_alpha, config.per_beta)
         beta0 = config.per_beta
-        beta = lambda s: beta0 + (1.0 - beta0) * jnp.minimum(s.num_updates / total_updates, 1.0)  # noqa: E731
+        beta = lambda s: linear_schedule(s.num_updates, beta0, 1.0, total_updates)  # noqa: E731
     else:
         buffer, beta = buffers.uniform_buffer(config.buffer_size), None
     algorithm = off_policy(agent, env, buffer, steps_per_iteration=config.steps_per_iteration,

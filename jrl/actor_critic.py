@@ -21,14 +21,15 @@ import tyro
 from flax import struct
 
 from jrl import config as cfg
-from jrl import networks, parallel, returns, spaces
+from jrl import buffers, networks, parallel, returns, spaces
 from jrl.agent import Agent, EnvSpec
 from jrl.losses import normalize
+from jrl.optim import linear_schedule, make_optimizer
 from jrl.loops import Algorithm, on_policy
 from jrl.types import PRNGKey, PyTree, Transition
 from jrl.wrappers import ClipAction, wrap_for_training
 
-__all__ = ["ActorCriticHParams", "ActorCriticState", "Minibatch", "LossFn", "make_actor_critic", "make_optimizer"]
+__all__ = ["ActorCriticHParams", "ActorCriticState", "Minibatch", "LossFn", "make_actor_critic"]
 
 
 @struct.dataclass
@@ -66,16 +67,6 @@ class Minibatch:
 LossFn = Callable[[Any, Any, jax.Array, Minibatch, ActorCriticHParams], tuple[jax.Array, dict[str, jax.Array]]]
 """``loss_fn(dist, values, entropy, minibatch, hparams) -> (loss, metrics)``: the
 network's distribution and values ``[M]`` on the minibatch are given."""
-
-
-def make_optimizer(name: str, max_grad_norm: float, eps: float = 1e-5) -> optax.GradientTransformation:
-    """Global-norm clipping then Adam or RMSprop *without* the learning rate
-    (applied separately so that it can be a traced, sweepable value)."""
-    scalers = {"adam": lambda: optax.scale_by_adam(eps=eps),
-               "rmsprop": lambda: optax.scale_by_rms(decay=0.99, eps=eps)}
-    if name not in scalers:
-        raise ValueError(f"unknown optimizer {name!r}; choose from {sorted(scalers)}")
-    return optax.chain(optax.clip_by_global_norm(max_grad_norm), scalers[name]())
 
 
 def make_actor_critic(
@@ -126,34 +117,16 @@ def make_actor_critic(
         metrics = {**metrics, "train/loss": total, "train/grad_norm": optax.tree.norm(grads)}
         return state.replace(params=params, opt_state=opt_state), metrics
 
-    def minibatches(data: Minibatch, key: PRNGKey) -> Minibatch:
-        """``[T, N, ...] -> [M, T/M * N, ...]``: every env's T steps in its own random
-        order, split into M blocks, so each minibatch holds T/M steps of every env.
-
-        Stratifying by env (rather than shuffling all T*N samples together)
-        keeps minibatches identical however the envs are split across devices.
-        """
-        num_steps, num_envs = data.advantage.shape
-        perms = jax.vmap(lambda k: jax.random.permutation(k, num_steps))(parallel.local_keys(key, num_envs))
-        shuffled = jax.tree.map(lambda x: jnp.take_along_axis(
-            x, perms.T.reshape(perms.T.shape + (1,) * (x.ndim - 2)), axis=0), data)
-        return jax.tree.map(
-            lambda x: x.reshape((num_minibatches, (num_steps // num_minibatches) * num_envs) + x.shape[2:]), shuffled)
-
     def learn(state: ActorCriticState, batch: Transition, key: PRNGKey):
         hp = state.hparams
-        num_steps = batch.reward.shape[0]
-        if num_steps % num_minibatches:
-            raise ValueError(f"rollout length {num_steps} is not divisible into {num_minibatches} minibatches")
         bootstrap = network.apply(state.params, batch.next_observation, method=network.value)
         adv, target = returns.gae_advantages(batch.reward, batch.extras["value"], bootstrap,
                                              batch.terminated, batch.truncated, hp.gamma, hp.gae_lambda)
         data = Minibatch(batch.observation, batch.action, batch.extras["log_prob"], batch.extras["value"], adv, target)
-        frac = 1.0 - state.num_learn_steps / total_learn_steps if anneal_lr else 1.0
-        lr = hp.learning_rate * jnp.maximum(frac, 0.0)
+        lr = hp.learning_rate * (linear_schedule(state.num_learn_steps, 1.0, 0.0, total_learn_steps) if anneal_lr else 1.0)
 
         def epoch(st, k):
-            return jax.lax.scan(lambda s, mb: sgd_step(s, mb, lr), st, minibatches(data, k))
+            return jax.lax.scan(lambda s, mb: sgd_step(s, mb, lr), st, buffers.rollout_minibatches(data, k, num_minibatches))
 
         state, metrics = jax.lax.scan(epoch, state, jax.random.split(key, num_epochs))
         metrics = parallel.pmean(jax.tree.map(jnp.mean, metrics))

@@ -37,6 +37,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import struct
 
+from jrl import parallel
 from jrl.types import Array, PRNGKey, PyTree, Transition
 
 __all__ = [
@@ -52,6 +53,7 @@ __all__ = [
     "check_buffer_memory",
     "nstep_accumulator",
     "prioritized_buffer",
+    "rollout_minibatches",
     "sum_tree_size",
     "trajectory_buffer",
     "uniform_buffer",
@@ -565,3 +567,29 @@ def nstep_accumulator(n: int, gamma: float | Array) -> NStepAccumulator:
         return NStepState(window, count), out, valid
 
     return NStepAccumulator(init, push)
+
+
+# --------------------------------------------------------------------------
+# Minibatches of an on-policy rollout
+# --------------------------------------------------------------------------
+
+
+def rollout_minibatches(data: PyTree, key: jax.Array, num_minibatches: int) -> PyTree:
+    """``[T, N, ...] -> [M, T/M * N, ...]`` for every leaf of ``data``: each env's T steps in
+    its own random order, cut into M blocks, so every minibatch holds T/M steps of every env.
+
+    Stratifying by env (rather than shuffling all T*N items together) keeps
+    the minibatches identical however the envs are split across devices:
+    the per-env permutation keys come from :func:`jrl.parallel.local_keys`.
+    ``T`` must be divisible by ``M``.
+    """
+    num_steps, num_envs = jax.tree.leaves(data)[0].shape[:2]
+    if num_steps % num_minibatches:
+        raise ValueError(f"rollout length {num_steps} is not divisible into {num_minibatches} minibatches")
+    perms = jax.vmap(lambda k: jax.random.permutation(k, num_steps))(parallel.local_keys(key, num_envs)).T  # [T, N]
+
+    def shuffle(x):
+        x = jnp.take_along_axis(x, perms.reshape(perms.shape + (1,) * (x.ndim - 2)), axis=0)
+        return x.reshape((num_minibatches, (num_steps // num_minibatches) * num_envs) + x.shape[2:])
+
+    return jax.tree.map(shuffle, data)

@@ -29,7 +29,7 @@ def small_ppo(env_id="CartPole-v1", **kw):
 def test_public_api_imports():
     assert {"Agent", "EnvSpec", "Environment", "TimeStep", "Transition", "train"} <= set(jrl.__all__)
     assert callable(jrl.train)
-    assert jrl_agents.names() == ["a2c", "dqn", "ppo"]
+    assert jrl_agents.names() == ["a2c", "c51", "dqn", "ppo", "pqn", "qrdqn", "rainbow"]
 
 
 def test_act_and_learn_shapes():

@@ -77,11 +77,6 @@ def test_target_updates_hard_and_polyak():
     np.testing.assert_allclose(polyak["w"], [0.1, 11.0], rtol=1e-6)
 
 
-def test_epsilon_schedule():
-    values = [float(dqn.epsilon_schedule(n, 1.0, 0.05, 100)) for n in (0, 50, 100, 1000)]
-    np.testing.assert_allclose(values, [1.0, 0.525, 0.05, 0.05], rtol=1e-6)
-
-
 def test_epsilon_greedy_per_env_draws():
     """With epsilon 1 the envs' actions are independent uniform draws; with epsilon 0, greedy."""
     cfg = experiment.make_config("dqn", "CartPole-v1", epsilon_start=1.0, epsilon_end=1.0)

@@ -1,0 +1,495 @@
+"""DQN on CartPole-v1: compile time, run time, steps/s and time to a return of 475.
+
+The configuration is PureJaxRL's DQN one (``purejaxrl/dqn.py``): 10 envs,
+replay 1e4, batch 128, Adam lr 2.5e-4 (constant), one update per 10 env
+steps, target network copied every 500 env steps, epsilon 1 -> 0.05 over the
+first half of training, learning starts at 1e4 env steps, gamma 0.99, a
+120-84 ReLU Q-network, squared TD loss, plain (not double) DQN, 5e5 env
+steps. In jrl's ``DQNConfig`` terms that is ``CONFIG`` below (one iteration
+= one step of the 10 envs + one update; target every 50 updates; epsilon
+over half of the updates). jrl runs it for 1 seed and for 4 seeds vmapped
+in one program.
+
+Measurements (each in a fresh subprocess, so that every compile starts cold;
+the libraries alternate, ``--repeats`` times):
+
+- **jrl**: ``jrl.train("dqn", "CartPole-v1", seeds=S, **CONFIG)``; compile and
+  run seconds are the runner's own (AOT compile of the chunk program; run
+  = executing the ``--num-reports`` chunks); ``init`` is the rest of the call
+  (building, the memory check, per-seed ``jit(init)``).
+- **Stable-Baselines3** (``stable_baselines3.DQN`` in its own venv, torch on
+  CPU, ``--sb3-python``): the closest configuration its API allows on one
+  gymnasium ``CartPole-v1`` env, for a shorter budget (``--sb3-steps``); run
+  = ``learn()``, torch with one intra-op thread (``--sb3-threads``; two
+  threads were far slower on this busy 2-core machine). Its steps/s is also
+  taken over the learning phase alone (after ``learning_starts``), which is
+  what jrl's 5e5-step run is 98% of.
+- **time to 475**: each run is cut into ``--num-reports`` equal chunks of
+  env steps; a chunk's value is the mean, over its steps and over seeds, of
+  the latest training-episode return (jrl: ``train/episode_return`` per
+  iteration, carried forward; SB3: the Monitor's episode returns, carried
+  forward per env step). The first chunk whose value is >= 475 is converted
+  to wall time as ``compile + run_seconds * chunk_end / total`` (an
+  estimate: the run is taken to progress uniformly).
+- **final return**: mean training return over the last 5% of the run
+  (``TrainResult.final_returns()``), averaged over seeds.
+- Compile and run are each the best over the repeats.
+
+Reference (cited, not re-run): PureJaxRL's DQN on this configuration on the
+same 2-core machine, about 2.4 s compile and 11 s run for one seed
+(~45 k steps/s).
+
+Usage::
+
+    python benchmarks/dqn_cartpole.py            # full run, writes BENCHMARKS.md
+    python benchmarks/dqn_cartpole.py --quick    # small budgets, 1 repeat, prints only
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import math
+import os
+import platform
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from report import write_section
+
+HEADING = "## DQN CartPole-v1"
+REPO = Path(__file__).resolve().parent.parent
+TARGET_RETURN = 475.0
+DEFAULT_SB3_PYTHON = "/work/venv-sb3/bin/python"
+
+# PureJaxRL's DQN configuration in jrl's DQNConfig fields.
+CONFIG = {
+    "total_steps": 500_000, "num_envs": 10, "steps_per_iteration": 1, "updates_per_iteration": 1,
+    "batch_size": 128, "buffer_size": 10_000, "learning_starts": 10_000, "target_update_interval": 50,
+    "epsilon_start": 1.0, "epsilon_end": 0.05, "exploration_fraction": 0.5, "learning_rate": 2.5e-4,
+    "anneal_lr": False, "gamma": 0.99, "n_step": 1, "dueling": False, "double_q": False,
+    "prioritized": False, "hidden_sizes": (120, 84), "activation": "relu", "loss": "mse",
+    "distribution": "none", "noisy": False, "tau": 1.0,
+}
+
+# Stable-Baselines3's closest settings (counted in env steps of its single env).
+SB3_CONFIG = {
+    "learning_rate": 2.5e-4, "buffer_size": 10_000, "learning_starts": 10_000, "batch_size": 128, "tau": 1.0,
+    "gamma": 0.99, "train_freq": 10, "gradient_steps": 1, "target_update_interval": 500,
+    "exploration_fraction": 0.5, "exploration_initial_eps": 1.0, "exploration_final_eps": 0.05,
+    "max_grad_norm": 10.0,
+}
+SB3_NET_ARCH = [120, 84]
+
+# PureJaxRL, same configuration, 1 seed, measured earlier on this machine (cited by the issue).
+REFERENCE = {"compile": 2.4, "run": 11.0, "steps_per_second": 45_000}
+
+
+# --------------------------------------------------------------------------
+# Shared: time to 475 from a per-step (or per-iteration) return history
+# --------------------------------------------------------------------------
+
+
+def chunk_values(values: list[float | None], num_chunks: int) -> list[tuple[int, float | None]]:
+    """(end index, mean of the non-missing values) of ``num_chunks`` near-equal chunks of ``values``."""
+    n = len(values)
+    out = []
+    for c in range(num_chunks):
+        lo, hi = n * c // num_chunks, n * (c + 1) // num_chunks
+        known = [v for v in values[lo:hi] if v is not None]
+        out.append((hi, sum(known) / len(known) if known else None))
+    return out
+
+
+def first_reach(chunks: list[tuple[int, float | None]]) -> int | None:
+    """End index of the first chunk whose value is >= TARGET_RETURN, or None."""
+    for end, value in chunks:
+        if value is not None and value >= TARGET_RETURN:
+            return end
+    return None
+
+
+# --------------------------------------------------------------------------
+# Workers (run in a subprocess; print one JSON line)
+# --------------------------------------------------------------------------
+
+
+def worker_jrl(seeds: int, total_steps: int, num_reports: int, seed: int) -> dict:
+    import warnings
+
+    import jax
+    import numpy as np
+
+    import jrl
+    from jrl.experiment import make_config
+
+    overrides = {**CONFIG, "total_steps": total_steps}
+    config = make_config("dqn", "CartPole-v1", **overrides)
+    got = {k: getattr(config, k) for k in overrides}
+    if got != overrides:
+        raise SystemExit(f"jrl's DQN config differs from the one asked for: {got} != {overrides}")
+    t0 = time.perf_counter()
+    res = jrl.train("dqn", "CartPole-v1", seeds=seeds, seed=seed, num_reports=num_reports, progress=False,
+                    **overrides)
+    wall = time.perf_counter() - t0
+    ret = np.asarray(res.metrics["train/episode_return"], np.float64)  # [R, iterations]
+    with warnings.catch_warnings():  # iterations before the first finished episode are NaN
+        warnings.simplefilter("ignore", RuntimeWarning)
+        mean = np.nanmean(ret, axis=0)
+        final = float(np.nanmean(res.final_returns()))
+    per_iteration = [None if math.isnan(x) else float(x) for x in mean]
+    chunks = chunk_values(per_iteration, num_reports)
+    reached = first_reach(chunks)
+    steps_per_iteration = config.num_envs * config.steps_per_iteration
+    return {
+        "library": "jrl", "seeds": seeds, "steps_per_run": int(res.env_steps[-1]), "compile": res.compile_seconds,
+        "run": res.run_seconds, "init": wall - res.compile_seconds - res.run_seconds, "wall": wall,
+        "steps_per_second": res.steps_per_second, "final_return": final,
+        "reached_fraction": None if reached is None else reached / len(per_iteration),
+        "reached_steps": None if reached is None else reached * steps_per_iteration,
+        "chunks": [(end * steps_per_iteration, v) for end, v in chunks],
+        "jax": jax.__version__, "load": os.getloadavg()[0],
+    }
+
+
+def worker_sb3(total_steps: int, num_reports: int, seed: int, threads: int) -> dict:
+    from importlib.metadata import version
+
+    import gymnasium as gym
+    import torch
+
+    if threads > 0:
+        torch.set_num_threads(threads)
+    from stable_baselines3 import DQN
+    from stable_baselines3.common.callbacks import BaseCallback
+    from stable_baselines3.common.monitor import Monitor
+
+    learning_starts = SB3_CONFIG["learning_starts"]
+
+    class LearningStartClock(BaseCallback):
+        """Notes the wall time at which the learning phase begins."""
+
+        def __init__(self):
+            super().__init__()
+            self.at = None
+
+        def _on_step(self) -> bool:
+            if self.at is None and self.num_timesteps >= learning_starts:
+                self.at = time.perf_counter()
+            return True
+
+    t0 = time.perf_counter()
+    env = Monitor(gym.make("CartPole-v1"))
+    model = DQN("MlpPolicy", env, policy_kwargs={"net_arch": SB3_NET_ARCH}, seed=seed, device="cpu", verbose=0,
+                **SB3_CONFIG)
+    init_s = time.perf_counter() - t0
+    clock = LearningStartClock()
+    t0 = time.perf_counter()
+    model.learn(total_timesteps=total_steps, callback=clock)
+    run_s = time.perf_counter() - t0
+    learning_s = time.perf_counter() - clock.at if clock.at is not None else None
+
+    returns, lengths = env.get_episode_rewards(), env.get_episode_lengths()
+    per_step: list[float | None] = [None] * total_steps  # latest finished return at each env step
+    step, last = 0, None
+    for ret, length in zip(returns, lengths):
+        end = min(step + length, total_steps)
+        per_step[step:end] = [last] * (end - step)
+        step, last = end, float(ret)
+    per_step[step:] = [last] * (total_steps - step)
+    chunks = chunk_values(per_step, num_reports)
+    reached = first_reach(chunks)
+    tail = per_step[-max(1, total_steps // 20):]
+    known = [v for v in tail if v is not None]
+    return {
+        "library": "sb3", "seeds": 1, "steps_per_run": total_steps, "compile": 0.0, "run": run_s, "init": init_s,
+        "wall": init_s + run_s, "steps_per_second": total_steps / run_s,
+        "learning_steps_per_second": (total_steps - learning_starts) / learning_s if learning_s else None,
+        "final_return": sum(known) / len(known) if known else None,
+        "reached_fraction": None if reached is None else reached / total_steps, "reached_steps": reached,
+        "chunks": chunks, "episodes": len(returns), "torch_threads": torch.get_num_threads(),
+        "versions": {p: version(p) for p in ("stable-baselines3", "torch", "gymnasium", "numpy")},
+        "load": os.getloadavg()[0],
+    }
+
+
+# --------------------------------------------------------------------------
+# Orchestration
+# --------------------------------------------------------------------------
+
+
+def run_worker(python: str, library: str, seeds: int, total_steps: int, num_reports: int, seed: int,
+               timeout: float, sb3_threads: int) -> dict | str:
+    """Runs one measurement in a fresh interpreter; returns its JSON or an error string."""
+    cmd = [python, str(Path(__file__).resolve()), "--worker", library, "--seeds", str(seeds),
+           "--total-steps", str(total_steps), "--num-reports", str(num_reports), "--seed", str(seed),
+           "--sb3-threads", str(sb3_threads)]
+    env = {**os.environ, "PYTHONPATH": ""} if library == "sb3" else dict(os.environ)
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env, cwd=REPO, check=False)
+    except subprocess.TimeoutExpired:
+        return f"timed out after {timeout:.0f} s"
+    for line in reversed(proc.stdout.splitlines()):
+        if line.startswith("{"):
+            return json.loads(line)
+    tail = (proc.stderr or proc.stdout).strip().splitlines()[-3:]
+    return f"exit {proc.returncode}: " + " | ".join(tail)
+
+
+def best(results: list[dict]) -> dict:
+    """The run with the lowest run time, with the lowest compile of all repeats."""
+    out = dict(min(results, key=lambda r: r["run"]))
+    out["compile"] = min(r["compile"] for r in results)
+    out["init"] = min(r["init"] for r in results)
+    out["repeats"] = len(results)
+    out["loads"] = [r["load"] for r in results]
+    out["all_run"] = [round(r["run"], 2) for r in results]
+    out["all_reached"] = [r["reached_steps"] for r in results]
+    learning = [r["learning_steps_per_second"] for r in results if r.get("learning_steps_per_second")]
+    if learning:
+        out["learning_steps_per_second"] = max(learning)
+    return out
+
+
+def time_to_target(r: dict) -> float | None:
+    if r.get("reached_fraction") is None:
+        return None
+    return r["compile"] + r["run"] * r["reached_fraction"]
+
+
+def _f(x, fmt="{:.1f}", none="–") -> str:
+    return none if x is None else fmt.format(x)
+
+
+def _rate(x: float) -> str:
+    return f"{x / 1e6:.2f} M" if x >= 1e6 else f"{x / 1e3:.1f} k"
+
+
+def make_tables(rows: dict[tuple[str, int], dict | str], jrl_seeds: list[int], quick: bool) -> str:
+    lines = ["| library | seeds | env steps per seed | compile s | init s | run s | env steps/s | run s / seed "
+             "| time to 475 s (env steps), estimate | final return |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    if not quick:
+        ref = REFERENCE
+        lines.append(f"| PureJaxRL (reference, cited) | 1 | {CONFIG['total_steps']:,} | ~{ref['compile']} | – | "
+                     f"~{ref['run']:.0f} | ~{_rate(ref['steps_per_second'])} | ~{ref['run']:.0f} | – | – |")
+    keys = [("jrl", s) for s in jrl_seeds] + [("sb3", 1)]
+    for key in keys:
+        r = rows.get(key)
+        name = "Stable-Baselines3" if key[0] == "sb3" else "jrl"
+        if r is None:
+            continue
+        if isinstance(r, str):
+            lines.append(f"| {name} | {key[1]} | failed: {r} | | | | | | | |")
+            continue
+        t = time_to_target(r)
+        reach = f"{t:.1f} ({r['reached_steps']:,})" if t is not None else "not reached"
+        compile_txt = f"{r['compile']:.1f}" if key[0] == "jrl" else "– (eager)"
+        rate = _rate(r["steps_per_second"])
+        if r.get("learning_steps_per_second"):
+            rate += f" (learning phase {_rate(r['learning_steps_per_second'])})"
+        lines.append(f"| {name} | {key[1]} | {r['steps_per_run']:,} | {compile_txt} | {r['init']:.1f} | "
+                     f"{r['run']:.1f} | {rate} | {r['run'] / key[1]:.2f} | {reach} | {_f(r.get('final_return'))} |")
+
+    ratios = []
+    j1, sb3 = rows.get(("jrl", 1)), rows.get(("sb3", 1))
+    if isinstance(j1, dict):
+        if not quick:
+            ratios.append(f"- jrl (1 seed) / PureJaxRL reference: compile {j1['compile'] / REFERENCE['compile']:.2f}x, "
+                          f"run {j1['run'] / REFERENCE['run']:.2f}x (times; < 1: jrl takes less), "
+                          f"steps/s {j1['steps_per_second'] / REFERENCE['steps_per_second']:.2f}x "
+                          "(against a cited number, not a side-by-side measurement).")
+        if isinstance(sb3, dict):
+            learning = sb3.get("learning_steps_per_second")
+            txt = (f"- jrl (1 seed) steps/s / Stable-Baselines3 steps/s: "
+                   f"**{j1['steps_per_second'] / sb3['steps_per_second']:.0f}x** over SB3's whole run")
+            if learning:
+                txt += (f", **{j1['steps_per_second'] / learning:.0f}x** over its learning phase (the fairer one: "
+                        "jrl's run is 98% learning phase, SB3's short run only "
+                        f"{1 - SB3_CONFIG['learning_starts'] / sb3['steps_per_run']:.0%})")
+            ratios.append(txt + ".")
+        j4 = rows.get(("jrl", 4))
+        if isinstance(j4, dict):
+            ratios.append(f"- jrl, 4 vmapped seeds vs 1: {j4['steps_per_second'] / j1['steps_per_second']:.2f}x "
+                          "the env steps/s (summed over seeds).")
+    return "\n".join(lines) + ("\n\n" + "\n".join(ratios) if ratios else "")
+
+
+def _cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def _git_commit() -> str:
+    try:
+        head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True,
+                              check=True).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "jrl", "agents"], cwd=REPO, capture_output=True,
+                               text=True, check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+    return head + (" plus uncommitted changes" if dirty else "")
+
+
+def section(rows, tables: str, command: str, repeats: int, total_steps: int, sb3_steps: int,
+            num_reports: int, sb3_note: str | None) -> str:
+    import jax
+
+    sb3 = rows.get(("sb3", 1))
+    loads = [x for r in rows.values() if isinstance(r, dict) for x in r["loads"]]
+    load_txt = f"{min(loads):.1f} to {max(loads):.1f}" if loads else "?"
+    if isinstance(sb3, dict):
+        v = sb3["versions"]
+        sb3_versions = (f"; SB3's venv: stable-baselines3 {v['stable-baselines3']}, torch {v['torch']} "
+                        f"({sb3['torch_threads']} threads), gymnasium {v['gymnasium']}")
+    else:
+        sb3_versions = ""
+    skipped = f"\n**Stable-Baselines3 not measured**: {sb3_note}\n" if sb3_note else ""
+    threads = sb3["torch_threads"] if isinstance(sb3, dict) else None
+    sb3_threads_txt = f"{threads} intra-op thread{'s' if threads != 1 else ''}" if threads else "one thread"
+    return f"""{HEADING}
+
+DQN with PureJaxRL's CartPole-v1 configuration: 10 envs, replay 10,000,
+batch 128, Adam lr 2.5e-4 (constant), one update per 10 env steps, target
+network copied every 500 env steps, epsilon 1 -> 0.05 over the first half of
+training, learning from 10,000 env steps, gamma 0.99, a 120-84 ReLU Q-network,
+squared TD loss, plain DQN (no double Q, no dueling, 1-step), {total_steps:,} env steps
+per seed. jrl runs 1 seed, and 4 seeds vmapped in one program. To reproduce:
+
+    {command}
+
+Measured {datetime.date.today().isoformat()} on {_cpu_model()} ({os.cpu_count()}-core CPU, shared), Python
+{platform.python_version()}, jax {jax.__version__}{sb3_versions}. jrl at commit {_git_commit()}.
+Each configuration ran {repeats} time(s) in fresh processes, alternating the libraries; compile and run are
+each the best of those runs. Other jobs were using the machine: the 1-minute load average was {load_txt}
+at the starts of the runs (2 cores), so the wall times are noisy.
+{skipped}
+- **jrl config**: `jrl.train("dqn", "CartPole-v1", num_envs=10, steps_per_iteration=1,
+  updates_per_iteration=1, batch_size=128, buffer_size=10_000, learning_starts=10_000,
+  target_update_interval=50, epsilon_end=0.05, exploration_fraction=0.5, learning_rate=2.5e-4,
+  anneal_lr=False, gamma=0.99, n_step=1, dueling=False, double_q=False, hidden_sizes=(120, 84),
+  loss="mse")`: one iteration is one step of the 10 envs and one update, so the target copy
+  every 50 updates is every 500 env steps. Differences from PureJaxRL left in place: jrl's loss
+  is 0.5 x TD^2 (PureJaxRL: TD^2; the same under Adam up to its eps), Adam eps 1e-5 with
+  global-norm clipping at 10 (PureJaxRL: eps 1e-8, no clipping), epsilon decays over the
+  first half of the *updates* (env steps 10k to ~255k; PureJaxRL: env steps 0 to 250k), and
+  truncated episodes bootstrap from their final observation (PureJaxRL treats them as terminal).
+- **compile**: the runner's `lower().compile()` of the chunk program; **init**: the rest of
+  the `jrl.train` call outside compile and run (building, memory check, per-seed `jit(init)`).
+- **time to 475 (estimate)**: the run is cut into {num_reports} equal chunks of env steps; a
+  chunk's value is the mean over its steps (and over seeds) of the latest training-episode
+  return (`train/episode_return`, carried forward). The first chunk at >= 475 is converted to
+  wall time as `compile + run_seconds * chunk_end / total_steps`, taking the run to progress
+  uniformly. "final return": the mean training return over the last 5% of the run.
+- **PureJaxRL (reference, cited)**: measured earlier on this machine and cited by the issue
+  (about 2.4 s compile and 11 s run, ~45 k steps/s, 1 seed); not re-run by the script, so
+  it is not a side-by-side measurement.
+- **Stable-Baselines3**: `stable_baselines3.DQN("MlpPolicy")` in a separate venv (torch CPU), on one
+  gymnasium `CartPole-v1` env (with SB3's Monitor), {sb3_steps:,} env steps (SB3 runs about 1 k
+  steps/s here, so not 5e5); settings: buffer 10,000, batch 128, lr 2.5e-4, learning_starts
+  10,000, train_freq 10 env steps with 1 gradient step, target_update_interval 500 env steps,
+  exploration_fraction 0.5 of its total steps (so epsilon reaches 0.05 at {sb3_steps // 2:,} steps),
+  final eps 0.05, net_arch [120, 84] ReLU, gamma 0.99, max_grad_norm 10. Differences SB3 does
+  not let us remove: a Huber (smooth L1) loss, not the squared TD error; one env, not 10 (the
+  update rate per env step is the same); Adam eps 1e-8; torch's default initialisation; the
+  shorter budget, so its return and time-to-475 columns are not comparable with jrl's.
+  Its steps/s is given over the whole `learn()` call and over its learning phase (after
+  learning_starts); "init" is building the model. torch runs with {sb3_threads_txt}
+  (`--sb3-threads`): with torch's default of one thread per core (2 here), a probe while
+  writing this script (machine load ~4.4) ran SB3's learning phase at 88 steps/s, against
+  2,158 steps/s with one thread (two threads wait on each other over a tiny MLP on a busy
+  machine), so one thread is SB3's best case here. jrl's XLA program uses both cores.
+
+{tables}
+"""
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="smoke run: 50k jrl / 15k SB3 steps, 1 repeat, prints only")
+    parser.add_argument("--seeds", type=int, nargs="+", help="jrl seed counts (default 1 4)")
+    parser.add_argument("--repeats", type=int, help="runs per configuration, best reported (default 3; quick: 1)")
+    parser.add_argument("--total-steps", type=int, help="jrl env steps per seed (default 500000; quick: 50000)")
+    parser.add_argument("--sb3-steps", type=int, help="SB3 env steps (default 50000; quick: 15000)")
+    parser.add_argument("--num-reports", type=int, default=100, help="chunks per run (host syncs; time-to-475 grid)")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--sb3-python", default=DEFAULT_SB3_PYTHON,
+                        help="interpreter with stable-baselines3 installed (skipped if absent)")
+    parser.add_argument("--sb3-threads", type=int, default=1,
+                        help="torch intra-op threads for SB3 (default 1; 0: torch's default, one per core)")
+    parser.add_argument("--timeout", type=float, default=900, help="seconds per worker")
+    parser.add_argument("--output", type=Path, help="markdown file to update (default BENCHMARKS.md; quick: none)")
+    parser.add_argument("--json", type=Path, help="also dump every measurement here")
+    parser.add_argument("--worker", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+
+    total_steps = args.total_steps or (50_000 if args.quick else CONFIG["total_steps"])
+    sb3_steps = args.sb3_steps or (15_000 if args.quick else 50_000)
+    if args.worker:
+        if args.worker == "jrl":
+            out = worker_jrl(args.seeds[0], total_steps, args.num_reports, args.seed)
+        else:
+            out = worker_sb3(total_steps, args.num_reports, args.seed, args.sb3_threads)
+        print(json.dumps(out))
+        return
+
+    repeats = args.repeats or (1 if args.quick else 3)
+    jrl_seeds = args.seeds or [1, 4]
+    runs = [("jrl", s) for s in jrl_seeds]
+    sb3_note = None
+    if Path(args.sb3_python).exists():
+        runs.append(("sb3", 1))
+    else:
+        sb3_note = f"{args.sb3_python} not found (create the venv, or pass --sb3-python)"
+        print(f"Stable-Baselines3 skipped: {sb3_note}", file=sys.stderr)
+    measured: dict[tuple[str, int], list] = {}
+    for rep in range(repeats):
+        for lib, seeds in runs:
+            python = sys.executable if lib == "jrl" else args.sb3_python
+            steps = total_steps if lib == "jrl" else sb3_steps
+            r = run_worker(python, lib, seeds, steps, args.num_reports, args.seed, args.timeout, args.sb3_threads)
+            if isinstance(r, str):
+                print(f"{lib:4s} seeds={seeds} repeat {rep + 1}: {r}", file=sys.stderr)
+                if lib == "sb3" and sb3_note is None:
+                    sb3_note = f"the SB3 worker failed: {r}"
+            else:
+                print(f"{lib:4s} seeds={seeds} repeat {rep + 1}: compile {r['compile']:5.2f} s run {r['run']:6.2f} s "
+                      f"{r['steps_per_second']:9,.0f} steps/s final {_f(r['final_return'])} "
+                      f"reached {r['reached_steps']} load {r['load']:.1f}", file=sys.stderr)
+            measured.setdefault((lib, seeds), []).append(r)
+    if args.json:
+        args.json.write_text(json.dumps({f"{k[0]}|{k[1]}": v for k, v in measured.items()}, indent=1))
+
+    rows: dict[tuple[str, int], dict | str] = {}
+    for key, results in measured.items():
+        ok = [r for r in results if isinstance(r, dict)]
+        rows[key] = best(ok) if ok else results[-1]
+    if isinstance(rows.get(("sb3", 1)), dict):
+        sb3_note = None  # at least one SB3 run worked
+    tables = make_tables(rows, jrl_seeds, args.quick)
+    print(tables)
+
+    output = args.output if args.output is not None else (None if args.quick else REPO / "BENCHMARKS.md")
+    if output is not None:
+        command = "python benchmarks/dqn_cartpole.py"
+        for flag, value, default in (("--total-steps", total_steps, CONFIG["total_steps"]),
+                                     ("--sb3-steps", sb3_steps, 50_000), ("--repeats", repeats, 3),
+                                     ("--num-reports", args.num_reports, 100), ("--sb3-threads", args.sb3_threads, 1)):
+            if value != default:
+                command += f" {flag} {value}"
+        if args.seeds:
+            command += " --seeds " + " ".join(map(str, args.seeds))
+        write_section(output, HEADING, section(rows, tables, command, repeats, total_steps, sb3_steps, args.num_reports, sb3_note))
+        print(f"wrote {output}")
+
+
+if __name__ == "__main__":
+    main()

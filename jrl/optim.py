@@ -1,0 +1,36 @@
+"""Optimisers and schedules shared by the agents (layer 4).
+
+The learning rate is never inside the optax chain: agents multiply the
+chain's update by ``-lr`` themselves, so the rate can be a traced,
+sweepable value (``agent_state.hparams``) and can be annealed with
+:func:`linear_schedule`.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import optax
+
+__all__ = ["OPTIMIZERS", "linear_schedule", "make_optimizer"]
+
+OPTIMIZERS = {
+    "adam": lambda eps: optax.scale_by_adam(eps=eps),
+    "radam": lambda eps: optax.scale_by_radam(eps=eps),
+    "rmsprop": lambda eps: optax.scale_by_rms(decay=0.99, eps=eps),
+}
+"""Scalers :func:`make_optimizer` knows, by name."""
+
+
+def make_optimizer(name: str, max_grad_norm: float, eps: float = 1e-5) -> optax.GradientTransformation:
+    """Global-norm clipping then Adam, RAdam or RMSprop, *without* the learning rate."""
+    if name not in OPTIMIZERS:
+        raise ValueError(f"unknown optimizer {name!r}; choose from {sorted(OPTIMIZERS)}")
+    return optax.chain(optax.clip_by_global_norm(max_grad_norm), OPTIMIZERS[name](eps))
+
+
+def linear_schedule(step, start, end, duration) -> jax.Array:
+    """``start`` at step 0, moving linearly to ``end`` at ``duration`` steps, then ``end``;
+    ``[]`` float32 (all arguments may be traced; ``duration <= 0`` gives ``end``)."""
+    frac = jnp.where(duration > 0, jnp.clip(step / jnp.maximum(duration, 1e-8), 0.0, 1.0), 1.0)
+    return start + frac * (end - start)
