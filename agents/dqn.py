@@ -245,7 +245,7 @@ class DQNConfig:
     batch_size: int = 128
     """Transitions per update (summed over devices; divisible by the number of devices)."""
     buffer_size: int = 50_000
-    """Replay capacity per seed (per device when sharded)."""
+    """Replay capacity per seed (summed over devices: each holds buffer_size / devices items of its own envs)."""
     learning_starts: int = 10_000
     """Env steps collected (all envs) before updates begin."""
     learning_rate: Annotated[float, tyro.conf.arg(aliases=("--lr",))] = 2.5e-4
@@ -429,10 +429,23 @@ PRESETS = DQNConfig.PRESETS
 """Per-environment overrides of DQN's defaults (each variant's config class has its own ``PRESETS``)."""
 
 
+def stratified(config: DQNConfig) -> bool:
+    """Whether the uniform buffer samples ``batch_size / num_envs`` items from every env
+    (:func:`jrl.buffers.uniform_buffer` ``stratify``): when both the batch and the buffer
+    divide evenly among the envs. That makes a run on D devices equal the run on one."""
+    return config.batch_size % config.num_envs == 0 and config.buffer_size % config.num_envs == 0
+
+
 def build(config: DQNConfig, env, env_params, num_devices: int = 1) -> Built:
     """Assembles DQN on ``env`` (a jrl env with a Discrete action space)."""
     config.validate()
     local_envs = cfg.envs_per_device(config.num_envs, num_devices)
+    if num_devices > 1 and not config.prioritized and not stratified(config):
+        raise ValueError(f"sharded DQN samples the same number of items from every env: batch_size "
+                         f"({config.batch_size}) and buffer_size ({config.buffer_size}) must be multiples of "
+                         f"num_envs ({config.num_envs})")
+    if config.buffer_size % num_devices:
+        raise ValueError(f"buffer_size = {config.buffer_size} is not divisible by {num_devices} devices")
     action_space = env.action_space(env_params)
     if not isinstance(action_space, spaces.Discrete):
         raise ValueError(f"DQN needs a Discrete action space, got {action_space!r}")
@@ -447,12 +460,13 @@ def build(config: DQNConfig, env, env_params, num_devices: int = 1) -> Built:
     agent = make_dqn(network, config.hparams(), total_updates=total_updates, double_q=config.double_q,
                      head=head, max_grad_norm=config.max_grad_norm,
                      target_update_interval=config.target_update_interval, anneal_lr=config.anneal_lr)
+    capacity = config.buffer_size // num_devices
     if config.prioritized:
-        buffer = buffers.prioritized_buffer(config.buffer_size, config.per_alpha, config.per_beta)
+        buffer = buffers.prioritized_buffer(capacity, config.per_alpha, config.per_beta)
         beta0 = config.per_beta
         beta = lambda s: linear_schedule(s.num_updates, beta0, 1.0, total_updates)  # noqa: E731
     else:
-        buffer, beta = buffers.uniform_buffer(config.buffer_size), None
+        buffer, beta = buffers.uniform_buffer(capacity, stratify=local_envs if stratified(config) else None), None
     algorithm = off_policy(agent, env, buffer, steps_per_iteration=config.steps_per_iteration,
                            updates_per_iteration=config.updates_per_iteration, learning_starts=config.learning_starts,
                            batch_size=config.batch_size, n_step=config.n_step, beta=beta, env_params=env_params,

@@ -248,7 +248,7 @@ def _zero_counters() -> tuple[Array, Array]:
 # ----------------------------------------------------------------------------- uniform
 
 
-def uniform_buffer(capacity: int, *, check_memory: bool = True) -> ReplayBuffer:
+def uniform_buffer(capacity: int, *, stratify: int | None = None, check_memory: bool = True) -> ReplayBuffer:
     """A circular buffer of ``capacity`` items, sampled uniformly with replacement.
 
     ``add`` accepts any batch ``B <= capacity`` (``B`` need not divide the
@@ -256,8 +256,22 @@ def uniform_buffer(capacity: int, *, check_memory: bool = True) -> ReplayBuffer:
     capacity`` raises ``ValueError`` at trace time. ``sample`` draws from the
     ``size`` filled slots only; on an empty buffer it returns slot 0 (zeros) --
     check ``can_sample`` (``size >= batch_size``) first.
+
+    ``stratify=N``: every ``add`` holds one item from each of ``N`` envs (env
+    ``e`` always lands in a slot ``= e mod N``; ``capacity`` must be a
+    multiple of ``N``), and ``sample`` draws ``batch_size / N`` items from
+    each env's slots with that env's key from :func:`jrl.parallel.local_keys`
+    (item ``j`` of the batch comes from env ``j // (batch_size / N)``). So N
+    envs split over D devices, each device sampling ``batch_size / D`` from
+    its own buffer of ``capacity / D``, draw exactly the items one device
+    would draw from one buffer: the sharded learner equals the unsharded one.
     """
     capacity = _positive_int(capacity, "capacity")
+    if stratify is not None:
+        stratify = _positive_int(stratify, "stratify")
+        if capacity % stratify:
+            raise ValueError(f"a buffer stratified over {stratify} envs needs a capacity divisible by it, "
+                             f"got {capacity}")
 
     def init(item: PyTree) -> BufferState:
         if check_memory:
@@ -265,12 +279,25 @@ def uniform_buffer(capacity: int, *, check_memory: bool = True) -> ReplayBuffer:
         return BufferState(_zeros(item, (capacity,)), *_zero_counters())
 
     def add(state: BufferState, items: PyTree) -> BufferState:
+        if stratify is not None and _leading_size(state.storage, items, 1, "uniform_buffer.add") != stratify:
+            raise ValueError(f"uniform_buffer.add: a buffer stratified over {stratify} envs takes one item "
+                             "per env per add")
         return _add_rows(state, items, capacity, "uniform_buffer.add")[0]
 
     def sample(state: BufferState, key: PRNGKey, batch_size: int, beta=None) -> Sample:
         del beta  # uniform: all weights are one
         batch_size = _positive_int(batch_size, "batch_size")
-        idx = jax.random.randint(key, (batch_size,), 0, jnp.maximum(state.size, 1), jnp.int32)
+        if stratify is None:
+            idx = jax.random.randint(key, (batch_size,), 0, jnp.maximum(state.size, 1), jnp.int32)
+        else:
+            if batch_size % stratify:
+                raise ValueError(f"a batch of {batch_size} cannot take the same number of items from each of "
+                                 f"{stratify} envs")
+            per_env = batch_size // stratify
+            rows = jnp.maximum(state.size // stratify, 1)
+            draw = jax.vmap(lambda k: jax.random.randint(k, (per_env,), 0, rows, jnp.int32))
+            idx = (draw(parallel.local_keys(key, stratify)) * stratify
+                   + jnp.arange(stratify, dtype=jnp.int32)[:, None]).reshape(-1)
         items = jax.tree.map(lambda s: s[idx], state.storage)
         return Sample(items, idx, jnp.ones((batch_size,), jnp.float32))
 

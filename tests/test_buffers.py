@@ -413,3 +413,34 @@ def test_available_memory_is_known_on_this_host():
     avail = B.available_memory_bytes()
     if jax.devices()[0].platform == "cpu":
         assert avail is not None and avail > 0
+
+
+def test_uniform_stratified_by_env():
+    """stratify=3: env e's items sit in slots = e mod 3; a batch of 6 takes 2 items from each env,
+    in env order, each env drawing its rows with its own key (split(key, 3)[e])."""
+    buf = B.uniform_buffer(12, stratify=3)
+    state = buf.init(jnp.zeros((), jnp.float32))
+    for t in range(5):  # 15 adds into 12 slots: rows wrap; env e always at slot e mod 3
+        state = buf.add(state, jnp.array([100.0 * e + t for e in range(3)]))
+    slots = np.asarray(state.storage)
+    assert all(int(slots[i]) // 100 == i % 3 for i in range(12))
+    key = jax.random.key(4)
+    sample = jax.jit(lambda s, k: buf.sample(s, k, 6))(state, key)
+    env_of_item = np.asarray(sample.items) // 100
+    np.testing.assert_array_equal(env_of_item, [0, 0, 1, 1, 2, 2])
+    keys = jax.random.split(key, 3)
+    for e in range(3):
+        rows = jax.random.randint(keys[e], (2,), 0, 4, jnp.int32)  # 12 slots / 3 envs = 4 rows
+        np.testing.assert_array_equal(sample.indices[2 * e: 2 * e + 2], rows * 3 + e)
+    np.testing.assert_array_equal(sample.items, slots[np.asarray(sample.indices)])
+
+
+def test_uniform_stratified_bad_input():
+    with pytest.raises(ValueError, match="divisible"):
+        B.uniform_buffer(10, stratify=3)
+    buf = B.uniform_buffer(12, stratify=3)
+    state = buf.init(jnp.zeros((), jnp.float32))
+    with pytest.raises(ValueError, match="one item per env"):
+        buf.add(state, jnp.zeros((2,)))
+    with pytest.raises(ValueError, match="same number of items"):
+        buf.sample(state, jax.random.key(0), 4)

@@ -31,9 +31,10 @@ def max_diff(a, b):
     return max(float(np.abs(x - y).max()) for x, y in zip(a, b))
 
 
-@pytest.mark.parametrize("agent", ["ppo"])
+@pytest.mark.parametrize("agent", ["ppo", "dqn"])
 def test_device_count_invariance(agent, tmp_path):
-    """The same global batch gives the same parameters on 1, 2 and 4 devices."""
+    """The same global batch gives the same parameters on 1, 2 and 4 devices (DQN: replay split by
+    env over the devices, each device sampling the same items from its envs as one device would)."""
     results = {}
     for name, devices, fake in [("plain", 0, 1), ("2dev", 2, 2), ("4dev", 4, 4)]:
         out = worker(tmp_path / f"{name}.npz", agent, devices, "--fake-devices", fake)
