@@ -39,9 +39,10 @@ import platform
 import re
 import statistics
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, NamedTuple
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -218,11 +219,12 @@ def table(rows: list[dict[str, Any]]) -> str:
     """The full-step table: one row per buffer."""
     full = [r for r in rows if r["full"]]
     uniform = next(r for r in full if r["name"] == "uniform")
-    lines = ["| buffer | µs per step | items added/s | samples/s | time vs uniform | CPU time vs uniform "
-             "| median round / best | full-size copies | compile s |",
+    lines = [("| buffer | µs per step | items added/s | samples/s | time vs uniform | CPU time vs uniform "
+              "| median round / best | full-size copies | compile s |"),
              "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for r in full:
-        lines.append(f"| {r['name']} | {r['us_per_step']:.1f} | {_rate(r['items_per_s'])} | {_rate(r['samples_per_s'])} "
+        lines.append(f"| {r['name']} | {r['us_per_step']:.1f} | {_rate(r['items_per_s'])} "
+                     f"| {_rate(r['samples_per_s'])} "
                      f"| {r['best_s'] / uniform['best_s']:.2f}x | {r['cpu_s'] / uniform['cpu_s']:.2f}x "
                      f"| {r['median_s'] / r['best_s']:.2f}x | {r['copies']} | {r['compile_s']:.2f} |")
     return "\n".join(lines)

@@ -269,8 +269,8 @@ def _rate(x: float) -> str:
 
 
 def make_tables(rows: dict[tuple[str, int], dict | str], jrl_seeds: list[int], quick: bool) -> str:
-    lines = ["| library | seeds | env steps per seed | compile s | init s | run s | env steps/s | run s / seed "
-             "| time to 475 s (env steps), estimate | final return |",
+    lines = [("| library | seeds | env steps per seed | compile s | init s | run s | env steps/s "
+              "| run s / seed | time to 475 s (env steps), estimate | final return |"),
              "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     if not quick:
         ref = REFERENCE
@@ -308,8 +308,8 @@ def make_tables(rows: dict[tuple[str, int], dict | str], jrl_seeds: list[int], q
                    f"**{j1['steps_per_second'] / sb3['steps_per_second']:.0f}x** over SB3's whole run")
             if learning:
                 txt += (f", **{j1['steps_per_second'] / learning:.0f}x** over its learning phase (the fairer one: "
-                        "jrl's run is 98% learning phase, SB3's short run only "
-                        f"{1 - SB3_CONFIG['learning_starts'] / sb3['steps_per_run']:.0%})")
+                        f"jrl's run is {1 - CONFIG['learning_starts'] / j1['steps_per_run']:.0%} learning phase, "
+                        f"SB3's short run only {1 - SB3_CONFIG['learning_starts'] / sb3['steps_per_run']:.0%})")
             ratios.append(txt + ".")
         j4 = rows.get(("jrl", 4))
         if isinstance(j4, dict):
@@ -349,7 +349,8 @@ def section(rows, tables: str, command: str, repeats: int, total_steps: int, sb3
     if isinstance(sb3, dict):
         v = sb3["versions"]
         sb3_versions = (f"; SB3's venv: stable-baselines3 {v['stable-baselines3']}, torch {v['torch']} "
-                        f"({sb3['torch_threads']} threads), gymnasium {v['gymnasium']}")
+                        f"({sb3['torch_threads']} thread{'s' if sb3['torch_threads'] != 1 else ''}), "
+                        f"gymnasium {v['gymnasium']}")
     else:
         sb3_versions = ""
     skipped = f"\n**Stable-Baselines3 not measured**: {sb3_note}\n" if sb3_note else ""
@@ -368,8 +369,8 @@ per seed. jrl runs 1 seed, and 4 seeds vmapped in one program. To reproduce:
 
 Measured {datetime.date.today().isoformat()} on {_cpu_model()} ({os.cpu_count()}-core CPU, shared), Python
 {platform.python_version()}, jax {jax.__version__}{sb3_versions}. jrl at commit {_git_commit()}.
-Each configuration ran {repeats} time(s) in fresh processes, alternating the libraries; compile and run are
-each the best of those runs. Other jobs were using the machine: the 1-minute load average was {load_txt}
+Each configuration ran {repeats} time{'s' if repeats != 1 else ''} in fresh processes, alternating the libraries;
+compile and run are each the best of those runs. Other jobs were using the machine: the 1-minute load average was {load_txt}
 at the starts of the runs (2 cores), so the wall times are noisy.
 {skipped}
 - **jrl config**: `jrl.train("dqn", "CartPole-v1", num_envs=10, steps_per_iteration=1,
@@ -393,8 +394,8 @@ at the starts of the runs (2 cores), so the wall times are noisy.
   (about 2.4 s compile and 11 s run, ~45 k steps/s, 1 seed); not re-run by the script, so
   it is not a side-by-side measurement.
 - **Stable-Baselines3**: `stable_baselines3.DQN("MlpPolicy")` in a separate venv (torch CPU), on one
-  gymnasium `CartPole-v1` env (with SB3's Monitor), {sb3_steps:,} env steps (SB3 runs about 1 k
-  steps/s here, so not 5e5); settings: buffer 10,000, batch 128, lr 2.5e-4, learning_starts
+  gymnasium `CartPole-v1` env (with SB3's Monitor), {sb3_steps:,} env steps (SB3 learns at about
+  2 k steps/s here, so not 5e5); settings: buffer 10,000, batch 128, lr 2.5e-4, learning_starts
   10,000, train_freq 10 env steps with 1 gradient step, target_update_interval 500 env steps,
   exploration_fraction 0.5 of its total steps (so epsilon reaches 0.05 at {sb3_steps // 2:,} steps),
   final eps 0.05, net_arch [120, 84] ReLU, gamma 0.99, max_grad_norm 10. Differences SB3 does
@@ -414,7 +415,8 @@ at the starts of the runs (2 cores), so the wall times are noisy.
 
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--quick", action="store_true", help="smoke run: 50k jrl / 15k SB3 steps, 1 repeat, prints only")
+    parser.add_argument("--quick", action="store_true",
+                        help="smoke run: 50k jrl / 15k SB3 steps, 1 repeat, prints only")
     parser.add_argument("--seeds", type=int, nargs="+", help="jrl seed counts (default 1 4)")
     parser.add_argument("--repeats", type=int, help="runs per configuration, best reported (default 3; quick: 1)")
     parser.add_argument("--total-steps", type=int, help="jrl env steps per seed (default 500000; quick: 50000)")
@@ -487,7 +489,8 @@ def main(argv=None) -> None:
                 command += f" {flag} {value}"
         if args.seeds:
             command += " --seeds " + " ".join(map(str, args.seeds))
-        write_section(output, HEADING, section(rows, tables, command, repeats, total_steps, sb3_steps, args.num_reports, sb3_note))
+        text = section(rows, tables, command, repeats, total_steps, sb3_steps, args.num_reports, sb3_note)
+        write_section(output, HEADING, text)
         print(f"wrote {output}")
 
 

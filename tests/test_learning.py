@@ -66,3 +66,22 @@ def test_sweep_learning_rate_in_one_program():
     final = res.final_returns()
     tiny, good = final[groups["learning_rate=1e-07"]], final[groups["learning_rate=0.0025"]]
     assert good.mean() > 150 and tiny.mean() < 60, (tiny, good)
+
+
+# ---------------------------------------------------------------------------
+# The value-based family (presets: agents/dqn.py CLASSIC_CONTROL, agents/pqn.py)
+# ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("agent,env_id,seeds,steps,threshold", [
+    ("dqn", "CartPole-v1", 4, 100_000, 400),  # measured 468
+    ("rainbow", "CartPole-v1", 2, 100_000, 400),  # measured 500 (4 seeds)
+    ("c51", "CartPole-v1", 2, 60_000, 300),
+    ("qrdqn", "CartPole-v1", 2, 100_000, 300),  # measured 404 (4 seeds); 291 at 6e4 steps
+    ("dqn", "Acrobot-v1", 4, 60_000, -150),
+])
+def test_value_based_thresholds(agent, env_id, seeds, steps, threshold):
+    """The env's preset with ``steps`` env steps per seed (the budgets keep the family near 6 CI minutes)."""
+    res = jrl.train(agent, env_id, seeds=seeds, total_steps=steps, progress=False, num_reports=4)
+    final = res.final_returns()
+    assert final.mean() >= threshold, (final, res.summary())
