@@ -367,8 +367,10 @@ Measured {datetime.date.today().isoformat()} on {machine()}.
   CPU-second of this process: less sensitive to other processes than wall
   clock, but XLA's worker threads on a busy 2-core machine still move it.
   "jrl, reset per env" and gymnax compile to the same work (same HLO ops,
-  flops and bytes), so their ratio away from 1.00x is measurement noise;
-  the gain of jrl over both is the skipped resets (and key splits). 1-minute load average
+  flops and bytes) except at B = 1, where jrl's one env takes the step's key
+  itself instead of `split(key, 1)`; elsewhere their ratio away from 1.00x
+  is measurement noise. The gain of jrl over both is the skipped resets
+  (and their key splits). 1-minute load average
   during this run: {load}.
 - A JAX call runs the same number of steps for both libraries: {
         ", ".join(f"{cfg.jax_steps(b)} iterations at B={b}" for b in cfg.batches)

@@ -80,8 +80,11 @@ def global_mean(x: jax.Array, weights: jax.Array | None = None) -> jax.Array:
 
 
 def local_keys(key: jax.Array, num_local: int) -> jax.Array:
-    """``[num_local]`` keys: this device's slice of ``split(key, num_local * axis_size())``."""
+    """``[num_local]`` keys: this device's slice of ``split(key, num_local * axis_size())``;
+    a single item overall gets ``key`` itself (``[1]``; no split to pay for, e.g. one env)."""
     size = axis_size()
+    if size == 1 and num_local == 1:
+        return key[None]
     if size == 1:
         return jax.random.split(key, num_local)
     keys = jax.random.split(key, num_local * size)
