@@ -135,6 +135,10 @@ def cmd_train(args: Sequence[str]) -> int:
         """Multi-host: HOST:PORT of process 0."""
         multihost: bool = False
         """Multi-host with jax's cluster auto-detection (TPU pods, SLURM, Open MPI): no other flags needed."""
+        compile_cache: bool = True
+        """Use JAX's persistent compilation cache: a second run of the same program skips most of its compile."""
+        compile_cache_dir: str | None = None
+        """Its directory (default: $JRL_COMPILE_CACHE, else ~/.cache/jrl/jax-cache)."""
         debug: bool = False
         """Show tracebacks on errors."""
 
@@ -151,7 +155,9 @@ def cmd_train(args: Sequence[str]) -> int:
             jrl.distributed.initialize(ns.coordinator, ns.num_processes, ns.process_id)
         result = experiment.train(agent, env_id, seeds=ns.seeds, seed=ns.seed, sweep=_parse_sweep(ns.sweep),
                                   out=out, overwrite=ns.overwrite, num_reports=ns.num_reports,
-                                  progress=not ns.quiet, devices=ns.devices, **overrides)
+                                  progress=not ns.quiet, devices=ns.devices,
+                                  compile_cache=ns.compile_cache and (ns.compile_cache_dir or True),
+                                  **overrides)
     except (ValueError, TypeError, FileExistsError, KeyError, ConnectionError) as e:
         if ns.debug:
             raise

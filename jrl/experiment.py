@@ -264,6 +264,7 @@ def train(
     progress: bool = True,
     env_overrides: dict[str, Any] | None = None,
     devices: int | None = None,
+    compile_cache: bool | str | os.PathLike = True,
     **overrides: Any,
 ) -> TrainResult:
     """Trains ``agent`` on ``env`` for ``seeds`` seeds in one compiled program.
@@ -284,8 +285,15 @@ def train(
         plain single-device program. In a multi-process run (after
         :func:`jrl.distributed.initialize`) it defaults to every device of
         every process, and only process 0 writes ``out``.
+      compile_cache: JAX's persistent compilation cache (:mod:`jrl.compile_cache`):
+        True for the default directory (``$JRL_COMPILE_CACHE`` or the user
+        cache dir), a path for another one, False to leave JAX's setting alone.
       **overrides: config fields, e.g. ``total_steps=100_000, learning_rate=3e-4``.
     """
+    if compile_cache:
+        from jrl import compile_cache as _cache
+
+        _cache.enable(None if compile_cache is True else compile_cache)
     if int(seeds) < 1:
         raise ValueError(f"seeds must be >= 1, got {seeds}")
     config = make_config(agent, env, **overrides)

@@ -117,7 +117,8 @@ def test_off_policy_loop_counts_and_determinism():
 def test_prioritized_dueling_nstep_sweep_runs(tmp_path):
     """Every flag together, with a sweep over a DQN hparam, in one program; the run folder is written."""
     res = jrl.train("dqn", "CartPole-v1", seeds=1, total_steps=2_048, learning_starts=520, num_envs=4,
-                    steps_per_iteration=8, buffer_size=1_000, batch_size=32, prioritized=True, dueling=True,
+                    steps_per_iteration=8, updates_per_iteration=2, buffer_size=1_000, batch_size=32,
+                    prioritized=True, dueling=True,
                     n_step=3, tau=0.5, double_q=False, loss="mse", sweep={"epsilon_end": [0.0, 0.1]},
                     progress=False, num_reports=2, out=tmp_path / "run")
     assert res.num_runs == 2
