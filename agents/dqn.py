@@ -409,8 +409,9 @@ class QRDQNConfig(DQNConfig):
 
 @dataclasses.dataclass(frozen=True)
 class RainbowConfig(DQNConfig):
-    """Rainbow: double Q, dueling, 3-step returns, prioritised replay, noisy nets and C51 together
-    (Hessel et al., 2018), as defaults of the one DQN agent."""
+    """Rainbow (Hessel et al., 2018): double Q, dueling, 3-step, prioritised replay, noisy nets and C51.
+
+    All six are defaults of the one DQN agent, not a separate implementation."""
 
     n_step: int = 3
     """Steps summed in the return before bootstrapping (n-step DQN)."""
