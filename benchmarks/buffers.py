@@ -46,7 +46,7 @@ from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
-from report import write_section
+from report import cpu_model, write_section
 
 from jrl import buffers
 
@@ -247,14 +247,7 @@ def breakdown_table(rows: list[dict[str, Any]]) -> str:
 
 
 def machine() -> str:
-    cpu = platform.processor() or platform.machine()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
+    cpu = cpu_model()
     return (f"{cpu}, {os.cpu_count()} cores, backend {jax.default_backend()}; "
             f"Python {platform.python_version()}, jax {jax.__version__}")
 

@@ -24,7 +24,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from report import BENCHMARKS_MD, write_section
+from report import BENCHMARKS_MD, cpu_model, write_section
 
 HEADING = "## Compilation cache"
 
@@ -72,7 +72,7 @@ it from the cache. Reproduce with:
 
     python benchmarks/compile_cache.py --write
 
-Measured {datetime.date.today().isoformat()} on {platform.processor() or platform.machine()}, {os.cpu_count()} cores,
+Measured {datetime.date.today().isoformat()} on {cpu_model()}, {os.cpu_count()} cores,
 Python {platform.python_version()}, jax {jax.__version__}; 1-minute load average {os.getloadavg()[0]:.1f} at the end.
 
 {table}

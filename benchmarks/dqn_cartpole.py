@@ -58,7 +58,7 @@ import sys
 import time
 from pathlib import Path
 
-from report import write_section
+from report import cpu_model, run_json_worker, write_section
 
 HEADING = "## DQN CartPole-v1"
 REPO = Path(__file__).resolve().parent.parent
@@ -228,15 +228,7 @@ def run_worker(python: str, library: str, seeds: int, total_steps: int, num_repo
            "--total-steps", str(total_steps), "--num-reports", str(num_reports), "--seed", str(seed),
            "--sb3-threads", str(sb3_threads)]
     env = {**os.environ, "PYTHONPATH": ""} if library == "sb3" else dict(os.environ)
-    try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env, cwd=REPO, check=False)
-    except subprocess.TimeoutExpired:
-        return f"timed out after {timeout:.0f} s"
-    for line in reversed(proc.stdout.splitlines()):
-        if line.startswith("{"):
-            return json.loads(line)
-    tail = (proc.stderr or proc.stdout).strip().splitlines()[-3:]
-    return f"exit {proc.returncode}: " + " | ".join(tail)
+    return run_json_worker(cmd, env, timeout, REPO)
 
 
 def best(results: list[dict]) -> dict:
@@ -318,16 +310,6 @@ def make_tables(rows: dict[tuple[str, int], dict | str], jrl_seeds: list[int], q
     return "\n".join(lines) + ("\n\n" + "\n".join(ratios) if ratios else "")
 
 
-def _cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
-
-
 def _git_commit() -> str:
     try:
         head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True,
@@ -367,7 +349,7 @@ per seed. jrl runs 1 seed, and 4 seeds vmapped in one program. To reproduce:
 
     {command}
 
-Measured {datetime.date.today().isoformat()} on {_cpu_model()} ({os.cpu_count()}-core CPU, shared), Python
+Measured {datetime.date.today().isoformat()} on {cpu_model()} ({os.cpu_count()}-core CPU, shared), Python
 {platform.python_version()}, jax {jax.__version__}{sb3_versions}. jrl at commit {_git_commit()}.
 Each configuration ran {repeats} time{'s' if repeats != 1 else ''} in fresh processes, alternating the libraries;
 compile and run are each the best of those runs. Other jobs were using the machine: the 1-minute load average was {load_txt}

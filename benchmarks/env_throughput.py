@@ -46,7 +46,7 @@ from pathlib import Path
 from typing import Any
 
 import jax
-from report import write_section
+from report import cpu_model, write_section
 import jax.numpy as jnp
 import jrl.envs
 import numpy as np
@@ -322,14 +322,7 @@ def table(rows: list[dict[str, Any]]) -> str:
 
 
 def machine() -> str:
-    cpu = platform.processor() or platform.machine()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
+    cpu = cpu_model()
     from importlib.metadata import version
 
     import gymnasium

@@ -63,7 +63,7 @@ import time
 import warnings
 from pathlib import Path
 
-from report import write_section
+from report import cpu_model, run_json_worker, write_section
 
 HEADING = "## PPO CartPole-v1"
 REPO = Path(__file__).resolve().parent.parent
@@ -271,16 +271,7 @@ def run_worker(python: str, library: str, seeds: int, total_steps: int, num_repo
     cmd = [python, str(Path(__file__).resolve()), "--worker", library, "--seeds", str(seeds),
            "--total-steps", str(total_steps), "--num-reports", str(num_reports), "--seed", str(seed)]
     env = {**os.environ, "PYTHONPATH": ""} if library.startswith("rejax") else dict(os.environ)
-    try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env, cwd=REPO,
-                              check=False)
-    except subprocess.TimeoutExpired:
-        return f"timed out after {timeout:.0f} s"
-    for line in reversed(proc.stdout.splitlines()):
-        if line.startswith("{"):
-            return json.loads(line)
-    tail = (proc.stderr or proc.stdout).strip().splitlines()[-3:]
-    return f"exit {proc.returncode}: " + " | ".join(tail)
+    return run_json_worker(cmd, env, timeout, REPO)
 
 
 def best(results: list[dict]) -> dict:
@@ -450,16 +441,6 @@ def main(argv=None) -> None:
         print(f"wrote {output}")
 
 
-def _cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
-
-
 def _git_commit() -> str:
     """Short HEAD commit of the repo, marked when jrl's sources have uncommitted changes."""
     try:
@@ -499,7 +480,7 @@ program. To reproduce:
 
     python benchmarks/ppo_cartpole.py{steps}
 
-Measured {date} on {_cpu_model()} ({os.cpu_count()}-core CPU, shared),
+Measured {date} on {cpu_model()} ({os.cpu_count()}-core CPU, shared),
 Python {platform.python_version()}, jax {jax.__version__}{versions}. Other jobs were using the machine:
 the 1-minute load average was {load_txt} during the runs (2 cores; the benchmark itself
 accounts for about 1 to 2 of it), so the wall times are noisy. jrl at commit {_git_commit()}.

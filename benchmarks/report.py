@@ -6,7 +6,10 @@ as ``report`` from the script's own folder.
 
 from __future__ import annotations
 
+import json
+import platform
 import re
+import subprocess
 from pathlib import Path
 
 BENCHMARKS_MD = Path(__file__).resolve().parent.parent / "BENCHMARKS.md"
@@ -22,3 +25,28 @@ def write_section(path: Path, heading: str, text: str) -> None:
     else:
         new = old.rstrip("\n") + "\n\n" + text.rstrip("\n") + "\n"
     path.write_text(new.rstrip("\n") + "\n")
+
+
+def cpu_model() -> str:
+    """The CPU's model name (``/proc/cpuinfo``), else what ``platform`` knows."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def run_json_worker(cmd: list[str], env: dict[str, str], timeout: float, cwd: Path) -> dict | str:
+    """Runs ``cmd`` (a worker printing one JSON line) in a fresh interpreter; returns the last
+    JSON line it printed, or an error string (timeout, or the exit code and its last lines)."""
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env, cwd=cwd, check=False)
+    except subprocess.TimeoutExpired:
+        return f"timed out after {timeout:.0f} s"
+    for line in reversed(proc.stdout.splitlines()):
+        if line.startswith("{"):
+            return json.loads(line)
+    tail = (proc.stderr or proc.stdout).strip().splitlines()[-3:]
+    return f"exit {proc.returncode}: " + " | ".join(tail)
