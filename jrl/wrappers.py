@@ -169,20 +169,17 @@ class AutoReset(Wrapper):
 
     def step(self, key, state, action, params=None):
         if self._batch is not None:
-            return self._step_batch(key, state, action, params)
-        key_step, key_reset = jax.random.split(key)
-        state_step, ts = self.env.step(key_step, state, action, params)
-        state_reset, ts_reset = self.env.reset(key_reset, params)
-        return self._finish(ts.done, state_step, ts, state_reset, ts_reset.observation)
-
-    @staticmethod
-    def _finish(done, state_step, ts, state_reset, obs_reset):
-        new_state = _select(done, state_reset, state_step)
-        obs = _select(done, obs_reset, ts.observation)
-        info = {**ts.info, FINAL_OBSERVATION: ts.observation}
-        return new_state, ts.replace(observation=obs, info=info)
+            new_state, ts, obs = self._step_batch(key, state, action, params)
+        else:
+            key_step, key_reset = jax.random.split(key)
+            state_step, ts = self.env.step(key_step, state, action, params)
+            state_reset, ts_reset = self.env.reset(key_reset, params)
+            new_state = _select(ts.done, state_reset, state_step)
+            obs = _select(ts.done, ts_reset.observation, ts.observation)
+        return new_state, ts.replace(observation=obs, info={**ts.info, FINAL_OBSERVATION: ts.observation})
 
     def _step_batch(self, key, state, action, params):
+        """``(new_state, step's TimeStep, observation after the resets)`` for a batch."""
         venv = self._batch
         params = venv.default_params if params is None else params
         env_keys = venv.env_keys(key)  # [B]
@@ -197,15 +194,14 @@ class AutoReset(Wrapper):
             state_reset, ts_reset = venv.reset_each(reset_keys(env_keys), params)
             return _select(done, state_reset, st), _select(done, ts_reset.observation, obs)
 
-        info = {**ts.info, FINAL_OBSERVATION: ts.observation}
         n, k = venv.num_envs, self.chunk
         if not self.sparse:
             new_state, obs = reset_all(state_step, ts.observation)
-            return new_state, ts.replace(observation=obs, info=info)
+            return new_state, ts, obs
         if k >= n:  # one chunk holds the batch: reset all of it, only on steps where one finished
             new_state, obs = jax.lax.cond(jnp.any(done), reset_all, lambda st, obs: (st, obs),
                                           state_step, ts.observation)
-            return new_state, ts.replace(observation=obs, info=info)
+            return new_state, ts, obs
 
         rank = jnp.cumsum(done) - 1  # [B] position of each finished env among the finished ones
         num_done = jnp.sum(done)
@@ -221,7 +217,7 @@ class AutoReset(Wrapper):
 
         _, new_state, obs = jax.lax.while_loop(
             lambda c: c[0] * k < num_done, reset_chunk, (jnp.zeros((), jnp.int32), state_step, ts.observation))
-        return new_state, ts.replace(observation=obs, info=info)
+        return new_state, ts, obs
 
 
 @struct.dataclass
