@@ -35,7 +35,7 @@ import optax
 import tyro
 from flax import struct
 
-from jrl import buffers, distributional, networks, parallel, spaces
+from jrl import buffers, distributional, networks, parallel
 from jrl import config as cfg
 from jrl.actor_critic import Built
 from jrl.agent import Agent, EnvSpec
@@ -457,14 +457,11 @@ def build(config: DQNConfig, env, env_params, num_devices: int = 1) -> Built:
                          f"num_envs ({config.num_envs})")
     if config.buffer_size % num_devices:
         raise ValueError(f"buffer_size = {config.buffer_size} is not divisible by {num_devices} devices")
-    action_space = env.action_space(env_params)
-    if not isinstance(action_space, spaces.Discrete):
-        raise ValueError(f"DQN needs a Discrete action space, got {action_space!r}")
+    obs_space, num_actions = EnvSpec.from_env(env, env_params).value_based("DQN")
     env = wrap_for_training(env, local_envs)
     spec = EnvSpec.from_env(env, env_params)
-    obs_space, _ = split_action_mask(spec.observation_space)
     head = config.head()
-    network = networks.QNetwork(int(action_space.n), tuple(config.hidden_sizes), config.activation,
+    network = networks.QNetwork(num_actions, tuple(config.hidden_sizes), config.activation,
                                 max(len(obs_space.shape), 1), config.dueling, num_atoms=head.num_atoms,
                                 noisy=config.noisy)
     total_updates = max(config.num_updates, 1)

@@ -48,7 +48,7 @@ import tyro
 from flax import struct
 
 from jrl import config as cfg
-from jrl import buffers, networks, parallel, returns, spaces
+from jrl import buffers, networks, parallel, returns
 from jrl.actor_critic import Built
 from jrl.agent import Agent, EnvSpec
 from jrl.distributions import epsilon_greedy, masked_argmax, masked_max
@@ -267,15 +267,10 @@ def build(config: PQNConfig, env, env_params, num_devices: int = 1) -> Built:
     """Assembles PQN on ``env`` (a jrl env with a Discrete action space, optionally action-masked)."""
     config.validate()
     local_envs = cfg.envs_per_device(config.num_envs, num_devices)
-    action_space = env.action_space(env_params)
-    if not isinstance(action_space, spaces.Discrete):
-        raise ValueError(f"PQN needs a Discrete action space, got {action_space!r}")
+    obs_space, num_actions = EnvSpec.from_env(env, env_params).value_based("PQN")
     env = wrap_for_training(env, local_envs)
     spec = EnvSpec.from_env(env, env_params)
-    obs_space, mask_space = split_action_mask(spec.observation_space)
-    if mask_space is not None and tuple(mask_space.shape) != (int(action_space.n),):
-        raise ValueError(f"action_mask has shape {tuple(mask_space.shape)}, expected ({int(action_space.n)},)")
-    network = networks.QNetwork(int(action_space.n), tuple(config.hidden_sizes), config.activation,
+    network = networks.QNetwork(num_actions, tuple(config.hidden_sizes), config.activation,
                                 max(len(obs_space.shape), 1), layer_norm=config.layer_norm)
     agent = make_pqn(network, config.hparams(), num_epochs=config.num_epochs, num_minibatches=config.num_minibatches,
                      total_learn_steps=max(config.num_iterations, 1), anneal_lr=config.anneal_lr,

@@ -24,7 +24,7 @@ import dataclasses
 from typing import Any, Callable, NamedTuple
 
 from jrl import spaces
-from jrl.types import PRNGKey, PyTree
+from jrl.types import PRNGKey, PyTree, split_action_mask
 
 
 @dataclasses.dataclass(frozen=True)
@@ -38,6 +38,18 @@ class EnvSpec:
     def from_env(cls, env, params=None) -> "EnvSpec":
         params = env.default_params if params is None else params
         return cls(env.observation_space(params), env.action_space(params))
+
+    def value_based(self, agent: str) -> tuple[spaces.Space, int]:
+        """``(observation space without any action mask, number of actions)`` for a value-based
+        agent; ``ValueError`` naming ``agent`` unless actions are Discrete and a mask (see
+        :func:`jrl.types.split_action_mask`) has one entry per action."""
+        if not isinstance(self.action_space, spaces.Discrete):
+            raise ValueError(f"{agent} needs a Discrete action space, got {self.action_space!r}")
+        num_actions = int(self.action_space.n)
+        obs_space, mask_space = split_action_mask(self.observation_space)
+        if mask_space is not None and tuple(mask_space.shape) != (num_actions,):
+            raise ValueError(f"action_mask has shape {tuple(mask_space.shape)}, expected ({num_actions},)")
+        return obs_space, num_actions
 
 
 InitFn = Callable[[PRNGKey, EnvSpec], PyTree]

@@ -288,3 +288,20 @@ def test_variants_train_and_write_a_run_folder(agent, tmp_path):
     assert np.isfinite(res.metrics["train/loss"]).all() and res.metrics["train/loss"][:, -1].min() > 0
     for name in experiment.RUN_FILES:
         assert (tmp_path / agent / name).exists()
+
+
+def test_value_based_spaces():
+    """DQN and PQN share the check: Discrete actions, a mask with one entry per action."""
+    from jrl import spaces
+    from jrl.agent import EnvSpec
+
+    env, params = jrl_envs.make("MaskedProbe-v0")
+    obs_space, n = EnvSpec.from_env(env, params).value_based("DQN")
+    assert n == 4 and obs_space.shape == (4,)
+    with pytest.raises(ValueError, match="PQN needs a Discrete action space"):
+        EnvSpec(spaces.Box(-1.0, 1.0, (3,)), spaces.Box(-1.0, 1.0, (1,))).value_based("PQN")
+    bad = spaces.Dict({"observation": spaces.Box(0.0, 1.0, (4,)), "action_mask": spaces.Box(0, 1, (3,), bool)})
+    with pytest.raises(ValueError, match=r"action_mask has shape \(3,\), expected \(4,\)"):
+        EnvSpec(bad, spaces.Discrete(4)).value_based("DQN")
+    with pytest.raises(ValueError, match="DQN needs a Discrete"):
+        jrl.train("dqn", "Pendulum-v1", total_steps=2_000, learning_starts=100, progress=False)
