@@ -3,12 +3,18 @@
     jrl envs                                  list registered environments
     jrl agents                                list agents
     jrl train AGENT [--env ENV] [--seeds N] [--total-steps N] [--out DIR] [config fields ...]
+    jrl train --resume RUN_DIR                continue an interrupted run exactly
+    jrl eval RUN_DIR [--episodes N] [--greedy | --stochastic]
+    jrl render RUN_DIR [--out episode.gif] [--run R]
 
 ``jrl train AGENT --help`` lists every config field with its docstring and
 the defaults of the chosen env's preset. Bad input (unknown agent or env,
 unknown or ill-typed field, out-of-range value, an output folder that holds
-another run) ends with a one-line error and exit code 2; ``--debug`` shows
-the traceback.
+another run, a checkpoint of another run or a corrupt one) ends with a
+one-line error and exit code 2; ``--debug`` shows the traceback. A loss or
+parameter that turns NaN/inf stops training with exit code 3. Ctrl-C or
+SIGTERM finish the current chunk, write a checkpoint and exit with 130 or
+143, printing how to resume.
 """
 
 
@@ -79,6 +85,18 @@ def _parse_sweep(items: Sequence[str]) -> dict[str, list[float]]:
     return sweep
 
 
+def _resume_target(args: list[str]) -> str | None:
+    """The RUN_DIR of ``--resume RUN_DIR`` / ``--resume=RUN_DIR`` in ``args``, if any."""
+    for i, a in enumerate(args):
+        if a == "--resume":
+            if i + 1 >= len(args) or args[i + 1].startswith("-"):
+                raise CLIError("--resume needs a run folder: jrl train --resume RUN_DIR")
+            return args[i + 1]
+        if a.startswith("--resume="):
+            return a.split("=", 1)[1]
+    return None
+
+
 def cmd_train(args: Sequence[str]) -> int:
     """``jrl train AGENT ...``: trains and writes a run folder."""
     import tyro
@@ -88,6 +106,15 @@ def cmd_train(args: Sequence[str]) -> int:
     from jrl import experiment
 
     args = list(args)
+    resume_dir = _resume_target(args)
+    saved = None
+    if resume_dir is not None:
+        try:
+            saved = experiment.read_spec(resume_dir)
+        except (ValueError, FileNotFoundError) as e:
+            raise CLIError(str(e)) from e
+        if not args or args[0].startswith("-"):
+            args = [saved.agent, *args]
     if not args or args[0].startswith("-"):
         if any(a in ("-h", "--help") for a in args):
             print(f"usage: jrl train AGENT [options]\n\nagents: {', '.join(jrl.agents.names())}\n"
@@ -98,10 +125,13 @@ def cmd_train(args: Sequence[str]) -> int:
     module, config_cls = jrl.agents.get(agent)
 
     pre = argparse.ArgumentParser(add_help=False)
-    pre.add_argument("--env", default="CartPole-v1")
+    pre.add_argument("--env", default=saved.env_id if saved is not None else "CartPole-v1")
     env_id = pre.parse_known_args(rest)[0].env
     jrl.envs.spec(env_id)  # unknown env: clear error before anything else
-    preset = experiment.make_config(agent, env_id)
+    if saved is not None and agent == saved.agent and env_id == saved.env_id:
+        preset = saved.config  # defaults: the saved configuration, so only fields given differ
+    else:
+        preset = experiment.make_config(agent, env_id)
 
     @dataclasses.dataclass
     class TrainArgs:
@@ -139,6 +169,25 @@ def cmd_train(args: Sequence[str]) -> int:
         """Use JAX's persistent compilation cache: a second run of the same program skips most of its compile."""
         compile_cache_dir: str | None = None
         """Its directory (default: $JRL_COMPILE_CACHE, else ~/.cache/jrl/jax-cache)."""
+        checkpoint_every: int = 0
+        """Write a checkpoint (the whole train state, every seed) every this many env steps per run, at
+        the end of a chunk; 0: only at the end and on Ctrl-C/SIGTERM."""
+        keep_checkpoints: int = 3
+        """How many checkpoints to keep."""
+        resume: str | None = None
+        """Continue the interrupted run in this folder from its latest checkpoint, exactly as if it had not
+        stopped (its saved configuration; options given must agree with it)."""
+        resume_step: int | None = None
+        """With --resume: the checkpoint (iteration) to continue from instead of the latest."""
+        stop_at_steps: int | None = None
+        """Stop after the chunk reaching this many env steps per run, with a checkpoint (resume later)."""
+        eval_every: int = 0
+        """Evaluate the greedy policy on fresh episodes every this many env steps per run (0: never)."""
+        eval_episodes: int = 10
+        """Episodes per run for each --eval-every evaluation."""
+        log: tuple[str, ...] = ()
+        """Extra metric sinks besides metrics.csv: jsonl, tensorboard (in OUT/tb), wandb (pip install jrl[wandb]);
+        a resumed run keeps its own."""
         debug: bool = False
         """Show tracebacks on errors."""
 
@@ -148,17 +197,31 @@ def cmd_train(args: Sequence[str]) -> int:
     overrides = {f.name: getattr(ns.config, f.name) for f in dataclasses.fields(ns.config)
                  if getattr(ns.config, f.name) != getattr(preset, f.name)}
     out = ns.out or f"runs/{agent}-{env_id.replace(':', '_')}-seed{ns.seed}"
+    cache = ns.compile_cache and (ns.compile_cache_dir or True)
     try:
         if ns.multihost or any(v is not None for v in (ns.num_processes, ns.coordinator, ns.process_id)):
             import jrl.distributed
 
             jrl.distributed.initialize(ns.coordinator, ns.num_processes, ns.process_id)
-        result = experiment.train(agent, env_id, seeds=ns.seeds, seed=ns.seed, sweep=_parse_sweep(ns.sweep),
-                                  out=out, overwrite=ns.overwrite, num_reports=ns.num_reports,
-                                  progress=not ns.quiet, devices=ns.devices,
-                                  compile_cache=ns.compile_cache and (ns.compile_cache_dir or True),
-                                  **overrides)
-    except (ValueError, TypeError, FileExistsError, KeyError, ConnectionError) as e:
+        if ns.resume is not None:
+            result = experiment.resume(ns.resume, step=ns.resume_step, progress=not ns.quiet, compile_cache=cache,
+                                       keep_checkpoints=ns.keep_checkpoints, stop_at_steps=ns.stop_at_steps, agent=agent, env=env_id, **overrides)
+        else:
+            result = experiment.train(agent, env_id, seeds=ns.seeds, seed=ns.seed, sweep=_parse_sweep(ns.sweep),
+                                      out=out, overwrite=ns.overwrite, num_reports=ns.num_reports,
+                                      progress=not ns.quiet, devices=ns.devices, compile_cache=cache,
+                                      checkpoint_every=ns.checkpoint_every, keep_checkpoints=ns.keep_checkpoints,
+                                      eval_every=ns.eval_every, eval_episodes=ns.eval_episodes, log=ns.log,
+                                      stop_at_steps=ns.stop_at_steps, **overrides)
+    except experiment.TrainingInterrupted as e:
+        print(f"jrl: {e}", file=sys.stderr)
+        return e.exit_code
+    except experiment.NonFiniteError as e:
+        if ns.debug:
+            raise
+        print(f"jrl: error: {e}", file=sys.stderr)
+        return 3
+    except (ValueError, TypeError, FileExistsError, FileNotFoundError, KeyError, ConnectionError, ImportError) as e:
         if ns.debug:
             raise
         raise CLIError(str(e)) from e
@@ -167,11 +230,107 @@ def cmd_train(args: Sequence[str]) -> int:
     if jax.process_index() != 0:
         return 0
     print(result.summary())
-    print(f"run folder: {result.out_dir} (learning_curve.png, metrics.csv, config.json, params.msgpack)")
+    print(f"run folder: {result.out_dir} (learning_curve.png, metrics.csv, config.json, params.msgpack, "
+          "checkpoints/)")
     return 0
 
 
-COMMANDS = {"envs": cmd_envs, "agents": cmd_agents, "train": cmd_train}
+def _run_dir_parser(prog: str, description: str) -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog=prog, description=description)
+    p.add_argument("run_dir", help="a run folder written by `jrl train`")
+    p.add_argument("--step", type=int, default=None, help="checkpoint (iteration) to load; default: the latest")
+    p.add_argument("--seed", type=int, default=0, help="seed of the evaluation episodes")
+    mode = p.add_mutually_exclusive_group()
+    mode.add_argument("--greedy", dest="greedy", action="store_true", default=True,
+                      help="the agent's greedy policy (default)")
+    mode.add_argument("--stochastic", dest="greedy", action="store_false",
+                      help="the behaviour policy (sampled actions; epsilon-greedy for value-based agents)")
+    p.add_argument("--debug", action="store_true", help="show tracebacks on errors")
+    return p
+
+
+def _parse(p: argparse.ArgumentParser, args: Sequence[str]) -> argparse.Namespace:
+    try:
+        return p.parse_args(list(args))
+    except SystemExit as e:  # argparse printed its message
+        if e.code == 0:
+            raise
+        raise CLIError("see the usage above") from None
+
+
+def cmd_eval(args: Sequence[str]) -> int:
+    """``jrl eval RUN_DIR``: episode-return statistics of a trained run, written to RUN_DIR/eval.json."""
+    import json
+    import os
+    from pathlib import Path
+
+    p = _run_dir_parser("jrl eval", "Evaluate a trained run on fresh, vmapped episodes (normalisers frozen) and "
+                                    "write RUN_DIR/eval.json.")
+    p.add_argument("--episodes", type=int, default=100, help="episodes per run (seed)")
+    ns = _parse(p, args)
+    from jrl import compile_cache, experiment
+
+    compile_cache.enable()
+    try:
+        stats = experiment.evaluate_run(ns.run_dir, episodes=ns.episodes, greedy=ns.greedy, seed=ns.seed,
+                                        step=ns.step)
+    except (ValueError, FileNotFoundError, KeyError, TypeError) as e:
+        if ns.debug:
+            raise
+        raise CLIError(str(e)) from e
+    out = Path(ns.run_dir) / "eval.json"
+    tmp = out.with_name(".eval.json.tmp")
+    tmp.write_text(json.dumps(stats, indent=2))
+    os.replace(tmp, out)
+    n = len(stats["runs"]) * stats["episodes_per_run"]
+    print(f"{stats['agent']} on {stats['env_id']} ({stats['policy']}, checkpoint at iteration "
+          f"{stats['checkpoint_iteration']}), {n} episodes over {len(stats['runs'])} run(s):")
+    print(f"  return mean {stats['mean']:.2f}  std {stats['std']:.2f}  median {stats['median']:.2f}  "
+          f"IQM {stats['iqm']:.2f}  (min {stats['min']:.2f}, max {stats['max']:.2f}; mean length "
+          f"{stats['mean_length']:.1f})")
+    for r in stats["runs"]:
+        print(f"  run {r['run']} (seed {r['seed']}): {r['mean']:.2f} ± {r['std']:.2f}")
+    print(f"written: {out}")
+    return 0
+
+
+def cmd_render(args: Sequence[str]) -> int:
+    """``jrl render RUN_DIR --out episode.gif``: one episode of a trained policy as a video."""
+    from pathlib import Path
+
+    p = _run_dir_parser("jrl render", "Render one episode of a trained run's policy to a GIF (or an MP4 with "
+                                      "pip install jrl[video]).")
+    p.add_argument("--out", default=None, help="video file, .gif or .mp4 (default: RUN_DIR/episode.gif)")
+    p.add_argument("--run", type=int, default=0, help="which run (seed) of the folder")
+    p.add_argument("--max-steps", type=int, default=1000, help="stop the episode after this many steps")
+    p.add_argument("--fps", type=int, default=30, help="frames per second of the video")
+    ns = _parse(p, args)
+    import jax
+
+    from jrl import compile_cache, experiment, render
+    from jrl.evaluation import evaluation_env
+
+    compile_cache.enable()
+    out = Path(ns.out) if ns.out else Path(ns.run_dir) / "episode.gif"
+    try:
+        if out.suffix.lower() not in (".gif", ".mp4"):
+            raise ValueError(f"--out must end in .gif or .mp4, got {out.name!r}")
+        loaded = experiment.load_run(ns.run_dir, ns.step)
+        policy = loaded.policy(ns.run, ns.greedy)
+        env = evaluation_env(loaded.built.env)
+        frames, ret, length = render.episode_frames(policy, env, jax.random.key(ns.seed), loaded.built.env_params,
+                                                    max_steps=ns.max_steps)
+        path = render.write_video(frames, out, fps=ns.fps)
+    except (ValueError, FileNotFoundError, KeyError, TypeError, ImportError) as e:
+        if ns.debug:
+            raise
+        raise CLIError(str(e)) from e
+    print(f"{loaded.spec.agent} on {loaded.spec.env_id}, run {ns.run}: return {ret:.2f} over {length} steps; "
+          f"{len(frames)} frames written to {path}")
+    return 0
+
+
+COMMANDS = {"envs": cmd_envs, "agents": cmd_agents, "train": cmd_train, "eval": cmd_eval, "render": cmd_render}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

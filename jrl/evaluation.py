@@ -1,8 +1,17 @@
 """Evaluation rollouts: whole episodes of a fixed policy on fresh environments.
 
-Layer 6 (next to the loops): uses the env API and wrappers only. The policy
-is any function ``policy(obs [E, ...], key) -> actions [E]``, e.g. an
-agent's greedy ``policy`` with its parameters bound.
+Layer 6 (next to the loops): uses the env API, wrappers and the agent
+contract. The policy is any function ``policy(obs [E, ...], key) ->
+actions [E]``, e.g. an agent's greedy ``policy`` with its parameters bound.
+
+A trained run is evaluated as it acts, minus what only training needs:
+:func:`evaluation_env` takes the per-env environment under the training
+env's :class:`~jrl.wrappers.VmapEnv` (time limit and action wrappers such
+as ``ClipAction`` kept; no auto-reset, statistics or normalisers), and
+:func:`run_policy` normalises observations with the training env's
+``NormalizeObservation`` statistics, frozen at their values in the train
+state, before calling the agent's greedy ``policy`` (or its behaviour
+policy ``act`` when ``greedy=False``). Rewards are the env's own.
 """
 
 from __future__ import annotations
@@ -12,11 +21,71 @@ from typing import Any, Callable
 import jax
 import jax.numpy as jnp
 
-from jrl.env import Environment
+from jrl.agent import Agent
+from jrl.env import Environment, Wrapper
 from jrl.types import PyTree
-from jrl.wrappers import TimeLimit, VmapEnv
+from jrl.wrappers import NormalizeObservation, TimeLimit, VmapEnv
 
-__all__ = ["episode_returns"]
+__all__ = ["episode_returns", "evaluate", "evaluation_env", "observation_normalizer", "run_policy"]
+
+
+def evaluation_env(train_env: Environment) -> Environment:
+    """The unbatched env a training env steps in each of its slots (the env
+    inside its VmapEnv); an unbatched training env is returned as is."""
+    env = train_env
+    while isinstance(env, Wrapper):
+        if isinstance(env, VmapEnv):
+            return env.env
+        env = env.env
+    return train_env
+
+
+def observation_normalizer(train_env: Environment, env_state: PyTree) -> Callable[[Any], Any]:
+    """``obs -> obs`` applying the training env's NormalizeObservation wrappers (inner
+    first) with their statistics as they are in ``env_state`` (frozen)."""
+    found = []
+    env, state = train_env, env_state
+    while isinstance(env, Wrapper) and not isinstance(env, VmapEnv):
+        if isinstance(env, NormalizeObservation):
+            found.append((env, state.stats))
+        state, env = env.inner_state(state), env.env
+
+    def normalize(obs):
+        for wrapper, stats in reversed(found):
+            obs = wrapper._normalize(stats, obs)
+        return obs
+
+    return normalize
+
+
+def run_policy(agent: Agent, train_env: Environment, agent_state: PyTree, env_state: PyTree,
+               greedy: bool = True) -> Callable[[Any, jax.Array], jax.Array]:
+    """The evaluation policy of one trained run: ``policy(obs [E, ...], key) -> actions [E]``.
+
+    ``greedy``: the agent's ``policy`` (e.g. the mode of the action
+    distribution, the argmax of Q); otherwise its behaviour policy ``act``
+    (sampled actions; epsilon-greedy at the schedule's current epsilon).
+    """
+    normalize = observation_normalizer(train_env, env_state)
+    if greedy and agent.policy is None:
+        raise ValueError("this agent has no greedy policy; evaluate it with greedy=False")
+
+    def policy(obs, key):
+        obs = normalize(obs)
+        if greedy:
+            return agent.policy(agent_state.params, obs, key)
+        return agent.act(agent_state, obs, key)[0]
+
+    return policy
+
+
+def evaluate(agent: Agent, train_env: Environment, train_state: PyTree, key: jax.Array, num_episodes: int,
+             env_params: PyTree | None = None, greedy: bool = True) -> tuple[jax.Array, jax.Array]:
+    """Returns and lengths ``[num_episodes]`` of one trained run (``train_state`` of
+    one run, with ``agent_state`` and ``env_state``), on fresh envs; jittable and
+    vmappable over runs."""
+    policy = run_policy(agent, train_env, train_state.agent_state, train_state.env_state, greedy)
+    return episode_returns(policy, evaluation_env(train_env), key, num_episodes, env_params)
 
 
 def episode_returns(policy: Callable[[Any, jax.Array], jax.Array], env: Environment, key: jax.Array,

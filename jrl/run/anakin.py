@@ -36,7 +36,8 @@ from jrl import parallel
 from jrl.loops import Algorithm
 from jrl.types import PyTree
 
-__all__ = ["Report", "RunResult", "check_memory", "chunk_lengths", "init_runs", "make_mesh", "run", "set_hparams"]
+__all__ = ["Report", "RunResult", "abstract_states", "check_memory", "chunk_lengths", "first_device", "init_runs",
+           "make_mesh", "place", "run", "set_hparams"]
 
 
 @dataclasses.dataclass
@@ -49,11 +50,12 @@ class Report:
     elapsed: float  # seconds since the first chunk started (compile excluded)
     steps_per_second: float  # env steps per second summed over all runs
     metrics: dict[str, np.ndarray]  # latest value of each metric, [R]
+    start_iteration: int = 0  # where this call started (a resumed run)
 
     @property
     def eta(self) -> float:
         """Seconds left, extrapolated from the rate so far."""
-        done = max(self.iteration, 1)
+        done = max(self.iteration - self.start_iteration, 1)
         return self.elapsed * (self.num_iterations - self.iteration) / done
 
 
@@ -65,9 +67,10 @@ class RunResult:
     final_state: PyTree  # the stacked train states, leading axis [R] (device 0's view when sharded)
     compile_seconds: float  # time to compile the chunk program(s)
     run_seconds: float  # time executing chunks (excludes compile)
-    env_steps_per_run: int  # env steps per run
+    env_steps_per_run: int  # env steps per run done by this call
     num_runs: int
     sharded_state: PyTree = None  # with a mesh: the full state, leading axes [D, R] (what a resume needs)
+    iterations: int = 0  # iterations done per run at the end (start_iteration included; < num_iterations if stopped)
 
     @property
     def steps_per_second(self) -> float:
@@ -95,6 +98,25 @@ def init_runs(algorithm: Algorithm, keys: jax.Array) -> PyTree:
     """One train state per key, stacked ``[R, ...]``; sequential ``lax.map``, not vmap
     (see the module docstring)."""
     return jax.jit(lambda ks: jax.lax.map(algorithm.init, ks))(keys)
+
+
+def abstract_states(algorithm: Algorithm, keys: jax.Array, num_devices: int | None = None) -> PyTree:
+    """Shapes and dtypes (``ShapeDtypeStruct``s) of the stacked train states ``run``
+    starts from: ``[R, ...]``, or ``[D, R, ...]`` for a run sharded over ``num_devices``
+    (the algorithm built for that many devices). Nothing is allocated."""
+    states = jax.eval_shape(lambda ks: jax.lax.map(algorithm.init, ks), keys)
+    if num_devices is None:
+        return states
+    return jax.tree.map(lambda x: jax.ShapeDtypeStruct((int(num_devices),) + x.shape, x.dtype), states)
+
+
+def place(states: PyTree, mesh: Mesh | None = None) -> PyTree:
+    """Host arrays of stacked train states onto the device (``[D, R, ...]`` sharded
+    over ``mesh``'s device axis when given)."""
+    if mesh is None:
+        return jax.tree.map(jnp.asarray, states)
+    sharding = NamedSharding(mesh, P(parallel.AXIS))
+    return jax.tree.map(lambda x: jax.device_put(x, sharding), states)
 
 
 def check_memory(algorithm: Algorithm, keys: jax.Array, mesh: Mesh | None = None) -> None:
@@ -145,7 +167,7 @@ def _init_sharded(algorithm: Algorithm, keys: jax.Array, mesh: Mesh) -> PyTree:
         return _sharded(mesh, init, P(), P(parallel.AXIS))(key_data)
 
 
-def _first_device(tree: PyTree) -> PyTree:
+def first_device(tree: PyTree) -> PyTree:
     """Device 0's slice of a ``[D, ...]`` sharded tree (works across processes)."""
     def take(x):
         if isinstance(x, jax.Array) and not x.is_fully_addressable:
@@ -201,6 +223,9 @@ def run(
     on_report: Callable[[Report], None] | None = None,
     initial_state: PyTree | None = None,
     mesh: Mesh | None = None,
+    start_iteration: int = 0,
+    on_chunk: Callable[[PyTree, int, dict[str, np.ndarray]], None] | None = None,
+    should_stop: Callable[[], bool] | None = None,
 ) -> RunResult:
     """Trains ``len(keys)`` runs for ``num_iterations`` iterations each.
 
@@ -214,6 +239,16 @@ def run(
         (``agent_state.hparams`` fields), set after init.
       initial_state: a stacked train state to start from instead of ``init``.
       mesh: run sharded over this 1-D device mesh (see the module docstring).
+      start_iteration: iterations ``initial_state`` has already done (a
+        resumed run); the remaining chunks of the same schedule
+        (:func:`chunk_lengths` of ``num_iterations``) are run, so a resumed
+        run executes the same compiled chunks as an uninterrupted one.
+      on_chunk: ``on_chunk(states, iterations_done, chunk_metrics)`` after
+        each chunk, before the next one (which donates ``states``): for
+        checkpoints and checks; an exception it raises stops the run.
+        ``chunk_metrics`` are host arrays ``[chunk_length, R]``.
+      should_stop: polled before each chunk; True ends the run early (the
+        result then covers the chunks done: ``RunResult.iterations``).
     """
     if num_iterations <= 0:
         raise ValueError(f"num_iterations must be positive, got {num_iterations}")
@@ -228,7 +263,12 @@ def run(
     states = set_hparams(states, hparams or {})
     axis = parallel.device_axis(parallel.AXIS, mesh.devices.size) if mesh is not None else contextlib.nullcontext()
 
-    lengths = chunk_lengths(num_iterations, num_reports)
+    schedule = chunk_lengths(num_iterations, num_reports)
+    ends = np.cumsum(schedule)
+    if start_iteration != 0 and start_iteration not in ends:
+        raise ValueError(f"start_iteration {start_iteration} is not a chunk boundary of {num_iterations} "
+                         f"iterations in {num_reports} reports (boundaries: {ends.tolist()})")
+    lengths = [n for n, end in zip(schedule, ends) if end > start_iteration]
 
     t0 = time.perf_counter()
     with axis:
@@ -236,23 +276,31 @@ def run(
     compile_seconds = time.perf_counter() - t0
 
     history: list[dict[str, np.ndarray]] = []
-    done = 0
+    done = start_iteration
     t_start = time.perf_counter()
     for n in lengths:
+        if should_stop is not None and should_stop():
+            break
         states, metrics = compiled[n](states)
         if mesh is not None:  # identical on every device after the all-reduces
-            metrics = _first_device(metrics)
+            metrics = first_device(metrics)
         metrics = jax.device_get(metrics)  # blocks: one sync per chunk
         history.append(metrics)
         done += n
+        if on_chunk is not None:
+            on_chunk(states, done, metrics)
         if on_report is not None:
             elapsed = time.perf_counter() - t_start
+            steps_now = (done - start_iteration) * algorithm.env_steps_per_step
             latest = {k: np.asarray(v[-1]) for k, v in metrics.items()}
             on_report(Report(done, num_iterations, done * algorithm.env_steps_per_step, elapsed,
-                             done * algorithm.env_steps_per_step * num_runs / max(elapsed, 1e-9), latest))
+                             steps_now * num_runs / max(elapsed, 1e-9), latest, start_iteration))
     jax.block_until_ready(states)
     run_seconds = time.perf_counter() - t_start
-    merged = {k: np.concatenate([h[k] for h in history], axis=0).T for k in history[0]}  # [R, iters]
-    final = states if mesh is None else _first_device(states)
-    return RunResult(merged, final, compile_seconds, run_seconds, num_iterations * algorithm.env_steps_per_step,
-                     num_runs, None if mesh is None else states)
+    if history:
+        merged = {k: np.concatenate([h[k] for h in history], axis=0).T for k in history[0]}  # [R, iters]
+    else:
+        merged = {}
+    final = states if mesh is None else first_device(states)
+    return RunResult(merged, final, compile_seconds, run_seconds, (done - start_iteration) * algorithm.env_steps_per_step,
+                     num_runs, None if mesh is None else states, iterations=done)

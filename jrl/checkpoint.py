@@ -1,0 +1,278 @@
+"""Checkpoints of whole training runs, written with orbax.
+
+A checkpoint holds everything a run carries from one chunk to the next, for
+every run of a vmapped (and possibly sharded) training program: the stacked
+train state (agent parameters, optimiser state, target networks, hparams,
+env states with their wrapper and normaliser statistics, replay buffers and
+priorities, n-step windows, PRNG keys, counters), the per-iteration metric
+histories so far, and a JSON record of the run (agent, env, config, seeds,
+sweep, progress) with a format version.
+
+Layout under a run folder::
+
+    RUN/checkpoints/<iteration>/arrays/   orbax PyTree checkpoint: a flat dict of numpy leaves
+    RUN/checkpoints/<iteration>/meta/     orbax JSON item: format version, run record, leaf
+                                          paths/shapes/dtypes, sha256 of the arrays
+    RUN/checkpoints/<iteration>/files.sha256.json   size and sha256 of every file, written
+                                          after the commit and checked before reading
+
+Writes are atomic: orbax writes a step into a temporary folder and renames
+it when complete, so a crash or a kill mid-save leaves the previous good
+checkpoint as the latest (a leftover temporary folder is never taken for a
+step). The last ``keep`` checkpoints are kept. Typed PRNG keys are stored as
+their raw key data and re-wrapped on load.
+
+Loading checks, before anything is returned: the format version (a newer one
+is refused), the tree of leaves (paths, shapes, dtypes; a checkpoint of a
+different agent, env or config shows up here with the leaves that differ),
+and a sha256 of every array against the one written at save time (a corrupt
+or truncated file is refused). Every refusal is a :class:`CheckpointError`
+with a message naming what differs.
+
+Multi-process runs are not checkpointed: the arrays must be addressable from
+this process (single-host runs on any number of local devices are).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+from pathlib import Path
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from jrl import __version__
+from jrl.types import PyTree
+
+__all__ = ["FORMAT_VERSION", "CheckpointError", "Checkpoint", "Checkpointer", "steps", "load", "leaf_specs"]
+
+FORMAT_VERSION = 1
+"""Bumped whenever the layout or the meaning of a checkpoint changes."""
+
+CHECKPOINT_DIR = "checkpoints"
+MANIFEST = "files.sha256.json"  # size and sha256 of every file of a committed step, checked before reading
+
+
+def _file_digest(path: Path) -> list:
+    return [path.stat().st_size, hashlib.sha256(path.read_bytes()).hexdigest()]
+
+
+def _check_files(path: Path, fallback: str) -> None:
+    """Compares the files of a step with its manifest (when it has one: a kill between the
+    commit and the manifest leaves none, and the array checksum still guards the data)."""
+    manifest_file = path / MANIFEST
+    if not manifest_file.is_file():
+        return
+    try:
+        manifest = json.loads(manifest_file.read_text())
+    except ValueError:
+        raise CheckpointError(f"checkpoint {path} is corrupt: {MANIFEST} is not valid JSON{fallback}") from None
+    for name, (size, digest) in manifest.items():
+        f = path / name
+        if not f.is_file():
+            raise CheckpointError(f"checkpoint {path} is incomplete: {name} is missing{fallback}")
+        if f.stat().st_size != size:
+            raise CheckpointError(f"checkpoint {path} is corrupt: {name} has {f.stat().st_size} bytes, "
+                                  f"{size} were written{fallback}")
+        if _file_digest(f)[1] != digest:
+            raise CheckpointError(f"checkpoint {path} is corrupt: {name} differs from what was written{fallback}")
+
+
+class CheckpointError(ValueError):
+    """A checkpoint that cannot be used: missing, newer format, different run, or corrupt."""
+
+
+def _is_key(x) -> bool:
+    return hasattr(x, "dtype") and jnp.issubdtype(x.dtype, jax.dtypes.prng_key)
+
+
+def _key_impl(x):
+    """The PRNG implementation of a typed key array or of its ``ShapeDtypeStruct``."""
+    return jax.random.key_impl(x) if isinstance(x, jax.Array) else x.dtype._impl
+
+
+def _path_str(path) -> str:
+    return jax.tree_util.keystr(path, simple=True, separator="/")
+
+
+def to_host(tree: PyTree) -> list[np.ndarray]:
+    """The leaves of ``tree`` as host numpy arrays (typed PRNG keys as their key data)."""
+    leaves = jax.tree.leaves(tree)
+    for x in leaves:
+        if isinstance(x, jax.Array) and not x.is_fully_addressable:
+            raise CheckpointError("checkpoints of multi-process runs are not supported: the train state is "
+                                  "spread over processes")
+    leaves = [jax.random.key_data(x) if _is_key(x) else x for x in leaves]
+    return [np.asarray(x) for x in jax.device_get(leaves)]
+
+
+def leaf_specs(tree: PyTree) -> list[list]:
+    """``[[path, shape, dtype], ...]`` of the stored leaves of ``tree`` (arrays or
+    ``ShapeDtypeStruct``s; typed keys described by their key data)."""
+    out = []
+    for path, x in jax.tree_util.tree_flatten_with_path(tree)[0]:
+        if _is_key(x):
+            x = jax.eval_shape(jax.random.key_data, x)
+        out.append([_path_str(path), list(x.shape), np.dtype(x.dtype).name])
+    return out
+
+
+def _digest(arrays: list[np.ndarray]) -> str:
+    h = hashlib.sha256()
+    for a in arrays:
+        a = np.ascontiguousarray(a)
+        h.update(f"{a.dtype.name}{a.shape}".encode())
+        h.update(a.view(np.uint8).reshape(-1).data if a.size else b"")
+    return h.hexdigest()
+
+
+def _describe_differences(saved: list[list], expected: list[list], limit: int = 4) -> str:
+    saved_map, expected_map = {s[0]: s[1:] for s in saved}, {e[0]: e[1:] for e in expected}
+    diffs = []
+    for path in expected_map:
+        if path not in saved_map:
+            diffs.append(f"{path} is missing from the checkpoint")
+        elif saved_map[path] != expected_map[path]:
+            (s_shape, s_dtype), (e_shape, e_dtype) = saved_map[path], expected_map[path]
+            diffs.append(f"{path} is {s_dtype}{s_shape} in the checkpoint, {e_dtype}{e_shape} here")
+    diffs += [f"{path} is in the checkpoint only" for path in saved_map if path not in expected_map]
+    more = f" (and {len(diffs) - limit} more)" if len(diffs) > limit else ""
+    return "; ".join(diffs[:limit]) + more
+
+
+class Checkpoint:
+    """A loaded checkpoint: ``state`` (the train state tree), ``history``
+    (metric name -> ``[R, iterations]``), ``meta`` (the JSON record) and ``step``."""
+
+    def __init__(self, state: PyTree, history: dict[str, np.ndarray], meta: dict[str, Any], step: int, path: Path):
+        self.state, self.history, self.meta, self.step, self.path = state, history, meta, step, path
+
+
+def _quiet_orbax():
+    logging.getLogger("absl").setLevel(logging.WARNING)
+
+
+class Checkpointer:
+    """Writes checkpoints of one run into ``run_dir/checkpoints``, keeping the last ``keep``."""
+
+    def __init__(self, run_dir: str | Path, keep: int = 3):
+        import orbax.checkpoint as ocp
+
+        if int(keep) < 1:
+            raise ValueError(f"keep must be >= 1, got {keep}")
+        _quiet_orbax()
+        self.directory = Path(run_dir).absolute() / CHECKPOINT_DIR
+        self._ocp = ocp
+        self._manager = ocp.CheckpointManager(
+            self.directory, options=ocp.CheckpointManagerOptions(max_to_keep=int(keep), create=True))
+
+    def save(self, step: int, state: PyTree, history: dict[str, np.ndarray], meta: dict[str, Any]) -> Path:
+        """Saves ``state`` and ``history`` at ``step`` (iterations done) and waits until the
+        step is committed. ``meta`` is the JSON-serialisable run record."""
+        ocp = self._ocp
+        arrays = to_host(state)
+        names = sorted(history)
+        hist = [np.asarray(history[n]) for n in names]
+        record = dict(meta, format_version=FORMAT_VERSION, jrl_version=__version__, step=int(step),
+                      leaves=leaf_specs(state), history_names=names,
+                      sha256=_digest(arrays + hist))
+        flat = {f"s{i:05d}": a for i, a in enumerate(arrays)}
+        flat.update({f"h{i:05d}": a for i, a in enumerate(hist)})
+        if int(step) in self._manager.all_steps():  # e.g. a resumed run stopping where it started
+            self._manager.delete(int(step))
+        self._manager.save(int(step), args=ocp.args.Composite(arrays=ocp.args.StandardSave(flat),
+                                                              meta=ocp.args.JsonSave(record)), force=True)
+        self._manager.wait_until_finished()
+        path = self.directory / str(int(step))
+        manifest = {str(f.relative_to(path)): _file_digest(f) for f in sorted(path.rglob("*")) if f.is_file()}
+        tmp = path / f".{MANIFEST}.tmp"
+        tmp.write_text(json.dumps(manifest, indent=0))
+        tmp.replace(path / MANIFEST)
+        return path
+
+    def close(self) -> None:
+        self._manager.wait_until_finished()
+        self._manager.close()
+
+
+def steps(run_dir: str | Path) -> list[int]:
+    """Committed checkpoint steps of a run folder, ascending (temporary folders of
+    an interrupted save are not steps)."""
+    d = Path(run_dir) / CHECKPOINT_DIR
+    if not d.is_dir():
+        return []
+    return sorted(int(p.name) for p in d.iterdir() if p.is_dir() and p.name.isdigit()
+                  and (p / "meta").is_dir() and (p / "arrays").is_dir())
+
+
+def load(run_dir: str | Path, like: PyTree, step: int | None = None) -> Checkpoint:
+    """Loads the checkpoint at ``step`` (default: the latest) of ``run_dir``.
+
+    ``like`` is the expected train state (arrays or ``ShapeDtypeStruct``s,
+    e.g. from ``jax.eval_shape``): its tree structure is rebuilt, typed keys
+    re-wrapped, and its leaf shapes and dtypes must match the checkpoint's.
+    Raises :class:`CheckpointError` (see the module docstring).
+    """
+    import orbax.checkpoint as ocp
+
+    _quiet_orbax()
+    run_dir = Path(run_dir)
+    available = steps(run_dir)
+    if not available:
+        raise CheckpointError(f"{run_dir} has no checkpoint (looked in {run_dir / CHECKPOINT_DIR})")
+    if step is None:
+        step = available[-1]
+    elif int(step) not in available:
+        raise CheckpointError(f"{run_dir} has no checkpoint at iteration {step}; it has {available}")
+    path = run_dir.absolute() / CHECKPOINT_DIR / str(int(step))
+    others = [s for s in available if s != step]
+    fallback = f"; other checkpoints: {others} (choose one with --resume-step)" if others else ""
+    meta = _read_meta(path, fallback)
+    version = meta.get("format_version")
+    if not isinstance(version, int) or version > FORMAT_VERSION:
+        raise CheckpointError(f"checkpoint {path} has format version {version}, newer than this jrl "
+                              f"({__version__}) reads (up to {FORMAT_VERSION}); upgrade jrl to load it")
+    _check_files(path, fallback)
+    expected = leaf_specs(like)
+    if meta.get("leaves") != expected:
+        raise CheckpointError(f"checkpoint {path} holds a different train state (another agent, env or "
+                              f"config?): {_describe_differences(meta.get('leaves', []), expected)}")
+    names = meta["history_names"]
+    n_state = len(expected)
+    try:
+        reader = ocp.PyTreeCheckpointer()
+        try:
+            restored = reader.restore(path / "arrays")
+        finally:
+            reader.close()
+    except Exception as e:  # orbax/tensorstore raise many types for unreadable data
+        raise CheckpointError(f"checkpoint {path} is unreadable ({type(e).__name__}: {str(e)[:200]}){fallback}") from None
+    try:
+        arrays = [np.asarray(restored[f"s{i:05d}"]) for i in range(n_state)]
+        hist = [np.asarray(restored[f"h{i:05d}"]) for i in range(len(names))]
+    except KeyError as e:
+        raise CheckpointError(f"checkpoint {path} is incomplete: array {e} is missing{fallback}") from None
+    for a, (p, shape, dtype) in zip(arrays, expected):
+        if list(a.shape) != shape or a.dtype.name != dtype:
+            raise CheckpointError(f"checkpoint {path} is corrupt: {p} reads as {a.dtype.name}{list(a.shape)}, "
+                                  f"written as {dtype}{shape}{fallback}")
+    if _digest(arrays + hist) != meta.get("sha256"):
+        raise CheckpointError(f"checkpoint {path} is corrupt: its arrays do not match the checksum written "
+                              f"with them{fallback}")
+    like_leaves, treedef = jax.tree.flatten(like)
+    leaves = [jax.random.wrap_key_data(jnp.asarray(a), impl=_key_impl(x)) if _is_key(x) else a
+              for a, x in zip(arrays, like_leaves)]
+    return Checkpoint(jax.tree.unflatten(treedef, leaves), dict(zip(names, hist)), meta, int(step), path)
+
+
+def _read_meta(path: Path, fallback: str) -> dict[str, Any]:
+    meta_file = path / "meta" / "metadata"
+    try:
+        return json.loads(meta_file.read_text())
+    except (OSError, ValueError) as e:
+        raise CheckpointError(f"checkpoint {path} is unreadable: its record {meta_file.name} "
+                              f"({type(e).__name__}: {e}){fallback}") from None

@@ -1,0 +1,278 @@
+"""Experiment lifecycle: exact resume, checkpoints (atomic, checked), signals, NaN stops,
+periodic and after-the-fact evaluation, rendering, logging sinks wired into training."""
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import jrl.agents
+import jrl.envs
+from jrl import checkpoint, experiment, spaces
+from jrl.env import Environment
+from jrl.run import anakin
+
+JRL = [sys.executable, "-m", "jrl.cli"]
+QUIET = dict(progress=False)
+
+
+def cli(*args, timeout=600):
+    env = {**os.environ, "JAX_PLATFORMS": "cpu", "MPLBACKEND": "Agg"}
+    return subprocess.run(JRL + [str(a) for a in args], capture_output=True, text=True, timeout=timeout, env=env)
+
+
+def assert_same_run(a: experiment.TrainResult, b: experiment.TrainResult):
+    """Bitwise-equal final parameters and metric histories."""
+    for x, y in zip(jax.tree.leaves(a.final_params), jax.tree.leaves(b.final_params)):
+        np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
+    assert sorted(a.metrics) == sorted(b.metrics)
+    for k in a.metrics:
+        np.testing.assert_array_equal(a.metrics[k], b.metrics[k], err_msg=k)
+
+
+RESUME_CASES = {
+    "ppo": dict(total_steps=6144, num_reports=6),
+    "dqn-per": dict(total_steps=3000, num_reports=6, learning_starts=500, prioritized=True, buffer_size=2000),
+}
+
+
+@pytest.mark.parametrize("case", sorted(RESUME_CASES))
+def test_interrupted_and_resumed_run_equals_uninterrupted(case, tmp_path):
+    """2 seeds vmapped: stopped at a third of the run (checkpoint), resumed from the folder:
+    the same parameters, metric histories and metrics.csv as the run that never stopped."""
+    agent = case.split("-")[0]
+    kw = RESUME_CASES[case]
+    whole = experiment.train(agent, "CartPole-v1", 2, out=tmp_path / "whole", **QUIET, **kw)
+    with pytest.raises(experiment.TrainingInterrupted) as stopped:
+        experiment.train(agent, "CartPole-v1", 2, out=tmp_path / "split", stop_at_steps=kw["total_steps"] // 3,
+                         **QUIET, **kw)
+    assert stopped.value.exit_code == 0 and stopped.value.checkpoint.is_dir()
+    first = checkpoint.steps(tmp_path / "split")
+    assert len(first) == 1 and 0 < first[0] < whole.metrics["train/loss"].shape[1]
+    resumed = experiment.resume(tmp_path / "split", **QUIET)
+    assert_same_run(whole, resumed)
+    assert (tmp_path / "whole" / "metrics.csv").read_text() == (tmp_path / "split" / "metrics.csv").read_text()
+    if case == "dqn-per":  # the replay contents and the priorities' sum tree travel with the checkpoint
+        saved = {path for path, _, _ in json.loads(
+            (tmp_path / "split" / "checkpoints" / str(first[0]) / "meta" / "metadata").read_text())["leaves"]}
+        assert {"buffer_state/tree", "buffer_state/max_priority", "buffer_state/position"} <= saved
+
+
+def _init_states(agent: str, seeds: int = 2):
+    module, _ = jrl.agents.get(agent)
+    config = experiment.make_config(agent, "CartPole-v1", total_steps=20_000)
+    env, params = jrl.envs.make("CartPole-v1")
+    built = module.build(config, env, params)
+    keys = jax.random.split(jax.random.key(1), seeds)
+    return built, keys, anakin.init_runs(built.algorithm, keys)
+
+
+@pytest.mark.parametrize("agent", jrl.agents.names())
+def test_every_agent_state_round_trips_through_a_checkpoint(agent, tmp_path):
+    """Every leaf of every agent's stacked train state (keys, buffers, normalisers, counters)
+    comes back bit for bit, typed keys as keys."""
+    built, keys, states = _init_states(agent)
+    ck = checkpoint.Checkpointer(tmp_path, keep=2)
+    ck.save(3, states, {"m": np.arange(6.0).reshape(2, 3)}, {"note": "x"})
+    ck.close()
+    loaded = checkpoint.load(tmp_path, anakin.abstract_states(built.algorithm, keys))
+    assert loaded.step == 3 and loaded.meta["note"] == "x"
+    np.testing.assert_array_equal(loaded.history["m"], np.arange(6.0).reshape(2, 3))
+    assert jax.tree.structure(loaded.state) == jax.tree.structure(states)
+    for x, y in zip(jax.tree.leaves(loaded.state), jax.tree.leaves(states)):
+        if jnp.issubdtype(y.dtype, jax.dtypes.prng_key):
+            assert jnp.issubdtype(x.dtype, jax.dtypes.prng_key)
+            x, y = jax.random.key_data(x), jax.random.key_data(y)
+        np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
+
+
+def test_checkpointer_keeps_the_last_k_and_ignores_an_unfinished_save(tmp_path):
+    built, keys, states = _init_states("ppo", 1)
+    like = anakin.abstract_states(built.algorithm, keys)
+    ck = checkpoint.Checkpointer(tmp_path, keep=2)
+    for step in (1, 2, 3):
+        ck.save(step, states, {}, {})
+    ck.close()
+    assert checkpoint.steps(tmp_path) == [2, 3]
+    # a save killed half-way leaves orbax's temporary folder (and maybe a step folder without its items)
+    shutil.copytree(tmp_path / "checkpoints" / "3", tmp_path / "checkpoints" / "4.orbax-checkpoint-tmp-99")
+    (tmp_path / "checkpoints" / "5").mkdir()
+    assert checkpoint.steps(tmp_path) == [2, 3]
+    assert checkpoint.load(tmp_path, like).step == 3
+
+
+def _corrupt(run: Path, step: int):
+    data = sorted(p for p in (run / "checkpoints" / str(step) / "arrays").rglob("*") if p.is_file()
+                  and p.parent.name == "d")
+    assert data
+    for p in data:
+        p.write_bytes(p.read_bytes()[: p.stat().st_size // 2])
+
+
+def test_bad_checkpoints_are_refused_with_a_clear_error(tmp_path):
+    built, keys, states = _init_states("ppo", 1)
+    like = anakin.abstract_states(built.algorithm, keys)
+    ck = checkpoint.Checkpointer(tmp_path, keep=3)
+    ck.save(1, states, {}, {})
+    ck.save(2, states, {}, {})
+    ck.close()
+    with pytest.raises(checkpoint.CheckpointError, match="no checkpoint at iteration 7"):
+        checkpoint.load(tmp_path, like, step=7)
+    # another agent's state: the differing leaves are named
+    other, other_keys, _ = _init_states("dqn", 1)
+    with pytest.raises(checkpoint.CheckpointError, match="different train state.*(missing|only|is)"):
+        checkpoint.load(tmp_path, anakin.abstract_states(other.algorithm, other_keys))
+    # a newer format
+    meta = tmp_path / "checkpoints" / "2" / "meta" / "metadata"
+    record = json.loads(meta.read_text())
+    meta.write_text(json.dumps({**record, "format_version": checkpoint.FORMAT_VERSION + 1}))
+    with pytest.raises(checkpoint.CheckpointError, match="newer than this jrl"):
+        checkpoint.load(tmp_path, like)
+    meta.write_text(json.dumps(record))
+    assert checkpoint.load(tmp_path, like).step == 2
+    # truncated data files: refused, the older checkpoint named
+    _corrupt(tmp_path, 2)
+    with pytest.raises(checkpoint.CheckpointError, match=r"corrupt.*other checkpoints: \[1\]"):
+        checkpoint.load(tmp_path, like)
+    assert checkpoint.load(tmp_path, like, step=1).step == 1
+    with pytest.raises(checkpoint.CheckpointError, match="has no checkpoint"):
+        checkpoint.load(tmp_path / "nothing", like)
+
+
+def test_resume_refuses_another_config_and_changes_nothing(tmp_path):
+    run = tmp_path / "r"
+    with pytest.raises(experiment.TrainingInterrupted):
+        experiment.train("ppo", "CartPole-v1", 1, out=run, total_steps=4096, num_reports=4, stop_at_steps=1024,
+                         **QUIET)
+    before = {p: p.read_bytes() for p in run.rglob("*") if p.is_file()}
+    with pytest.raises(checkpoint.CheckpointError, match="learning_rate: saved 0.00025, given 0.001"):
+        experiment.resume(run, learning_rate=1e-3, **QUIET)
+    with pytest.raises(checkpoint.CheckpointError, match="agent: saved 'ppo', given 'a2c'"):
+        experiment.resume(run, agent="a2c", **QUIET)
+    out = cli("train", "--resume", run, "--gamma", "0.9")
+    assert out.returncode == 2 and "gamma: saved 0.99, given 0.9" in out.stderr and "Traceback" not in out.stderr
+    _corrupt(run, checkpoint.steps(run)[-1])
+    corrupted = {p: p.read_bytes() for p in run.rglob("*") if p.is_file()}
+    out = cli("train", "--resume", run)
+    assert out.returncode == 2 and "is corrupt" in out.stderr and "Traceback" not in out.stderr, out.stderr
+    assert {p: p.read_bytes() for p in run.rglob("*") if p.is_file()} == corrupted  # nothing written
+    assert set(before) == set(corrupted)
+    out = cli("train", "--resume", tmp_path / "missing")
+    assert out.returncode == 2 and "does not exist" in out.stderr
+    out = cli("train", "ppo", "--out", run, "--total-steps", "2048")
+    assert out.returncode == 2 and "--resume" in out.stderr  # an occupied folder points at --resume
+
+
+class NaNAfter(Environment):
+    """Reward 1 per step, never ends; the reward is NaN from step 600 of an episode on."""
+
+    def reset_env(self, key, params):
+        return jnp.zeros((), jnp.int32), jnp.zeros((1,), jnp.float32)
+
+    def step_env(self, key, state, action, params):
+        t = state + 1
+        reward = jnp.where(t >= 600, jnp.nan, 1.0).astype(jnp.float32)
+        return t, jnp.zeros((1,), jnp.float32), reward, jnp.zeros((), bool), {}
+
+    def observation_space(self, params=None):
+        return spaces.Box(-1.0, 1.0, (1,), jnp.float32)
+
+    def action_space(self, params=None):
+        return spaces.Discrete(2)
+
+
+def test_nan_stops_training_at_its_chunk_and_keeps_the_last_good_checkpoint(tmp_path):
+    """4 envs x 128 steps per iteration: env step 600 falls in iteration 5, so checkpoints after
+    iterations 1-4 are good, the NaN is reported at iteration 5 and no later checkpoint is written."""
+    jrl.envs.register("NaNAfter-v0", NaNAfter, overwrite=True)
+    with pytest.raises(experiment.NonFiniteError, match=r"became non-finite .* at iteration 5 .*checkpoints/4"):
+        experiment.train("ppo", "NaNAfter-v0", 1, out=tmp_path, total_steps=8 * 512, num_reports=8,
+                         checkpoint_every=512, num_envs=4, num_steps=128, **QUIET)
+    assert checkpoint.steps(tmp_path)[-1] == 4
+
+
+def test_nan_from_the_cli_exits_3_without_a_traceback(tmp_path):
+    out = cli("train", "ppo", "--total-steps", "2048", "--out", tmp_path, "--lr", "1e30", "--max-grad-norm", "1e30")
+    assert out.returncode == 3, out.stderr
+    assert "became non-finite" in out.stderr and "Traceback" not in out.stderr
+
+
+@pytest.mark.parametrize("sig,code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+def test_signal_finishes_the_chunk_checkpoints_and_says_how_to_resume(sig, code, tmp_path):
+    run = tmp_path / "r"
+    env = {**os.environ, "JAX_PLATFORMS": "cpu", "MPLBACKEND": "Agg"}
+    proc = subprocess.Popen(JRL + ["train", "ppo", "--total-steps", "2000000", "--num-reports", "2000",
+                                   "--out", str(run)], stderr=subprocess.PIPE, text=True, env=env)
+    for line in proc.stderr:  # the first progress line: training has started
+        if "steps/s" in line:
+            break
+    proc.send_signal(sig)
+    err = proc.stderr.read()
+    assert proc.wait(timeout=300) == code, err
+    assert f"{sig.name} received" in err and f"jrl train --resume {run}" in err and "Traceback" not in err
+    steps = checkpoint.steps(run)
+    assert steps and 0 < steps[-1] < 2000
+    assert (run / "metrics.csv").is_file() and (run / "learning_curve.png").is_file()
+
+
+def test_periodic_evaluation_and_eval_and_render_commands(tmp_path):
+    """eval_every=2048 with 8192 steps: evaluations after 2048, 4096, 6144 and 8192 steps, logged,
+    drawn and written; then `jrl eval` and `jrl render` load the folder."""
+    run = tmp_path / "r"
+    res = experiment.train("ppo", "CartPole-v1", 2, out=run, total_steps=8192, num_reports=16, eval_every=2048,
+                           eval_episodes=4, log=["jsonl"], **QUIET)
+    assert [e["env_steps"] for e in res.evals] == [2048, 4096, 6144, 8192]
+    assert all(len(e["returns"]) == 2 and min(e["returns"]) >= 8 for e in res.evals)  # CartPole lasts >= 8 steps
+    header = (run / "metrics.csv").read_text().splitlines()[0].split(",")
+    assert experiment.EVAL_KEY in header
+    lines = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    assert len(lines) == 2 * 16 and lines[-1]["metrics"][experiment.EVAL_KEY] == res.evals[-1]["returns"][1]
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["evaluations"] == res.evals
+
+    out = cli("eval", run, "--episodes", "6")
+    assert out.returncode == 0, out.stderr
+    stats = json.loads((run / "eval.json").read_text())
+    returns = np.asarray(stats["returns"])
+    assert returns.shape == (2, 6) and stats["policy"] == "greedy"
+    assert stats["mean"] == pytest.approx(returns.mean()) and stats["median"] == pytest.approx(np.median(returns))
+    flat = np.sort(returns.ravel())
+    assert stats["iqm"] == pytest.approx(flat[3:9].mean())  # the middle half of 12 episodes
+    assert "IQM" in out.stdout
+
+    out = cli("render", run, "--out", tmp_path / "ep.gif", "--run", "1", "--max-steps", "40")
+    assert out.returncode == 0, out.stderr
+    import imageio.v3 as iio
+
+    frames = iio.imread(tmp_path / "ep.gif", index=None)
+    length = int(out.stdout.split(" over ")[1].split(" steps")[0])
+    assert frames.shape[0] == length + 1 and 1 <= length <= 40
+    out = cli("render", run, "--run", "5")
+    assert out.returncode == 2 and "run must lie in [0, 2)" in out.stderr
+
+
+def test_evaluation_uses_the_training_normaliser_frozen():
+    """PPO with observation normalisation: the evaluation policy sees (obs - mean) / sqrt(var + eps),
+    clipped, with the statistics of the train state, and stepping it does not change them."""
+    from jrl import evaluation
+
+    config = experiment.make_config("ppo", "CartPole-v1", total_steps=4096, normalize_observations=True)
+    env, params = jrl.envs.make("CartPole-v1")
+    built = jrl.agents.get("ppo")[0].build(config, env, params)
+    state = built.algorithm.init(jax.random.key(0))
+    stats = state.env_state.stats
+    stats = stats.replace(mean=jnp.asarray([1.0, -1.0, 0.5, 0.0]), var=jnp.asarray([4.0, 1.0, 0.25, 1e-12]))
+    normalize = evaluation.observation_normalizer(built.env, state.env_state.replace(stats=stats))
+    obs = jnp.asarray([[3.0, 0.0, 0.5, 1.0]])
+    expected = np.clip([[2.0 / 2.0, 1.0, 0.0, 1.0 / np.sqrt(1e-12 + 1e-8)]], -10, 10)
+    np.testing.assert_allclose(normalize(obs), expected, rtol=1e-5)
+    assert isinstance(evaluation.evaluation_env(built.env), Environment)
+    assert evaluation.evaluation_env(built.env).num_envs is None
