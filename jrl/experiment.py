@@ -509,6 +509,8 @@ def resume(
     in the folder changes before the checkpoint has loaded and checked.
     """
     _enable_cache(compile_cache)
+    if jax.process_count() > 1:
+        raise CheckpointError("multi-process runs write no checkpoints, so they cannot be resumed")
     run_dir = Path(run_dir)
     spec = read_spec(run_dir)
     diffs = []
@@ -673,14 +675,20 @@ def _execute(spec: RunSpec, out_path: Path | None, *, progress: bool, keep_check
         sinks = sinks_mod.make_sinks(["csv", *spec.log], out_path, runs=runs, config=spec.record(),
                                      resume_from_iteration=start if resuming else None,
                                      resume_from_step=start * per_iter if resuming else None)
-    checkpointer = checkpoint.Checkpointer(out_path, keep_checkpoints) if out_path is not None else None
+    checkpointer = None
+    if out_path is not None and jax.process_count() == 1:
+        checkpointer = checkpoint.Checkpointer(out_path, keep_checkpoints)
+    elif out_path is not None:  # the state is spread over processes: see jrl.checkpoint
+        print("jrl: note: checkpoints are not written in multi-process runs (the run cannot be resumed)",
+              file=sys.stderr)
+    abstract_view = anakin.abstract_states(algorithm, keys)  # [R, ...]: one device's view of the states
     eval_key = jax.random.fold_in(jax.random.key(spec.seed), 0x0E7A1)  # apart from every training key
     evaluator = None
     if spec.eval_every > 0:  # compiled now, so that evaluations do not count as training time
-        evaluator = _make_evaluator(built, spec.eval_episodes).lower(
-            anakin.abstract_states(algorithm, keys), eval_key).compile()
+        evaluator = _make_evaluator(built, spec.eval_episodes).lower(abstract_view, eval_key).compile()
     params_finite = jax.jit(lambda p: jnp.stack([jnp.isfinite(x).reshape(x.shape[0], -1).all(axis=1)
-                                                 for x in jax.tree.leaves(p)]).all(axis=0))  # [R]
+                                                 for x in jax.tree.leaves(p)]).all(axis=0)  # [R]
+                            ).lower(abstract_view.agent_state.params).compile()  # now, not in the timed loop
     label = f"{spec.agent} {spec.env_id} x{len(run_seeds)}" + (f" on {spec.devices} devices" if spec.devices else "")
     show = _Progress(label, num_iterations * per_iter) if progress and writer else None
     progress_state = {"done": start, "last_checkpoint": start if resuming else None, "t0": None}

@@ -61,6 +61,13 @@ def test_train_writes_run_folder(tmp_path):
     (["train", "ppo", "--sweep", "num_envs=1,2"], "cannot sweep"),
     (["train", "ppo", "--seeds", "0"], "seeds must be >= 1"),
     (["trian"], "did you mean 'train'"),
+    (["train", "ppo", "--lrr", "1e-3"], "Perhaps you meant"),
+    (["train", "dqn", "--gamma", "-0.1"], "gamma must lie in [0, 1]"),
+    (["train", "dqn", "--batch-size", "0"], "batch_size must be positive"),
+    (["train", "ppo", "--log", "tensorbord"], "Did you mean 'tensorboard'"),
+    (["train", "ppo", "--checkpoint-every", "-5"], "checkpoint_every must be >= 0"),
+    (["eval", "no/such/run"], "does not exist"),
+    (["render", "no/such/run"], "does not exist"),
 ])
 def test_bad_input_is_one_clear_line(args, message, tmp_path):
     out = run(*args, "--out", str(tmp_path / "x")) if args[0] == "train" and len(args) > 2 else run(*args)
