@@ -196,6 +196,20 @@ def cmd_train(args: Sequence[str]) -> int:
                   default=TrainArgs(config=preset, env=env_id), config=(tyro.conf.OmitArgPrefixes,))
     overrides = {f.name: getattr(ns.config, f.name) for f in dataclasses.fields(ns.config)
                  if getattr(ns.config, f.name) != getattr(preset, f.name)}
+    if ns.resume is not None:  # run options are the saved ones: refuse any given that differs
+        defaults = TrainArgs(config=preset, env=env_id)
+        fixed = {"seeds": saved.num_seeds, "seed": saved.seed, "devices": saved.devices,
+                 "num_reports": saved.num_reports, "eval_every": saved.eval_every,
+                 "eval_episodes": saved.eval_episodes, "checkpoint_every": saved.checkpoint_every,
+                 "log": tuple(saved.log)}
+        for name, value in fixed.items():
+            given = getattr(ns, name)
+            if given != getattr(defaults, name) and given != value:
+                raise CLIError(f"--{name.replace('_', '-')} cannot change when resuming (the run has {value!r})")
+        if ns.sweep and _parse_sweep(ns.sweep) != saved.sweep:
+            raise CLIError(f"--sweep cannot change when resuming (the run has {saved.sweep})")
+        if ns.out is not None or ns.overwrite:
+            raise CLIError("--resume continues the run in its own folder: drop --out/--overwrite")
     out = ns.out or f"runs/{agent}-{env_id.replace(':', '_')}-seed{ns.seed}"
     cache = ns.compile_cache and (ns.compile_cache_dir or True)
     try:

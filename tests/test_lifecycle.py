@@ -186,6 +186,8 @@ def test_resume_refuses_another_config_and_changes_nothing(tmp_path):
     assert out.returncode == 2 and "is corrupt" in out.stderr and "Traceback" not in out.stderr, out.stderr
     assert {p: p.read_bytes() for p in run.rglob("*") if p.is_file()} == corrupted  # nothing written
     assert set(before) == set(corrupted)
+    out = cli("train", "--resume", run, "--seeds", "3")
+    assert out.returncode == 2 and "--seeds cannot change when resuming" in out.stderr
     out = cli("train", "--resume", tmp_path / "missing")
     assert out.returncode == 2 and "does not exist" in out.stderr
     out = cli("train", "ppo", "--out", run, "--total-steps", "2048")
@@ -278,6 +280,18 @@ def test_periodic_evaluation_and_eval_and_render_commands(tmp_path):
     assert frames.shape[0] == length + 1 and 1 <= length <= 40
     out = cli("render", run, "--run", "5")
     assert out.returncode == 2 and "run must lie in [0, 2)" in out.stderr
+
+
+@pytest.mark.parametrize("agent", jrl.agents.names())
+def test_every_agent_has_a_greedy_and_a_stochastic_evaluation_policy(agent):
+    """The evaluation of a run (used by eval_every, jrl eval and jrl render) works for every
+    agent: whole CartPole episodes from freshly initialised states, returns equal to lengths."""
+    built, keys, states = _init_states(agent)
+    for greedy in (True, False):
+        returns, lengths = experiment._make_evaluator(built, 3, greedy)(states, jax.random.key(0))
+        assert returns.shape == (2, 3)
+        np.testing.assert_array_equal(returns, lengths.astype(np.float32))
+        assert int(lengths.min()) >= 8
 
 
 def test_evaluation_uses_the_training_normaliser_frozen():
