@@ -442,6 +442,8 @@ def train(
         raise ValueError(f"eval_episodes must be >= 1, got {eval_episodes}")
     if int(num_reports) < 1:
         raise ValueError(f"num_reports must be >= 1, got {num_reports}")
+    if out is None and (int(checkpoint_every) > 0 or log):
+        raise ValueError("checkpoint_every and log write into the run folder: pass out=DIR")
     config = make_config(agent, env, **overrides)
     sweep = {k: [float(v) for v in vs] for k, vs in (sweep or {}).items()}
     module, _ = jrl.agents.get(agent)

@@ -222,6 +222,16 @@ def test_nan_stops_training_at_its_chunk_and_keeps_the_last_good_checkpoint(tmp_
     assert checkpoint.steps(tmp_path)[-1] == 4
 
 
+def test_lifecycle_options_are_checked_before_anything_runs(tmp_path):
+    for kwargs, message in [(dict(checkpoint_every=100), "pass out=DIR"), (dict(log=["jsonl"]), "pass out=DIR"),
+                            (dict(out=tmp_path, eval_every=-1), "eval_every must be >= 0"),
+                            (dict(out=tmp_path, eval_episodes=0), "eval_episodes must be >= 1"),
+                            (dict(out=tmp_path, log=["csvv"]), "Did you mean 'csv'")]:
+        with pytest.raises(ValueError, match=message):
+            experiment.train("ppo", "CartPole-v1", total_steps=2048, **QUIET, **kwargs)
+    assert not any(tmp_path.iterdir())
+
+
 def test_nan_from_the_cli_exits_3_without_a_traceback(tmp_path):
     out = cli("train", "ppo", "--total-steps", "2048", "--out", tmp_path, "--lr", "1e30", "--max-grad-norm", "1e30")
     assert out.returncode == 3, out.stderr
