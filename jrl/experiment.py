@@ -348,7 +348,8 @@ class RunSpec:
     def from_record(cls, record: dict[str, Any], where: Path) -> "RunSpec":
         run = record.get("run")
         if not isinstance(run, dict) or "num_seeds" not in run:
-            raise CheckpointError(f"{where} was written by an older jrl without a run record; it cannot be resumed")
+            raise CheckpointError(f"{where} was written by an older jrl without a run record; it cannot be "
+                                  "resumed, evaluated or rendered")
         if run.get("format_version", 0) > RUN_FORMAT_VERSION:
             raise CheckpointError(f"{where} has run format {run.get('format_version')}, newer than this jrl "
                                   f"({__version__}) reads; upgrade jrl")
@@ -683,14 +684,18 @@ def _execute(spec: RunSpec, out_path: Path | None, *, progress: bool, keep_check
     elif out_path is not None:  # the state is spread over processes: see jrl.checkpoint
         print("jrl: note: checkpoints are not written in multi-process runs (the run cannot be resumed)",
               file=sys.stderr)
-    abstract_view = anakin.abstract_states(algorithm, keys)  # [R, ...]: one device's view of the states
+    # The per-chunk checks and evaluations see one device's view of the states, [R, ...], on this
+    # process's first device; they are compiled for it now, so that they are not compiled in the timed loop.
+    local = jax.sharding.SingleDeviceSharding(jax.local_devices()[0])
+    abstract_view = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=local),
+                                 anakin.abstract_states(algorithm, keys))
     eval_key = jax.random.fold_in(jax.random.key(spec.seed), 0x0E7A1)  # apart from every training key
     evaluator = None
     if spec.eval_every > 0:  # compiled now, so that evaluations do not count as training time
         evaluator = _make_evaluator(built, spec.eval_episodes).lower(abstract_view, eval_key).compile()
     params_finite = jax.jit(lambda p: jnp.stack([jnp.isfinite(x).reshape(x.shape[0], -1).all(axis=1)
                                                  for x in jax.tree.leaves(p)]).all(axis=0)  # [R]
-                            ).lower(abstract_view.agent_state.params).compile()  # now, not in the timed loop
+                            ).lower(abstract_view.agent_state.params).compile()
     label = f"{spec.agent} {spec.env_id} x{len(run_seeds)}" + (f" on {spec.devices} devices" if spec.devices else "")
     show = _Progress(label, num_iterations * per_iter) if progress and writer else None
     progress_state = {"done": start, "last_checkpoint": start if resuming else None, "t0": None}
@@ -706,7 +711,7 @@ def _execute(spec: RunSpec, out_path: Path | None, *, progress: bool, keep_check
 
     def on_chunk(states, done, metrics):
         prev = progress_state["done"]
-        view = states if mesh is None else anakin.first_device(states)
+        view = states if mesh is None else jax.device_put(anakin.first_device(states), local)
         last = progress_state["last_checkpoint"]
         kept = (f"; the last good checkpoint is {checkpointer.directory / str(last)}" if checkpointer and last is not None
                 else "; no checkpoint had been written yet" if checkpointer else "")

@@ -76,7 +76,8 @@ def test_sharded_run_resumes_exactly(tmp_path):
         out = subprocess.run(JRL + ["train", *map(str, args)], capture_output=True, text=True, timeout=600, env=env)
         return out
 
-    common = ["ppo", "--devices", "2", "--seeds", "2", "--total-steps", "4096", "--num-reports", "4", "--quiet"]
+    common = ["ppo", "--devices", "2", "--seeds", "2", "--total-steps", "4096", "--num-reports", "4", "--quiet",
+              "--eval-every", "2048", "--eval-episodes", "2"]
     assert run(*common, "--out", tmp_path / "whole").returncode == 0
     stopped = run(*common, "--out", tmp_path / "split", "--stop-at-steps", "1024")
     assert stopped.returncode == 0 and "Resume with" in stopped.stderr, stopped.stderr[-2000:]
