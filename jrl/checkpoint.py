@@ -48,7 +48,7 @@ import numpy as np
 from jrl import __version__
 from jrl.types import PyTree
 
-__all__ = ["FORMAT_VERSION", "CheckpointError", "Checkpoint", "Checkpointer", "steps", "load", "leaf_specs"]
+__all__ = ["delete_after", "FORMAT_VERSION", "CheckpointError", "Checkpoint", "Checkpointer", "steps", "load", "leaf_specs"]
 
 FORMAT_VERSION = 1
 """Bumped whenever the layout or the meaning of a checkpoint changes."""
@@ -209,13 +209,25 @@ def steps(run_dir: str | Path) -> list[int]:
                   and (p / "meta").is_dir() and (p / "arrays").is_dir())
 
 
-def load(run_dir: str | Path, like: PyTree, step: int | None = None) -> Checkpoint:
+def delete_after(run_dir: str | Path, step: int) -> list[int]:
+    """Deletes the committed checkpoints after ``step`` (a run continued from an older
+    checkpoint replaces their history); returns the steps deleted."""
+    import shutil
+
+    later = [s for s in steps(run_dir) if s > int(step)]
+    for s in later:
+        shutil.rmtree(Path(run_dir) / CHECKPOINT_DIR / str(s))
+    return later
+
+
+def load(run_dir: str | Path, like: PyTree, step: int | None = None, step_flag: str = "--resume-step") -> Checkpoint:
     """Loads the checkpoint at ``step`` (default: the latest) of ``run_dir``.
 
     ``like`` is the expected train state (arrays or ``ShapeDtypeStruct``s,
     e.g. from ``jax.eval_shape``): its tree structure is rebuilt, typed keys
     re-wrapped, and its leaf shapes and dtypes must match the checkpoint's.
-    Raises :class:`CheckpointError` (see the module docstring).
+    Raises :class:`CheckpointError` (see the module docstring); its message
+    names the other checkpoints and ``step_flag``, the option that picks one.
     """
     import orbax.checkpoint as ocp
 
@@ -230,7 +242,7 @@ def load(run_dir: str | Path, like: PyTree, step: int | None = None) -> Checkpoi
         raise CheckpointError(f"{run_dir} has no checkpoint at iteration {step}; it has {available}")
     path = run_dir.absolute() / CHECKPOINT_DIR / str(int(step))
     others = [s for s in available if s != step]
-    fallback = f"; other checkpoints: {others} (choose one with --resume-step)" if others else ""
+    fallback = f"; other checkpoints: {others} (choose one with {step_flag})" if others else ""
     meta = _read_meta(path, fallback)
     version = meta.get("format_version")
     if not isinstance(version, int) or version > FORMAT_VERSION:

@@ -12,7 +12,8 @@ the defaults of the chosen env's preset. Bad input (unknown agent or env,
 unknown or ill-typed field, out-of-range value, an output folder that holds
 another run, a checkpoint of another run or a corrupt one) ends with a
 one-line error and exit code 2; ``--debug`` shows the traceback. A loss or
-parameter that turns NaN/inf stops training with exit code 3. Ctrl-C or
+parameter that turns NaN/inf stops training with exit code 3; an I/O error
+while training (a full disk) with 1, after checkpointing the last good chunk. Ctrl-C or
 SIGTERM finish the current chunk, write a checkpoint and exit with 130 or
 143, printing how to resume.
 """
@@ -196,15 +197,17 @@ def cmd_train(args: Sequence[str]) -> int:
                   default=TrainArgs(config=preset, env=env_id), config=(tyro.conf.OmitArgPrefixes,))
     overrides = {f.name: getattr(ns.config, f.name) for f in dataclasses.fields(ns.config)
                  if getattr(ns.config, f.name) != getattr(preset, f.name)}
+    if ns.resume is None and ns.resume_step is not None:
+        raise CLIError("--resume-step goes with --resume RUN_DIR")
     if ns.resume is not None:  # run options are the saved ones: refuse any given that differs
-        defaults = TrainArgs(config=preset, env=env_id)
+        given_flags = {a.split("=", 1)[0] for a in rest if a.startswith("--")}
         fixed = {"seeds": saved.num_seeds, "seed": saved.seed, "devices": saved.devices,
                  "num_reports": saved.num_reports, "eval_every": saved.eval_every,
                  "eval_episodes": saved.eval_episodes, "checkpoint_every": saved.checkpoint_every,
                  "log": tuple(saved.log)}
         for name, value in fixed.items():
             given = getattr(ns, name)
-            if given != getattr(defaults, name) and given != value:
+            if f"--{name.replace('_', '-')}" in given_flags and given != value:
                 raise CLIError(f"--{name.replace('_', '-')} cannot change when resuming (the run has {value!r})")
         if ns.sweep and _parse_sweep(ns.sweep) != saved.sweep:
             raise CLIError(f"--sweep cannot change when resuming (the run has {saved.sweep})")
@@ -239,6 +242,11 @@ def cmd_train(args: Sequence[str]) -> int:
         if ns.debug:
             raise
         raise CLIError(str(e)) from e
+    except OSError as e:  # e.g. a full disk while writing logs or a checkpoint (one was kept, see above)
+        if ns.debug:
+            raise
+        print(f"jrl: error: {e}", file=sys.stderr)
+        return 1
     import jax
 
     if jax.process_index() != 0:

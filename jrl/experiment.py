@@ -278,7 +278,8 @@ class _Progress:
 class TrainingInterrupted(Exception):
     """Training stopped before its last iteration: a signal (SIGINT, SIGTERM) or
     ``stop_at_steps``. The current chunk was finished and, with a run folder, a
-    checkpoint written; ``result`` holds the histories so far."""
+    checkpoint written; ``result`` holds the histories so far (None when it
+    stopped before the first chunk)."""
 
     def __init__(self, message: str, result: "TrainResult", reason: str | None, checkpoint: Path | None):
         super().__init__(message)
@@ -443,6 +444,10 @@ def train(
         raise ValueError(f"eval_episodes must be >= 1, got {eval_episodes}")
     if int(num_reports) < 1:
         raise ValueError(f"num_reports must be >= 1, got {num_reports}")
+    if int(keep_checkpoints) < 1:
+        raise ValueError(f"keep_checkpoints must be >= 1, got {keep_checkpoints}")
+    if stop_at_steps is not None and int(stop_at_steps) < 0:
+        raise ValueError(f"stop_at_steps must be >= 0, got {stop_at_steps}")
     if out is None and (int(checkpoint_every) > 0 or log):
         raise ValueError("checkpoint_every and log write into the run folder: pass out=DIR")
     config = make_config(agent, env, **overrides)
@@ -514,6 +519,8 @@ def resume(
     _enable_cache(compile_cache)
     if jax.process_count() > 1:
         raise CheckpointError("multi-process runs write no checkpoints, so they cannot be resumed")
+    if int(keep_checkpoints) < 1:
+        raise ValueError(f"keep_checkpoints must be >= 1, got {keep_checkpoints}")
     run_dir = Path(run_dir)
     spec = read_spec(run_dir)
     diffs = []
@@ -563,7 +570,7 @@ def load_run(run_dir: str | os.PathLike, step: int | None = None) -> LoadedRun:
     env_obj, env_params = jrl.envs.make(spec.env_id, **spec.env_overrides)
     built = module.build(spec.config, env_obj, env_params, num_devices=spec.devices or 1)
     like = anakin.abstract_states(built.algorithm, spec.keys(), spec.devices)
-    ck = checkpoint.load(run_dir, like, step)
+    ck = checkpoint.load(run_dir, like, step, step_flag="--step")
     state = ck.state if spec.devices is None else jax.tree.map(lambda x: x[0], ck.state)
     return LoadedRun(spec, built, state, ck.step, ck)
 
@@ -615,9 +622,9 @@ class _StopRequest:
     def _handle(self, signum, frame):
         if self.reason is None:
             self.reason = signal.Signals(signum).name
-            if not self.quiet:
-                print(f"\njrl: {self.reason} received: stopping after the current chunk and writing a checkpoint "
-                      "(Ctrl-C again aborts without one)", file=sys.stderr, flush=True)
+            if not self.quiet:  # os.write: print() from a handler can re-enter a stderr write in progress
+                os.write(2, f"\njrl: {self.reason} received: stopping after the current chunk and writing a "
+                            "checkpoint (Ctrl-C again aborts without one)\n".encode())
             signal.signal(signal.SIGINT, signal.default_int_handler)
 
     def __enter__(self):
@@ -648,126 +655,169 @@ def _execute(spec: RunSpec, out_path: Path | None, *, progress: bool, keep_check
     env_obj, env_params = jrl.envs.make(spec.env_id, **spec.env_overrides)
     built = module.build(config, env_obj, env_params, num_devices=spec.devices or 1)
     algorithm, keys = built.algorithm, spec.keys()
-    num_iterations, per_iter = config.num_iterations, built.algorithm.env_steps_per_step
-    run_seeds, run_sweep = spec.run_seeds, spec.run_sweep
+    num_iterations = config.num_iterations
 
     start, history, reports, evals, prior_seconds, initial_state = 0, {}, [], [], 0.0, None
-    if resuming:  # load and check everything before anything in the folder changes
-        ck = checkpoint.load(out_path, anakin.abstract_states(algorithm, keys, spec.devices), resume_step)
-        start, history = ck.step, {k: np.asarray(v) for k, v in ck.history.items()}
-        reports, evals = list(ck.meta["reports"]), list(ck.meta["evals"])
-        prior_seconds = float(ck.meta["run_seconds"])
-        initial_state = anakin.place(ck.state, mesh)
-        if start >= num_iterations:
-            raise CheckpointError(f"{out_path} is already complete ({start}/{num_iterations} iterations); "
-                                  f"evaluate it with `jrl eval {out_path}`")
-        if ck.meta["run"] != json.loads(json.dumps(spec.record()["run"])):
-            raise CheckpointError(f"checkpoint {ck.path} was written by a different run than {out_path}/config.json "
-                                  "describes")
-    if out_path is not None:
-        if clear:
-            _clear_run(out_path)
-        out_path.mkdir(parents=True, exist_ok=True)
-        if not resuming:
-            _write_atomic(out_path / "config.json", json.dumps(spec.record(), indent=2))
+    stop = _StopRequest(quiet=not writer)
+    with stop:  # from here on a signal only asks to stop: the checkpoint and outputs are still written
+        if resuming:  # load and check everything before anything in the folder changes
+            ck = checkpoint.load(out_path, anakin.abstract_states(algorithm, keys, spec.devices), resume_step)
+            start, history = ck.step, {k: np.asarray(v) for k, v in ck.history.items()}
+            reports, evals = list(ck.meta["reports"]), list(ck.meta["evals"])
+            prior_seconds = float(ck.meta["run_seconds"])
+            if ck.meta["run"] != json.loads(json.dumps(spec.record()["run"])):
+                raise CheckpointError(f"checkpoint {ck.path} was written by a different run than "
+                                      f"{out_path}/config.json describes")
+            if start >= num_iterations:
+                raise CheckpointError(f"{out_path} is already complete ({start}/{num_iterations} iterations); "
+                                      f"evaluate it with `jrl eval {out_path}`")
+            initial_state = anakin.place(ck.state, mesh)
+        anakin.check_memory(algorithm, keys, mesh)  # refusals that need no folder come before it changes
+        if out_path is not None:
+            from jrl import sinks as sinks_mod
+
+            sinks_mod.check_available(spec.log)
+            if clear:
+                _clear_run(out_path)
+            out_path.mkdir(parents=True, exist_ok=True)
+            if not resuming:
+                _write_atomic(out_path / "config.json", json.dumps(spec.record(), indent=2))
+            else:  # continuing from an older checkpoint: the later ones belong to the history being replaced
+                checkpoint.delete_after(out_path, start)
+        result = _train_loop(spec, built, mesh, keys, out_path, stop, writer=writer, progress=progress,
+                             keep_checkpoints=keep_checkpoints, stop_at_steps=stop_at_steps, resuming=resuming,
+                             start=start, history=history, reports=reports, evals=evals,
+                             prior_seconds=prior_seconds, initial_state=initial_state)
+    return result
+
+
+def _close_all(resources, primary: BaseException | None) -> None:
+    """Closes every resource; re-raises the first failure unless another error is in flight."""
+    failure = None
+    for r in resources:
+        if r is None:
+            continue
+        try:
+            r.close()
+        except Exception as e:  # keep closing the others
+            failure = failure or e
+    if failure is not None and primary is None:
+        raise failure
+
+
+def _train_loop(spec: RunSpec, built, mesh, keys, out_path: Path | None, stop: "_StopRequest", *, writer: bool,
+                progress: bool, keep_checkpoints: int, stop_at_steps: int | None, resuming: bool, start: int,
+                history: dict, reports: list, evals: list, prior_seconds: float, initial_state) -> TrainResult:
+    from jrl import checkpoint
+
+    config, algorithm = spec.config, built.algorithm
+    num_iterations, per_iter = config.num_iterations, algorithm.env_steps_per_step
+    run_seeds, run_sweep = spec.run_seeds, spec.run_sweep
     runs = [{"run": r, "seed": run_seeds[r], **{k: v[r] for k, v in run_sweep.items()}} for r in range(len(run_seeds))]
-    sinks = None
+    sinks = checkpointer = None
     if out_path is not None:
         from jrl import sinks as sinks_mod
 
         sinks = sinks_mod.make_sinks(["csv", *spec.log], out_path, runs=runs, config=spec.record(),
                                      resume_from_iteration=start if resuming else None,
                                      resume_from_step=start * per_iter if resuming else None)
-    checkpointer = None
-    if out_path is not None and jax.process_count() == 1:
-        checkpointer = checkpoint.Checkpointer(out_path, keep_checkpoints)
-    elif out_path is not None:  # the state is spread over processes: see jrl.checkpoint
-        print("jrl: note: checkpoints are not written in multi-process runs (the run cannot be resumed)",
-              file=sys.stderr)
-    # The per-chunk checks and evaluations see one device's view of the states, [R, ...], on this
-    # process's first device; they are compiled for it now, so that they are not compiled in the timed loop.
-    local = jax.sharding.SingleDeviceSharding(jax.local_devices()[0])
-    abstract_view = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=local),
-                                 anakin.abstract_states(algorithm, keys))
-    eval_key = jax.random.fold_in(jax.random.key(spec.seed), 0x0E7A1)  # apart from every training key
-    evaluator = None
-    if spec.eval_every > 0:  # compiled now, so that evaluations do not count as training time
-        evaluator = _make_evaluator(built, spec.eval_episodes).lower(abstract_view, eval_key).compile()
-    params_finite = jax.jit(lambda p: jnp.stack([jnp.isfinite(x).reshape(x.shape[0], -1).all(axis=1)
-                                                 for x in jax.tree.leaves(p)]).all(axis=0)  # [R]
-                            ).lower(abstract_view.agent_state.params).compile()
-    label = f"{spec.agent} {spec.env_id} x{len(run_seeds)}" + (f" on {spec.devices} devices" if spec.devices else "")
-    show = _Progress(label, num_iterations * per_iter) if progress and writer else None
-    progress_state = {"done": start, "last_checkpoint": start if resuming else None, "t0": None}
-
-    def elapsed() -> float:
-        t0 = progress_state["t0"]
-        return prior_seconds + (0.0 if t0 is None else time.perf_counter() - t0)
-
-    def meta(done: int, run_seconds: float) -> dict[str, Any]:
-        return {"agent": spec.agent, "env_id": spec.env_id, "run": spec.record()["run"],
-                "config": dataclasses.asdict(config), "reports": reports, "evals": evals,
-                "run_seconds": run_seconds, "iterations": done, "env_steps": done * per_iter}
-
-    def on_chunk(states, done, metrics):
-        prev = progress_state["done"]
-        view = states if mesh is None else jax.device_put(anakin.first_device(states), local)
-        last = progress_state["last_checkpoint"]
-        kept = (f"; the last good checkpoint is {checkpointer.directory / str(last)}" if checkpointer and last is not None
-                else "; no checkpoint had been written yet" if checkpointer else "")
-        _check_finite(metrics, view, params_finite, prev, done, run_seeds, per_iter, kept)
-        for k, v in metrics.items():
-            v = np.asarray(v).T  # [R, n]
-            history[k] = np.concatenate([history[k], v], axis=1) if k in history else v
-        reports.append(done)
-        latest = {k: np.asarray(v[-1], np.float64) for k, v in metrics.items()}
-        if evaluator is not None:
-            latest[EVAL_KEY] = np.full(len(run_seeds), np.nan)
-            if _passed(prev * per_iter, done * per_iter, spec.eval_every) or done == num_iterations:
-                returns, _ = jax.device_get(evaluator(view, jax.random.fold_in(eval_key, done)))
-                latest[EVAL_KEY] = np.asarray(returns, np.float64).mean(axis=1)
-                evals.append({"iteration": done, "env_steps": done * per_iter, "returns": latest[EVAL_KEY].tolist()})
-        if sinks is not None:
-            sinks.write(sinks_mod.Record(done, done * per_iter, latest, runs))
-        if checkpointer is not None and _passed(prev * per_iter, done * per_iter, spec.checkpoint_every):
-            checkpointer.save(done, states, history, meta(done, elapsed()))
-            progress_state["last_checkpoint"] = done
-        progress_state["done"] = done
-
-    def on_report(report: anakin.Report):
-        if show is not None:
-            show(report)
-
+        if jax.process_count() == 1:
+            checkpointer = checkpoint.Checkpointer(out_path, keep_checkpoints)
+        else:  # the state is spread over processes: see jrl.checkpoint
+            print("jrl: note: checkpoints are not written in multi-process runs (the run cannot be resumed)",
+                  file=sys.stderr)
     try:
-        with _StopRequest(quiet=not writer) as stop:
-            def should_stop() -> bool:  # polled before each chunk
-                if progress_state["t0"] is None:
-                    progress_state["t0"] = time.perf_counter()  # compile done, the first chunk starts
-                at_limit = stop_at_steps is not None and progress_state["done"] * per_iter >= stop_at_steps
-                return stop.reason is not None or (at_limit and progress_state["done"] < num_iterations)
+        # The per-chunk checks and evaluations see one device's view of the states, [R, ...], on this
+        # process's first device; they are compiled for it now, so that they are not compiled in the timed loop.
+        local = jax.sharding.SingleDeviceSharding(jax.local_devices()[0])
+        abstract_view = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=local),
+                                     anakin.abstract_states(algorithm, keys))
+        eval_key = jax.random.fold_in(jax.random.key(spec.seed), 0x0E7A1)  # apart from every training key
+        evaluator = None
+        if spec.eval_every > 0:
+            evaluator = _make_evaluator(built, spec.eval_episodes).lower(abstract_view, eval_key).compile()
+        params_finite = jax.jit(lambda p: jnp.stack([jnp.isfinite(x).reshape(x.shape[0], -1).all(axis=1)
+                                                     for x in jax.tree.leaves(p)]).all(axis=0)  # [R]
+                                ).lower(abstract_view.agent_state.params).compile()
+        label = f"{spec.agent} {spec.env_id} x{len(run_seeds)}" + (f" on {spec.devices} devices" if spec.devices else "")
+        show = _Progress(label, num_iterations * per_iter) if progress and writer else None
+        progress_state = {"done": start, "last_checkpoint": start if resuming else None, "t0": None}
 
-            if progress and writer:
-                what = f"resuming at iteration {start}/{num_iterations}" if resuming else f"{num_iterations} iterations"
-                print(f"[{label}] compiling {what} x {per_iter} steps ...", file=sys.stderr, flush=True)
-            res = anakin.run(algorithm, keys, num_iterations, num_reports=spec.num_reports,
-                             hparams={k: np.asarray(v, np.float32) for k, v in run_sweep.items()},
-                             on_report=on_report, mesh=mesh, initial_state=initial_state, start_iteration=start,
-                             on_chunk=on_chunk, should_stop=should_stop)
-            reason = stop.reason
+        def elapsed() -> float:
+            t0 = progress_state["t0"]
+            return prior_seconds + (0.0 if t0 is None else time.perf_counter() - t0)
+
+        def meta(done: int, run_seconds: float) -> dict[str, Any]:
+            return {"agent": spec.agent, "env_id": spec.env_id, "run": spec.record()["run"],
+                    "config": dataclasses.asdict(config), "reports": reports, "evals": evals,
+                    "run_seconds": run_seconds, "iterations": done, "env_steps": done * per_iter}
+
+        def save(done: int, states, run_seconds: float) -> Path:
+            path = checkpointer.save(done, states, history, meta(done, run_seconds))
+            progress_state["last_checkpoint"] = done
+            return path
+
+        def on_chunk(states, done, metrics):
+            prev = progress_state["done"]
+            view = states if mesh is None else jax.device_put(anakin.first_device(states), local)
+            last = progress_state["last_checkpoint"]
+            kept = (f"; the last good checkpoint is {checkpointer.directory / str(last)}"
+                    if checkpointer and last is not None else
+                    "; no checkpoint had been written yet" if checkpointer else "")
+            _check_finite(metrics, view, params_finite, prev, done, run_seeds, per_iter, kept)
+            for k, v in metrics.items():
+                v = np.asarray(v).T  # [R, n]
+                history[k] = np.concatenate([history[k], v], axis=1) if k in history else v
+            reports.append(done)
+            progress_state["done"] = done
+            try:
+                latest = {k: np.asarray(v[-1], np.float64) for k, v in metrics.items()}
+                if evaluator is not None:
+                    latest[EVAL_KEY] = np.full(len(run_seeds), np.nan)
+                    if _passed(prev * per_iter, done * per_iter, spec.eval_every) or done == num_iterations:
+                        returns, _ = jax.device_get(evaluator(view, jax.random.fold_in(eval_key, done)))
+                        latest[EVAL_KEY] = np.asarray(returns, np.float64).mean(axis=1)
+                        evals.append({"iteration": done, "env_steps": done * per_iter,
+                                      "returns": latest[EVAL_KEY].tolist()})
+                if sinks is not None:
+                    sinks.write(sinks_mod.Record(done, done * per_iter, latest, runs))
+            except Exception:  # e.g. a failing sink: keep this good chunk's state before stopping
+                if checkpointer is not None:
+                    save(done, states, elapsed())
+                raise
+            if checkpointer is not None and _passed(prev * per_iter, done * per_iter, spec.checkpoint_every):
+                save(done, states, elapsed())
+
+        def on_report(report: anakin.Report):
+            if show is not None:
+                show(report)
+
+        def should_stop() -> bool:  # polled before each chunk
+            if progress_state["t0"] is None:
+                progress_state["t0"] = time.perf_counter()  # compile done, the first chunk starts
+            at_limit = stop_at_steps is not None and progress_state["done"] * per_iter >= stop_at_steps
+            return stop.reason is not None or (at_limit and progress_state["done"] < num_iterations)
+
+        if progress and writer:
+            what = f"resuming at iteration {start}/{num_iterations}" if resuming else f"{num_iterations} iterations"
+            print(f"[{label}] compiling {what} x {per_iter} steps ...", file=sys.stderr, flush=True)
+        res = anakin.run(algorithm, keys, num_iterations, num_reports=spec.num_reports,
+                         hparams={k: np.asarray(v, np.float32) for k, v in run_sweep.items()},
+                         on_report=on_report, mesh=mesh, initial_state=initial_state, start_iteration=start,
+                         on_chunk=on_chunk, should_stop=should_stop)
         done = res.iterations
         run_seconds = prior_seconds + res.run_seconds
         saved = None
         if checkpointer is not None and progress_state["last_checkpoint"] != done:
-            full = res.final_state if mesh is None else res.sharded_state
-            saved = checkpointer.save(done, full, history, meta(done, run_seconds))
+            saved = save(done, res.final_state if mesh is None else res.sharded_state, run_seconds)
         elif checkpointer is not None:
             saved = checkpointer.directory / str(done)
-    finally:
-        if sinks is not None:
-            sinks.close()
-        if checkpointer is not None:
-            checkpointer.close()
-    if not history:  # stopped before the first chunk
+    except BaseException as e:
+        _close_all([sinks, checkpointer], e)
+        raise
+    _close_all([sinks, checkpointer], None)
+    reason = stop.reason
+    if not history:  # stopped before the first chunk (result: None)
         raise TrainingInterrupted(f"{reason or 'stop_at_steps'}: stopped before the first chunk"
                                   + (f"; resume with: jrl train --resume {out_path}" if out_path is not None else ""),
                                   None, reason, saved)
@@ -828,9 +878,28 @@ def _write_atomic(path: Path, data: str) -> None:
     os.replace(tmp, path)
 
 
+def _is_run_record(path: Path) -> bool:
+    try:
+        record = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return False
+    return isinstance(record, dict) and {"agent", "env_id", "config"} <= set(record)
+
+
 def _check_out_dir(out: Path, overwrite: bool) -> None:
+    """Refuses an output folder that holds a run (unless ``overwrite``), and one whose
+    outputs do not belong to a jrl run even with ``overwrite`` (nothing of it is deleted)."""
+    from jrl import checkpoint
+
     if out.exists() and not out.is_dir():
         raise FileExistsError(f"output path {out} exists and is not a folder")
-    if out.is_dir() and any((out / f).exists() for f in RUN_FILES + ("checkpoints",)) and not overwrite:
-        raise FileExistsError(f"output folder {out} already holds a run; continue it with "
-                              f"`jrl train --resume {out}`, choose another --out, or pass --overwrite to replace it")
+    if not out.is_dir() or not any((out / f).exists() for f in OUTPUTS):
+        return
+    if not _is_run_record(out / "config.json"):
+        raise FileExistsError(f"output folder {out} holds files named like a run's ({', '.join(OUTPUTS)}) but "
+                              "no jrl config.json; refusing to write or delete there: choose another --out")
+    if overwrite:
+        return
+    hint = f"continue it with `jrl train --resume {out}`, " if checkpoint.steps(out) else ""
+    raise FileExistsError(f"output folder {out} already holds a run; {hint}choose another --out, or pass "
+                          "--overwrite to replace it")

@@ -87,6 +87,7 @@ __all__ = [
     "TensorBoardSink",
     "ThreadedSink",
     "WandbSink",
+    "check_available",
     "check_names",
     "make_sinks",
     "summarize",
@@ -476,6 +477,19 @@ def check_names(names: Sequence[str]) -> None:
     repeated = sorted({name for name in names if list(names).count(name) > 1})
     if repeated:
         raise ValueError(f"sinks {repeated} are named more than once")
+
+
+def check_available(names: Sequence[str]) -> None:
+    """Checks the names (:func:`check_names`) and that the optional packages the sinks
+    need import (``ImportError`` naming the extra), before anything is opened."""
+    check_names(names)
+    if "tensorboard" in names:
+        import tensorboardX  # noqa: F401  (a core dependency; checked for broken installs)
+    if "wandb" in names:
+        try:
+            import wandb  # noqa: F401
+        except ImportError:
+            raise ImportError("the wandb sink needs `pip install jrl[wandb]`") from None
 
 
 def make_sinks(names: Sequence[str], out_dir: str | os.PathLike, *, runs: Sequence[dict[str, Any]],

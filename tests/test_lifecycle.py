@@ -88,6 +88,83 @@ def test_sharded_run_resumes_exactly(tmp_path):
         assert (tmp_path / "whole" / name).read_bytes() == (tmp_path / "split" / name).read_bytes(), name
 
 
+def test_resuming_from_an_older_checkpoint_replaces_the_later_history(tmp_path):
+    """A finished run continued from its checkpoint at iteration 4 of 8: the later checkpoints
+    are dropped, the run is replayed to the same end, and the folder ends as it was."""
+    run = tmp_path / "r"
+    kw = dict(total_steps=4096, num_reports=8, checkpoint_every=1024, keep_checkpoints=5, log=["jsonl"])
+    whole = experiment.train("ppo", "CartPole-v1", 1, out=run, **QUIET, **kw)
+    assert checkpoint.steps(run) == [2, 4, 6, 8]
+    files = {name: (run / name).read_bytes() for name in ("metrics.csv", "metrics.jsonl", "params.msgpack")}
+    with pytest.raises(checkpoint.CheckpointError, match="already complete"):
+        experiment.resume(run, **QUIET)
+    with pytest.raises(experiment.TrainingInterrupted):
+        experiment.resume(run, step=4, stop_at_steps=2560, keep_checkpoints=5, **QUIET)
+    assert checkpoint.steps(run) == [2, 4, 5]  # 6 and 8 belonged to the replaced history
+    again = experiment.resume(run, keep_checkpoints=5, **QUIET)
+    assert_same_run(whole, again)
+    assert checkpoint.steps(run) == [2, 4, 5, 6, 8]
+    for name, data in files.items():
+        assert (run / name).read_bytes() == data, name
+
+
+def test_overwrite_checks_before_it_deletes_and_only_deletes_a_jrl_run(tmp_path):
+    run = tmp_path / "r"
+    with pytest.raises(experiment.TrainingInterrupted):
+        experiment.train("ppo", "CartPole-v1", 1, out=run, total_steps=2048, num_reports=2, stop_at_steps=1024,
+                         **QUIET)
+    before = {p: p.read_bytes() for p in run.rglob("*") if p.is_file()}
+    pytest.importorskip("tensorboardX")
+    try:
+        import wandb  # noqa: F401
+
+        has_wandb = True
+    except ImportError:
+        has_wandb = False
+    if not has_wandb:  # the sink cannot be built: refused before the old run is touched
+        out = cli("train", "ppo", "--out", run, "--overwrite", "--log", "wandb")
+        assert out.returncode == 2 and "pip install jrl[wandb]" in out.stderr
+        assert {p: p.read_bytes() for p in run.rglob("*") if p.is_file()} == before
+    out = cli("train", "ppo", "--out", run, "--total-steps", "2048")
+    assert out.returncode == 2 and f"jrl train --resume {run}" in out.stderr
+    foreign = tmp_path / "foreign"
+    (foreign / "checkpoints").mkdir(parents=True)
+    (foreign / "checkpoints" / "mine.txt").write_text("not jrl's")
+    with pytest.raises(FileExistsError, match="no jrl config.json"):
+        experiment.train("ppo", "CartPole-v1", out=foreign, overwrite=True, total_steps=2048, **QUIET)
+    assert (foreign / "checkpoints" / "mine.txt").read_text() == "not jrl's"
+
+
+def test_a_signal_during_the_final_save_does_not_lose_the_run(tmp_path, monkeypatch):
+    """SIGTERM arriving while the last checkpoint is written only asks to stop: the save
+    completes and the finished run is returned."""
+    real_save = checkpoint.Checkpointer.save
+
+    def save_with_signal(self, step, *args, **kwargs):
+        os.kill(os.getpid(), signal.SIGTERM)
+        return real_save(self, step, *args, **kwargs)
+
+    monkeypatch.setattr(checkpoint.Checkpointer, "save", save_with_signal)
+    result = experiment.train("ppo", "CartPole-v1", 1, out=tmp_path, total_steps=2048, num_reports=2, **QUIET)
+    assert int(result.env_steps[-1]) == 2048 and checkpoint.steps(tmp_path) == [4]
+
+
+def test_a_failing_sink_stops_training_with_a_checkpoint_of_the_last_good_chunk(tmp_path, monkeypatch):
+    from jrl import sinks
+
+    calls = []
+
+    def failing_write(self, record):
+        calls.append(record.iteration)
+        if len(calls) == 3:
+            raise OSError("disk full")
+
+    monkeypatch.setattr(sinks.CSVSink, "write", failing_write)
+    with pytest.raises(OSError, match="disk full"):
+        experiment.train("ppo", "CartPole-v1", 1, out=tmp_path, total_steps=4096, num_reports=8, **QUIET)
+    assert checkpoint.steps(tmp_path) == [calls[-1]] == [3]
+
+
 def _init_states(agent: str, seeds: int = 2):
     module, _ = jrl.agents.get(agent)
     config = experiment.make_config(agent, "CartPole-v1", total_steps=20_000)
@@ -189,6 +266,10 @@ def test_resume_refuses_another_config_and_changes_nothing(tmp_path):
     assert set(before) == set(corrupted)
     out = cli("train", "--resume", run, "--seeds", "3")
     assert out.returncode == 2 and "--seeds cannot change when resuming" in out.stderr
+    out = cli("train", "--resume", run, "--num-reports", "20")  # the CLI's default, not the run's 4
+    assert out.returncode == 2 and "--num-reports cannot change when resuming" in out.stderr
+    out = cli("train", "ppo", "--resume-step", "2", "--out", tmp_path / "other")
+    assert out.returncode == 2 and "--resume-step goes with --resume" in out.stderr
     out = cli("train", "--resume", tmp_path / "missing")
     assert out.returncode == 2 and "does not exist" in out.stderr
     out = cli("train", "ppo", "--out", run, "--total-steps", "2048")
@@ -227,7 +308,9 @@ def test_lifecycle_options_are_checked_before_anything_runs(tmp_path):
     for kwargs, message in [(dict(checkpoint_every=100), "pass out=DIR"), (dict(log=["jsonl"]), "pass out=DIR"),
                             (dict(out=tmp_path, eval_every=-1), "eval_every must be >= 0"),
                             (dict(out=tmp_path, eval_episodes=0), "eval_episodes must be >= 1"),
-                            (dict(out=tmp_path, log=["csvv"]), "Did you mean 'csv'")]:
+                            (dict(out=tmp_path, log=["csvv"]), "Did you mean 'csv'"),
+                            (dict(out=tmp_path, keep_checkpoints=0), "keep_checkpoints must be >= 1"),
+                            (dict(out=tmp_path, stop_at_steps=-1), "stop_at_steps must be >= 0")]:
         with pytest.raises(ValueError, match=message):
             experiment.train("ppo", "CartPole-v1", total_steps=2048, **QUIET, **kwargs)
     assert not any(tmp_path.iterdir())
