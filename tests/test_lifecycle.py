@@ -258,6 +258,12 @@ def test_resume_refuses_another_config_and_changes_nothing(tmp_path):
         experiment.resume(run, agent="a2c", **QUIET)
     out = cli("train", "--resume", run, "--gamma", "0.9")
     assert out.returncode == 2 and "gamma: saved 0.99, given 0.9" in out.stderr and "Traceback" not in out.stderr
+    meta = run / "checkpoints" / str(checkpoint.steps(run)[-1]) / "meta" / "metadata"
+    record = meta.read_text()
+    meta.write_text(json.dumps({**json.loads(record), "format_version": checkpoint.FORMAT_VERSION + 1}))
+    out = cli("train", "--resume", run)
+    assert out.returncode == 2 and "newer than this jrl" in out.stderr and "Traceback" not in out.stderr
+    meta.write_text(record)
     _corrupt(run, checkpoint.steps(run)[-1])
     corrupted = {p: p.read_bytes() for p in run.rglob("*") if p.is_file()}
     out = cli("train", "--resume", run)
