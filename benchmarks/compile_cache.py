@@ -15,16 +15,14 @@ Usage::
 from __future__ import annotations
 
 import argparse
-import datetime
 import json
 import os
-import platform
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
-from report import BENCHMARKS_MD, cpu_model, write_section
+from report import measured_on, publish
 
 HEADING = "## Compilation cache"
 
@@ -55,7 +53,6 @@ def main(argv=None) -> None:
             rows.append((i + 1, s["compile_seconds"], s["run_seconds"], size))
             print(f"run {i + 1}: compile {s['compile_seconds']:.2f} s, run {s['run_seconds']:.2f} s, "
                   f"cache {size / 2**20:.1f} MiB", flush=True)
-    import jax
 
     table = "\n".join(["| run | cache | compile s | run s | cache size |", "|---:|---|---:|---:|---:|"] + [
         f"| {i} | {'empty (fills it)' if i == 1 else 'filled'} | {c:.2f} | {r:.2f} | {sz / 2**20:.1f} MiB |"
@@ -72,15 +69,11 @@ it from the cache. Reproduce with:
 
     python benchmarks/compile_cache.py --write
 
-Measured {datetime.date.today().isoformat()} on {cpu_model()}, {os.cpu_count()} cores,
-Python {platform.python_version()}, jax {jax.__version__}; 1-minute load average {os.getloadavg()[0]:.1f} at the end.
+{measured_on()}
 
 {table}
 """
-    print(text)
-    if a.write:
-        write_section(BENCHMARKS_MD, HEADING, text)
-        print(f"wrote {BENCHMARKS_MD}")
+    publish(HEADING, text, a.write)
 
 
 if __name__ == "__main__":

@@ -26,9 +26,6 @@ Usage::
 from __future__ import annotations
 
 import argparse
-import datetime
-import os
-import platform
 import sys
 import tempfile
 import time
@@ -36,7 +33,7 @@ from pathlib import Path
 
 import numpy as np
 
-from report import BENCHMARKS_MD, cpu_model, write_section
+from report import measured_on, publish
 
 HEADING = "## Logging overhead"
 CONFIG = dict(num_envs=4, num_steps=128, num_epochs=4, num_minibatches=4, learning_rate=2.5e-4)
@@ -126,15 +123,11 @@ last two columns time the per-chunk host work directly. Reproduce with:
 
     python benchmarks/logging_overhead.py --write
 
-Measured {datetime.date.today().isoformat()} on {cpu_model()}, {os.cpu_count()} cores,
-Python {platform.python_version()}, jax {jax.__version__}; 1-minute load average {os.getloadavg()[0]:.1f} at the end.
+{measured_on()}
 
 {table}
 """
-    print(text)
-    if a.write:
-        write_section(BENCHMARKS_MD, HEADING, text)
-        print(f"wrote {BENCHMARKS_MD}")
+    publish(HEADING, text, a.write)
 
 
 if __name__ == "__main__":

@@ -6,7 +6,9 @@ as ``report`` from the script's own folder.
 
 from __future__ import annotations
 
+import datetime
 import json
+import os
 import platform
 import re
 import subprocess
@@ -36,6 +38,23 @@ def cpu_model() -> str:
     except OSError:
         pass
     return platform.processor() or platform.machine()
+
+
+def measured_on() -> str:
+    """The 'Measured <date> on <cpu>, <n> cores, Python, jax; load' line of a section."""
+    import jax
+
+    return (f"Measured {datetime.date.today().isoformat()} on {cpu_model()}, {os.cpu_count()} cores,\n"
+            f"Python {platform.python_version()}, jax {jax.__version__}; 1-minute load average "
+            f"{os.getloadavg()[0]:.1f} at the end.")
+
+
+def publish(heading: str, text: str, write: bool) -> None:
+    """Prints a section and, with ``write``, puts it in BENCHMARKS.md."""
+    print(text)
+    if write:
+        write_section(BENCHMARKS_MD, heading, text)
+        print(f"wrote {BENCHMARKS_MD}")
 
 
 def run_json_worker(cmd: list[str], env: dict[str, str], timeout: float, cwd: Path) -> dict | str:

@@ -229,15 +229,15 @@ class TrainResult:
                       "config": dataclasses.asdict(self.config), "jrl_version": __version__}
             write("config.json", json.dumps(config, indent=2))
 
-        names = sorted(self.metrics)
-        rows = [["run", "seed", *self.sweep.keys(), "iteration", "env_steps", *names]]
-        for r in range(self.num_runs):
-            for it in report_iterations:
-                rows.append([r, self.seeds[r], *(self.sweep[k][r] for k in self.sweep), it,
-                             int(self.env_steps[it - 1]), *(float(self.metrics[n][r, it - 1]) for n in names)])
-        buf = io.StringIO()
-        csv.writer(buf).writerows(rows)
         if write_metrics:
+            names = sorted(self.metrics)
+            rows = [["run", "seed", *self.sweep.keys(), "iteration", "env_steps", *names]]
+            for r in range(self.num_runs):
+                for it in report_iterations:
+                    rows.append([r, self.seeds[r], *(self.sweep[k][r] for k in self.sweep), it,
+                                 int(self.env_steps[it - 1]), *(float(self.metrics[n][r, it - 1]) for n in names)])
+            buf = io.StringIO()
+            csv.writer(buf).writerows(rows)
             write("metrics.csv", buf.getvalue())
         write("params.msgpack", serialization.to_bytes(jax.device_get(self.final_params)))
         summary = {"summary": self.summary(), "final_returns": self.final_returns().tolist(),
