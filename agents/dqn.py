@@ -200,13 +200,14 @@ def make_dqn(network: networks.QNetwork, hparams: DQNHParams, *, total_updates: 
         k_online, k_target = jax.random.split(key)
         obs, _ = split_action_mask(batch.observation)
         next_obs, next_mask = split_action_mask(batch.next_observation)
-        size = batch.reward.shape[0]
-        both = jax.tree.map(lambda o, n: jnp.concatenate([o, n]), obs, next_obs)
-        out_online = apply(params, both, k_online)  # one online pass over o_t and o_{t+n}
+        out_online = apply(params, obs, k_online)
         out_next_target = apply(target_params, next_obs, k_target)
-        greedy = greedy_next_actions(jax.lax.stop_gradient(head.q_values(out_online[size:])),
-                                     head.q_values(out_next_target), double_q, next_mask)
-        taken = _at_action(out_online[:size], batch.action)
+        # the online net's values at o_{t+n} (double Q only) take no gradient: a separate pass, so the
+        # backward pass runs over the batch only (the same noise as above: the same key)
+        q_next_online = (head.q_values(apply(jax.lax.stop_gradient(params), next_obs, k_online)) if double_q
+                         else None)
+        greedy = greedy_next_actions(q_next_online, head.q_values(out_next_target), double_q, next_mask)
+        taken = _at_action(out_online, batch.action)
         per_item, priority = head.loss(taken, jax.lax.stop_gradient(_at_action(out_next_target, greedy)),
                                        batch.reward, batch.discount)
         q = head.q_values(taken[:, None])[:, 0]
