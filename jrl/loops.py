@@ -180,8 +180,9 @@ def off_policy(agent: Agent, env: Environment, buffer: ReplayBuffer, *, steps_pe
     ``env_steps``), so every later push is a valid transition.
 
     Updates run once ``env_steps >= learning_starts`` (a global count, equal on
-    every device; under ``vmap`` over runs the gate is a select, so the
-    update cost is paid from the start). Each update samples ``batch_size /
+    every device and in every run; reduced with :func:`jrl.parallel.all_runs`,
+    so under the runner's ``vmap`` over runs the gate stays a branch and no
+    update is computed before learning starts). Each update samples ``batch_size /
     num_devices`` items from this device's buffer (with ``beta(agent_state)``
     for a prioritised buffer) and calls ``agent.learn(agent_state, Sample,
     key)``; a ``learn`` metric :data:`PRIORITIES` (``[batch]``) is written
@@ -266,7 +267,7 @@ def off_policy(agent: Agent, env: Environment, buffer: ReplayBuffer, *, steps_pe
             (state.env_state, state.observation, state.nstep_state, state.buffer_state),
             jax.random.split(k_rollout, int(steps_per_iteration)))
         env_steps = state.env_steps + per_iteration
-        ready = env_steps >= learning_starts
+        ready = parallel.all_runs(env_steps >= learning_starts)  # unbatched: a real branch under vmap
         agent_state, buffer_state, metrics = jax.lax.cond(ready, learn_phase, skip_phase, state.agent_state,
                                                           buffer_state, k_learn)
         ret, length, ep_metrics = episode_metrics(episodes, state.last_episode_return, state.last_episode_length)

@@ -12,6 +12,15 @@ device takes its slice, so N envs on D devices see exactly the keys they
 would see on one device. Together with all-reduced means this makes a
 sharded run equal (to float rounding) to the single-device run with the same
 global batch.
+
+The runs axis is the other mapped axis: the runner ``vmap``s ``step`` over R
+runs (seeds, swept values) under the name :data:`RUNS` inside
+:func:`runs_axis`. A branch that depends on a per-run counter (e.g. "has
+learning started") is batched under ``vmap``, so ``lax.cond`` turns into a
+select that computes both sides; :func:`all_runs` reduces such a predicate
+over the runs, which gives an unbatched value and keeps the ``cond`` a real
+branch. It is exact where the counter is equal in every run (runs executed
+together step in lockstep).
 """
 
 from __future__ import annotations
@@ -23,14 +32,42 @@ from typing import Any, Iterator
 import jax
 import jax.numpy as jnp
 
-__all__ = ["AXIS", "axis_index", "axis_size", "current_axis", "device_axis", "local_keys", "pmean", "psum",
-           "global_mean"]
+__all__ = ["AXIS", "RUNS", "all_runs", "axis_index", "axis_size", "current_axis", "device_axis", "local_keys",
+           "pmean", "psum", "global_mean", "runs_axis"]
 
 AXIS = "devices"
 """Name of the device axis of jrl's meshes."""
 
+RUNS = "runs"
+"""Name of the vmapped axis over the runs of one program (see :func:`runs_axis`)."""
+
 _current: contextvars.ContextVar[str | None] = contextvars.ContextVar("jrl_device_axis", default=None)
 _sizes: contextvars.ContextVar[int] = contextvars.ContextVar("jrl_device_axis_size", default=1)
+_runs: contextvars.ContextVar[str | None] = contextvars.ContextVar("jrl_runs_axis", default=None)
+
+
+@contextlib.contextmanager
+def runs_axis(name: str = RUNS) -> Iterator[None]:
+    """Marks code traced inside as vmapped over the runs with ``jax.vmap(..., axis_name=name)``."""
+    token = _runs.set(name)
+    try:
+        yield
+    finally:
+        _runs.reset(token)
+
+
+def all_runs(predicate: jax.Array) -> jax.Array:
+    """``[]`` bool: ``predicate`` holds in every run of the vmapped group.
+
+    Inside :func:`runs_axis` the result is unbatched (one value for all runs),
+    so a ``lax.cond`` on it stays a branch instead of a select; outside, the
+    predicate is returned as it is. Use it only for predicates that are equal
+    in every run (counters that advance in lockstep), where it is exact.
+    """
+    name = _runs.get()
+    if name is None:
+        return predicate
+    return jax.lax.pmin(jnp.asarray(predicate).astype(jnp.int32), name) > 0
 
 
 @contextlib.contextmanager

@@ -23,3 +23,50 @@ def test_reductions_are_identities_outside_a_sharded_trace():
     np.testing.assert_array_equal(parallel.psum(x)["a"], x["a"])
     np.testing.assert_allclose(parallel.global_mean(jnp.array([1.0, 2.0, 6.0])), 3.0)
     np.testing.assert_allclose(parallel.global_mean(jnp.array([1.0, 3.0]), jnp.array([3.0, 1.0])), 1.5)
+
+
+def _gated(x):
+    """Doubles x where every run has x > 2 (the gate reduced with all_runs)."""
+    ready = parallel.all_runs(x > 2.0)
+    return jax.lax.cond(ready, lambda v: v * 2.0, lambda v: v, x)
+
+
+def test_all_runs_is_the_predicate_outside_the_runs_axis():
+    assert bool(parallel.all_runs(jnp.asarray(True))) and not bool(parallel.all_runs(jnp.asarray(False)))
+    # plain vmap without the axis: the predicate stays per run (cond becomes a select)
+    out = jax.vmap(_gated)(jnp.array([1.0, 3.0]))
+    np.testing.assert_array_equal(out, [1.0, 6.0])
+    assert "select_n" in str(jax.make_jaxpr(jax.vmap(_gated))(jnp.array([1.0, 3.0])))
+
+
+def test_all_runs_reduces_over_the_runs_and_keeps_the_branch():
+    def mapped(xs):
+        with parallel.runs_axis():
+            return jax.vmap(_gated, axis_name=parallel.RUNS)(xs)
+
+    np.testing.assert_array_equal(mapped(jnp.array([3.0, 4.0])), [6.0, 8.0])  # every run ready
+    np.testing.assert_array_equal(mapped(jnp.array([1.0, 4.0])), [1.0, 4.0])  # one is not: none branch
+    jaxpr = str(jax.make_jaxpr(mapped)(jnp.array([3.0, 4.0])))
+    assert "cond[" in jaxpr and "select_n" not in jaxpr  # an unbatched predicate: a real branch
+
+
+def test_off_policy_gate_is_a_branch_in_the_runner(tmp_path):
+    """DQN's learning_starts gate stays a cond in the runner's vmapped chunk (no update computed before it)."""
+    import jrl.agents
+    import jrl.envs
+    from jrl.experiment import make_config
+    from jrl.run import anakin
+
+    module, _ = jrl.agents.get("dqn")
+    env, params = jrl.envs.make("CartPole-v1")
+    config = make_config("dqn", "CartPole-v1", total_steps=2_000, num_envs=2, batch_size=8, buffer_size=64,
+                         learning_starts=40, hidden_sizes=(8,))
+    built = module.build(config, env, params)
+    keys = jax.random.split(jax.random.key(0), 2)
+    states = anakin.abstract_states(built.algorithm, keys)
+    jaxpr = jax.make_jaxpr(anakin._make_chunk(built.algorithm, 3))(states)
+    text = str(jaxpr)
+    assert "pmin" in text and "cond[" in text
+    # and it gates: a run of 10 iterations x 2 envs (20 steps < 40) makes no update
+    res = anakin.run(built.algorithm, keys, 10, num_reports=1)
+    np.testing.assert_array_equal(res.metrics["train/updates"], 0)

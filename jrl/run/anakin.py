@@ -178,10 +178,11 @@ def first_device(tree: PyTree) -> PyTree:
 
 
 def _make_chunk(algorithm: Algorithm, length: int, mesh: Mesh | None = None):
-    vstep = jax.vmap(algorithm.step)
+    vstep = jax.vmap(algorithm.step, axis_name=parallel.RUNS)
 
     def chunk(states):
-        return jax.lax.scan(lambda s, _: vstep(s), states, None, length=length)
+        with parallel.runs_axis():  # lets the loops branch on lockstep counters (parallel.all_runs)
+            return jax.lax.scan(lambda s, _: vstep(s), states, None, length=length)
 
     if mesh is None:
         return jax.jit(chunk, donate_argnums=0)
