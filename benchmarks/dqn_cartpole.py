@@ -16,7 +16,15 @@ the libraries alternate, ``--repeats`` times):
 - **jrl**: ``jrl.train("dqn", "CartPole-v1", seeds=S, **CONFIG)``; compile and
   run seconds are the runner's own (AOT compile of the chunk program; run
   = executing the ``--num-reports`` chunks); ``init`` is the rest of the call
-  (building, the memory check, per-seed ``jit(init)``).
+  (building, the memory check, per-seed ``jit(init)``). The persistent
+  compilation cache is off, so every compile is cold, like the peers'.
+- **PureJaxRL** (its own ``purejaxrl/dqn.py``, from a checkout outside jrl,
+  ``--purejaxrl``, run by ``--purejaxrl-python``, an interpreter with
+  gymnax 0.0.x and flashbax): ``jit(vmap(make_train(config)))`` as its
+  ``main()`` builds it (wandb off), compiled ahead of time, then called
+  once, for the same seed counts as jrl. Its per-step metric ``returns``
+  (the mean over envs of each env's latest finished return) gives the
+  time to 475 the same way.
 - **Stable-Baselines3** (``stable_baselines3.DQN`` in its own venv, torch on
   CPU, ``--sb3-python``): the closest configuration its API allows on one
   gymnasium ``CartPole-v1`` env, for a shorter budget (``--sb3-steps``); run
@@ -35,9 +43,10 @@ the libraries alternate, ``--repeats`` times):
   (``TrainResult.final_returns()``), averaged over seeds.
 - Compile and run are each the best over the repeats.
 
-Reference (cited, not re-run): PureJaxRL's DQN on this configuration on the
-same 2-core machine, about 2.4 s compile and 11 s run for one seed
-(~45 k steps/s).
+The issue cites PureJaxRL's DQN on this configuration as measured earlier on
+the same 2-core machine: about 2.4 s compile and 11 s run for one seed
+(~45 k steps/s). That row is shown only when PureJaxRL is not run side by
+side.
 
 Usage::
 
@@ -58,12 +67,13 @@ import sys
 import time
 from pathlib import Path
 
-from report import cpu_model, run_json_worker, write_section
+from report import DEFAULT_PUREJAXRL, cpu_model, import_purejaxrl, run_json_worker, write_section
 
 HEADING = "## DQN CartPole-v1"
 REPO = Path(__file__).resolve().parent.parent
 TARGET_RETURN = 475.0
 DEFAULT_SB3_PYTHON = "/work/venv-sb3/bin/python"
+DEFAULT_PUREJAXRL_PYTHON = "/work/venv-rejax/bin/python"  # gymnax 0.0.x (PureJaxRL's 5-value step) and flashbax
 
 # PureJaxRL's DQN configuration in jrl's DQNConfig fields.
 CONFIG = {
@@ -84,7 +94,8 @@ SB3_CONFIG = {
 }
 SB3_NET_ARCH = [120, 84]
 
-# PureJaxRL, same configuration, 1 seed, measured earlier on this machine (cited by the issue).
+# PureJaxRL, same configuration, 1 seed, measured earlier on this machine (cited by the issue); shown only
+# when PureJaxRL itself is not run side by side (--purejaxrl).
 REFERENCE = {"compile": 2.4, "run": 11.0, "steps_per_second": 45_000}
 
 
@@ -133,7 +144,8 @@ def worker_jrl(seeds: int, total_steps: int, num_reports: int, seed: int) -> dic
         raise SystemExit(f"jrl's DQN config differs from the one asked for: {got} != {overrides}")
     t0 = time.perf_counter()
     res = jrl.train("dqn", "CartPole-v1", seeds=seeds, seed=seed, num_reports=num_reports, progress=False,
-                    **overrides)
+                    compile_cache=False, **overrides)  # a cold compile, like the peers'
+
     wall = time.perf_counter() - t0
     ret = np.asarray(res.metrics["train/episode_return"], np.float64)  # [R, iterations]
     with warnings.catch_warnings():  # iterations before the first finished episode are NaN
@@ -152,6 +164,55 @@ def worker_jrl(seeds: int, total_steps: int, num_reports: int, seed: int) -> dic
         "reached_steps": None if reached is None else reached * steps_per_iteration,
         "chunks": [(end * steps_per_iteration, v) for end, v in chunks],
         "jax": jax.__version__, "load": os.getloadavg()[0],
+    }
+
+
+# PureJaxRL's dqn.py configuration (its main()), the same run as CONFIG.
+PUREJAXRL_CONFIG = {
+    "NUM_ENVS": 10, "BUFFER_SIZE": 10_000, "BUFFER_BATCH_SIZE": 128, "EPSILON_START": 1.0, "EPSILON_FINISH": 0.05,
+    "EPSILON_ANNEAL_TIME": 250_000, "TARGET_UPDATE_INTERVAL": 500, "LR": 2.5e-4, "LEARNING_STARTS": 10_000,
+    "TRAINING_INTERVAL": 10, "LR_LINEAR_DECAY": False, "GAMMA": 0.99, "TAU": 1.0, "ENV_NAME": "CartPole-v1",
+}
+
+
+def worker_purejaxrl(seeds: int, total_steps: int, num_reports: int, seed: int, checkout: str) -> dict:
+    """PureJaxRL's own ``purejaxrl/dqn.py`` (a checkout outside jrl), unchanged:
+    ``jit(vmap(make_train(config)))`` as its ``main()`` builds it (wandb off),
+    compiled ahead of time, then called once. Its init is inside."""
+    import warnings
+    from importlib.metadata import version
+
+    import jax
+    import numpy as np
+
+    t_start = time.perf_counter()
+    dqn = import_purejaxrl(checkout, "dqn")
+    config = {**PUREJAXRL_CONFIG, "TOTAL_TIMESTEPS": int(total_steps)}
+    keys = jax.random.split(jax.random.PRNGKey(seed), seeds)
+    with warnings.catch_warnings():  # flashbax asks for int64 indices, which jax truncates to int32
+        warnings.simplefilter("ignore", UserWarning)
+        train = jax.jit(jax.vmap(dqn.make_train(config)))
+        t0 = time.perf_counter()
+        compiled = train.lower(keys).compile()
+        compile_s = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    out = jax.block_until_ready(compiled(keys))
+    run_s = time.perf_counter() - t0
+    wall = time.perf_counter() - t_start
+    # "returns": per step, the mean over the envs of each env's latest finished return (0 before any)
+    per_step = np.asarray(out["metrics"]["returns"], np.float64).mean(axis=0)  # [steps], mean over seeds
+    chunks = chunk_values(per_step.tolist(), num_reports)
+    reached = first_reach(chunks)
+    steps = per_step.shape[0] * config["NUM_ENVS"]
+    return {
+        "library": "PureJaxRL", "seeds": seeds, "steps_per_run": steps, "compile": compile_s, "run": run_s,
+        "init": 0.0, "wall": wall, "steps_per_second": steps * seeds / run_s,
+        "final_return": float(per_step[-max(1, per_step.shape[0] // 20):].mean()),
+        "reached_fraction": None if reached is None else reached / per_step.shape[0],
+        "reached_steps": None if reached is None else reached * config["NUM_ENVS"],
+        "chunks": [(end * config["NUM_ENVS"], v) for end, v in chunks],
+        "jax": jax.__version__, "load": os.getloadavg()[0],
+        "versions": {p: version(p) for p in ("gymnax", "jax", "flax", "optax", "flashbax")},
     }
 
 
@@ -222,12 +283,12 @@ def worker_sb3(total_steps: int, num_reports: int, seed: int, threads: int) -> d
 
 
 def run_worker(python: str, library: str, seeds: int, total_steps: int, num_reports: int, seed: int,
-               timeout: float, sb3_threads: int) -> dict | str:
+               timeout: float, sb3_threads: int, purejaxrl: str = DEFAULT_PUREJAXRL) -> dict | str:
     """Runs one measurement in a fresh interpreter; returns its JSON or an error string."""
     cmd = [python, str(Path(__file__).resolve()), "--worker", library, "--seeds", str(seeds),
            "--total-steps", str(total_steps), "--num-reports", str(num_reports), "--seed", str(seed),
-           "--sb3-threads", str(sb3_threads)]
-    env = {**os.environ, "PYTHONPATH": ""} if library == "sb3" else dict(os.environ)
+           "--sb3-threads", str(sb3_threads), "--purejaxrl", purejaxrl]
+    env = dict(os.environ) if library == "jrl" else {**os.environ, "PYTHONPATH": ""}
     return run_json_worker(cmd, env, timeout, REPO)
 
 
@@ -260,18 +321,21 @@ def _rate(x: float) -> str:
     return f"{x / 1e6:.2f} M" if x >= 1e6 else f"{x / 1e3:.1f} k"
 
 
+NAMES = {"jrl": "jrl", "purejaxrl": "PureJaxRL", "sb3": "Stable-Baselines3"}
+
+
 def make_tables(rows: dict[tuple[str, int], dict | str], jrl_seeds: list[int], quick: bool) -> str:
     lines = [("| library | seeds | env steps per seed | compile s | init s | run s | env steps/s "
               "| run s / seed | time to 475 s (env steps), estimate | final return |"),
              "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
-    if not quick:
+    if not quick and not isinstance(rows.get(("purejaxrl", 1)), dict):
         ref = REFERENCE
         lines.append(f"| PureJaxRL (reference, cited) | 1 | {CONFIG['total_steps']:,} | ~{ref['compile']} | – | "
                      f"~{ref['run']:.0f} | ~{_rate(ref['steps_per_second'])} | ~{ref['run']:.0f} | – | – |")
-    keys = [("jrl", s) for s in jrl_seeds] + [("sb3", 1)]
+    keys = [(lib, s) for s in jrl_seeds for lib in ("jrl", "purejaxrl")] + [("sb3", 1)]
     for key in keys:
         r = rows.get(key)
-        name = "Stable-Baselines3" if key[0] == "sb3" else "jrl"
+        name = NAMES[key[0]]
         if r is None:
             continue
         if isinstance(r, str):
@@ -279,17 +343,29 @@ def make_tables(rows: dict[tuple[str, int], dict | str], jrl_seeds: list[int], q
             continue
         t = time_to_target(r)
         reach = f"{t:.1f} ({r['reached_steps']:,})" if t is not None else "not reached"
-        compile_txt = f"{r['compile']:.1f}" if key[0] == "jrl" else "– (eager)"
+        compile_txt = "– (eager)" if key[0] == "sb3" else f"{r['compile']:.1f}"
         rate = _rate(r["steps_per_second"])
         if r.get("learning_steps_per_second"):
             rate += f" (learning phase {_rate(r['learning_steps_per_second'])})"
-        lines.append(f"| {name} | {key[1]} | {r['steps_per_run']:,} | {compile_txt} | {r['init']:.1f} | "
+        init = "(in compile)" if key[0] == "purejaxrl" else f"{r['init']:.1f}"
+        lines.append(f"| {name} | {key[1]} | {r['steps_per_run']:,} | {compile_txt} | {init} | "
                      f"{r['run']:.1f} | {rate} | {r['run'] / key[1]:.2f} | {reach} | {_f(r.get('final_return'))} |")
 
     ratios = []
     j1, sb3 = rows.get(("jrl", 1)), rows.get(("sb3", 1))
+    for s in jrl_seeds:
+        j, x = rows.get(("jrl", s)), rows.get(("purejaxrl", s))
+        if isinstance(j, dict) and isinstance(x, dict):
+            tj, tx = time_to_target(j), time_to_target(x)
+            ratios.append(f"- jrl / PureJaxRL, {s} seed{'s' if s > 1 else ''} (side by side): "
+                          f"**steps/s {j['steps_per_second'] / x['steps_per_second']:.2f}x** (> 1: jrl faster), "
+                          f"run time {j['run'] / x['run']:.2f}x, compile (jrl: compile + init) "
+                          f"{(j['compile'] + j['init']) / x['compile']:.2f}x, compile + init + run "
+                          f"{(j['compile'] + j['init'] + j['run']) / (x['compile'] + x['run']):.2f}x, time to 475 "
+                          + (f"{tj / tx:.2f}x" if tj is not None and tx is not None else "–")
+                          + " (times: < 1, jrl takes less).")
     if isinstance(j1, dict):
-        if not quick:
+        if not quick and not isinstance(rows.get(("purejaxrl", 1)), dict):
             ratios.append(f"- jrl (1 seed) / PureJaxRL reference: compile {j1['compile'] / REFERENCE['compile']:.2f}x, "
                           f"run {j1['run'] / REFERENCE['run']:.2f}x (times; < 1: jrl takes less), "
                           f"steps/s {j1['steps_per_second'] / REFERENCE['steps_per_second']:.2f}x "
@@ -326,6 +402,8 @@ def section(rows, tables: str, command: str, repeats: int, total_steps: int, sb3
     import jax
 
     sb3 = rows.get(("sb3", 1))
+    pj = next((r for k, r in rows.items() if k[0] == "purejaxrl" and isinstance(r, dict)), None)
+    pj_versions = ("; PureJaxRL's venv: " + ", ".join(f"{k} {v}" for k, v in pj["versions"].items())) if pj else ""
     loads = [x for r in rows.values() if isinstance(r, dict) for x in r["loads"]]
     load_txt = f"{min(loads):.1f} to {max(loads):.1f}" if loads else "?"
     if isinstance(sb3, dict):
@@ -350,7 +428,7 @@ per seed. jrl runs 1 seed, and 4 seeds vmapped in one program. To reproduce:
     {command}
 
 Measured {datetime.date.today().isoformat()} on {cpu_model()} ({os.cpu_count()}-core CPU, shared), Python
-{platform.python_version()}, jax {jax.__version__}{sb3_versions}. jrl at commit {_git_commit()}.
+{platform.python_version()}, jax {jax.__version__}{pj_versions}{sb3_versions}. jrl at commit {_git_commit()}.
 Each configuration ran {repeats} time{'s' if repeats != 1 else ''} in fresh processes, alternating the libraries;
 compile and run are each the best of those runs. Other jobs were using the machine: the 1-minute load average was {load_txt}
 at the starts of the runs (2 cores), so the wall times are noisy.
@@ -365,16 +443,25 @@ at the starts of the runs (2 cores), so the wall times are noisy.
   global-norm clipping at 10 (PureJaxRL: eps 1e-8, no clipping), epsilon decays over the
   first half of the *updates* (env steps 10k to ~255k; PureJaxRL: env steps 0 to 250k), and
   truncated episodes bootstrap from their final observation (PureJaxRL treats them as terminal).
-- **compile**: the runner's `lower().compile()` of the chunk program; **init**: the rest of
-  the `jrl.train` call outside compile and run (building, memory check, per-seed `jit(init)`).
+- **compile**: the runner's `lower().compile()` of the chunk program, cold (jrl's persistent
+  compilation cache off); **init**: the rest of the `jrl.train` call outside compile and run
+  (building, memory check, per-seed `jit(init)`). PureJaxRL compiles its init inside its one
+  program, so the fair compile ratio is jrl's compile + init against PureJaxRL's compile.
 - **time to 475 (estimate)**: the run is cut into {num_reports} equal chunks of env steps; a
   chunk's value is the mean over its steps (and over seeds) of the latest training-episode
   return (`train/episode_return`, carried forward). The first chunk at >= 475 is converted to
   wall time as `compile + run_seconds * chunk_end / total_steps`, taking the run to progress
   uniformly. "final return": the mean training return over the last 5% of the run.
-- **PureJaxRL (reference, cited)**: measured earlier on this machine and cited by the issue
-  (about 2.4 s compile and 11 s run, ~45 k steps/s, 1 seed); not re-run by the script, so
-  it is not a side-by-side measurement.
+- **PureJaxRL** is its own `purejaxrl/dqn.py` (github.com/luchris429/purejaxrl, commit
+  19f8284), run unchanged from a checkout outside this repository (`--purejaxrl`) in a venv
+  with gymnax 0.0.9 (its 5-value `step`) and flashbax. It imports wandb, which is off here;
+  an empty stand-in is registered where wandb is not installed, and `jax.tree_map`, which
+  newer jax removed, is pointed at `jax.tree.map`. Its learn step is a `lax.cond` on an
+  unbatched step counter, so even under `vmap` it skips updates before learning_starts
+  (2% of this run). jrl's counters are per run, so under `vmap` its gate is a select and
+  it pays for updates from the start. The issue also cites PureJaxRL as "about 2.4 s compile
+  and 11 s run, ~45 k steps/s", measured earlier on this machine with another jax version;
+  that row is shown only when PureJaxRL is not run.
 - **Stable-Baselines3**: `stable_baselines3.DQN("MlpPolicy")` in a separate venv (torch CPU), on one
   gymnasium `CartPole-v1` env (with SB3's Monitor), {sb3_steps:,} env steps (SB3 learns at about
   2 k steps/s here, so not 5e5); settings: buffer 10,000, batch 128, lr 2.5e-4, learning_starts
@@ -409,6 +496,11 @@ def main(argv=None) -> None:
                         help="interpreter with stable-baselines3 installed (skipped if absent)")
     parser.add_argument("--sb3-threads", type=int, default=1,
                         help="torch intra-op threads for SB3 (default 1; 0: torch's default, one per core)")
+    parser.add_argument("--purejaxrl", default=DEFAULT_PUREJAXRL,
+                        help="a PureJaxRL checkout (the folder holding purejaxrl/dqn.py) to run side by side; "
+                             "skipped if absent")
+    parser.add_argument("--purejaxrl-python", default=DEFAULT_PUREJAXRL_PYTHON,
+                        help="interpreter for PureJaxRL (needs gymnax 0.0.x and flashbax)")
     parser.add_argument("--timeout", type=float, default=900, help="seconds per worker")
     parser.add_argument("--output", type=Path, help="markdown file to update (default BENCHMARKS.md; quick: none)")
     parser.add_argument("--json", type=Path, help="also dump every measurement here")
@@ -420,6 +512,8 @@ def main(argv=None) -> None:
     if args.worker:
         if args.worker == "jrl":
             out = worker_jrl(args.seeds[0], total_steps, args.num_reports, args.seed)
+        elif args.worker == "purejaxrl":
+            out = worker_purejaxrl(args.seeds[0], total_steps, args.num_reports, args.seed, args.purejaxrl)
         else:
             out = worker_sb3(total_steps, args.num_reports, args.seed, args.sb3_threads)
         print(json.dumps(out))
@@ -427,7 +521,11 @@ def main(argv=None) -> None:
 
     repeats = args.repeats or (1 if args.quick else 3)
     jrl_seeds = args.seeds or [1, 4]
-    runs = [("jrl", s) for s in jrl_seeds]
+    pjr = Path(args.purejaxrl) / "purejaxrl" / "dqn.py"
+    with_pjr = pjr.exists() and Path(args.purejaxrl_python).exists()
+    if not with_pjr:
+        print(f"PureJaxRL skipped: {pjr} or {args.purejaxrl_python} not found (see --purejaxrl)", file=sys.stderr)
+    runs = [(lib, s) for s in jrl_seeds for lib in (("jrl", "purejaxrl") if with_pjr else ("jrl",))]
     sb3_note = None
     if Path(args.sb3_python).exists():
         runs.append(("sb3", 1))
@@ -437,15 +535,16 @@ def main(argv=None) -> None:
     measured: dict[tuple[str, int], list] = {}
     for rep in range(repeats):
         for lib, seeds in runs:
-            python = sys.executable if lib == "jrl" else args.sb3_python
-            steps = total_steps if lib == "jrl" else sb3_steps
-            r = run_worker(python, lib, seeds, steps, args.num_reports, args.seed, args.timeout, args.sb3_threads)
+            python = {"jrl": sys.executable, "purejaxrl": args.purejaxrl_python}.get(lib, args.sb3_python)
+            steps = sb3_steps if lib == "sb3" else total_steps
+            r = run_worker(python, lib, seeds, steps, args.num_reports, args.seed, args.timeout, args.sb3_threads,
+                           args.purejaxrl)
             if isinstance(r, str):
-                print(f"{lib:4s} seeds={seeds} repeat {rep + 1}: {r}", file=sys.stderr)
+                print(f"{lib:9s} seeds={seeds} repeat {rep + 1}: {r}", file=sys.stderr)
                 if lib == "sb3" and sb3_note is None:
                     sb3_note = f"the SB3 worker failed: {r}"
             else:
-                print(f"{lib:4s} seeds={seeds} repeat {rep + 1}: compile {r['compile']:5.2f} s run {r['run']:6.2f} s "
+                print(f"{lib:9s} seeds={seeds} repeat {rep + 1}: compile {r['compile']:5.2f} s run {r['run']:6.2f} s "
                       f"{r['steps_per_second']:9,.0f} steps/s final {_f(r['final_return'])} "
                       f"reached {r['reached_steps']} load {r['load']:.1f}", file=sys.stderr)
             measured.setdefault((lib, seeds), []).append(r)

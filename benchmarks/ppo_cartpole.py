@@ -17,6 +17,13 @@ compile starts cold):
   chunks; ``num_reports`` chunks, one host sync each). ``init`` (per-seed
   ``jit(init)`` outside the vmap, see anakin's docstring) is reported
   separately.
+- **PureJaxRL** (its own ``purejaxrl/ppo.py``, from a checkout outside jrl,
+  ``--purejaxrl``; run by ``--purejaxrl-python``, an interpreter with
+  gymnax 0.0.x and distrax): ``jit(vmap(make_train(config)))`` with the
+  configuration of its ``__main__`` (DEBUG off), compiled ahead of time,
+  then called once; its per-iteration return is computed from its
+  LogWrapper's ``returned_episode_returns``/``returned_episode`` the way jrl
+  computes ``train/episode_return``.
 - **rejax** (``rejax.PPO``, run by another interpreter with rejax installed,
   ``--rejax-python``): ``jit(vmap(algo.train))`` compiled ahead of time with
   ``lower().compile()``, then called once. Its init is inside ``train``.
@@ -39,9 +46,10 @@ compile starts cold):
   worker) are also recorded: background load moves them much less than
   wall time.
 
-Reference: PureJaxRL on this configuration, measured earlier on the same
-2-core machine (~3.4 s compile, ~3.3 s run for 1 seed; ~2.3 s per seed with
-16 vmapped seeds).
+The issue cites PureJaxRL on this configuration as measured earlier on the
+same 2-core machine (~3.4 s compile, ~3.3 s run for 1 seed; ~2.3 s per seed
+with 16 vmapped seeds). Those numbers are shown only when PureJaxRL is not
+run side by side.
 
 Usage::
 
@@ -63,7 +71,7 @@ import time
 import warnings
 from pathlib import Path
 
-from report import cpu_model, run_json_worker, write_section
+from report import DEFAULT_PUREJAXRL, carried_mean_returns, cpu_model, import_purejaxrl, run_json_worker, write_section
 
 HEADING = "## PPO CartPole-v1"
 REPO = Path(__file__).resolve().parent.parent
@@ -77,7 +85,8 @@ CONFIG = {
     "ent_coef": 0.01, "vf_coef": 0.5, "max_grad_norm": 0.5, "hidden_sizes": (64, 64), "activation": "tanh",
 }
 
-# PureJaxRL, same configuration, measured earlier on this machine (seconds).
+# PureJaxRL, same configuration, as cited by the issue ("measured earlier on this machine", seconds);
+# shown only when PureJaxRL itself is not run side by side (--purejaxrl).
 REFERENCE = {1: {"compile": 3.4, "run": 3.3}, 16: {"run_per_seed": 2.3}}
 
 
@@ -148,6 +157,53 @@ def worker_jrl(seeds: int, total_steps: int, num_reports: int, seed: int) -> dic
         "reached": _first_reach(mean.tolist(), config.num_iterations), "final_return": final,
         "mean_return": [None if math.isnan(x) else float(x) for x in mean.tolist()],
         "jax": jax.__version__, "load": os.getloadavg()[0],
+    }
+
+
+def worker_purejaxrl(seeds: int, total_steps: int, seed: int, checkout: str) -> dict:
+    """PureJaxRL's own ``purejaxrl/ppo.py`` (a checkout outside jrl), unchanged:
+    ``jit(vmap(make_train(config)))`` with the configuration of its ``__main__``
+    (DEBUG off), compiled ahead of time, then called once. Its init is inside."""
+    from importlib.metadata import version
+
+    import jax
+    import numpy as np
+
+    t_start = time.perf_counter()
+    ppo = import_purejaxrl(checkout, "ppo")
+    c = CONFIG
+    config = {"LR": c["learning_rate"], "NUM_ENVS": c["num_envs"], "NUM_STEPS": c["num_steps"],
+              "TOTAL_TIMESTEPS": int(total_steps), "UPDATE_EPOCHS": c["num_epochs"],
+              "NUM_MINIBATCHES": c["num_minibatches"], "GAMMA": c["gamma"], "GAE_LAMBDA": c["gae_lambda"],
+              "CLIP_EPS": c["clip_eps"], "ENT_COEF": c["ent_coef"], "VF_COEF": c["vf_coef"],
+              "MAX_GRAD_NORM": c["max_grad_norm"], "ACTIVATION": c["activation"], "ENV_NAME": "CartPole-v1",
+              "ANNEAL_LR": c["anneal_lr"], "DEBUG": False}
+    batch = c["num_envs"] * c["num_steps"]
+    num_iterations = total_steps // batch
+    keys = jax.random.split(jax.random.PRNGKey(seed), seeds)
+    train = jax.jit(jax.vmap(ppo.make_train(config)))
+
+    t0, c0 = time.perf_counter(), time.process_time()
+    compiled = train.lower(keys).compile()
+    compile_s, compile_cpu = time.perf_counter() - t0, time.process_time() - c0
+    t0, c0 = time.perf_counter(), time.process_time()
+    out = jax.block_until_ready(compiled(keys))
+    run_s, run_cpu = time.perf_counter() - t0, time.process_time() - c0
+    wall = time.perf_counter() - t_start
+
+    info = out["metrics"]  # LogWrapper's info per step: [R, iterations, num_steps, num_envs]
+    mean = carried_mean_returns(info["returned_episode_returns"], info["returned_episode"])
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        final = float(np.nanmean(mean[-max(1, mean.shape[0] // 20):]))
+    return {
+        "library": "PureJaxRL", "seeds": seeds, "num_iterations": num_iterations,
+        "steps_per_run": num_iterations * batch, "compile": compile_s, "run": run_s,
+        "compile_cpu": compile_cpu, "run_cpu": run_cpu, "wall": wall, "init": 0.0,
+        "reached": _first_reach(mean.tolist(), num_iterations), "final_return": final,
+        "mean_return": [None if math.isnan(x) else float(x) for x in mean.tolist()],
+        "jax": jax.__version__, "load": os.getloadavg()[0],
+        "versions": {p: version(p) for p in ("gymnax", "jax", "flax", "optax", "distrax")},
     }
 
 
@@ -266,11 +322,12 @@ def worker_rejax(seeds: int, total_steps: int, num_reports: int, seed: int, plai
 
 
 def run_worker(python: str, library: str, seeds: int, total_steps: int, num_reports: int, seed: int,
-               timeout: float) -> dict | str:
+               timeout: float, purejaxrl: str = DEFAULT_PUREJAXRL) -> dict | str:
     """Runs one measurement in a fresh interpreter; returns its JSON or an error string."""
     cmd = [python, str(Path(__file__).resolve()), "--worker", library, "--seeds", str(seeds),
-           "--total-steps", str(total_steps), "--num-reports", str(num_reports), "--seed", str(seed)]
-    env = {**os.environ, "PYTHONPATH": ""} if library.startswith("rejax") else dict(os.environ)
+           "--total-steps", str(total_steps), "--num-reports", str(num_reports), "--seed", str(seed),
+           "--purejaxrl", purejaxrl]
+    env = dict(os.environ) if library == "jrl" else {**os.environ, "PYTHONPATH": ""}
     return run_json_worker(cmd, env, timeout, REPO)
 
 
@@ -307,19 +364,26 @@ def _ref_run(ref: dict, seeds: int) -> float:
     return ref["run"] if "run" in ref else ref["run_per_seed"] * seeds
 
 
+PEERS = ("PureJaxRL", "rejax")
+"""The libraries jrl is compared with, in the ratios table's order."""
+
+
 def make_tables(rows: dict[tuple[str, int], dict], seeds_list: list[int], quick: bool) -> str:
-    """The measurements table and the ratios table (markdown)."""
+    """The measurements table and the ratios table (markdown). PureJaxRL's cited
+    reference is listed only for the seed counts where PureJaxRL was not run."""
     lines = [("| library | seeds | compile s | compile CPU s | init s | run s | steps/s | run s / seed "
               "| time to 475 s (iteration) | final return |"),
              "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    cited = {}
     for seeds in seeds_list:
-        ref = None if quick else REFERENCE.get(seeds)
+        ref = None if quick or isinstance(rows.get(("PureJaxRL", seeds)), dict) else REFERENCE.get(seeds)
         if ref is not None:
+            cited[seeds] = ref
             run_ref = _ref_run(ref, seeds)
-            lines.append(f"| PureJaxRL (reference) | {seeds} | {_f(ref.get('compile'))} | – | – | "
+            lines.append(f"| PureJaxRL (cited reference) | {seeds} | {_f(ref.get('compile'))} | – | – | "
                          f"{_f(ref.get('run'))} | ~{_rate(CONFIG['total_steps'] * seeds / run_ref)} | "
                          f"{run_ref / seeds:.2f} | – | – |")
-        for lib in ("jrl", "rejax", "rejax (plain)"):
+        for lib in ("jrl",) + PEERS + ("rejax (plain)",):
             r = rows.get((lib, seeds))
             if r is None:
                 continue
@@ -328,34 +392,36 @@ def make_tables(rows: dict[tuple[str, int], dict], seeds_list: list[int], quick:
                 continue
             t = time_to_target(r)
             reach = f"{t:.1f} ({r['reached']})" if t is not None else ("not reached" if r["mean_return"] else "–")
-            init = _f(r.get("init")) if lib == "jrl" else "(in run)"
+            init = _f(r.get("init")) if lib == "jrl" else "(in compile)"
             lines.append(f"| {lib} | {seeds} | {r['compile']:.1f} | {_f(r.get('compile_cpu'))} | {init} | "
                          f"{r['run']:.1f} | {_rate(r['steps_per_run'] * seeds / r['run'])} | {r['run'] / seeds:.2f} | "
                          f"{reach} | {_f(r.get('final_return'))} |")
 
-    ratio = [("| seeds | jrl / PureJaxRL ref: compile | jrl / PureJaxRL ref: run s per seed "
-              "| jrl / rejax: steps/s | jrl / rejax: run s per seed | jrl / rejax: compile "
-              "| jrl / rejax: compile (jrl + init) | jrl / rejax: (compile + init + run) per seed "
-              "| jrl / rejax: time to 475 |"),
-             "|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    ratio = ["| seeds | jrl vs | steps/s (> 1: jrl faster) | run s per seed | compile (jrl: compile + init) "
+             "| compile + init + run | time to 475 |",
+             "|---:|---|---:|---:|---:|---:|---:|"]
     for seeds in seeds_list:
-        j, x = rows.get(("jrl", seeds)), rows.get(("rejax", seeds))
+        j = rows.get(("jrl", seeds))
         if not isinstance(j, dict):
             continue
-        ref = None if quick else REFERENCE.get(seeds)
-        c_ref = f"{j['compile'] / ref['compile']:.2f}x" if ref and "compile" in ref else "–"
-        r_ref = f"{(j['run'] / seeds) / (_ref_run(ref, seeds) / seeds):.2f}x" if ref else "–"
-        cells = ["–"] * 6
-        if isinstance(x, dict):
+        init = j.get("init") or 0.0  # the peers initialise inside their compiled program
+        for peer in PEERS:
+            x = rows.get((peer, seeds))
+            if not isinstance(x, dict):
+                continue
             tj, tx = time_to_target(j), time_to_target(x)
-            init = j.get("init") or 0.0  # rejax initialises inside its compiled program
-            cells = [f"{x['run'] / j['run']:.2f}x", f"{j['run'] / x['run']:.2f}x", f"{j['compile'] / x['compile']:.2f}x",
-                     f"{(j['compile'] + init) / x['compile']:.2f}x",
-                     f"{(j['compile'] + init + j['run']) / (x['compile'] + x['run']):.2f}x",
-                     f"{tj / tx:.2f}x" if tj is not None and tx is not None else "–"]
-        ratio.append(f"| {seeds} | {c_ref} | {r_ref} | " + " | ".join(cells) + " |")
-    return "\n".join(lines) + "\n\nRatios (times: < 1 means jrl takes less time; steps/s: > 1 means jrl is faster):\n\n" \
-        + "\n".join(ratio)
+            ratio.append(f"| {seeds} | {peer} | {x['run'] / j['run']:.2f}x | {j['run'] / x['run']:.2f}x | "
+                         f"{(j['compile'] + init) / x['compile']:.2f}x | "
+                         f"{(j['compile'] + init + j['run']) / (x['compile'] + x['run']):.2f}x | "
+                         + (f"{tj / tx:.2f}x |" if tj is not None and tx is not None else "– |"))
+        ref = cited.get(seeds)
+        if ref is not None:
+            run_ref = _ref_run(ref, seeds)
+            comp = f"{(j['compile'] + init) / ref['compile']:.2f}x" if "compile" in ref else "–"
+            ratio.append(f"| {seeds} | PureJaxRL (cited) | {run_ref / j['run']:.2f}x | {j['run'] / run_ref:.2f}x | "
+                         f"{comp} | – | – |")
+    return "\n".join(lines) + ("\n\nRatios, jrl / peer for times (< 1: jrl takes less time) and peer / jrl for "
+                               "steps/s (> 1: jrl is faster):\n\n") + "\n".join(ratio)
 
 
 def main(argv=None) -> None:
@@ -371,6 +437,11 @@ def main(argv=None) -> None:
                         help="interpreter with rejax installed (skipped if absent)")
     parser.add_argument("--rejax-plain", action="store_true",
                         help="also time rejax without the return tracker and per-iteration callback")
+    parser.add_argument("--purejaxrl", default=DEFAULT_PUREJAXRL,
+                        help="a PureJaxRL checkout (the folder holding purejaxrl/ppo.py) to run side by side; "
+                             "skipped if absent")
+    parser.add_argument("--purejaxrl-python", default=DEFAULT_REJAX_PYTHON,
+                        help="interpreter for PureJaxRL (needs gymnax 0.0.x, distrax; rejax's venv has them)")
     parser.add_argument("--timeout", type=float, default=1800, help="seconds per worker")
     parser.add_argument("--output", type=Path, help="markdown file to update (default BENCHMARKS.md; quick: none)")
     parser.add_argument("--no-write", action="store_true", help="print the tables only")
@@ -384,6 +455,8 @@ def main(argv=None) -> None:
     if args.worker:
         if args.worker == "jrl":
             out = worker_jrl(args.seeds[0], total_steps, args.num_reports, args.seed)
+        elif args.worker == "purejaxrl":
+            out = worker_purejaxrl(args.seeds[0], total_steps, args.seed, args.purejaxrl)
         else:
             out = worker_rejax(args.seeds[0], total_steps, args.num_reports, args.seed,
                                plain=args.worker == "rejax-plain")
@@ -404,6 +477,11 @@ def main(argv=None) -> None:
     else:
         seeds_list = args.seeds or ([1, 4] if args.quick else [1, 16, 64])
         libraries = ["jrl"]
+        pjr = Path(args.purejaxrl) / "purejaxrl" / "ppo.py"
+        if pjr.exists() and Path(args.purejaxrl_python).exists():
+            libraries.append("purejaxrl")
+        else:
+            print(f"PureJaxRL skipped: {pjr} or {args.purejaxrl_python} not found (see --purejaxrl)", file=sys.stderr)
         if Path(args.rejax_python).exists():
             libraries.append("rejax")
             if args.rejax_plain:
@@ -414,10 +492,11 @@ def main(argv=None) -> None:
         for seeds in seeds_list:
             for rep in range(repeats):
                 for lib in libraries:
-                    python = sys.executable if lib == "jrl" else args.rejax_python
+                    python = {"jrl": sys.executable, "purejaxrl": args.purejaxrl_python}.get(lib, args.rejax_python)
                     load = os.getloadavg()[0]
-                    r = run_worker(python, lib, seeds, total_steps, args.num_reports, args.seed, args.timeout)
-                    name = "rejax (plain)" if lib == "rejax-plain" else lib
+                    r = run_worker(python, lib, seeds, total_steps, args.num_reports, args.seed, args.timeout,
+                                   args.purejaxrl)
+                    name = {"rejax-plain": "rejax (plain)", "purejaxrl": "PureJaxRL"}.get(lib, lib)
                     if isinstance(r, str):
                         print(f"{name:14s} seeds={seeds:3d} repeat {rep + 1}: {r}", file=sys.stderr)
                     else:
@@ -457,11 +536,14 @@ def section(rows, tables, repeats, total_steps, rejax_note) -> str:
     import jax
 
     rj = next((r for k, r in rows.items() if k[0] == "rejax" and isinstance(r, dict)), None)
+    pj = next((r for k, r in rows.items() if k[0] == "PureJaxRL" and isinstance(r, dict)), None)
     loads = [r["load_range"] for r in rows.values() if isinstance(r, dict)]
     load_txt = f"{min(l[0] for l in loads):.1f} to {max(l[1] for l in loads):.1f}" if loads else "?"
     versions = ""
     if rj is not None:
         versions = "; rejax's venv: " + ", ".join(f"{k} {v}" for k, v in rj["versions"].items())
+    if pj is not None:
+        versions += "; PureJaxRL's: " + ", ".join(f"{k} {v}" for k, v in pj["versions"].items())
     batch = CONFIG["num_envs"] * CONFIG["num_steps"]
     steps = "" if total_steps // batch == CONFIG["total_steps"] // batch else f" --total-steps {total_steps}"
     date = datetime.date.today().isoformat()
@@ -503,8 +585,18 @@ are each the best of those runs.
   metric, so its env is wrapped in a tracker that sums the returns of finished episodes.
   rejax's evaluation callback reads it after every iteration, which gives the same
   per-iteration quantity.
-- **PureJaxRL (reference)**: measured earlier on this machine, not re-run by the
-  script. Its "~2.3 s per seed with 16 seeds" is read as run seconds / 16.
+- **PureJaxRL** is its own `purejaxrl/ppo.py` (github.com/luchris429/purejaxrl, commit
+  146b485), run unchanged from a checkout outside this repository (`--purejaxrl`), in
+  rejax's venv, whose gymnax 0.0.9 has the 5-value `step` PureJaxRL unpacks. Its
+  `wrappers.py` imports brax, which it does not use here; an empty stand-in module is
+  registered for it. Its init is inside its compiled program, like rejax's. It is the
+  implementation jrl's defaults copy, so the two compute the same thing per step. The
+  differences are that jrl bootstraps truncated episodes from their final observation
+  and draws one key per env.
+- **PureJaxRL (cited reference)**: the issue's numbers, measured earlier on this machine
+  with another jax version. It is shown only when PureJaxRL is not run. Its "~2.3 s per
+  seed with 16 seeds" is read as run seconds / 16. Run side by side here with jax
+  {jax.__version__}, PureJaxRL itself takes longer than those numbers (table below).
 - **rejax** is `rejax.PPO` 0.1.3 in a separate venv. It needs gymnax 0.0.9: rejax
   unpacks gymnax's old 5-value `step`, and gymnax 1.0.1 fails with "too many values to
   unpack". Configured to match: the lr is annealed per iteration by a callable learning

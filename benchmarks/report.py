@@ -69,3 +69,69 @@ def run_json_worker(cmd: list[str], env: dict[str, str], timeout: float, cwd: Pa
             return json.loads(line)
     tail = (proc.stderr or proc.stdout).strip().splitlines()[-3:]
     return f"exit {proc.returncode}: " + " | ".join(tail)
+
+
+DEFAULT_PUREJAXRL = "/work/purejaxrl"
+"""Where the benchmarks look for a PureJaxRL checkout (``--purejaxrl``): a folder holding
+the ``purejaxrl`` package of github.com/luchris429/purejaxrl. It is never part of jrl."""
+
+
+def import_purejaxrl(checkout: str, module: str):
+    """``purejaxrl.<module>`` from the checkout at ``checkout``, run as it is.
+
+    PureJaxRL's files import packages its PPO and DQN on CartPole never use:
+    ``brax`` (wrappers.py) and ``wandb`` (dqn.py; logging is off). Where they are
+    not installed, empty stand-ins are registered so the imports succeed. dqn.py
+    calls ``jax.tree_map``, which newer jax removed; it is pointed at
+    ``jax.tree.map``, the same function. Nothing else is changed.
+    """
+    import importlib
+    import importlib.util
+    import sys
+    import types
+
+    import jax
+
+    for name in ("brax", "wandb"):
+        if importlib.util.find_spec(name) is None:
+            stub = types.ModuleType(name)
+            if name == "brax":
+                stub.envs = types.ModuleType("brax.envs")
+                sys.modules["brax.envs"] = stub.envs
+            sys.modules[name] = stub
+    if not hasattr(jax, "tree_map"):
+        jax.tree_map = jax.tree.map
+    path = str(Path(checkout).resolve())
+    if not (Path(path) / "purejaxrl" / f"{module}.py").exists():
+        raise SystemExit(f"no purejaxrl/{module}.py under {path} (--purejaxrl)")
+    sys.path.insert(0, path)
+    return importlib.import_module(f"purejaxrl.{module}")
+
+
+def carried_mean_returns(returns, finished):
+    """Per iteration, the mean return of the episodes that finished in it, over runs.
+
+    ``returns`` and ``finished`` are ``[R, iterations, ...]`` (any trailing steps/envs
+    axes): each finished episode's return and the flag that it finished there. An
+    iteration in which no episode of a run finished carries that run's previous
+    value forward (NaN before its first episode); the result, ``[iterations]``, is
+    the mean over runs of those values, NaN where every run is still NaN. This is
+    the quantity jrl logs as ``train/episode_return``.
+    """
+    import numpy as np
+
+    r = np.asarray(returns, np.float64)
+    d = np.asarray(finished, np.float64)
+    axes = tuple(range(2, r.ndim))
+    count = d.sum(axis=axes)
+    total = (r * d).sum(axis=axes)
+    per_run = np.full(count.shape, np.nan)
+    last = np.full(count.shape[0], np.nan)
+    for i in range(count.shape[1]):
+        done = count[:, i] > 0
+        last = np.where(done, total[:, i] / np.maximum(count[:, i], 1), last)
+        per_run[:, i] = last
+    valid = ~np.isnan(per_run)
+    n = valid.sum(axis=0)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(n > 0, np.where(valid, per_run, 0.0).sum(axis=0) / np.maximum(n, 1), np.nan)
