@@ -18,7 +18,8 @@ compile starts cold):
   ``jit(init)`` outside the vmap, see anakin's docstring) is reported
   separately.
 - **PureJaxRL** (its own ``purejaxrl/ppo.py``, from a checkout outside jrl,
-  ``--purejaxrl``; run by ``--purejaxrl-python``, an interpreter with
+  ``--purejaxrl``, its wrappers taken from gymnax, see
+  ``report.import_purejaxrl``; run by ``--purejaxrl-python``, an interpreter with
   gymnax 0.0.x and distrax): ``jit(vmap(make_train(config)))`` with the
   configuration of its ``__main__`` (DEBUG off), compiled ahead of time,
   then called once; its per-iteration return is computed from its
@@ -586,13 +587,18 @@ are each the best of those runs.
   rejax's evaluation callback reads it after every iteration, which gives the same
   per-iteration quantity.
 - **PureJaxRL** is its own `purejaxrl/ppo.py` (github.com/luchris429/purejaxrl, commit
-  146b485), run unchanged from a checkout outside this repository (`--purejaxrl`), in
-  rejax's venv, whose gymnax 0.0.9 has the 5-value `step` PureJaxRL unpacks. Its
-  `wrappers.py` imports brax, which it does not use here; an empty stand-in module is
-  registered for it. Its init is inside its compiled program, like rejax's. It is the
-  implementation jrl's defaults copy, so the two compute the same thing per step. The
-  differences are that jrl bootstraps truncated episodes from their final observation
-  and draws one key per env.
+  146b485), run from a checkout outside this repository (`--purejaxrl`), in rejax's venv,
+  whose gymnax 0.0.9 has the 5-value `step` PureJaxRL unpacks. Its init is inside its
+  compiled program, like rejax's. It is the implementation jrl's defaults copy, so the two
+  compute the same thing per step. The differences are that jrl bootstraps truncated
+  episodes from their final observation and draws one key per env. One substitution:
+  its `wrappers.py` is replaced by gymnax's copy of the same `LogWrapper` and
+  `FlattenObservationWrapper` (`gymnax.wrappers.purerl`, which PureJaxRL's own dqn.py
+  imports; the two differ only in type hints and `static_argnums` against
+  `static_argnames`). With its own wrappers.py, the 16-seed run hung in all four
+  attempts on jax {jax.__version__} CPU: every thread idle, the main thread waiting for the
+  result. With gymnax's copy it ran. Which operation hung was not found. Each worker runs
+  under `--timeout`, and a hung run counts as a failed repeat.
 - **PureJaxRL (cited reference)**: the issue's numbers, measured earlier on this machine
   with another jax version. It is shown only when PureJaxRL is not run. Its "~2.3 s per
   seed with 16 seeds" is read as run seconds / 16. Run side by side here with jax

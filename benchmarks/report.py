@@ -77,13 +77,19 @@ the ``purejaxrl`` package of github.com/luchris429/purejaxrl. It is never part o
 
 
 def import_purejaxrl(checkout: str, module: str):
-    """``purejaxrl.<module>`` from the checkout at ``checkout``, run as it is.
+    """``purejaxrl.<module>`` from the checkout at ``checkout``, run as it is, except:
 
-    PureJaxRL's files import packages its PPO and DQN on CartPole never use:
-    ``brax`` (wrappers.py) and ``wandb`` (dqn.py; logging is off). Where they are
-    not installed, empty stand-ins are registered so the imports succeed. dqn.py
-    calls ``jax.tree_map``, which newer jax removed; it is pointed at
-    ``jax.tree.map``, the same function. Nothing else is changed.
+    - ``purejaxrl.wrappers`` is gymnax's ``gymnax.wrappers.purerl``, gymnax's copy
+      of the same ``LogWrapper`` and ``FlattenObservationWrapper`` (which
+      PureJaxRL's own dqn.py imports). With PureJaxRL's wrappers.py, its PPO with
+      16 vmapped seeds hung here on jax 0.10.2 CPU, reproducibly (every thread
+      idle, the main thread waiting for the result). 1 seed did not hang. With
+      gymnax's copy it runs. The two files differ only in type hints and
+      ``static_argnums=(0,)`` against ``static_argnames=("self",)``.
+    - dqn.py imports ``wandb``, which is not used while logging is off; where it
+      is not installed, an empty stand-in is registered.
+    - dqn.py calls ``jax.tree_map``, which newer jax removed; it is pointed at
+      ``jax.tree.map``, the same function.
     """
     import importlib
     import importlib.util
@@ -92,19 +98,16 @@ def import_purejaxrl(checkout: str, module: str):
 
     import jax
 
-    for name in ("brax", "wandb"):
-        if importlib.util.find_spec(name) is None:
-            stub = types.ModuleType(name)
-            if name == "brax":
-                stub.envs = types.ModuleType("brax.envs")
-                sys.modules["brax.envs"] = stub.envs
-            sys.modules[name] = stub
+    if importlib.util.find_spec("wandb") is None:
+        sys.modules["wandb"] = types.ModuleType("wandb")
     if not hasattr(jax, "tree_map"):
         jax.tree_map = jax.tree.map
     path = str(Path(checkout).resolve())
     if not (Path(path) / "purejaxrl" / f"{module}.py").exists():
         raise SystemExit(f"no purejaxrl/{module}.py under {path} (--purejaxrl)")
     sys.path.insert(0, path)
+    importlib.import_module("purejaxrl")
+    sys.modules["purejaxrl.wrappers"] = importlib.import_module("gymnax.wrappers.purerl")
     return importlib.import_module(f"purejaxrl.{module}")
 
 
