@@ -457,9 +457,9 @@ at the starts of the runs (2 cores), so the wall times are noisy.
   with gymnax 0.0.9 (its 5-value `step`) and flashbax. It imports wandb, which is off here;
   an empty stand-in is registered where wandb is not installed, and `jax.tree_map`, which
   newer jax removed, is pointed at `jax.tree.map`. Its learn step is a `lax.cond` on an
-  unbatched step counter, so even under `vmap` it skips updates before learning_starts
-  (2% of this run). jrl's counters are per run, so under `vmap` its gate is a select and
-  it pays for updates from the start. The issue also cites PureJaxRL as "about 2.4 s compile
+  unbatched step counter, so even under `vmap` it skips the updates before learning_starts
+  (2% of this run). jrl's gate does the same under its runner's `vmap`: the per-run counter
+  is reduced over the runs (`parallel.all_runs`). The issue also cites PureJaxRL as "about 2.4 s compile
   and 11 s run, ~45 k steps/s", measured earlier on this machine with another jax version;
   that row is shown only when PureJaxRL is not run.
 - **Stable-Baselines3**: `stable_baselines3.DQN("MlpPolicy")` in a separate venv (torch CPU), on one
