@@ -550,8 +550,9 @@ def section(rows, tables, repeats, total_steps, rejax_note) -> str:
     date = datetime.date.today().isoformat()
     counts = sorted({(k[1], r["repeats"]) for k, r in rows.items() if isinstance(r, dict)})
     distinct = sorted({n for _, n in counts})
-    repeats_txt = (f"{distinct[0]} times" if len(distinct) == 1 else
-                   ", ".join(f"{n} times with {s} seed{'s' if s > 1 else ''}" for s, n in counts))
+    times = lambda n: "once" if n == 1 else f"{n} times"  # noqa: E731
+    repeats_txt = (times(distinct[0]) if len(distinct) == 1 else
+                   ", ".join(f"{times(n)} with {s} seed{'s' if s > 1 else ''}" for s, n in counts))
     rejax_line = f"\n{rejax_note}\n" if rejax_note else ""
     return f"""{HEADING}
 
@@ -575,9 +576,9 @@ are each the best of those runs.
   than the wall time.
 - **init** (jrl): `anakin.init_runs`, jit-compiling `init` and running it once per
   seed, outside the vmap. It is neither compile nor run, and time to 475 leaves it
-  out. Most of it is the XLA compile of `init` (about 4 s of CPU time). rejax
-  initialises inside its compiled program, so "compile (jrl + init)" is the fairer
-  compile comparison.
+  out. Most of it is tracing and the XLA compile of `init` (about 2 s here). PureJaxRL and
+  rejax initialise inside their compiled programs, so "compile (jrl: compile + init)" is
+  the fair compile comparison.
 - **time to 475**: the first iteration at which the return averaged over seeds is
   >= 475, converted to wall time as `compile + run_seconds * iteration / num_iterations`.
   For jrl the return is `train/episode_return`, the mean return of the episodes that
