@@ -50,7 +50,7 @@ def test_all_runs_reduces_over_the_runs_and_keeps_the_branch():
     assert "cond[" in jaxpr and "select_n" not in jaxpr  # an unbatched predicate: a real branch
 
 
-def test_off_policy_gate_is_a_branch_in_the_runner(tmp_path):
+def test_off_policy_gate_is_a_branch_in_the_runner():
     """DQN's learning_starts gate stays a cond in the runner's vmapped chunk (no update computed before it)."""
     import jrl.agents
     import jrl.envs
