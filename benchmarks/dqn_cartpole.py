@@ -67,7 +67,7 @@ import sys
 import time
 from pathlib import Path
 
-from report import DEFAULT_PUREJAXRL, cpu_model, import_purejaxrl, run_json_worker, write_section
+from report import DEFAULT_PUREJAXRL, compile_and_run, cpu_model, import_purejaxrl, run_json_worker, write_section
 
 HEADING = "## DQN CartPole-v1"
 REPO = Path(__file__).resolve().parent.parent
@@ -191,13 +191,7 @@ def worker_purejaxrl(seeds: int, total_steps: int, num_reports: int, seed: int, 
     keys = jax.random.split(jax.random.PRNGKey(seed), seeds)
     with warnings.catch_warnings():  # flashbax asks for int64 indices, which jax truncates to int32
         warnings.simplefilter("ignore", UserWarning)
-        train = jax.jit(jax.vmap(dqn.make_train(config)))
-        t0 = time.perf_counter()
-        compiled = train.lower(keys).compile()
-        compile_s = time.perf_counter() - t0
-    t0 = time.perf_counter()
-    out = jax.block_until_ready(compiled(keys))
-    run_s = time.perf_counter() - t0
+        out, times = compile_and_run(jax.jit(jax.vmap(dqn.make_train(config))), keys)
     wall = time.perf_counter() - t_start
     # "returns": per step, the mean over the envs of each env's latest finished return (0 before any)
     per_step = np.asarray(out["metrics"]["returns"], np.float64).mean(axis=0)  # [steps], mean over seeds
@@ -205,8 +199,8 @@ def worker_purejaxrl(seeds: int, total_steps: int, num_reports: int, seed: int, 
     reached = first_reach(chunks)
     steps = per_step.shape[0] * config["NUM_ENVS"]
     return {
-        "library": "PureJaxRL", "seeds": seeds, "steps_per_run": steps, "compile": compile_s, "run": run_s,
-        "init": 0.0, "wall": wall, "steps_per_second": steps * seeds / run_s,
+        "library": "PureJaxRL", "seeds": seeds, "steps_per_run": steps, "compile": times["compile"],
+        "run": times["run"], "init": 0.0, "wall": wall, "steps_per_second": steps * seeds / times["run"],
         "final_return": float(per_step[-max(1, per_step.shape[0] // 20):].mean()),
         "reached_fraction": None if reached is None else reached / per_step.shape[0],
         "reached_steps": None if reached is None else reached * config["NUM_ENVS"],

@@ -72,7 +72,8 @@ import time
 import warnings
 from pathlib import Path
 
-from report import DEFAULT_PUREJAXRL, carried_mean_returns, cpu_model, import_purejaxrl, run_json_worker, write_section
+from report import (DEFAULT_PUREJAXRL, carried_returns, compile_and_run, cpu_model, import_purejaxrl,
+                    run_json_worker, write_section)
 
 HEADING = "## PPO CartPole-v1"
 REPO = Path(__file__).resolve().parent.parent
@@ -146,11 +147,7 @@ def worker_jrl(seeds: int, total_steps: int, num_reports: int, seed: int) -> dic
     finally:
         jax.stages.Lowered.compile = real_compile
     wall = time.perf_counter() - t_start
-    ret = np.asarray(res.metrics["train/episode_return"])  # [R, iters]
-    with warnings.catch_warnings():  # iterations before the first finished episode are NaN
-        warnings.simplefilter("ignore", RuntimeWarning)
-        mean = np.nanmean(ret, axis=0)
-        final = float(np.nanmean(ret[:, -max(1, ret.shape[1] // 20):]))
+    mean, final = _mean_and_final(np.asarray(res.metrics["train/episode_return"]))  # [R, iters]
     return {
         "library": "jrl", "seeds": seeds, "num_iterations": config.num_iterations,
         "steps_per_run": res.env_steps_per_run, "compile": res.compile_seconds, "run": res.run_seconds,
@@ -159,6 +156,16 @@ def worker_jrl(seeds: int, total_steps: int, num_reports: int, seed: int) -> dic
         "mean_return": [None if math.isnan(x) else float(x) for x in mean.tolist()],
         "jax": jax.__version__, "load": os.getloadavg()[0],
     }
+
+
+def _mean_and_final(per_run):
+    """The mean over runs per iteration (``[iterations]``, NaN before any episode) and
+    the mean over runs and the last 5% of the iterations (the final return)."""
+    import numpy as np
+
+    with warnings.catch_warnings():  # iterations before the first finished episode are NaN
+        warnings.simplefilter("ignore", RuntimeWarning)
+        return np.nanmean(per_run, axis=0), float(np.nanmean(per_run[:, -max(1, per_run.shape[1] // 20):]))
 
 
 def worker_purejaxrl(seeds: int, total_steps: int, seed: int, checkout: str) -> dict:
@@ -184,23 +191,16 @@ def worker_purejaxrl(seeds: int, total_steps: int, seed: int, checkout: str) -> 
     keys = jax.random.split(jax.random.PRNGKey(seed), seeds)
     train = jax.jit(jax.vmap(ppo.make_train(config)))
 
-    t0, c0 = time.perf_counter(), time.process_time()
-    compiled = train.lower(keys).compile()
-    compile_s, compile_cpu = time.perf_counter() - t0, time.process_time() - c0
-    t0, c0 = time.perf_counter(), time.process_time()
-    out = jax.block_until_ready(compiled(keys))
-    run_s, run_cpu = time.perf_counter() - t0, time.process_time() - c0
+    out, times = compile_and_run(train, keys)
     wall = time.perf_counter() - t_start
 
     info = out["metrics"]  # LogWrapper's info per step: [R, iterations, num_steps, num_envs]
-    mean = carried_mean_returns(info["returned_episode_returns"], info["returned_episode"])
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", RuntimeWarning)
-        final = float(np.nanmean(mean[-max(1, mean.shape[0] // 20):]))
+    done = np.asarray(info["returned_episode"], np.float64)
+    total = (np.asarray(info["returned_episode_returns"], np.float64) * done).sum(axis=(2, 3))
+    mean, final = _mean_and_final(carried_returns(total, done.sum(axis=(2, 3))))
     return {
         "library": "PureJaxRL", "seeds": seeds, "num_iterations": num_iterations,
-        "steps_per_run": num_iterations * batch, "compile": compile_s, "run": run_s,
-        "compile_cpu": compile_cpu, "run_cpu": run_cpu, "wall": wall, "init": 0.0,
+        "steps_per_run": num_iterations * batch, **times, "wall": wall, "init": 0.0,
         "reached": _first_reach(mean.tolist(), num_iterations), "final_return": final,
         "mean_return": [None if math.isnan(x) else float(x) for x in mean.tolist()],
         "jax": jax.__version__, "load": os.getloadavg()[0],
@@ -280,37 +280,19 @@ def worker_rejax(seeds: int, total_steps: int, num_reports: int, seed: int, plai
     keys = jax.random.split(jax.random.PRNGKey(seed), seeds)
     train = jax.jit(jax.vmap(algo.train))
 
-    t0, c0 = time.perf_counter(), time.process_time()
-    compiled = train.lower(keys).compile()
-    compile_s, compile_cpu = time.perf_counter() - t0, time.process_time() - c0
-    t0, c0 = time.perf_counter(), time.process_time()
-    ts, evaluation = compiled(keys)
-    jax.block_until_ready((ts, evaluation))
-    run_s, run_cpu = time.perf_counter() - t0, time.process_time() - c0
+    (ts, evaluation), times = compile_and_run(train, keys)
     wall = time.perf_counter() - t_start
 
     reached, final, mean_list = None, float("nan"), []
     if not plain:
         sums, counts = (np.asarray(x, np.float64) for x in evaluation)  # [R, iters] cumulative
-        d_sum = np.diff(sums, axis=1, prepend=0.0)
-        d_cnt = np.diff(counts, axis=1, prepend=0.0)
-        per_iter = np.full(sums.shape, np.nan)
-        for r in range(sums.shape[0]):  # mean return of episodes finished in the iteration, carried forward
-            last = np.nan
-            for i in range(sums.shape[1]):
-                if d_cnt[r, i] > 0:
-                    last = d_sum[r, i] / d_cnt[r, i]
-                per_iter[r, i] = last
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", RuntimeWarning)
-            mean = np.nanmean(per_iter, axis=0)
-            final = float(np.nanmean(per_iter[:, -max(1, per_iter.shape[1] // 20):]))
+        mean, final = _mean_and_final(carried_returns(np.diff(sums, axis=1, prepend=0.0),
+                                                      np.diff(counts, axis=1, prepend=0.0)))
         reached = _first_reach(mean.tolist(), num_iterations)
         mean_list = [None if math.isnan(x) else float(x) for x in mean.tolist()]
     return {
         "library": "rejax (plain)" if plain else "rejax", "seeds": seeds, "num_iterations": num_iterations,
-        "steps_per_run": num_iterations * batch, "compile": compile_s, "run": run_s,
-        "compile_cpu": compile_cpu, "run_cpu": run_cpu, "wall": wall, "init": 0.0,
+        "steps_per_run": num_iterations * batch, **times, "wall": wall, "init": 0.0,
         "reached": reached, "final_return": final, "mean_return": mean_list,
         "jax": jax.__version__, "load": os.getloadavg()[0],
         "versions": {p: version(p) for p in ("rejax", "gymnax", "jax", "flax", "optax", "distrax")},

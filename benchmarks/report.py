@@ -71,6 +71,22 @@ def run_json_worker(cmd: list[str], env: dict[str, str], timeout: float, cwd: Pa
     return f"exit {proc.returncode}: " + " | ".join(tail)
 
 
+def compile_and_run(fn, *args):
+    """AOT-compiles the jitted ``fn`` for ``args`` (``lower().compile()``), then calls it
+    once and waits for the result: ``(output, times)``, ``times`` holding the wall
+    (``compile``, ``run``) and this process's CPU (``compile_cpu``, ``run_cpu``) seconds."""
+    import time
+
+    import jax
+
+    t0, c0 = time.perf_counter(), time.process_time()
+    compiled = fn.lower(*args).compile()
+    t1, c1 = time.perf_counter(), time.process_time()
+    out = jax.block_until_ready(compiled(*args))
+    t2, c2 = time.perf_counter(), time.process_time()
+    return out, {"compile": t1 - t0, "compile_cpu": c1 - c0, "run": t2 - t1, "run_cpu": c2 - c1}
+
+
 DEFAULT_PUREJAXRL = "/work/purejaxrl"
 """Where the benchmarks look for a PureJaxRL checkout (``--purejaxrl``): a folder holding
 the ``purejaxrl`` package of github.com/luchris429/purejaxrl. It is never part of jrl."""
@@ -98,43 +114,34 @@ def import_purejaxrl(checkout: str, module: str):
 
     import jax
 
-    if importlib.util.find_spec("wandb") is None:
+    if "wandb" not in sys.modules and importlib.util.find_spec("wandb") is None:
         sys.modules["wandb"] = types.ModuleType("wandb")
     if not hasattr(jax, "tree_map"):
         jax.tree_map = jax.tree.map
-    path = str(Path(checkout).resolve())
-    if not (Path(path) / "purejaxrl" / f"{module}.py").exists():
-        raise SystemExit(f"no purejaxrl/{module}.py under {path} (--purejaxrl)")
-    sys.path.insert(0, path)
-    importlib.import_module("purejaxrl")
+    package = Path(checkout).resolve() / "purejaxrl"
+    if not (package / f"{module}.py").exists():
+        raise SystemExit(f"no purejaxrl/{module}.py under {package.parent} (--purejaxrl)")
+    # the package is loaded from its folder by name; the import path is left as it is
+    spec = importlib.util.spec_from_file_location("purejaxrl", package / "__init__.py",
+                                                  submodule_search_locations=[str(package)])
+    sys.modules["purejaxrl"] = importlib.util.module_from_spec(spec)
+    if (package / "__init__.py").exists():
+        spec.loader.exec_module(sys.modules["purejaxrl"])
     sys.modules["purejaxrl.wrappers"] = importlib.import_module("gymnax.wrappers.purerl")
     return importlib.import_module(f"purejaxrl.{module}")
 
 
-def carried_mean_returns(returns, finished):
-    """Per iteration, the mean return of the episodes that finished in it, over runs.
-
-    ``returns`` and ``finished`` are ``[R, iterations, ...]`` (any trailing steps/envs
-    axes): each finished episode's return and the flag that it finished there. An
-    iteration in which no episode of a run finished carries that run's previous
-    value forward (NaN before its first episode); the result, ``[iterations]``, is
-    the mean over runs of those values, NaN where every run is still NaN. This is
-    the quantity jrl logs as ``train/episode_return``.
-    """
+def carried_returns(total, count):
+    """``[R, iterations]``: per run, the mean return of the episodes that finished in
+    each iteration (``total / count`` of their returns), carried forward through
+    iterations where none finished, NaN before the first. Averaged over runs
+    (``nanmean``) this is the quantity jrl logs as ``train/episode_return``."""
     import numpy as np
 
-    r = np.asarray(returns, np.float64)
-    d = np.asarray(finished, np.float64)
-    axes = tuple(range(2, r.ndim))
-    count = d.sum(axis=axes)
-    total = (r * d).sum(axis=axes)
-    per_run = np.full(count.shape, np.nan)
+    total, count = np.asarray(total, np.float64), np.asarray(count, np.float64)
+    out = np.full(count.shape, np.nan)
     last = np.full(count.shape[0], np.nan)
     for i in range(count.shape[1]):
-        done = count[:, i] > 0
-        last = np.where(done, total[:, i] / np.maximum(count[:, i], 1), last)
-        per_run[:, i] = last
-    valid = ~np.isnan(per_run)
-    n = valid.sum(axis=0)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        return np.where(n > 0, np.where(valid, per_run, 0.0).sum(axis=0) / np.maximum(n, 1), np.nan)
+        last = np.where(count[:, i] > 0, total[:, i] / np.maximum(count[:, i], 1), last)
+        out[:, i] = last
+    return out
