@@ -13,7 +13,8 @@ from typing import Annotated
 
 import tyro
 
-from jrl.actor_critic import SWEEPABLE, ActorCriticConfig, ActorCriticHParams, Built, Minibatch, build_on_policy
+from jrl.actor_critic import SWEEPABLE, ActorCriticConfig, ActorCriticHParams, Minibatch
+from jrl.builders import Built, build_on_policy
 from jrl.losses import policy_gradient_loss, value_loss
 
 __all__ = ["A2CConfig", "PRESETS", "SWEEPABLE", "a2c_loss", "build"]

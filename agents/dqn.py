@@ -37,7 +37,7 @@ from flax import struct
 
 from jrl import buffers, distributional, networks, parallel
 from jrl import config as cfg
-from jrl.actor_critic import Built
+from jrl.builders import Built
 from jrl.agent import Agent, EnvSpec
 from jrl.loops import PRIORITIES, off_policy
 from jrl.optim import linear_schedule, make_optimizer

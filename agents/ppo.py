@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import dataclasses
 
-from jrl.actor_critic import SWEEPABLE, ActorCriticConfig, ActorCriticHParams, Built, Minibatch, build_on_policy
+from jrl.actor_critic import SWEEPABLE, ActorCriticConfig, ActorCriticHParams, Minibatch
+from jrl.builders import Built, build_on_policy
 from jrl.losses import clipped_surrogate_loss, value_loss
 
 __all__ = ["PPOConfig", "PRESETS", "SWEEPABLE", "build", "ppo_loss"]

@@ -49,7 +49,7 @@ from flax import struct
 
 from jrl import config as cfg
 from jrl import buffers, networks, parallel, returns
-from jrl.actor_critic import Built
+from jrl.builders import Built
 from jrl.agent import Agent, EnvSpec
 from jrl.distributions import epsilon_greedy, masked_argmax, masked_max
 from jrl.loops import on_policy
