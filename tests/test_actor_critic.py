@@ -231,3 +231,48 @@ def test_run_keeps_the_callers_initial_state():
     anakin.run(built.algorithm, jax.random.split(jax.random.key(0), 2), 2, num_reports=1,
                initial_state=first.final_state)
     assert all(np.isfinite(np.asarray(x)).all() for x in jax.tree.leaves(first.final_state.agent_state.params))
+
+
+def test_compiler_options_lower_the_cpu_backend_level_only(monkeypatch):
+    monkeypatch.delenv(anakin.CPU_OPT_LEVEL_ENV, raising=False)
+    assert anakin.compiler_options("cpu") == {"xla_backend_optimization_level": 2}
+    assert anakin.compiler_options("gpu") is None and anakin.compiler_options("tpu") is None
+    monkeypatch.setenv(anakin.CPU_OPT_LEVEL_ENV, "3")
+    assert anakin.compiler_options("cpu") == {"xla_backend_optimization_level": 3}
+    monkeypatch.setenv(anakin.CPU_OPT_LEVEL_ENV, "fast")
+    with pytest.raises(ValueError, match="JRL_CPU_OPT_LEVEL must be 0, 1, 2 or 3"):
+        anakin.compiler_options("cpu")
+
+
+def test_runner_compiles_init_and_chunks_with_its_options(monkeypatch):
+    """Every program the runner compiles (init and each chunk length) gets compiler_options()."""
+    seen = []
+    real = jax.stages.Lowered.compile
+
+    def recording(self, compiler_options=None, **kwargs):
+        seen.append(compiler_options)
+        return real(self, compiler_options, **kwargs)
+
+    monkeypatch.setattr(jax.stages.Lowered, "compile", recording)
+    cfg, built = small_ppo()
+    anakin.run(built.algorithm, jax.random.split(jax.random.key(0), 1), 4, num_reports=3)
+    programs = 1 + len(set(anakin.chunk_lengths(4, 3)))  # init, then one program per chunk length
+    assert seen == [anakin.compiler_options()] * programs
+
+
+@pytest.mark.parametrize("agent", ["ppo", "dqn"])
+def test_init_values_do_not_depend_on_the_cpu_opt_level(agent):
+    """The runner's init (LLVM level 2 on CPU) gives bitwise the train states of XLA's default build,
+    so a run's starting point does not move with JRL_CPU_OPT_LEVEL."""
+    env, params = jrl.envs.make("CartPole-v1")
+    module, _ = jrl_agents.get(agent)
+    built = module.build(experiment.make_config(agent, "CartPole-v1", total_steps=20_000), env, params)
+    keys = jax.random.split(jax.random.key(5), 2)
+    ours = anakin.init_runs(built.algorithm, keys)
+    default = jax.jit(lambda ks: jax.lax.map(built.algorithm.init, ks))(keys)
+
+    def raw(x):
+        return np.asarray(jax.random.key_data(x) if jnp.issubdtype(x.dtype, jax.dtypes.prng_key) else x)
+
+    for a, b in zip(jax.tree.leaves(ours), jax.tree.leaves(default), strict=True):
+        np.testing.assert_array_equal(raw(a), raw(b))
