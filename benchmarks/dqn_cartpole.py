@@ -441,6 +441,8 @@ at the starts of the runs (2 cores), so the wall times are noisy.
   compilation cache off); **init**: the rest of the `jrl.train` call outside compile and run
   (building, memory check, per-seed `jit(init)`). PureJaxRL compiles its init inside its one
   program, so the fair compile ratio is jrl's compile + init against PureJaxRL's compile.
+  jrl's runner compiles on CPU at XLA's LLVM level 2 (`anakin.compiler_options()`; PureJaxRL
+  uses XLA's default, 3).
 - **time to 475 (estimate)**: the run is cut into {num_reports} equal chunks of env steps; a
   chunk's value is the mean over its steps (and over seeds) of the latest training-episode
   return (`train/episode_return`, carried forward). The first chunk at >= 475 is converted to

@@ -555,10 +555,12 @@ are each the best of those runs.
 {rejax_line}
 - **compile**: `lower().compile()` of the whole training program. CPU s is the
   CPU time of the compiling process; XLA compiles on both cores, so it can be higher
-  than the wall time.
+  than the wall time. jrl's runner compiles its CPU programs with XLA's LLVM backend at
+  level 2 (`anakin.compiler_options()`; XLA's default, which PureJaxRL and rejax use, is 3):
+  20-40% less compile time, and PPO's program is bitwise the same (ARCHITECTURE.md).
 - **init** (jrl): `anakin.init_runs`, jit-compiling `init` and running it once per
   seed, outside the vmap. It is neither compile nor run, and time to 475 leaves it
-  out. Most of it is tracing and the XLA compile of `init` (about 2 s here). PureJaxRL and
+  out. Most of it is tracing and the XLA compile of `init` (1.5-2 s here). PureJaxRL and
   rejax initialise inside their compiled programs, so "compile (jrl: compile + init)" is
   the fair compile comparison.
 - **time to 475**: the first iteration at which the return averaged over seeds is
