@@ -435,6 +435,7 @@ def train(
         checkpoint is kept).
     """
     _enable_cache(compile_cache)
+    anakin.compiler_options()  # a bad JRL_CPU_OPT_LEVEL fails here, before the run folder is touched
     if int(seeds) < 1:
         raise ValueError(f"seeds must be >= 1, got {seeds}")
     for name, value in (("checkpoint_every", checkpoint_every), ("eval_every", eval_every)):
@@ -517,6 +518,7 @@ def resume(
     in the folder changes before the checkpoint has loaded and checked.
     """
     _enable_cache(compile_cache)
+    anakin.compiler_options()  # a bad JRL_CPU_OPT_LEVEL fails here, before the run folder is touched
     if jax.process_count() > 1:
         raise CheckpointError("multi-process runs write no checkpoints, so they cannot be resumed")
     if int(keep_checkpoints) < 1:

@@ -322,6 +322,13 @@ def test_lifecycle_options_are_checked_before_anything_runs(tmp_path):
     assert not any(tmp_path.iterdir())
 
 
+def test_a_bad_cpu_opt_level_fails_before_the_run_folder_is_written(tmp_path, monkeypatch):
+    monkeypatch.setenv(anakin.CPU_OPT_LEVEL_ENV, "fast")
+    with pytest.raises(ValueError, match="JRL_CPU_OPT_LEVEL must be 0, 1, 2 or 3"):
+        experiment.train("ppo", "CartPole-v1", total_steps=2048, out=tmp_path / "run", **QUIET)
+    assert not (tmp_path / "run").exists()
+
+
 def test_nan_from_the_cli_exits_3_without_a_traceback(tmp_path):
     out = cli("train", "ppo", "--total-steps", "2048", "--out", tmp_path, "--lr", "1e30", "--max-grad-norm", "1e30")
     assert out.returncode == 3, out.stderr
