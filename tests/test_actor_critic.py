@@ -239,9 +239,11 @@ def test_compiler_options_lower_the_cpu_backend_level_only(monkeypatch):
     assert anakin.compiler_options("gpu") is None and anakin.compiler_options("tpu") is None
     monkeypatch.setenv(anakin.CPU_OPT_LEVEL_ENV, "3")
     assert anakin.compiler_options("cpu") == {"xla_backend_optimization_level": 3}
+    assert anakin.compiler_options("gpu") is None
     monkeypatch.setenv(anakin.CPU_OPT_LEVEL_ENV, "fast")
-    with pytest.raises(ValueError, match="JRL_CPU_OPT_LEVEL must be 0, 1, 2 or 3"):
-        anakin.compiler_options("cpu")
+    for platform in ("cpu", "gpu"):
+        with pytest.raises(ValueError, match="JRL_CPU_OPT_LEVEL must be 0, 1, 2 or 3"):
+            anakin.compiler_options(platform)
 
 
 def test_runner_compiles_init_and_chunks_with_its_options(monkeypatch):

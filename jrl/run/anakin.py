@@ -112,16 +112,15 @@ def compiler_options(platform: str | None = None) -> dict[str, Any] | None:
     programs come out bitwise the same as at level 3; DQN's differ in the last
     bits. Level 1 compiles a little faster still but changes PPO's and A2C's
     floats too. Results are deterministic at any level, but not bitwise equal
-    across levels. Other platforms: None (XLA's defaults). ``platform``
-    defaults to jax's default backend.
+    across levels. Other platforms: None (XLA's defaults), though a bad
+    ``$JRL_CPU_OPT_LEVEL`` is refused there too. ``platform`` defaults to jax's
+    default backend.
     """
+    raw = os.environ.get(CPU_OPT_LEVEL_ENV, "").strip() or str(DEFAULT_CPU_OPT_LEVEL)
+    if raw not in ("0", "1", "2", "3"):  # checked on every platform: a typo never passes silently
+        raise ValueError(f"{CPU_OPT_LEVEL_ENV} must be 0, 1, 2 or 3, got {raw!r}")
     if (platform or jax.default_backend()) != "cpu":
         return None
-    raw = os.environ.get(CPU_OPT_LEVEL_ENV, "").strip()
-    if not raw:
-        return {"xla_backend_optimization_level": DEFAULT_CPU_OPT_LEVEL}
-    if raw not in ("0", "1", "2", "3"):
-        raise ValueError(f"{CPU_OPT_LEVEL_ENV} must be 0, 1, 2 or 3, got {raw!r}")
     return {"xla_backend_optimization_level": int(raw)}
 
 
