@@ -40,7 +40,7 @@ from jrl import config as cfg
 from jrl.builders import Built
 from jrl.agent import Agent, EnvSpec
 from jrl.loops import PRIORITIES, off_policy
-from jrl.optim import linear_schedule, make_optimizer
+from jrl.optim import grad_norm_metric, linear_schedule, make_optimizer
 from jrl.distributions import epsilon_greedy, masked_argmax
 from jrl.types import PyTree, split_action_mask
 from jrl.wrappers import wrap_for_training
@@ -187,7 +187,7 @@ def make_dqn(network: networks.QNetwork, hparams: DQNHParams, *, total_updates: 
     def act(state: DQNState, obs, key):
         """Epsilon-greedy on ``[N]`` observations, an independent draw per env."""
         obs, mask = split_action_mask(obs)
-        k_noise, k_explore = jax.random.split(key)
+        k_noise, k_explore = jax.random.split(key) if noisy else (None, key)
         q = head.q_values(apply(state.params, obs, k_noise))
         return epsilon_greedy(parallel.local_keys(k_explore, q.shape[0]), q, epsilon(state), mask), {}
 
@@ -224,7 +224,7 @@ def make_dqn(network: networks.QNetwork, hparams: DQNHParams, *, total_updates: 
         num_updates = state.num_updates + 1
         target_params = update_target(state.target_params, params, num_updates, target_update_interval, hp.tau)
         metrics = parallel.pmean({"train/loss": value, "train/q": q.mean(), "train/priority": priority.mean()})
-        metrics = {**metrics, "train/grad_norm": optax.tree.norm(grads), "train/epsilon": epsilon(state),
+        metrics = {**metrics, **grad_norm_metric(grads, max_grad_norm), "train/epsilon": epsilon(state),
                    PRIORITIES: priority}
         return DQNState(params, target_params, opt_state, hp, num_updates), metrics
 
@@ -303,7 +303,7 @@ class DQNConfig:
     noisy: bool = False
     """Factorised Gaussian noisy output layers (exploration by parameter noise; set epsilon to 0)."""
     max_grad_norm: float = 10.0
-    """Global-norm gradient clipping threshold."""
+    """Global-norm gradient clipping threshold (0: no clipping, and no train/grad_norm metric)."""
     hidden_sizes: tuple[int, ...] = (128, 128)
     """Hidden layer widths of the Q-network MLP."""
     activation: str = "relu"

@@ -53,7 +53,7 @@ from jrl.builders import Built
 from jrl.agent import Agent, EnvSpec
 from jrl.distributions import epsilon_greedy, masked_argmax, masked_max
 from jrl.loops import on_policy
-from jrl.optim import linear_schedule, make_optimizer
+from jrl.optim import grad_norm_metric, linear_schedule, make_optimizer
 from jrl.types import PyTree, Transition, split_action_mask
 from jrl.wrappers import wrap_for_training
 
@@ -150,7 +150,7 @@ def make_pqn(network: networks.QNetwork, hparams: PQNHParams, *, num_epochs: int
         grads = parallel.pmean(grads)  # equal sample counts per device: the global mean gradient
         updates, opt_state = tx.update(grads, state.opt_state, state.params)
         params = optax.apply_updates(state.params, jax.tree.map(lambda u: -lr * u, updates))
-        metrics = {"train/loss": loss, "train/q": q.mean(), "train/grad_norm": optax.tree.norm(grads)}
+        metrics = {"train/loss": loss, "train/q": q.mean(), **grad_norm_metric(grads, max_grad_norm)}
         return state.replace(params=params, opt_state=opt_state), metrics
 
     def learn(state: PQNState, batch: Transition, key):
@@ -201,7 +201,7 @@ class PQNConfig:
     optimizer: str = "radam"
     """'radam' or 'adam'."""
     max_grad_norm: float = 10.0
-    """Global-norm gradient clipping threshold."""
+    """Global-norm gradient clipping threshold (0: no clipping, and no train/grad_norm metric)."""
     gamma: float = 0.99
     """Discount factor in [0, 1] (sweepable)."""
     q_lambda: float = 0.95

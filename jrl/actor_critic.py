@@ -24,7 +24,7 @@ from jrl import config as cfg
 from jrl import buffers, networks, parallel, returns
 from jrl.agent import Agent, EnvSpec
 from jrl.losses import normalize
-from jrl.optim import linear_schedule, make_optimizer
+from jrl.optim import grad_norm_metric, linear_schedule, make_optimizer
 from jrl.types import PRNGKey, PyTree, Transition
 
 __all__ = ["ActorCriticHParams", "ActorCriticState", "Minibatch", "LossFn", "make_actor_critic"]
@@ -112,7 +112,7 @@ def make_actor_critic(
         grads = parallel.pmean(grads)  # equal sample counts per device: the global mean gradient
         updates, opt_state = tx.update(grads, state.opt_state, state.params)
         params = optax.apply_updates(state.params, jax.tree.map(lambda u: -lr * u, updates))
-        metrics = {**metrics, "train/loss": total, "train/grad_norm": optax.tree.norm(grads)}
+        metrics = {**metrics, "train/loss": total, **grad_norm_metric(grads, max_grad_norm)}
         return state.replace(params=params, opt_state=opt_state), metrics
 
     def learn(state: ActorCriticState, batch: Transition, key: PRNGKey):
@@ -170,7 +170,7 @@ class ActorCriticConfig:
     vf_coef: float = 0.5
     """Value loss coefficient (sweepable)."""
     max_grad_norm: float = 0.5
-    """Global-norm gradient clipping threshold."""
+    """Global-norm gradient clipping threshold (0: no clipping, and no train/grad_norm metric)."""
     normalize_advantages: bool = True
     """Normalise advantages per minibatch."""
     clip_value: bool = True

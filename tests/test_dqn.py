@@ -100,6 +100,18 @@ def test_config_validation_and_registry():
                   progress=False)
 
 
+def test_no_gradient_clipping():
+    """max_grad_norm = 0 turns clipping off (PureJaxRL's DQN has none): the run trains and reports
+    no train/grad_norm, whose global reduction would cost time for the metric alone; a negative
+    value is refused."""
+    res = jrl.train("dqn", "CartPole-v1", total_steps=512, learning_starts=256, num_envs=4, batch_size=32,
+                    buffer_size=256, max_grad_norm=0.0, progress=False, num_reports=1)
+    assert "train/grad_norm" not in res.metrics and np.isfinite(res.metrics["train/loss"][0, -1])
+    assert res.metrics["train/updates"][0, -1] > 0
+    with pytest.raises(ValueError, match="max_grad_norm must be >= 0"):
+        experiment.make_config("dqn", "CartPole-v1", max_grad_norm=-1.0)
+
+
 def test_off_policy_loop_counts_and_determinism():
     kwargs = dict(total_steps=2_048, learning_starts=512, num_envs=4, steps_per_iteration=8, updates_per_iteration=2,
                   buffer_size=1_000, batch_size=32, n_step=1, progress=False, num_reports=2)

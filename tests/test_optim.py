@@ -5,7 +5,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from jrl.optim import OPTIMIZERS, linear_schedule, make_optimizer
+from jrl.optim import OPTIMIZERS, grad_norm_metric, linear_schedule, make_optimizer
 
 
 def test_linear_schedule_by_hand():
@@ -35,3 +35,23 @@ def test_optimizer_clips_the_global_norm_before_scaling(name):
 def test_unknown_optimizer():
     with pytest.raises(ValueError, match="unknown optimizer 'sgd'"):
         make_optimizer("sgd", 1.0)
+
+
+@pytest.mark.parametrize("name", ["adam", "rmsprop"])
+def test_optimizer_without_clipping_is_the_scaler_alone(name):
+    """max_grad_norm = 0: a gradient of norm 5 goes to the scaler unclipped, bit for bit."""
+    tx = make_optimizer(name, max_grad_norm=0.0, eps=1.0)
+    params = {"w": jnp.zeros(3)}
+    grad = {"w": jnp.array([3.0, 0.0, 4.0])}
+    got, _ = tx.update(grad, tx.init(params), params)
+    scaler = OPTIMIZERS[name](1.0)
+    want, _ = scaler.update(grad, scaler.init(params), params)
+    np.testing.assert_array_equal(got["w"], want["w"])
+    with pytest.raises(ValueError, match="max_grad_norm must be >= 0"):
+        make_optimizer(name, -1.0)
+
+
+def test_grad_norm_metric_only_with_clipping():
+    grads = {"a": jnp.array([3.0, 0.0]), "b": jnp.array([[4.0]])}
+    np.testing.assert_allclose(grad_norm_metric(grads, 0.5)["train/grad_norm"], 5.0, rtol=1e-6)
+    assert grad_norm_metric(grads, 0.0) == {}
