@@ -5,8 +5,7 @@ replay 1e4, batch 128, Adam lr 2.5e-4 (constant), one update per 10 env
 steps, target network copied every 500 env steps, epsilon 1 -> 0.05 over the
 first half of training, learning starts at 1e4 env steps, gamma 0.99, a
 120-84 ReLU Q-network, squared TD loss, plain (not double) DQN, no gradient
-clipping, 5e5 env
-steps. In jrl's ``DQNConfig`` terms that is ``CONFIG`` below (one iteration
+clipping, 5e5 env steps. In jrl's ``DQNConfig`` terms that is ``CONFIG`` below (one iteration
 = one step of the 10 envs + one update; target every 50 updates; epsilon
 over half of the updates). jrl runs it for 1 seed and for 4 seeds vmapped
 in one program.
