@@ -154,7 +154,7 @@ def quantile_head(num_quantiles: int, kappa: float = 1.0) -> Head:
 
 def make_dqn(network: networks.QNetwork, hparams: DQNHParams, *, total_updates: int, double_q: bool = True,
              head: Head | None = None, max_grad_norm: float = 10.0, target_update_interval: int = 1,
-             anneal_lr: bool = False) -> Agent:
+             anneal_lr: bool = False, adam_eps: float = 1e-5) -> Agent:
     """The DQN-family agent: ``learn`` takes a :class:`jrl.buffers.Sample` of ``NStepTransition``s
     and returns the new priorities under :data:`jrl.loops.PRIORITIES`.
 
@@ -166,7 +166,7 @@ def make_dqn(network: networks.QNetwork, hparams: DQNHParams, *, total_updates: 
     action and the bootstrap action to valid actions.
     """
     head = head or scalar_head()
-    tx = make_optimizer("adam", max_grad_norm)
+    tx = make_optimizer("adam", max_grad_norm, eps=adam_eps)
     noisy = bool(getattr(network, "noisy", False))
 
     def apply(params, obs, key=None):
@@ -304,6 +304,8 @@ class DQNConfig:
     """Factorised Gaussian noisy output layers (exploration by parameter noise; set epsilon to 0)."""
     max_grad_norm: float = 10.0
     """Global-norm gradient clipping threshold (0: no clipping, and no train/grad_norm metric)."""
+    adam_eps: float = 1e-5
+    """Adam's epsilon, the floor of its update's denominator (PureJaxRL's DQN uses optax's 1e-8)."""
     hidden_sizes: tuple[int, ...] = (128, 128)
     """Hidden layer widths of the Q-network MLP."""
     activation: str = "relu"
@@ -358,6 +360,7 @@ class DQNConfig:
             (self.num_atoms >= 2 or self.distribution == "none", f"num_atoms must be at least 2, got {self.num_atoms}"),
             (self.v_min < self.v_max, f"v_min must be below v_max, got {self.v_min} >= {self.v_max}"),
             (self.kappa >= 0, f"kappa must be >= 0, got {self.kappa}"),
+            (self.adam_eps > 0, f"adam_eps must be positive, got {self.adam_eps}"),
         ])
 
     def head(self) -> Head:
@@ -467,7 +470,7 @@ def build(config: DQNConfig, env, env_params, num_devices: int = 1) -> Built:
                                 noisy=config.noisy)
     total_updates = max(config.num_updates, 1)
     agent = make_dqn(network, config.hparams(), total_updates=total_updates, double_q=config.double_q,
-                     head=head, max_grad_norm=config.max_grad_norm,
+                     head=head, max_grad_norm=config.max_grad_norm, adam_eps=config.adam_eps,
                      target_update_interval=config.target_update_interval, anneal_lr=config.anneal_lr)
     capacity = config.buffer_size // num_devices
     if config.prioritized:

@@ -112,6 +112,30 @@ def test_no_gradient_clipping():
         experiment.make_config("dqn", "CartPole-v1", max_grad_norm=-1.0)
 
 
+def test_adam_eps_reaches_the_optimizer():
+    """adam_eps is Adam's eps: with a huge eps (1e3) the first update is lr * g / (|g| + eps),
+    about 1e-3 of the default's lr-sized step; a non-positive value is refused."""
+    cfg = experiment.make_config("dqn", "CartPole-v1")
+    env, params = jrl_envs.make("CartPole-v1")
+    batch = 8
+    obs = jax.random.normal(jax.random.key(1), (batch, 4))
+    false = jnp.zeros(batch, bool)
+    items = buffers.NStepTransition(obs, jnp.zeros(batch, jnp.int32), jnp.ones(batch), jnp.full(batch, 0.99), obs,
+                                    false, false, jnp.ones(batch, jnp.int32))
+    sample = buffers.Sample(items, jnp.arange(batch), jnp.ones(batch))
+    steps = {}
+    for eps in (1e-5, 1e3):
+        built = dqn.build(dataclasses.replace(cfg, adam_eps=eps), env, params)
+        state = built.agent.init(jax.random.key(0), built.spec)
+        new, _ = built.agent.learn(state, sample, jax.random.key(2))
+        delta = jax.tree.leaves(jax.tree.map(lambda a, b: jnp.max(jnp.abs(a - b)), new.params, state.params))
+        steps[eps] = max(float(d) for d in delta)
+    np.testing.assert_allclose(steps[1e-5], cfg.learning_rate, rtol=1e-2)  # Adam's first step: lr * sign(g)
+    assert steps[1e3] < 1e-2 * steps[1e-5]
+    with pytest.raises(ValueError, match="adam_eps must be positive"):
+        experiment.make_config("dqn", "CartPole-v1", adam_eps=0.0)
+
+
 def test_off_policy_loop_counts_and_determinism():
     kwargs = dict(total_steps=2_048, learning_starts=512, num_envs=4, steps_per_iteration=8, updates_per_iteration=2,
                   buffer_size=1_000, batch_size=32, n_step=1, progress=False, num_reports=2)
