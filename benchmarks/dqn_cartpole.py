@@ -5,10 +5,10 @@ replay 1e4, batch 128, Adam lr 2.5e-4 (constant), one update per 10 env
 steps, target network copied every 500 env steps, epsilon 1 -> 0.05 over the
 first half of training, learning starts at 1e4 env steps, gamma 0.99, a
 120-84 ReLU Q-network, squared TD loss, plain (not double) DQN, no gradient
-clipping, Adam eps 1e-8, 5e5 env steps. In jrl's ``DQNConfig`` terms that is ``CONFIG`` below (one iteration
-= one step of the 10 envs + one update; target every 50 updates; epsilon
-over half of the updates). jrl runs it for 1 seed and for 4 seeds vmapped
-in one program.
+clipping, Adam eps 1e-8, 5e5 env steps. In jrl's ``DQNConfig`` terms that is
+``CONFIG`` below (one iteration = one step of the 10 envs + one update;
+target every 50 updates; epsilon over half of the updates). jrl runs it for
+1 seed and for 4 seeds vmapped in one program.
 
 Measurements (each in a fresh subprocess, so that every compile starts cold;
 the libraries alternate, ``--repeats`` times):
@@ -434,8 +434,9 @@ at the starts of the runs (2 cores), so the wall times are noisy.
   anneal_lr=False, gamma=0.99, n_step=1, dueling=False, double_q=False, hidden_sizes=(120, 84),
   loss="mse", max_grad_norm=0.0, adam_eps=1e-8)`: one iteration is one step of the 10 envs and
   one update, so the target copy every 50 updates is every 500 env steps; `max_grad_norm=0`
-  turns gradient clipping off, as in PureJaxRL (and with it the `train/grad_norm` metric, whose
-  global reduction costs about 5% of an update here), and Adam's eps is PureJaxRL's (optax's
+  turns gradient clipping off, as in PureJaxRL (and with it the `train/grad_norm` metric; the clip's
+  global reduction cost 9-12% of an iteration with 1 seed and about 1% with 4, measured as paired ratios
+  by `python benchmarks/dqn_clip_ab.py [--seeds 4]`), and Adam's eps is PureJaxRL's (optax's
   default; with jrl's default 1e-5, 4 seeds first reached 475 at 355k env steps instead of 235k).
   Differences from PureJaxRL left in place: jrl's loss is 0.5 x TD^2 (PureJaxRL: TD^2; the same
   under Adam up to its eps), epsilon decays over the
