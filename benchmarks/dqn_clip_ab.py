@@ -22,10 +22,10 @@ import statistics
 import time
 
 import jax
-
 import jrl.envs
 from dqn_cartpole import CONFIG
 from jrl.agents import dqn
+
 from jrl.experiment import make_config
 from jrl.run import anakin
 
