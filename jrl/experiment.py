@@ -334,7 +334,8 @@ class RunSpec:
     def keys(self) -> jax.Array:
         """``[R]`` run keys: seed i of every swept combination uses ``split(key(seed), num_seeds)[i]``."""
         base = jax.random.split(jax.random.key(self.seed), self.num_seeds)
-        return jax.numpy.concatenate([base] * len(self.combos))
+        # without a sweep there is one combination: no concatenate (each jnp call compiles a small program)
+        return base if len(self.combos) == 1 else jax.numpy.concatenate([base] * len(self.combos))
 
     def record(self) -> dict[str, Any]:
         return {"agent": self.agent, "env_id": self.env_id, "seeds": self.run_seeds, "sweep": self.run_sweep,
@@ -734,9 +735,9 @@ def _train_loop(spec: RunSpec, built, mesh, keys, out_path: Path | None, stop: "
         local = jax.sharding.SingleDeviceSharding(jax.local_devices()[0])
         abstract_view = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=local),
                                      anakin.abstract_states(algorithm, keys))
-        eval_key = jax.random.fold_in(jax.random.key(spec.seed), 0x0E7A1)  # apart from every training key
-        evaluator = None
+        evaluator = eval_key = None
         if spec.eval_every > 0:
+            eval_key = jax.random.fold_in(jax.random.key(spec.seed), 0x0E7A1)  # apart from every training key
             evaluator = _make_evaluator(built, spec.eval_episodes).lower(abstract_view, eval_key).compile()
         params_finite = jax.jit(lambda p: jnp.stack([jnp.isfinite(x).reshape(x.shape[0], -1).all(axis=1)
                                                      for x in jax.tree.leaves(p)]).all(axis=0)  # [R]

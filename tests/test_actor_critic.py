@@ -224,6 +224,25 @@ def test_run_refuses_states_larger_than_free_memory(monkeypatch):
         anakin.run(built.algorithm, jax.random.split(jax.random.key(0), 3), 1)
 
 
+def test_memory_check_shapes_and_init_share_one_trace():
+    """check_memory, abstract_states and init_runs trace the algorithm's init once between them."""
+    cfg, built = small_ppo()
+    calls = []
+
+    def counting_init(key):
+        calls.append(1)
+        return built.algorithm.init(key)
+
+    algorithm = built.algorithm._replace(init=counting_init)
+    keys = jax.random.split(jax.random.key(0), 3)
+    anakin.check_memory(algorithm, keys)
+    like = anakin.abstract_states(algorithm, keys)
+    states = anakin.init_runs(algorithm, keys)
+    assert len(calls) == 1
+    assert jax.tree.map(lambda x: (x.shape, x.dtype), like) == jax.tree.map(lambda x: (x.shape, x.dtype), states)
+    assert jax.tree.leaves(like)[0].shape[0] == 3
+
+
 def test_run_keeps_the_callers_initial_state():
     """Resuming from a state does not consume it (the chunk programs donate their input)."""
     cfg, built = small_ppo()

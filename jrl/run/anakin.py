@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import math
 import os
 import time
@@ -128,18 +129,27 @@ def _platform(mesh: Mesh | None) -> str:
     return next(iter(mesh.devices.flat)).platform if mesh is not None else jax.default_backend()
 
 
+@functools.lru_cache(maxsize=8)
+def _stacked_init(init: Callable[[jax.Array], PyTree]):
+    """``jit(lax.map(init))`` for one algorithm's ``init``, the same function object for
+    every caller, so that the memory check, :func:`abstract_states` and
+    :func:`init_runs` trace ``init`` once between them (jax caches a jitted
+    function's trace by its identity and argument shapes; a trace of a large
+    algorithm takes a few tenths of a second)."""
+    return jax.jit(lambda ks: jax.lax.map(init, ks))
+
+
 def init_runs(algorithm: Algorithm, keys: jax.Array) -> PyTree:
     """One train state per key, stacked ``[R, ...]``; sequential ``lax.map``, not vmap
     (see the module docstring). Compiled with :func:`compiler_options`."""
-    init = jax.jit(lambda ks: jax.lax.map(algorithm.init, ks)).lower(keys).compile(compiler_options())
-    return init(keys)
+    return _stacked_init(algorithm.init).lower(keys).compile(compiler_options())(keys)
 
 
 def abstract_states(algorithm: Algorithm, keys: jax.Array, num_devices: int | None = None) -> PyTree:
     """Shapes and dtypes (``ShapeDtypeStruct``s) of the stacked train states ``run``
     starts from: ``[R, ...]``, or ``[D, R, ...]`` for a run sharded over ``num_devices``
     (the algorithm built for that many devices). Nothing is allocated."""
-    states = jax.eval_shape(lambda ks: jax.lax.map(algorithm.init, ks), keys)
+    states = _stacked_init(algorithm.init).eval_shape(keys)
     if num_devices is None:
         return states
     return jax.tree.map(lambda x: jax.ShapeDtypeStruct((int(num_devices),) + x.shape, x.dtype), states)
@@ -160,7 +170,8 @@ def check_memory(algorithm: Algorithm, keys: jax.Array, mesh: Mesh | None = None
     with the numbers. On CPU every local device shares the host's memory."""
     from jrl import buffers  # the memory probe lives with the buffers, the usual large item
 
-    per_run = sum(x.size * x.dtype.itemsize for x in jax.tree.leaves(jax.eval_shape(algorithm.init, keys[0])))
+    stacked = jax.tree.leaves(_stacked_init(algorithm.init).eval_shape(keys))  # [R, ...]
+    per_run = sum(x.size * x.dtype.itemsize for x in stacked) // max(int(keys.shape[0]), 1)
     devices = list(mesh.devices.flat) if mesh is not None else jax.devices()[:1]
     local = [d for d in devices if d.process_index == jax.process_index()]
     copies = int(keys.shape[0]) * (len(local) if local[0].platform == "cpu" else 1)
