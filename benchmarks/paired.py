@@ -46,7 +46,14 @@ import threading
 import time
 import warnings
 
-from report import DEFAULT_PUREJAXRL, carried_returns, import_purejaxrl, measured_on, publish
+from report import (
+    DEFAULT_PUREJAXRL,
+    import_purejaxrl,
+    mean_and_final,
+    measured_on,
+    publish,
+    purejaxrl_ppo_returns,
+)
 
 HEADING = "## jrl and PureJaxRL in one process (paired)"
 DEFAULT_STEPS = {"ppo": 102_400, "dqn": 100_000}
@@ -56,16 +63,6 @@ def percentile(values: list[float], q: float) -> float:
     """The ``q`` quantile (0..1) of ``values`` by nearest rank on the sorted list."""
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, max(0, round(q * (len(ordered) - 1))))]
-
-
-def final_return(per_run_history) -> float:
-    """Mean over runs and over the last 5% of a ``[R, T]`` return history (NaN ignored)."""
-    import numpy as np
-
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", RuntimeWarning)
-        h = np.asarray(per_run_history, np.float64)
-        return float(np.nanmean(h[:, -max(1, h.shape[1] // 20):]))
 
 
 @contextlib.contextmanager
@@ -89,9 +86,10 @@ def watchdog(seconds: float, what: str):
         timer.cancel()
 
 
-def jrl_program(agent: str, config_overrides: dict, total_steps: int):
-    """jrl's whole training program for ``keys [R]``: ``(train, steps_per_run, returns)``,
-    ``returns(out)`` giving the ``[R, iterations]`` training-return history."""
+def jrl_program(agent: str, total_steps: int):
+    """jrl's whole training program for ``keys [R]`` with the benchmark's ``CONFIG`` for
+    ``agent``: ``(train, steps_per_run, returns)``, ``returns(out)`` giving the
+    ``[R, iterations]`` training-return history."""
     import jax
     import jrl.agents
     import jrl.envs
@@ -99,7 +97,11 @@ def jrl_program(agent: str, config_overrides: dict, total_steps: int):
     from jrl import parallel
     from jrl.experiment import make_config
 
-    config = make_config(agent, "CartPole-v1", **{**config_overrides, "total_steps": total_steps})
+    if agent == "ppo":
+        from ppo_cartpole import CONFIG
+    else:
+        from dqn_cartpole import CONFIG
+    config = make_config(agent, "CartPole-v1", **{**CONFIG, "total_steps": total_steps})
     env, env_params = jrl.envs.make("CartPole-v1")
     algorithm = jrl.agents.get(agent)[0].build(config, env, env_params).algorithm
     vstep = jax.vmap(algorithm.step, axis_name=parallel.RUNS)
@@ -123,10 +125,8 @@ def purejaxrl_program(agent: str, checkout: str, total_steps: int):
         config = purejaxrl_config(total_steps)
         steps = total_steps // (config["NUM_ENVS"] * config["NUM_STEPS"]) * config["NUM_ENVS"] * config["NUM_STEPS"]
 
-        def returns(out):  # LogWrapper's info per step: [R, iterations, num_steps, num_envs]
-            done = np.asarray(out["metrics"]["returned_episode"], np.float64)
-            total = (np.asarray(out["metrics"]["returned_episode_returns"], np.float64) * done).sum(axis=(2, 3))
-            return carried_returns(total, done.sum(axis=(2, 3)))
+        def returns(out):
+            return purejaxrl_ppo_returns(out["metrics"])
     else:
         from dqn_cartpole import PUREJAXRL_CONFIG
 
@@ -149,12 +149,7 @@ def worker(agent: str, seeds: int, total_steps: int, rounds: int, checkout: str,
     def emit(**fields):
         print(json.dumps(fields), flush=True)
 
-    if agent == "ppo":
-        from ppo_cartpole import CONFIG
-    else:
-        from dqn_cartpole import CONFIG
-    jrl_train, jrl_steps, jrl_returns = jrl_program(agent, {k: v for k, v in CONFIG.items() if k != "total_steps"},
-                                                    total_steps)
+    jrl_train, jrl_steps, jrl_returns = jrl_program(agent, total_steps)
     pjr_train, pjr_steps, pjr_returns = purejaxrl_program(agent, checkout, total_steps)
     if jrl_steps != pjr_steps:
         raise SystemExit(f"{agent}: jrl runs {jrl_steps} env steps per seed, PureJaxRL {pjr_steps}: "
@@ -172,7 +167,7 @@ def worker(agent: str, seeds: int, total_steps: int, rounds: int, checkout: str,
         with watchdog(timeout, f"{name}'s first run"):
             out = jax.block_until_ready(programs[name](keys))
         emit(event="compiled", name=name, steps=jrl_steps, compile=compile_s, first=time.perf_counter() - start,
-             final_return=final_return(returns(out)))
+             final_return=mean_and_final(returns(out))[1])
         del out
     order = ["jrl", "PureJaxRL"]
     for r in range(rounds):

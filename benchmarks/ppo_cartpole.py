@@ -69,11 +69,10 @@ import platform
 import subprocess
 import sys
 import time
-import warnings
 from pathlib import Path
 
 from report import (DEFAULT_PUREJAXRL, carried_returns, compile_and_run, cpu_model, import_purejaxrl,
-                    run_json_worker, write_section)
+                    mean_and_final, purejaxrl_ppo_returns, run_json_worker, write_section)
 
 HEADING = "## PPO CartPole-v1"
 REPO = Path(__file__).resolve().parent.parent
@@ -147,7 +146,7 @@ def worker_jrl(seeds: int, total_steps: int, num_reports: int, seed: int) -> dic
     finally:
         jax.stages.Lowered.compile = real_compile
     wall = time.perf_counter() - t_start
-    mean, final = _mean_and_final(np.asarray(res.metrics["train/episode_return"]))  # [R, iters]
+    mean, final = mean_and_final(np.asarray(res.metrics["train/episode_return"]))  # [R, iters]
     return {
         "library": "jrl", "seeds": seeds, "num_iterations": config.num_iterations,
         "steps_per_run": res.env_steps_per_run, "compile": res.compile_seconds, "run": res.run_seconds,
@@ -156,16 +155,6 @@ def worker_jrl(seeds: int, total_steps: int, num_reports: int, seed: int) -> dic
         "mean_return": [None if math.isnan(x) else float(x) for x in mean.tolist()],
         "jax": jax.__version__, "load": os.getloadavg()[0],
     }
-
-
-def _mean_and_final(per_run):
-    """The mean over runs per iteration (``[iterations]``, NaN before any episode) and
-    the mean over runs and the last 5% of the iterations (the final return)."""
-    import numpy as np
-
-    with warnings.catch_warnings():  # iterations before the first finished episode are NaN
-        warnings.simplefilter("ignore", RuntimeWarning)
-        return np.nanmean(per_run, axis=0), float(np.nanmean(per_run[:, -max(1, per_run.shape[1] // 20):]))
 
 
 def purejaxrl_config(total_steps: int) -> dict:
@@ -186,7 +175,6 @@ def worker_purejaxrl(seeds: int, total_steps: int, seed: int, checkout: str) -> 
     from importlib.metadata import version
 
     import jax
-    import numpy as np
 
     t_start = time.perf_counter()
     ppo = import_purejaxrl(checkout, "ppo")
@@ -199,10 +187,7 @@ def worker_purejaxrl(seeds: int, total_steps: int, seed: int, checkout: str) -> 
     out, times = compile_and_run(train, keys)
     wall = time.perf_counter() - t_start
 
-    info = out["metrics"]  # LogWrapper's info per step: [R, iterations, num_steps, num_envs]
-    done = np.asarray(info["returned_episode"], np.float64)
-    total = (np.asarray(info["returned_episode_returns"], np.float64) * done).sum(axis=(2, 3))
-    mean, final = _mean_and_final(carried_returns(total, done.sum(axis=(2, 3))))
+    mean, final = mean_and_final(purejaxrl_ppo_returns(out["metrics"]))
     return {
         "library": "PureJaxRL", "seeds": seeds, "num_iterations": num_iterations,
         "steps_per_run": num_iterations * batch, **times, "wall": wall, "init": 0.0,
@@ -291,7 +276,7 @@ def worker_rejax(seeds: int, total_steps: int, num_reports: int, seed: int, plai
     reached, final, mean_list = None, float("nan"), []
     if not plain:
         sums, counts = (np.asarray(x, np.float64) for x in evaluation)  # [R, iters] cumulative
-        mean, final = _mean_and_final(carried_returns(np.diff(sums, axis=1, prepend=0.0),
+        mean, final = mean_and_final(carried_returns(np.diff(sums, axis=1, prepend=0.0),
                                                       np.diff(counts, axis=1, prepend=0.0)))
         reached = _first_reach(mean.tolist(), num_iterations)
         mean_list = [None if math.isnan(x) else float(x) for x in mean.tolist()]

@@ -145,3 +145,27 @@ def carried_returns(total, count):
         last = np.where(count[:, i] > 0, total[:, i] / np.maximum(count[:, i], 1), last)
         out[:, i] = last
     return out
+
+
+def mean_and_final(per_run):
+    """For a ``[R, iterations]`` return history: the mean over runs per iteration
+    (``[iterations]``, NaN before any episode) and the mean over runs and the last 5%
+    of the iterations (the final return)."""
+    import warnings
+
+    import numpy as np
+
+    per_run = np.asarray(per_run, np.float64)
+    with warnings.catch_warnings():  # iterations before the first finished episode are NaN
+        warnings.simplefilter("ignore", RuntimeWarning)
+        return np.nanmean(per_run, axis=0), float(np.nanmean(per_run[:, -max(1, per_run.shape[1] // 20):]))
+
+
+def purejaxrl_ppo_returns(metrics):
+    """``[R, iterations]`` training returns (:func:`carried_returns`) from the metrics of
+    PureJaxRL's PPO, its LogWrapper's info per step ``[R, iterations, num_steps, num_envs]``."""
+    import numpy as np
+
+    done = np.asarray(metrics["returned_episode"], np.float64)
+    total = (np.asarray(metrics["returned_episode_returns"], np.float64) * done).sum(axis=(2, 3))
+    return carried_returns(total, done.sum(axis=(2, 3)))
