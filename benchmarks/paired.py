@@ -20,6 +20,12 @@ a round, so the ratio of a pair is far steadier than either time.
   builds it, through ``report.import_purejaxrl`` (which lists the few
   substitutions made to import it). For DQN its ``EPSILON_ANNEAL_TIME`` is
   half of the total steps, as in the full-length benchmark.
+- **DQN, PureJaxRL's seeds independent** (``--agents dqn-independent``, seed
+  counts above 1): the same two programs, except that PureJaxRL's DQN draws
+  one random stream per seed (``report.purejaxrl_independent_seeds``). As
+  published, its vmapped seeds share one stream (the same initial network,
+  exploration and replay draws; only the env resets differ), so its program
+  draws a seed count's fraction of the random numbers jrl's does.
 
 The interpreter needs jrl and PureJaxRL's dependencies (gymnax 0.0.x with its
 5-value ``step``, flashbax, distrax), e.g. a venv with rejax installed plus
@@ -52,11 +58,16 @@ from report import (
     mean_and_final,
     measured_on,
     publish,
+    purejaxrl_independent_seeds,
     purejaxrl_ppo_returns,
 )
 
 HEADING = "## jrl and PureJaxRL in one process (paired)"
 DEFAULT_STEPS = {"ppo": 102_400, "dqn": 100_000}
+INDEPENDENT = "dqn-independent"
+"""The DQN comparison with PureJaxRL's seeds given independent random streams
+(``report.purejaxrl_independent_seeds``); jrl's program is the same as for "dqn"."""
+LABELS = {"ppo": "PPO", "dqn": "DQN", INDEPENDENT: "DQN, PureJaxRL's seeds independent"}
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -116,7 +127,8 @@ def jrl_program(agent: str, total_steps: int):
 
 
 def purejaxrl_program(agent: str, checkout: str, total_steps: int):
-    """PureJaxRL's ``make_train`` for the same run: ``(train, steps_per_run, returns)``."""
+    """PureJaxRL's ``make_train`` for the same run: ``(train, steps_per_run, returns)``;
+    for :data:`INDEPENDENT`, its DQN with one random stream per seed."""
     import numpy as np
 
     if agent == "ppo":
@@ -135,8 +147,8 @@ def purejaxrl_program(agent: str, checkout: str, total_steps: int):
 
         def returns(out):  # per step: the mean over envs of each env's latest finished return
             return np.asarray(out["metrics"]["returns"], np.float64)
-    module = import_purejaxrl(checkout, agent)
-    return module.make_train(config), steps, returns
+    train = import_purejaxrl(checkout, "ppo" if agent == "ppo" else "dqn").make_train(config)
+    return (purejaxrl_independent_seeds(train) if agent == INDEPENDENT else train), steps, returns
 
 
 def worker(agent: str, seeds: int, total_steps: int, rounds: int, checkout: str, timeout: float) -> None:
@@ -149,7 +161,7 @@ def worker(agent: str, seeds: int, total_steps: int, rounds: int, checkout: str,
     def emit(**fields):
         print(json.dumps(fields), flush=True)
 
-    jrl_train, jrl_steps, jrl_returns = jrl_program(agent, total_steps)
+    jrl_train, jrl_steps, jrl_returns = jrl_program("ppo" if agent == "ppo" else "dqn", total_steps)
     pjr_train, pjr_steps, pjr_returns = purejaxrl_program(agent, checkout, total_steps)
     if jrl_steps != pjr_steps:
         raise SystemExit(f"{agent}: jrl runs {jrl_steps} env steps per seed, PureJaxRL {pjr_steps}: "
@@ -180,9 +192,12 @@ def worker(agent: str, seeds: int, total_steps: int, rounds: int, checkout: str,
         emit(event="round", round=r + 1, **times)
 
 
-def measure(agent: str, seeds: int, total_steps: int, rounds: int, checkout: str, timeout: float) -> dict:
-    """Runs :func:`worker` in a fresh interpreter and collects its lines: the rounds it
-    finished count even when it stopped early (a hung program, ended by its watchdog)."""
+def attempt(agent: str, seeds: int, total_steps: int, rounds: int, checkout: str, timeout: float,
+            done: int = 0) -> tuple[dict, list, str | None]:
+    """Runs :func:`worker` in a fresh interpreter for ``rounds`` rounds and collects its
+    lines: ``(entries, times, stopped)``. The rounds it finished count even when it
+    stopped early (a hung program, ended by its watchdog); ``stopped`` then says why.
+    ``done`` (rounds already measured) only numbers the progress lines."""
     cmd = [sys.executable, "-u", __file__, "--worker", agent, str(seeds), str(total_steps), str(rounds),
            "--purejaxrl", checkout, "--timeout", str(timeout)]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
@@ -198,7 +213,7 @@ def measure(agent: str, seeds: int, total_steps: int, rounds: int, checkout: str
                   f"{event['first']:.2f} s", flush=True)
         else:
             times.append((event["jrl"], event["PureJaxRL"]))
-            print(f"  {agent} x{seeds} round {event['round']}/{rounds}: jrl {event['jrl']:.2f} s, PureJaxRL "
+            print(f"  {agent} x{seeds} round {done + event['round']}: jrl {event['jrl']:.2f} s, PureJaxRL "
                   f"{event['PureJaxRL']:.2f} s, ratio {event['PureJaxRL'] / event['jrl']:.3f}", flush=True)
     stderr = proc.stderr.read()
     stopped = None
@@ -207,8 +222,27 @@ def measure(agent: str, seeds: int, total_steps: int, rounds: int, checkout: str
         hung = [x for x in lines if "taken as hung" in x]
         stopped = hung[0].strip() if hung else f"exit {proc.returncode}: " + " | ".join(lines[-3:])
         print(f"  {agent} x{seeds} stopped after {len(times)} rounds: {stopped}", flush=True)
+    return entries, times, stopped
+
+
+def measure(agent: str, seeds: int, total_steps: int, rounds: int, checkout: str, timeout: float,
+            retries: int = 0) -> dict:
+    """``rounds`` paired rounds of one configuration, in fresh interpreters (:func:`attempt`):
+    when one stops early (a hang), up to ``retries`` new ones run the rounds still missing.
+    The result lists every stop."""
+    entries, times, stops = {}, [], []
+    for _ in range(retries + 1):
+        got, new_times, stopped = attempt(agent, seeds, total_steps, rounds - len(times), checkout, timeout,
+                                          done=len(times))
+        entries.update(got)
+        times += new_times
+        if stopped:
+            stops.append(f"{stopped} (after {len(times)} rounds in all)")
+        if len(times) >= rounds or not stopped:
+            break
     result = {"agent": agent, "seeds": seeds, "rounds": len(times), "asked": rounds, "entries": entries,
-              "times": times, "stopped": stopped, "load": os.getloadavg()[0]}
+              "times": times, "stopped": "; ".join(stops) or None, "stops": len(stops),
+              "load": os.getloadavg()[0]}
     if times:
         ratios = [p / j for j, p in times]
         result.update(ratio=statistics.median(ratios), p10=percentile(ratios, 0.1), p90=percentile(ratios, 0.9),
@@ -222,7 +256,7 @@ def section(results: list[dict], command: str) -> str:
     rows, notes = [], []
     for r in results:
         j, p = r["entries"].get("jrl"), r["entries"].get("PureJaxRL")
-        name = f"{r['agent'].upper()} | {r['seeds']}"
+        name = f"{LABELS[r['agent']]} | {r['seeds']}"
         if not r["times"]:
             rows.append(f"| {name} | – | 0 of {r['asked']} | – | – | – | – | – | – | – | – |")
         else:
@@ -234,8 +268,9 @@ def section(results: list[dict], command: str) -> str:
                         f"({r['p10']:.2f}-{r['p90']:.2f}) | {r['jrl_faster']}/{r['rounds']} | "
                         f"{j['compile']:.1f} / {p['compile']:.1f} | {j['final_return']:.0f} / {p['final_return']:.0f} |")
         if r["stopped"]:
-            notes.append(f"- {r['agent'].upper()} with {r['seeds']} seed{'s' if r['seeds'] > 1 else ''}: stopped "
-                         f"after {r['rounds']} of {r['asked']} rounds: {r['stopped']}")
+            times = "once" if r["stops"] == 1 else f"{r['stops']} times"
+            notes.append(f"- {LABELS[r['agent']]} with {r['seeds']} seed{'s' if r['seeds'] > 1 else ''}: a process "
+                         f"stopped {times}, {r['rounds']} of {r['asked']} rounds measured: {r['stopped']}")
     versions = ", ".join(f"{m} {version(m)}" for m in ("gymnax", "flax", "optax", "flashbax", "distrax"))
     return f"""{HEADING}
 
@@ -266,8 +301,18 @@ docstring):
 - Final return: the mean training return over the last 5% of the warm-up run
   (jrl: `train/episode_return`; PureJaxRL: its logged returns), a check that both
   learn alike at this budget, not a learning result.
+- "DQN, PureJaxRL's seeds independent": PureJaxRL's `dqn.py` rebinds its key to
+  `jax.random.PRNGKey(0)` ("a dummy rng") inside `train` and keeps drawing from it,
+  so its vmapped seeds share one random stream: the same initial network (checked:
+  equal parameters across 4 seeds), the same exploration and replay draws, only the
+  env resets differ; its program draws its random numbers once for all seeds. In
+  this row that call returns `fold_in(key, 0)` of each seed's own key while
+  PureJaxRL's `train` is traced (`report.purejaxrl_independent_seeds`, its code
+  unchanged), so both programs draw one stream per seed, the work independent
+  seeds need.
 - A run that takes longer than `--timeout` is taken as hung: its process is
-  ended and the rounds finished before count. PureJaxRL's PPO program hangs
+  ended and the rounds finished before count; a fresh process (up to `--retries`)
+  then runs the rounds still missing. PureJaxRL's PPO program hangs
   on this jax 0.10.2 CPU build at some sizes and calls (every thread idle,
   the caller waiting for a result that never comes; seen at 2 seeds x 10,240
   steps on the first call, reproducibly, and at other sizes on a later call).
@@ -276,7 +321,9 @@ docstring):
 
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--agents", nargs="+", choices=["ppo", "dqn"], default=["ppo", "dqn"])
+    parser.add_argument("--agents", nargs="+", choices=list(LABELS), default=list(LABELS),
+                        help=f"{INDEPENDENT}: DQN against PureJaxRL's DQN with one random stream per seed "
+                             "(report.purejaxrl_independent_seeds); run for --dqn-seeds above 1 only")
     parser.add_argument("--ppo-seeds", type=int, nargs="+", default=[1, 16])
     parser.add_argument("--dqn-seeds", type=int, nargs="+", default=[1, 4])
     parser.add_argument("--rounds", type=int, default=10, help="paired rounds per configuration")
@@ -285,6 +332,9 @@ def main(argv=None) -> None:
     parser.add_argument("--purejaxrl", default=DEFAULT_PUREJAXRL, help="a PureJaxRL checkout")
     parser.add_argument("--timeout", type=float, default=600.0,
                         help="seconds one run may take before it is taken as hung (its process is ended)")
+    parser.add_argument("--retries", type=int, default=2,
+                        help="fresh processes started, per configuration, for the rounds still missing after one "
+                             "stops early (a hang)")
     parser.add_argument("--write", action="store_true", help="put the section in BENCHMARKS.md")
     parser.add_argument("--worker", nargs=4, metavar=("AGENT", "SEEDS", "STEPS", "ROUNDS"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -294,6 +344,8 @@ def main(argv=None) -> None:
         return
     if args.rounds < 1 or min(args.ppo_seeds + args.dqn_seeds) < 1:
         parser.error("--rounds and the seed counts must be positive")
+    if args.retries < 0:
+        parser.error("--retries must be >= 0")
     from importlib.metadata import PackageNotFoundError, version
 
     try:
@@ -305,10 +357,11 @@ def main(argv=None) -> None:
         raise SystemExit(f"gymnax {found['gymnax']}: PureJaxRL needs gymnax 0.0.x (its 5-value step)")
     results = []
     for agent in args.agents:
-        for seeds in (args.ppo_seeds if agent == "ppo" else args.dqn_seeds):
+        counts = args.ppo_seeds if agent == "ppo" else args.dqn_seeds
+        for seeds in (counts if agent != INDEPENDENT else [s for s in counts if s > 1]):
             steps = args.ppo_steps if agent == "ppo" else args.dqn_steps
             print(f"{agent} x{seeds}, {steps:,} env steps per seed, {args.rounds} rounds", flush=True)
-            results.append(measure(agent, seeds, steps, args.rounds, args.purejaxrl, args.timeout))
+            results.append(measure(agent, seeds, steps, args.rounds, args.purejaxrl, args.timeout, args.retries))
             r = results[-1]
             if r["times"]:
                 print(f"{agent} x{seeds}: speed ratio {r['ratio']:.3f} ({r['p10']:.3f}-{r['p90']:.3f}), jrl faster "

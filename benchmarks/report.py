@@ -169,3 +169,38 @@ def purejaxrl_ppo_returns(metrics):
     done = np.asarray(metrics["returned_episode"], np.float64)
     total = (np.asarray(metrics["returned_episode_returns"], np.float64) * done).sum(axis=(2, 3))
     return carried_returns(total, done.sum(axis=(2, 3)))
+
+
+def purejaxrl_independent_seeds(train):
+    """PureJaxRL's DQN ``train(rng)`` with one random stream per seed.
+
+    Its ``dqn.py`` (commit 19f8284) rebinds its key to ``jax.random.PRNGKey(0)``
+    (commented "a dummy rng", meant for a template transition) and keeps drawing
+    from that key: the network init, exploration and replay sampling. Under
+    ``vmap`` over seeds every seed therefore gets the same initial network and
+    the same random draws, only the env resets differ, and the program draws its
+    random numbers once for all seeds instead of once per seed. The returned
+    function makes that ``PRNGKey(0)`` call, while ``train`` is traced, return
+    ``fold_in(rng, 0)`` of the seed's own key, so every seed draws its own
+    stream, as jrl's seeds do. PureJaxRL's code is not changed.
+    """
+    import jax
+
+    def seeded(rng):
+        original, calls = jax.random.PRNGKey, []
+
+        def own_key(seed):
+            calls.append(seed)
+            return jax.random.fold_in(rng, seed)
+
+        jax.random.PRNGKey = own_key
+        try:
+            out = train(rng)
+        finally:
+            jax.random.PRNGKey = original
+        if not calls:  # a later PureJaxRL that no longer makes the call: nothing to redirect
+            raise RuntimeError("PureJaxRL's train did not call jax.random.PRNGKey: purejaxrl_independent_seeds "
+                               "has nothing to redirect; compare against the published program instead")
+        return out
+
+    return seeded
