@@ -153,7 +153,7 @@ def worker_jrl(seeds: int, total_steps: int, num_reports: int, seed: int) -> dic
         "compile_cpu": compile_cpu[0], "init": init_s, "init_cpu": init_cpu, "wall": wall,
         "reached": _first_reach(mean.tolist(), config.num_iterations), "final_return": final,
         "mean_return": [None if math.isnan(x) else float(x) for x in mean.tolist()],
-        "jax": jax.__version__, "load": os.getloadavg()[0],
+        "jax": jax.__version__, "load": os.getloadavg()[0], "commit": _git_commit(),
     }
 
 
@@ -484,6 +484,8 @@ def main(argv=None) -> None:
     for key, results in measured.items():
         ok = [r for r in results if isinstance(r, dict)]
         rows[key] = best(ok) if ok else results[-1]
+        if ok:  # the runs that did not finish (a timeout, an error) are named in the section
+            rows[key]["failures"] = [r for r in results if not isinstance(r, dict)]
     tables = make_tables(rows, seeds_list, args.quick)
     print(tables)
 
@@ -520,12 +522,20 @@ def section(rows, tables, repeats, total_steps, rejax_note) -> str:
     batch = CONFIG["num_envs"] * CONFIG["num_steps"]
     steps = "" if total_steps // batch == CONFIG["total_steps"] // batch else f" --total-steps {total_steps}"
     date = datetime.date.today().isoformat()
-    counts = sorted({(k[1], r["repeats"]) for k, r in rows.items() if isinstance(r, dict)})
+    counts = sorted({(k[1], r["repeats"] + len(r.get("failures", []))) for k, r in rows.items() if isinstance(r, dict)})
     distinct = sorted({n for _, n in counts})
     times = lambda n: "once" if n == 1 else f"{n} times"  # noqa: E731
     repeats_txt = (times(distinct[0]) if len(distinct) == 1 else
                    ", ".join(f"{times(n)} with {s} seed{'s' if s > 1 else ''}" for s, n in counts))
     rejax_line = f"\n{rejax_note}\n" if rejax_note else ""
+    # the commit the jrl runs recorded (older JSON files have none: the checkout's now)
+    commit = next((r["commit"] for k, r in rows.items() if k[0] == "jrl" and isinstance(r, dict) and r.get("commit")),
+                  None) or _git_commit()
+    unfinished = [f"{k[0]} with {k[1]} seed{'s' if k[1] > 1 else ''}: {len(r['failures'])} of "
+                  f"{r['repeats'] + len(r['failures'])} runs did not finish, {r['failures'][0]}"
+                  for k, r in rows.items() if isinstance(r, dict) and r.get("failures")]
+    if unfinished:
+        repeats_txt += " (" + "; ".join(unfinished) + ")"
     return f"""{HEADING}
 
 PPO with PureJaxRL's CartPole-v1 configuration, which is jrl's `PPOConfig`
@@ -539,7 +549,7 @@ program. To reproduce:
 Measured {date} on {cpu_model()} ({os.cpu_count()}-core CPU, shared),
 Python {platform.python_version()}, jax {jax.__version__}{versions}. Other jobs were using the machine:
 the 1-minute load average was {load_txt} during the runs (2 cores; the benchmark itself
-accounts for about 1 to 2 of it), so the wall times are noisy. jrl at commit {_git_commit()}.
+accounts for about 1 to 2 of it), so the wall times are noisy. jrl at commit {commit}.
 Each configuration ran {repeats_txt} in fresh processes, alternating the libraries. Compile and run
 are each the best of those runs.
 {rejax_line}
