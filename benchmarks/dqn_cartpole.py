@@ -463,15 +463,12 @@ at the starts of the runs (2 cores), so the wall times are noisy.
   is reduced over the runs (`parallel.all_runs`). The issue also cites PureJaxRL as "about 2.4 s compile
   and 11 s run, ~45 k steps/s", measured earlier on this machine with another jax version;
   that row is shown only when PureJaxRL is not run.
-- **PureJaxRL's vmapped seeds share one random stream**: its `dqn.py` rebinds its key to
-  `jax.random.PRNGKey(0)` ("a dummy rng", for a template transition) inside `train` and
-  keeps drawing from it, so under `vmap` its 4 seeds start from the same network (checked:
-  equal parameters) and make the same exploration and replay draws; only their env resets
-  differ. Its 4-seed program therefore draws its random numbers once for all seeds, where
-  jrl draws them per seed, as independent seeds need. Given one stream per seed
-  (`report.purejaxrl_independent_seeds`, its code unchanged), PureJaxRL's 4-seed DQN runs
-  at jrl's speed: see the row "DQN, PureJaxRL's seeds independent" in the paired section
-  below. The 4-seed rows here compare against the program as published.
+- **PureJaxRL's vmapped seeds share one random stream** (the same initial network,
+  exploration and replay draws; see the paired section below for why), so its 4-seed
+  program draws its random numbers once for all seeds, where jrl draws them per seed. The
+  4-seed rows here compare against the program as published; with one stream per seed,
+  PureJaxRL's 4-seed DQN runs at jrl's speed (the paired row "DQN, PureJaxRL's seeds
+  independent").
 - **Stable-Baselines3**: `stable_baselines3.DQN("MlpPolicy")` in a separate venv (torch CPU), on one
   gymnasium `CartPole-v1` env (with SB3's Monitor), {sb3_steps:,} env steps (SB3 learns at about
   2 k steps/s here, so not 5e5); settings: buffer 10,000, batch 128, lr 2.5e-4, learning_starts

@@ -22,10 +22,8 @@ a round, so the ratio of a pair is far steadier than either time.
   half of the total steps, as in the full-length benchmark.
 - **DQN, PureJaxRL's seeds independent** (``--agents dqn-independent``, seed
   counts above 1): the same two programs, except that PureJaxRL's DQN draws
-  one random stream per seed (``report.purejaxrl_independent_seeds``). As
-  published, its vmapped seeds share one stream (the same initial network,
-  exploration and replay draws; only the env resets differ), so its program
-  draws a seed count's fraction of the random numbers jrl's does.
+  one random stream per seed; as published its vmapped seeds share one
+  (``report.purejaxrl_independent_seeds`` says how and why).
 
 The interpreter needs jrl and PureJaxRL's dependencies (gymnax 0.0.x with its
 5-value ``step``, flashbax, distrax), e.g. a venv with rejax installed plus
@@ -68,6 +66,8 @@ INDEPENDENT = "dqn-independent"
 """The DQN comparison with PureJaxRL's seeds given independent random streams
 (``report.purejaxrl_independent_seeds``); jrl's program is the same as for "dqn"."""
 LABELS = {"ppo": "PPO", "dqn": "DQN", INDEPENDENT: "DQN, PureJaxRL's seeds independent"}
+ALGORITHM = {"ppo": "ppo", "dqn": "dqn", INDEPENDENT: "dqn"}
+"""The algorithm (benchmark CONFIG, PureJaxRL module) each configuration runs."""
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -147,7 +147,7 @@ def purejaxrl_program(agent: str, checkout: str, total_steps: int):
 
         def returns(out):  # per step: the mean over envs of each env's latest finished return
             return np.asarray(out["metrics"]["returns"], np.float64)
-    train = import_purejaxrl(checkout, "ppo" if agent == "ppo" else "dqn").make_train(config)
+    train = import_purejaxrl(checkout, ALGORITHM[agent]).make_train(config)
     return (purejaxrl_independent_seeds(train) if agent == INDEPENDENT else train), steps, returns
 
 
@@ -161,7 +161,7 @@ def worker(agent: str, seeds: int, total_steps: int, rounds: int, checkout: str,
     def emit(**fields):
         print(json.dumps(fields), flush=True)
 
-    jrl_train, jrl_steps, jrl_returns = jrl_program("ppo" if agent == "ppo" else "dqn", total_steps)
+    jrl_train, jrl_steps, jrl_returns = jrl_program(ALGORITHM[agent], total_steps)
     pjr_train, pjr_steps, pjr_returns = purejaxrl_program(agent, checkout, total_steps)
     if jrl_steps != pjr_steps:
         raise SystemExit(f"{agent}: jrl runs {jrl_steps} env steps per seed, PureJaxRL {pjr_steps}: "
