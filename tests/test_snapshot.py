@@ -1,0 +1,106 @@
+"""Determinism snapshot: short fixed-seed runs of every agent family give the same
+bits as the code that recorded ``tests/data/snapshot.json``, and run folders
+written by that code (``tests/data/old_runs/``) still resume, evaluate and
+render.
+
+A refactor must not change what a run computes. Where a change of floats is
+truly intended, regenerate the snapshot in a commit of its own and say why::
+
+    JRL_WRITE_SNAPSHOT=1 pytest tests/test_snapshot.py -k snapshot
+
+The old run folders are written once (``JRL_WRITE_OLD_RUNS=1``) and never
+regenerated: they stand for the folders users already have on disk.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+from pathlib import Path
+
+import jax
+import numpy as np
+import pytest
+
+from jrl import experiment
+
+DATA = Path(__file__).parent / "data"
+SNAPSHOT = DATA / "snapshot.json"
+OLD_RUNS = DATA / "old_runs"
+
+CASES = {
+    "ppo": dict(total_steps=4096),
+    "a2c": dict(total_steps=4096),
+    "dqn": dict(total_steps=3000, learning_starts=1000, buffer_size=2000),
+    "rainbow": dict(total_steps=3000, learning_starts=1000, buffer_size=2000),
+    "pqn": dict(total_steps=4096),
+}
+"""Agent -> config overrides of a short CartPole-v1 run (2 seeds, 4 reports)."""
+
+
+def digest(tree) -> str:
+    """sha256 over the leaves' dtypes, shapes and bytes, in tree order."""
+    h = hashlib.sha256()
+    for x in jax.tree.leaves(tree):
+        a = np.ascontiguousarray(np.asarray(x))
+        h.update(f"{a.dtype.name}{a.shape}".encode())
+        h.update(a.tobytes())
+    return h.hexdigest()
+
+
+def fingerprint(result) -> dict:
+    """What the snapshot keeps of a run: the final parameters' checksum and the last
+    metrics row of every run (floats as exact hex strings, NaN included)."""
+    last = {k: [float(v).hex() for v in np.asarray(m[:, -1], np.float64)] for k, m in sorted(result.metrics.items())}
+    return {"params_sha256": digest(result.final_params), "last_metrics": last}
+
+
+def run_case(agent: str, out: Path | None = None, **kw):
+    return experiment.train(agent, "CartPole-v1", 2, seed=3, num_reports=4, progress=False, out=out,
+                            **CASES[agent], **kw)
+
+
+@pytest.mark.parametrize("agent", sorted(CASES))
+def test_snapshot_bit_identical(agent):
+    result = run_case(agent)
+    got = fingerprint(result)
+    if os.environ.get("JRL_WRITE_SNAPSHOT"):
+        data = json.loads(SNAPSHOT.read_text()) if SNAPSHOT.exists() else {}
+        data[agent] = got
+        SNAPSHOT.parent.mkdir(parents=True, exist_ok=True)
+        SNAPSHOT.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n")
+        return
+    want = json.loads(SNAPSHOT.read_text())[agent]
+    assert sorted(got["last_metrics"]) == sorted(want["last_metrics"])
+    for name, values in want["last_metrics"].items():
+        assert got["last_metrics"][name] == values, name
+    assert got["params_sha256"] == want["params_sha256"]
+
+
+OLD_CASES = ("ppo", "a2c", "dqn", "pqn")
+
+
+def write_old_run(agent: str) -> None:
+    """An interrupted run folder (a checkpoint at half the run), as the code of the day writes it."""
+    out = OLD_RUNS / agent
+    shutil.rmtree(out, ignore_errors=True)
+    with pytest.raises(experiment.TrainingInterrupted):
+        run_case(agent, out, stop_at_steps=CASES[agent]["total_steps"] // 2)
+
+
+@pytest.mark.parametrize("agent", OLD_CASES)
+def test_old_run_folder_resumes_to_the_snapshot(agent, tmp_path):
+    """A run folder written before the agent-contract refactor resumes to the same bits as an
+    uninterrupted run of today's code, and can be evaluated."""
+    if os.environ.get("JRL_WRITE_OLD_RUNS"):
+        write_old_run(agent)
+    run = tmp_path / agent
+    shutil.copytree(OLD_RUNS / agent, run)
+    resumed = experiment.resume(run, progress=False)
+    want = json.loads(SNAPSHOT.read_text())[agent]
+    assert fingerprint(resumed)["params_sha256"] == want["params_sha256"]
+    assert fingerprint(resumed)["last_metrics"] == want["last_metrics"]
+    stats = experiment.evaluate_run(run, episodes=2)
+    assert stats["agent"] == agent and len(stats["runs"]) == 2
