@@ -49,7 +49,12 @@ class A2CConfig(ActorCriticConfig):
 PRESETS: dict[str, dict] = {
     "CartPole-v1": {},
     "Acrobot-v1": {},
-    "Pendulum-v1": {"normalize_observations": True, "normalize_rewards": True, "gamma": 0.95, "gae_lambda": 0.9},
+    "Pendulum-v1": {
+        "normalize_observations": True,
+        "normalize_rewards": True,
+        "gamma": 0.95,
+        "gae_lambda": 0.9,
+    },
 }
 """Per-environment overrides of the defaults."""
 

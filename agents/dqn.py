@@ -45,9 +45,25 @@ from jrl.distributions import epsilon_greedy, masked_argmax
 from jrl.types import PyTree, split_action_mask
 from jrl.wrappers import wrap_for_training
 
-__all__ = ["C51Config", "DQNConfig", "DQNHParams", "DQNState", "Head", "PRESETS", "QRDQNConfig", "RainbowConfig",
-           "SWEEPABLE", "build", "categorical_head", "greedy_next_actions", "make_dqn",
-           "q_targets", "quantile_head", "scalar_head", "update_target"]
+__all__ = [
+    "C51Config",
+    "DQNConfig",
+    "DQNHParams",
+    "DQNState",
+    "Head",
+    "PRESETS",
+    "QRDQNConfig",
+    "RainbowConfig",
+    "SWEEPABLE",
+    "build",
+    "categorical_head",
+    "greedy_next_actions",
+    "make_dqn",
+    "q_targets",
+    "quantile_head",
+    "scalar_head",
+    "update_target",
+]
 
 
 @struct.dataclass
@@ -72,7 +88,9 @@ class DQNState:
     target_params: PyTree  # target network parameters
     opt_state: PyTree  # optax state (clipping + Adam, without the learning rate)
     hparams: DQNHParams
-    num_updates: jax.Array  # [] int32 gradient updates so far (drives epsilon, beta, target updates)
+    num_updates: (
+        jax.Array
+    )  # [] int32 gradient updates so far (drives epsilon, beta, target updates)
 
 
 def greedy_next_actions(q_next_online, q_next_target, double_q: bool = True, next_mask=None):
@@ -81,7 +99,9 @@ def greedy_next_actions(q_next_online, q_next_target, double_q: bool = True, nex
     return masked_argmax(q_next_online if double_q else q_next_target, next_mask)
 
 
-def q_targets(q_next_online, q_next_target, reward, discount, double_q: bool = True, next_mask=None):
+def q_targets(
+    q_next_online, q_next_target, reward, discount, double_q: bool = True, next_mask=None
+):
     """``reward + discount * Q_target(s', a*)``, ``[B]``, with ``a*`` from :func:`greedy_next_actions`;
     ``q_next_*`` are ``[B, A]``, ``discount`` is 0 after a termination."""
     greedy = greedy_next_actions(q_next_online, q_next_target, double_q, next_mask)
@@ -97,7 +117,9 @@ def update_target(target_params, params, num_updates, interval: int, tau):
     """After update number ``num_updates`` (counted from 1): every ``interval`` updates
     ``target <- tau * online + (1 - tau) * target`` (``tau = 1``: a hard copy)."""
     due = (num_updates % interval) == 0
-    return jax.tree.map(lambda t, p: jnp.where(due, tau * p + (1.0 - tau) * t, t), target_params, params)
+    return jax.tree.map(
+        lambda t, p: jnp.where(due, tau * p + (1.0 - tau) * t, t), target_params, params
+    )
 
 
 class Head(NamedTuple):
@@ -132,11 +154,17 @@ def categorical_head(num_atoms: int, v_min: float, v_max: float) -> Head:
     atoms = distributional.support(num_atoms, v_min, v_max)
 
     def loss_fn(taken, next_target, reward, discount):
-        target = distributional.categorical_projection(jax.nn.softmax(next_target, axis=-1), reward, discount, atoms)
+        target = distributional.categorical_projection(
+            jax.nn.softmax(next_target, axis=-1), reward, discount, atoms
+        )
         per_item = distributional.categorical_loss(taken, jax.lax.stop_gradient(target))
         return per_item, per_item
 
-    return Head(num_atoms, lambda out: distributional.expected_value(jax.nn.softmax(out, axis=-1), atoms), loss_fn)
+    return Head(
+        num_atoms,
+        lambda out: distributional.expected_value(jax.nn.softmax(out, axis=-1), atoms),
+        loss_fn,
+    )
 
 
 def quantile_head(num_quantiles: int, kappa: float = 1.0) -> Head:
@@ -152,9 +180,18 @@ def quantile_head(num_quantiles: int, kappa: float = 1.0) -> Head:
     return Head(num_quantiles, lambda out: out.mean(axis=-1), loss_fn)
 
 
-def make_dqn(network: networks.QNetwork, hparams: DQNHParams, *, total_updates: int, double_q: bool = True,
-             head: Head | None = None, max_grad_norm: float = 10.0, target_update_interval: int = 1,
-             anneal_lr: bool = False, adam_eps: float = 1e-5) -> Agent:
+def make_dqn(
+    network: networks.QNetwork,
+    hparams: DQNHParams,
+    *,
+    total_updates: int,
+    double_q: bool = True,
+    head: Head | None = None,
+    max_grad_norm: float = 10.0,
+    target_update_interval: int = 1,
+    anneal_lr: bool = False,
+    adam_eps: float = 1e-5,
+) -> Agent:
     """The DQN-family agent: ``learn`` takes a :class:`jrl.buffers.Sample` of ``NStepTransition``s
     and returns the new priorities under :data:`jrl.loops.PRIORITIES`.
 
@@ -181,15 +218,21 @@ def make_dqn(network: networks.QNetwork, hparams: DQNHParams, *, total_updates: 
 
     def epsilon(state: DQNState):
         hp = state.hparams
-        return linear_schedule(state.num_updates, hp.epsilon_start, hp.epsilon_end,
-                               hp.exploration_fraction * total_updates)
+        return linear_schedule(
+            state.num_updates,
+            hp.epsilon_start,
+            hp.epsilon_end,
+            hp.exploration_fraction * total_updates,
+        )
 
     def act(state: DQNState, obs, key):
         """Epsilon-greedy on ``[N]`` observations, an independent draw per env."""
         obs, mask = split_action_mask(obs)
         k_noise, k_explore = jax.random.split(key) if noisy else (None, key)
         q = head.q_values(apply(state.params, obs, k_noise))
-        return epsilon_greedy(parallel.local_keys(k_explore, q.shape[0]), q, epsilon(state), mask), {}
+        return epsilon_greedy(
+            parallel.local_keys(k_explore, q.shape[0]), q, epsilon(state), mask
+        ), {}
 
     def policy(params, obs, key):
         del key
@@ -204,37 +247,68 @@ def make_dqn(network: networks.QNetwork, hparams: DQNHParams, *, total_updates: 
         out_next_target = apply(target_params, next_obs, k_target)
         # the online net's values at o_{t+n} (double Q only) take no gradient: a separate pass, so the
         # backward pass runs over the batch only (the same noise as above: the same key)
-        q_next_online = (head.q_values(apply(jax.lax.stop_gradient(params), next_obs, k_online)) if double_q
-                         else None)
-        greedy = greedy_next_actions(q_next_online, head.q_values(out_next_target), double_q, next_mask)
+        q_next_online = (
+            head.q_values(apply(jax.lax.stop_gradient(params), next_obs, k_online))
+            if double_q
+            else None
+        )
+        greedy = greedy_next_actions(
+            q_next_online, head.q_values(out_next_target), double_q, next_mask
+        )
         taken = _at_action(out_online, batch.action)
-        per_item, priority = head.loss(taken, jax.lax.stop_gradient(_at_action(out_next_target, greedy)),
-                                       batch.reward, batch.discount)
+        per_item, priority = head.loss(
+            taken,
+            jax.lax.stop_gradient(_at_action(out_next_target, greedy)),
+            batch.reward,
+            batch.discount,
+        )
         q = head.q_values(taken[:, None])[:, 0]
         return jnp.mean(weights * per_item), (priority, q)
 
     def learn(state: DQNState, sample: buffers.Sample, key):
         hp = state.hparams
         (value, (priority, q)), grads = jax.value_and_grad(loss_fn, has_aux=True)(
-            state.params, state.target_params, sample.items, sample.weights, key)
+            state.params, state.target_params, sample.items, sample.weights, key
+        )
         grads = parallel.pmean(grads)  # equal batch per device: the global mean gradient
         updates, opt_state = tx.update(grads, state.opt_state, state.params)
-        lr = hp.learning_rate * (linear_schedule(state.num_updates, 1.0, 0.0, total_updates) if anneal_lr else 1.0)
+        lr = hp.learning_rate * (
+            linear_schedule(state.num_updates, 1.0, 0.0, total_updates) if anneal_lr else 1.0
+        )
         params = optax.apply_updates(state.params, jax.tree.map(lambda u: -lr * u, updates))
         num_updates = state.num_updates + 1
-        target_params = update_target(state.target_params, params, num_updates, target_update_interval, hp.tau)
-        metrics = parallel.pmean({"train/loss": value, "train/q": q.mean(), "train/priority": priority.mean()})
-        metrics = {**metrics, **grad_norm_metric(grads, max_grad_norm), "train/epsilon": epsilon(state),
-                   PRIORITIES: priority}
+        target_params = update_target(
+            state.target_params, params, num_updates, target_update_interval, hp.tau
+        )
+        metrics = parallel.pmean(
+            {"train/loss": value, "train/q": q.mean(), "train/priority": priority.mean()}
+        )
+        metrics = {
+            **metrics,
+            **grad_norm_metric(grads, max_grad_norm),
+            "train/epsilon": epsilon(state),
+            PRIORITIES: priority,
+        }
         return DQNState(params, target_params, opt_state, hp, num_updates), metrics
 
     return Agent(init=init, act=act, learn=learn, policy=policy)
 
 
 CLASSIC_CONTROL = {
-    "total_steps": 100_000, "num_envs": 10, "steps_per_iteration": 1, "updates_per_iteration": 1,
-    "batch_size": 128, "buffer_size": 10_000, "learning_starts": 5_000, "learning_rate": 1e-3, "anneal_lr": True,
-    "target_update_interval": 50, "n_step": 3, "dueling": True, "epsilon_end": 0.05, "exploration_fraction": 0.3,
+    "total_steps": 100_000,
+    "num_envs": 10,
+    "steps_per_iteration": 1,
+    "updates_per_iteration": 1,
+    "batch_size": 128,
+    "buffer_size": 10_000,
+    "learning_starts": 5_000,
+    "learning_rate": 1e-3,
+    "anneal_lr": True,
+    "target_update_interval": 50,
+    "n_step": 3,
+    "dueling": True,
+    "epsilon_end": 0.05,
+    "exploration_fraction": 0.3,
     "hidden_sizes": (120, 84),
 }
 """The value-based family's preset for CartPole-v1 and Acrobot-v1: PureJaxRL's DQN setup (10 envs, one
@@ -331,37 +405,73 @@ class DQNConfig:
 
     def validate(self) -> None:
         """Raises ValueError naming the first inconsistent or out-of-range field."""
-        cfg.check(cfg.common_checks(self) + [
-            (self.steps_per_iteration > 0, f"steps_per_iteration must be positive, got {self.steps_per_iteration}"),
-            (self.updates_per_iteration > 0,
-             f"updates_per_iteration must be positive, got {self.updates_per_iteration}"),
-            (self.batch_size > 0, f"batch_size must be positive, got {self.batch_size}"),
-            (self.n_step > 0, f"n_step must be positive, got {self.n_step}"),
-            (self.total_steps >= self.steps_per_step,
-             f"total_steps = {self.total_steps} is less than one iteration "
-             f"(num_envs * steps_per_iteration = {self.steps_per_step})"),
-            (self.learning_starts >= 0, f"learning_starts must be >= 0, got {self.learning_starts}"),
-            (self.learning_starts < self.total_steps,
-             f"learning_starts = {self.learning_starts} leaves no updates within total_steps = {self.total_steps}"),
-            (self.buffer_size >= max(self.batch_size, self.num_envs),
-             f"buffer_size = {self.buffer_size} must be at least batch_size and num_envs"),
-            (0.0 <= self.epsilon_end <= 1.0 and 0.0 <= self.epsilon_start <= 1.0,
-             f"epsilon_start/epsilon_end must lie in [0, 1], got {self.epsilon_start}/{self.epsilon_end}"),
-            (0.0 <= self.exploration_fraction <= 1.0,
-             f"exploration_fraction must lie in [0, 1], got {self.exploration_fraction}"),
-            (0.0 < self.tau <= 1.0, f"tau must lie in (0, 1], got {self.tau}"),
-            (self.target_update_interval > 0,
-             f"target_update_interval must be positive, got {self.target_update_interval}"),
-            (self.per_alpha >= 0 and 0.0 <= self.per_beta <= 1.0,
-             f"per_alpha must be >= 0 and per_beta in [0, 1], got {self.per_alpha}/{self.per_beta}"),
-            (self.loss in ("huber", "mse"), f"loss must be 'huber' or 'mse', got {self.loss!r}"),
-            (self.distribution in DISTRIBUTIONS,
-             f"distribution must be one of {', '.join(map(repr, DISTRIBUTIONS))}, got {self.distribution!r}"),
-            (self.num_atoms >= 2 or self.distribution == "none", f"num_atoms must be at least 2, got {self.num_atoms}"),
-            (self.v_min < self.v_max, f"v_min must be below v_max, got {self.v_min} >= {self.v_max}"),
-            (self.kappa >= 0, f"kappa must be >= 0, got {self.kappa}"),
-            (self.adam_eps > 0, f"adam_eps must be positive, got {self.adam_eps}"),
-        ])
+        cfg.check(
+            cfg.common_checks(self)
+            + [
+                (
+                    self.steps_per_iteration > 0,
+                    f"steps_per_iteration must be positive, got {self.steps_per_iteration}",
+                ),
+                (
+                    self.updates_per_iteration > 0,
+                    f"updates_per_iteration must be positive, got {self.updates_per_iteration}",
+                ),
+                (self.batch_size > 0, f"batch_size must be positive, got {self.batch_size}"),
+                (self.n_step > 0, f"n_step must be positive, got {self.n_step}"),
+                (
+                    self.total_steps >= self.steps_per_step,
+                    f"total_steps = {self.total_steps} is less than one iteration "
+                    f"(num_envs * steps_per_iteration = {self.steps_per_step})",
+                ),
+                (
+                    self.learning_starts >= 0,
+                    f"learning_starts must be >= 0, got {self.learning_starts}",
+                ),
+                (
+                    self.learning_starts < self.total_steps,
+                    f"learning_starts = {self.learning_starts} leaves no updates within total_steps = {self.total_steps}",
+                ),
+                (
+                    self.buffer_size >= max(self.batch_size, self.num_envs),
+                    f"buffer_size = {self.buffer_size} must be at least batch_size and num_envs",
+                ),
+                (
+                    0.0 <= self.epsilon_end <= 1.0 and 0.0 <= self.epsilon_start <= 1.0,
+                    f"epsilon_start/epsilon_end must lie in [0, 1], got {self.epsilon_start}/{self.epsilon_end}",
+                ),
+                (
+                    0.0 <= self.exploration_fraction <= 1.0,
+                    f"exploration_fraction must lie in [0, 1], got {self.exploration_fraction}",
+                ),
+                (0.0 < self.tau <= 1.0, f"tau must lie in (0, 1], got {self.tau}"),
+                (
+                    self.target_update_interval > 0,
+                    f"target_update_interval must be positive, got {self.target_update_interval}",
+                ),
+                (
+                    self.per_alpha >= 0 and 0.0 <= self.per_beta <= 1.0,
+                    f"per_alpha must be >= 0 and per_beta in [0, 1], got {self.per_alpha}/{self.per_beta}",
+                ),
+                (
+                    self.loss in ("huber", "mse"),
+                    f"loss must be 'huber' or 'mse', got {self.loss!r}",
+                ),
+                (
+                    self.distribution in DISTRIBUTIONS,
+                    f"distribution must be one of {', '.join(map(repr, DISTRIBUTIONS))}, got {self.distribution!r}",
+                ),
+                (
+                    self.num_atoms >= 2 or self.distribution == "none",
+                    f"num_atoms must be at least 2, got {self.num_atoms}",
+                ),
+                (
+                    self.v_min < self.v_max,
+                    f"v_min must be below v_max, got {self.v_min} >= {self.v_max}",
+                ),
+                (self.kappa >= 0, f"kappa must be >= 0, got {self.kappa}"),
+                (self.adam_eps > 0, f"adam_eps must be positive, got {self.adam_eps}"),
+            ]
+        )
 
     def head(self) -> Head:
         """The value head this config asks for."""
@@ -374,7 +484,6 @@ class DQNConfig:
     def hparams(self) -> DQNHParams:
         """The sweepable fields as traced-ready float32 scalars."""
         return cfg.hparams_from(self, DQNHParams)
-
 
     PRESETS: ClassVar[dict[str, dict]] = {
         "CartPole-v1": CLASSIC_CONTROL,
@@ -456,31 +565,61 @@ def build(config: DQNConfig, env, env_params, num_devices: int = 1) -> Built:
     config.validate()
     local_envs = cfg.envs_per_device(config.num_envs, num_devices)
     if num_devices > 1 and not config.prioritized and not stratified(config):
-        raise ValueError(f"sharded DQN samples the same number of items from every env: batch_size "
-                         f"({config.batch_size}) and buffer_size ({config.buffer_size}) must be multiples of "
-                         f"num_envs ({config.num_envs})")
+        raise ValueError(
+            f"sharded DQN samples the same number of items from every env: batch_size "
+            f"({config.batch_size}) and buffer_size ({config.buffer_size}) must be multiples of "
+            f"num_envs ({config.num_envs})"
+        )
     if config.buffer_size % num_devices:
-        raise ValueError(f"buffer_size = {config.buffer_size} is not divisible by {num_devices} devices")
+        raise ValueError(
+            f"buffer_size = {config.buffer_size} is not divisible by {num_devices} devices"
+        )
     obs_space, num_actions = EnvSpec.from_env(env, env_params).value_based("DQN")
     env = wrap_for_training(env, local_envs)
     spec = EnvSpec.from_env(env, env_params)
     head = config.head()
-    network = networks.QNetwork(num_actions, tuple(config.hidden_sizes), config.activation,
-                                max(len(obs_space.shape), 1), config.dueling, num_atoms=head.num_atoms,
-                                noisy=config.noisy)
+    network = networks.QNetwork(
+        num_actions,
+        tuple(config.hidden_sizes),
+        config.activation,
+        max(len(obs_space.shape), 1),
+        config.dueling,
+        num_atoms=head.num_atoms,
+        noisy=config.noisy,
+    )
     total_updates = max(config.num_updates, 1)
-    agent = make_dqn(network, config.hparams(), total_updates=total_updates, double_q=config.double_q,
-                     head=head, max_grad_norm=config.max_grad_norm, adam_eps=config.adam_eps,
-                     target_update_interval=config.target_update_interval, anneal_lr=config.anneal_lr)
+    agent = make_dqn(
+        network,
+        config.hparams(),
+        total_updates=total_updates,
+        double_q=config.double_q,
+        head=head,
+        max_grad_norm=config.max_grad_norm,
+        adam_eps=config.adam_eps,
+        target_update_interval=config.target_update_interval,
+        anneal_lr=config.anneal_lr,
+    )
     capacity = config.buffer_size // num_devices
     if config.prioritized:
         buffer = buffers.prioritized_buffer(capacity, config.per_alpha, config.per_beta)
         beta0 = config.per_beta
         beta = lambda s: linear_schedule(s.num_updates, beta0, 1.0, total_updates)  # noqa: E731
     else:
-        buffer, beta = buffers.uniform_buffer(capacity, stratify=local_envs if stratified(config) else None), None
-    algorithm = off_policy(agent, env, buffer, steps_per_iteration=config.steps_per_iteration,
-                           updates_per_iteration=config.updates_per_iteration, learning_starts=config.learning_starts,
-                           batch_size=config.batch_size, n_step=config.n_step, beta=beta, env_params=env_params,
-                           num_devices=num_devices)
+        buffer, beta = (
+            buffers.uniform_buffer(capacity, stratify=local_envs if stratified(config) else None),
+            None,
+        )
+    algorithm = off_policy(
+        agent,
+        env,
+        buffer,
+        steps_per_iteration=config.steps_per_iteration,
+        updates_per_iteration=config.updates_per_iteration,
+        learning_starts=config.learning_starts,
+        batch_size=config.batch_size,
+        n_step=config.n_step,
+        beta=beta,
+        env_params=env_params,
+        num_devices=num_devices,
+    )
     return Built(algorithm, agent, env, env_params, spec, network)

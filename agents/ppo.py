@@ -29,9 +29,18 @@ PRESETS: dict[str, dict] = {
     "Acrobot-v1": {"num_envs": 16, "ent_coef": 0.0},
     "MountainCar-v0": {"num_envs": 16, "normalize_observations": True},
     "Pendulum-v1": {
-        "total_steps": 400_000, "num_envs": 16, "num_steps": 128, "num_epochs": 10, "num_minibatches": 32,
-        "learning_rate": 1e-3, "gamma": 0.95, "gae_lambda": 0.95, "ent_coef": 0.0, "clip_value": False,
-        "normalize_observations": True, "normalize_rewards": True,
+        "total_steps": 400_000,
+        "num_envs": 16,
+        "num_steps": 128,
+        "num_epochs": 10,
+        "num_minibatches": 32,
+        "learning_rate": 1e-3,
+        "gamma": 0.95,
+        "gae_lambda": 0.95,
+        "ent_coef": 0.0,
+        "clip_value": False,
+        "normalize_observations": True,
+        "normalize_rewards": True,
     },
     "MountainCarContinuous-v0": {"num_envs": 16, "normalize_observations": True, "ent_coef": 0.0},
 }
@@ -41,18 +50,31 @@ PRESETS: dict[str, dict] = {
 def ppo_loss(dist, values, entropy, mb: Minibatch, hp: ActorCriticHParams, clip_value: bool = True):
     """PPO's total loss on a minibatch ``[M]`` and its parts."""
     log_prob = dist.log_prob(mb.action)
-    pg_loss, clip_frac = clipped_surrogate_loss(log_prob, mb.old_log_prob, mb.advantage, hp.clip_eps)
-    v_loss = value_loss(values, mb.target, mb.old_value if clip_value else None, hp.clip_eps if clip_value else None)
+    pg_loss, clip_frac = clipped_surrogate_loss(
+        log_prob, mb.old_log_prob, mb.advantage, hp.clip_eps
+    )
+    v_loss = value_loss(
+        values, mb.target, mb.old_value if clip_value else None, hp.clip_eps if clip_value else None
+    )
     ent = entropy.mean()
     total = pg_loss + hp.vf_coef * v_loss - hp.ent_coef * ent
-    approx_kl = ((mb.old_log_prob - log_prob)).mean()
-    return total, {"train/policy_loss": pg_loss, "train/value_loss": v_loss, "train/entropy": ent,
-                   "train/clip_fraction": clip_frac, "train/approx_kl": approx_kl}
+    approx_kl = (mb.old_log_prob - log_prob).mean()
+    return total, {
+        "train/policy_loss": pg_loss,
+        "train/value_loss": v_loss,
+        "train/entropy": ent,
+        "train/clip_fraction": clip_frac,
+        "train/approx_kl": approx_kl,
+    }
 
 
 def build(config: PPOConfig, env, env_params, num_devices: int = 1) -> Built:
     """Assembles PPO on ``env`` (a jrl env as :func:`jrl.envs.make` returns it)."""
     clip = config.clip_value
-    return build_on_policy(config, env, env_params,
-                           lambda dist, v, h, mb, hp: ppo_loss(dist, v, h, mb, hp, clip_value=clip),
-                           num_devices)
+    return build_on_policy(
+        config,
+        env,
+        env_params,
+        lambda dist, v, h, mb, hp: ppo_loss(dist, v, h, mb, hp, clip_value=clip),
+        num_devices,
+    )

@@ -57,8 +57,16 @@ from jrl.optim import grad_norm_metric, linear_schedule, make_optimizer
 from jrl.types import PyTree, Transition, split_action_mask
 from jrl.wrappers import wrap_for_training
 
-__all__ = ["PRESETS", "SWEEPABLE", "PQNConfig", "PQNHParams", "PQNState", "build", "make_pqn",
-           "q_lambda_targets"]
+__all__ = [
+    "PRESETS",
+    "SWEEPABLE",
+    "PQNConfig",
+    "PQNHParams",
+    "PQNState",
+    "build",
+    "make_pqn",
+    "q_lambda_targets",
+]
 
 
 @struct.dataclass
@@ -98,7 +106,9 @@ def q_lambda_targets(
     """Peng's Q(lambda) targets ``[T, N]`` (see the module docstring for the equation):
     :func:`jrl.returns.lambda_returns` with ``bootstrap_t = max_a Q(s'_t, a)`` over the
     valid actions. No gradient is stopped."""
-    return returns.lambda_returns(rewards, masked_max(q_next, next_mask), terminated, truncated, gamma, lambda_)
+    return returns.lambda_returns(
+        rewards, masked_max(q_next, next_mask), terminated, truncated, gamma, lambda_
+    )
 
 
 @struct.dataclass
@@ -110,11 +120,21 @@ class _Samples:
     target: jax.Array  # Q(lambda) return
 
 
-def make_pqn(network: networks.QNetwork, hparams: PQNHParams, *, num_epochs: int, num_minibatches: int,
-             total_learn_steps: int, anneal_lr: bool = True, max_grad_norm: float = 10.0,
-             optimizer: str = "radam") -> Agent:
+def make_pqn(
+    network: networks.QNetwork,
+    hparams: PQNHParams,
+    *,
+    num_epochs: int,
+    num_minibatches: int,
+    total_learn_steps: int,
+    anneal_lr: bool = True,
+    max_grad_norm: float = 10.0,
+    optimizer: str = "radam",
+) -> Agent:
     """The PQN agent; ``learn`` takes a time-major rollout ``Transition [T, N]``."""
-    tx = make_optimizer(optimizer, max_grad_norm, eps=1e-8)  # optax's default eps, which the preset was tuned with
+    tx = make_optimizer(
+        optimizer, max_grad_norm, eps=1e-8
+    )  # optax's default eps, which the preset was tuned with
 
     def q_values(params, obs):
         """``(q [..., A], mask [..., A] or None)`` of possibly masked observations."""
@@ -128,8 +148,12 @@ def make_pqn(network: networks.QNetwork, hparams: PQNHParams, *, num_epochs: int
 
     def epsilon(state: PQNState):
         hp = state.hparams
-        return linear_schedule(state.num_learn_steps, hp.epsilon_start, hp.epsilon_end,
-                               hp.exploration_fraction * total_learn_steps)
+        return linear_schedule(
+            state.num_learn_steps,
+            hp.epsilon_start,
+            hp.epsilon_end,
+            hp.exploration_fraction * total_learn_steps,
+        )
 
     def act(state: PQNState, obs, key):
         """Epsilon-greedy over the valid actions of ``[N]`` observations, one draw per env."""
@@ -150,25 +174,51 @@ def make_pqn(network: networks.QNetwork, hparams: PQNHParams, *, num_epochs: int
         grads = parallel.pmean(grads)  # equal sample counts per device: the global mean gradient
         updates, opt_state = tx.update(grads, state.opt_state, state.params)
         params = optax.apply_updates(state.params, jax.tree.map(lambda u: -lr * u, updates))
-        metrics = {"train/loss": loss, "train/q": q.mean(), **grad_norm_metric(grads, max_grad_norm)}
+        metrics = {
+            "train/loss": loss,
+            "train/q": q.mean(),
+            **grad_norm_metric(grads, max_grad_norm),
+        }
         return state.replace(params=params, opt_state=opt_state), metrics
 
     def learn(state: PQNState, batch: Transition, key):
         hp = state.hparams
-        q_next, next_mask = q_values(state.params, batch.next_observation)  # once, before the update
-        target = q_lambda_targets(q_next, batch.reward * hp.reward_scale, batch.terminated, batch.truncated,
-                                  hp.gamma, hp.q_lambda, next_mask)
+        q_next, next_mask = q_values(
+            state.params, batch.next_observation
+        )  # once, before the update
+        target = q_lambda_targets(
+            q_next,
+            batch.reward * hp.reward_scale,
+            batch.terminated,
+            batch.truncated,
+            hp.gamma,
+            hp.q_lambda,
+            next_mask,
+        )
         x, _ = split_action_mask(batch.observation)
         data = _Samples(x, batch.action.astype(jnp.int32), jax.lax.stop_gradient(target))
-        lr = hp.learning_rate * (linear_schedule(state.num_learn_steps, 1.0, 0.0, total_learn_steps) if anneal_lr else 1.0)
+        lr = hp.learning_rate * (
+            linear_schedule(state.num_learn_steps, 1.0, 0.0, total_learn_steps)
+            if anneal_lr
+            else 1.0
+        )
 
         def epoch(st, k):
-            return jax.lax.scan(lambda s, mb: sgd_step(s, mb, lr), st, buffers.rollout_minibatches(data, k, num_minibatches))
+            return jax.lax.scan(
+                lambda s, mb: sgd_step(s, mb, lr),
+                st,
+                buffers.rollout_minibatches(data, k, num_minibatches),
+            )
 
         new_state, metrics = jax.lax.scan(epoch, state, jax.random.split(key, num_epochs))
         metrics = parallel.pmean(jax.tree.map(jnp.mean, metrics))
-        metrics.update({"train/learning_rate": lr, "train/epsilon": epsilon(state),
-                        "train/q_target": parallel.pmean(target.mean())})
+        metrics.update(
+            {
+                "train/learning_rate": lr,
+                "train/epsilon": epsilon(state),
+                "train/q_target": parallel.pmean(target.mean()),
+            }
+        )
         return new_state.replace(num_learn_steps=state.num_learn_steps + 1), metrics
 
     return Agent(init=init, act=act, learn=learn, policy=policy)
@@ -233,24 +283,45 @@ class PQNConfig:
 
     def validate(self) -> None:
         """Raises ValueError naming the first inconsistent or out-of-range field."""
-        cfg.check(cfg.common_checks(self) + [
-            (self.num_steps > 0, f"num_steps must be positive, got {self.num_steps}"),
-            (self.num_epochs > 0, f"num_epochs must be positive, got {self.num_epochs}"),
-            (self.num_minibatches > 0, f"num_minibatches must be positive, got {self.num_minibatches}"),
-            (self.num_steps % max(self.num_minibatches, 1) == 0,
-             (f"num_steps = {self.num_steps} is not divisible by num_minibatches = {self.num_minibatches} "
-              "(each minibatch holds num_steps / num_minibatches steps of every env)")),
-            (self.total_steps >= self.batch_size,
-             (f"total_steps = {self.total_steps} is less than one iteration "
-              f"(num_envs * num_steps = {self.batch_size})")),
-            (0.0 <= self.q_lambda <= 1.0, f"q_lambda must lie in [0, 1], got {self.q_lambda}"),
-            (self.reward_scale > 0, f"reward_scale must be positive, got {self.reward_scale}"),
-            (0.0 <= self.epsilon_start <= 1.0 and 0.0 <= self.epsilon_end <= 1.0,
-             f"epsilon_start/epsilon_end must lie in [0, 1], got {self.epsilon_start}/{self.epsilon_end}"),
-            (0.0 <= self.exploration_fraction <= 1.0,
-             f"exploration_fraction must lie in [0, 1], got {self.exploration_fraction}"),
-            (self.optimizer in ("adam", "radam"), f"optimizer must be 'adam' or 'radam', got {self.optimizer!r}"),
-        ])
+        cfg.check(
+            cfg.common_checks(self)
+            + [
+                (self.num_steps > 0, f"num_steps must be positive, got {self.num_steps}"),
+                (self.num_epochs > 0, f"num_epochs must be positive, got {self.num_epochs}"),
+                (
+                    self.num_minibatches > 0,
+                    f"num_minibatches must be positive, got {self.num_minibatches}",
+                ),
+                (
+                    self.num_steps % max(self.num_minibatches, 1) == 0,
+                    (
+                        f"num_steps = {self.num_steps} is not divisible by num_minibatches = {self.num_minibatches} "
+                        "(each minibatch holds num_steps / num_minibatches steps of every env)"
+                    ),
+                ),
+                (
+                    self.total_steps >= self.batch_size,
+                    (
+                        f"total_steps = {self.total_steps} is less than one iteration "
+                        f"(num_envs * num_steps = {self.batch_size})"
+                    ),
+                ),
+                (0.0 <= self.q_lambda <= 1.0, f"q_lambda must lie in [0, 1], got {self.q_lambda}"),
+                (self.reward_scale > 0, f"reward_scale must be positive, got {self.reward_scale}"),
+                (
+                    0.0 <= self.epsilon_start <= 1.0 and 0.0 <= self.epsilon_end <= 1.0,
+                    f"epsilon_start/epsilon_end must lie in [0, 1], got {self.epsilon_start}/{self.epsilon_end}",
+                ),
+                (
+                    0.0 <= self.exploration_fraction <= 1.0,
+                    f"exploration_fraction must lie in [0, 1], got {self.exploration_fraction}",
+                ),
+                (
+                    self.optimizer in ("adam", "radam"),
+                    f"optimizer must be 'adam' or 'radam', got {self.optimizer!r}",
+                ),
+            ]
+        )
 
     def hparams(self) -> PQNHParams:
         """The sweepable fields as traced-ready float32 scalars."""
@@ -270,10 +341,28 @@ def build(config: PQNConfig, env, env_params, num_devices: int = 1) -> Built:
     obs_space, num_actions = EnvSpec.from_env(env, env_params).value_based("PQN")
     env = wrap_for_training(env, local_envs)
     spec = EnvSpec.from_env(env, env_params)
-    network = networks.QNetwork(num_actions, tuple(config.hidden_sizes), config.activation,
-                                max(len(obs_space.shape), 1), layer_norm=config.layer_norm)
-    agent = make_pqn(network, config.hparams(), num_epochs=config.num_epochs, num_minibatches=config.num_minibatches,
-                     total_learn_steps=max(config.num_iterations, 1), anneal_lr=config.anneal_lr,
-                     max_grad_norm=config.max_grad_norm, optimizer=config.optimizer)
-    return Built(on_policy(agent, env, config.num_steps, env_params, num_devices), agent, env, env_params, spec,
-                 network)
+    network = networks.QNetwork(
+        num_actions,
+        tuple(config.hidden_sizes),
+        config.activation,
+        max(len(obs_space.shape), 1),
+        layer_norm=config.layer_norm,
+    )
+    agent = make_pqn(
+        network,
+        config.hparams(),
+        num_epochs=config.num_epochs,
+        num_minibatches=config.num_minibatches,
+        total_learn_steps=max(config.num_iterations, 1),
+        anneal_lr=config.anneal_lr,
+        max_grad_norm=config.max_grad_norm,
+        optimizer=config.optimizer,
+    )
+    return Built(
+        on_policy(agent, env, config.num_steps, env_params, num_devices),
+        agent,
+        env,
+        env_params,
+        spec,
+        network,
+    )

@@ -68,22 +68,34 @@ class Item(NamedTuple):
 
 
 def example_item() -> Item:
-    return Item(jnp.zeros(4, jnp.float32), jnp.zeros((), jnp.int32), jnp.zeros((), jnp.float32),
-                jnp.zeros((), jnp.float32), jnp.zeros(4, jnp.float32))
+    return Item(
+        jnp.zeros(4, jnp.float32),
+        jnp.zeros((), jnp.int32),
+        jnp.zeros((), jnp.float32),
+        jnp.zeros((), jnp.float32),
+        jnp.zeros(4, jnp.float32),
+    )
 
 
 def counter_items(step: jax.Array, batch: int) -> Item:
     """``batch`` distinct items derived from the step counter (cheap: no random draws)."""
     n = (step * batch + jnp.arange(batch, dtype=jnp.int32)).astype(jnp.float32)  # [B]
     obs = n[:, None] * 1e-6 + jnp.arange(4, dtype=jnp.float32)  # [B, 4]
-    return Item(obs, (n % 2).astype(jnp.int32), jnp.ones_like(n), jnp.full_like(n, 0.99), obs + 0.01)
+    return Item(
+        obs, (n % 2).astype(jnp.int32), jnp.ones_like(n), jnp.full_like(n, 0.99), obs + 0.01
+    )
 
 
 def random_items(key: jax.Array, batch: int) -> Item:
     k_obs, k_act, k_next = jax.random.split(key, 3)
     obs = jax.random.normal(k_obs, (batch, 4), jnp.float32)
-    return Item(obs, jax.random.randint(k_act, (batch,), 0, 2, jnp.int32), jnp.ones((batch,), jnp.float32),
-                jnp.full((batch,), 0.99, jnp.float32), obs + 0.01 * jax.random.normal(k_next, (batch, 4)))
+    return Item(
+        obs,
+        jax.random.randint(k_act, (batch,), 0, 2, jnp.int32),
+        jnp.ones((batch,), jnp.float32),
+        jnp.full((batch,), 0.99, jnp.float32),
+        obs + 0.01 * jax.random.normal(k_next, (batch, 4)),
+    )
 
 
 # --------------------------------------------------------------------------
@@ -101,10 +113,14 @@ class Runner:
     iterations: int
     add_batch: int
     compile_seconds: float
-    copy_shapes: list[str]  # shapes of the full-size copies (storage or sum tree) in the compiled program
+    copy_shapes: list[
+        str
+    ]  # shapes of the full-size copies (storage or sum tree) in the compiled program
     full: bool  # the full add + sample (+ update) step, not a breakdown row
     times: list[float] = field(default_factory=list)  # wall seconds per timed call
-    cpu_times: list[float] = field(default_factory=list)  # this process's CPU seconds per timed call
+    cpu_times: list[float] = field(
+        default_factory=list
+    )  # this process's CPU seconds per timed call
 
     def time_once(self) -> None:
         t0, c0 = time.perf_counter(), time.process_time()
@@ -119,16 +135,25 @@ class Runner:
     def summary(self) -> dict[str, Any]:
         t = self.best
         return {
-            "name": self.name, "best_s": t, "median_s": statistics.median(self.times),
-            "cpu_s": min(self.cpu_times), "us_per_step": 1e6 * t / self.iterations,
-            "items_per_s": self.iterations * self.add_batch / t, "samples_per_s": self.iterations * SAMPLE_BATCH / t,
-            "compile_s": self.compile_seconds, "copies": len(self.copy_shapes), "copy_shapes": self.copy_shapes,
+            "name": self.name,
+            "best_s": t,
+            "median_s": statistics.median(self.times),
+            "cpu_s": min(self.cpu_times),
+            "us_per_step": 1e6 * t / self.iterations,
+            "items_per_s": self.iterations * self.add_batch / t,
+            "samples_per_s": self.iterations * SAMPLE_BATCH / t,
+            "compile_s": self.compile_seconds,
+            "copies": len(self.copy_shapes),
+            "copy_shapes": self.copy_shapes,
             "full": self.full,
         }
 
 
 FULL = ("add", "sample", "update")  # the timed unit; subsets of it are the breakdown rows
-BREAKDOWN = {"uniform": (("add",), ("sample",)), "prioritized": (("add",), ("sample",), ("update",))}
+BREAKDOWN = {
+    "uniform": (("add",), ("sample",)),
+    "prioritized": (("add",), ("sample",), ("update",)),
+}
 
 
 def large_copies(hlo_text: str) -> list[str]:
@@ -141,12 +166,17 @@ def large_copies(hlo_text: str) -> list[str]:
     return shapes
 
 
-def make_runner(kind: str, ops: tuple[str, ...], add_batch: int, iterations: int, seed: int) -> Runner:
+def make_runner(
+    kind: str, ops: tuple[str, ...], add_batch: int, iterations: int, seed: int
+) -> Runner:
     """Builds, fills and compiles a timed unit of ``kind`` ('uniform' or 'prioritized') doing
     ``ops`` each step (``FULL``, or one of them for the breakdown)."""
     prioritized = kind == "prioritized"
-    buf = (buffers.prioritized_buffer(CAPACITY, PER_ALPHA, PER_BETA) if prioritized
-           else buffers.uniform_buffer(CAPACITY))
+    buf = (
+        buffers.prioritized_buffer(CAPACITY, PER_ALPHA, PER_BETA)
+        if prioritized
+        else buffers.uniform_buffer(CAPACITY)
+    )
     k_items, k_prio, k_run = jax.random.split(jax.random.key(seed), 3)
 
     @jax.jit
@@ -160,21 +190,32 @@ def make_runner(kind: str, ops: tuple[str, ...], add_batch: int, iterations: int
     def body(carry, _):
         state, step, key, checksum = carry
         key, k_sample, k_prio = jax.random.split(key, 3)
-        priorities = jax.random.uniform(k_prio, (SAMPLE_BATCH,), jnp.float32, 0.01, 2.0)  # |TD errors|
+        priorities = jax.random.uniform(
+            k_prio, (SAMPLE_BATCH,), jnp.float32, 0.01, 2.0
+        )  # |TD errors|
         if "add" in ops:
             state = buf.add(state, counter_items(step, add_batch))
         if "sample" in ops:
             sample = buf.sample(state, k_sample, SAMPLE_BATCH)
             items = sample.items
-            checksum = (checksum + items.observation.sum() + items.next_observation.sum() + items.reward.sum()
-                        + items.discount.sum() + items.action.sum() + sample.weights.sum())
+            checksum = (
+                checksum
+                + items.observation.sum()
+                + items.next_observation.sum()
+                + items.reward.sum()
+                + items.discount.sum()
+                + items.action.sum()
+                + sample.weights.sum()
+            )
             indices = sample.indices
         else:
             indices = jax.random.randint(k_sample, (SAMPLE_BATCH,), 0, CAPACITY, jnp.int32)
         if "update" in ops and prioritized:
             state = buf.update_priorities(state, indices, priorities)
         else:
-            checksum = checksum + priorities.sum() + indices.sum()  # same random draws as the full body
+            checksum = (
+                checksum + priorities.sum() + indices.sum()
+            )  # same random draws as the full body
         return (state, step + 1, key, checksum), None
 
     def unit(carry):
@@ -188,11 +229,21 @@ def make_runner(kind: str, ops: tuple[str, ...], add_batch: int, iterations: int
     compile_s = time.perf_counter() - t0
     carry = jax.block_until_ready(compiled(carry))  # first call (warm-up)
     name = kind if ops == FULL else f"{kind}: {ops[0]} only"
-    return Runner(name, compiled, carry, iterations, add_batch if "add" in ops else 0, compile_s,
-                  large_copies(compiled.as_text()), ops == FULL)
+    return Runner(
+        name,
+        compiled,
+        carry,
+        iterations,
+        add_batch if "add" in ops else 0,
+        compile_s,
+        large_copies(compiled.as_text()),
+        ops == FULL,
+    )
 
 
-def measure(add_batch: int, iterations: int, rounds: int, seed: int, breakdown: bool) -> list[Runner]:
+def measure(
+    add_batch: int, iterations: int, rounds: int, seed: int, breakdown: bool
+) -> list[Runner]:
     """Builds every unit, then times them in interleaved rounds (order reversed every other round)."""
     units = [(kind, FULL) for kind in ("uniform", "prioritized")]
     if breakdown:
@@ -219,14 +270,20 @@ def table(rows: list[dict[str, Any]]) -> str:
     """The full-step table: one row per buffer."""
     full = [r for r in rows if r["full"]]
     uniform = next(r for r in full if r["name"] == "uniform")
-    lines = [("| buffer | µs per step | items added/s | samples/s | time vs uniform | CPU time vs uniform "
-              "| median round / best | full-size copies | compile s |"),
-             "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    lines = [
+        (
+            "| buffer | µs per step | items added/s | samples/s | time vs uniform | CPU time vs uniform "
+            "| median round / best | full-size copies | compile s |"
+        ),
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
     for r in full:
-        lines.append(f"| {r['name']} | {r['us_per_step']:.1f} | {_rate(r['items_per_s'])} "
-                     f"| {_rate(r['samples_per_s'])} "
-                     f"| {r['best_s'] / uniform['best_s']:.2f}x | {r['cpu_s'] / uniform['cpu_s']:.2f}x "
-                     f"| {r['median_s'] / r['best_s']:.2f}x | {r['copies']} | {r['compile_s']:.2f} |")
+        lines.append(
+            f"| {r['name']} | {r['us_per_step']:.1f} | {_rate(r['items_per_s'])} "
+            f"| {_rate(r['samples_per_s'])} "
+            f"| {r['best_s'] / uniform['best_s']:.2f}x | {r['cpu_s'] / uniform['cpu_s']:.2f}x "
+            f"| {r['median_s'] / r['best_s']:.2f}x | {r['copies']} | {r['compile_s']:.2f} |"
+        )
     return "\n".join(lines)
 
 
@@ -239,17 +296,23 @@ def breakdown_table(rows: list[dict[str, Any]]) -> str:
     for kind in ("uniform", "prioritized"):
         mine = [r for r in parts if r["name"].startswith(kind + ":")]
         for r in mine:
-            lines.append(f"| {kind} | {r['name'].split(': ', 1)[1]} | {r['us_per_step']:.1f} | {r['copies']} |")
+            lines.append(
+                f"| {kind} | {r['name'].split(': ', 1)[1]} | {r['us_per_step']:.1f} | {r['copies']} |"
+            )
         full = next(r for r in rows if r["full"] and r["name"] == kind)
         lines.append(f"| {kind} | sum of the parts | {sum(r['us_per_step'] for r in mine):.1f} | |")
-        lines.append(f"| {kind} | **full step** | **{full['us_per_step']:.1f}** | {full['copies']} |")
+        lines.append(
+            f"| {kind} | **full step** | **{full['us_per_step']:.1f}** | {full['copies']} |"
+        )
     return "\n".join(lines)
 
 
 def machine() -> str:
     cpu = cpu_model()
-    return (f"{cpu}, {os.cpu_count()} cores, backend {jax.default_backend()}; "
-            f"Python {platform.python_version()}, jax {jax.__version__}")
+    return (
+        f"{cpu}, {os.cpu_count()} cores, backend {jax.default_backend()}; "
+        f"Python {platform.python_version()}, jax {jax.__version__}"
+    )
 
 
 def copies_note(rows: list[dict[str, Any]]) -> str:
@@ -262,28 +325,45 @@ def copies_note(rows: list[dict[str, Any]]) -> str:
     for name in with_copies:
         r = full[name]
         parts = [p for p in rows if not p["full"] and p["name"].startswith(name + ":")]
-        clean = [p["name"].split(": ", 1)[1].removesuffix(" only") for p in parts if p["copies"] == 0]
-        listed = ", ".join(clean[:-1]) + (" and " if len(clean) > 1 else "") + clean[-1] if clean else ""
-        alone = (f" Timed alone, the {listed} each compile without copies; the parts together cost "
-                 f"{sum(p['us_per_step'] for p in parts):.0f} µs per step, against "
-                 f"{r['us_per_step']:.0f} µs for the full step." if clean else "")
+        clean = [
+            p["name"].split(": ", 1)[1].removesuffix(" only") for p in parts if p["copies"] == 0
+        ]
+        listed = (
+            ", ".join(clean[:-1]) + (" and " if len(clean) > 1 else "") + clean[-1] if clean else ""
+        )
+        alone = (
+            f" Timed alone, the {listed} each compile without copies; the parts together cost "
+            f"{sum(p['us_per_step'] for p in parts):.0f} µs per step, against "
+            f"{r['us_per_step']:.0f} µs for the full step."
+            if clean
+            else ""
+        )
         tree = f"f32[{buffers.sum_tree_size(CAPACITY)}]"
-        what = ("the sum tree" if all(x == tree for x in r["copy_shapes"])
-                else "full-size arrays (" + ", ".join(r["copy_shapes"]) + ")")
-        notes.append(f"The compiled {name} step holds {r['copies']} HLO `copy` instruction(s) of {what}, made"
-                     f" on every step: XLA does not update it in place when the step combines the parts.{alone}")
+        what = (
+            "the sum tree"
+            if all(x == tree for x in r["copy_shapes"])
+            else "full-size arrays (" + ", ".join(r["copy_shapes"]) + ")"
+        )
+        notes.append(
+            f"The compiled {name} step holds {r['copies']} HLO `copy` instruction(s) of {what}, made"
+            f" on every step: XLA does not update it in place when the step combines the parts.{alone}"
+        )
     return " ".join(notes)
 
 
 def section(rows, add_batch: int, iterations: int, rounds: int, command: str, load: str) -> str:
     breakdown = breakdown_table(rows)
-    breakdown_txt = f"""
+    breakdown_txt = (
+        f"""
 Each part alone (same scan, same random draws, the other parts left out;
 "update only" writes priorities at random indices). The parts each include
 the key split and draws, so their sum counts those more than once:
 
 {breakdown}
-""" if breakdown else ""
+"""
+        if breakdown
+        else ""
+    )
     return f"""{HEADING}
 
 Add + sample throughput of `jrl.buffers` at capacity {CAPACITY:,}, items shaped
@@ -318,13 +398,23 @@ Measured {datetime.date.today().isoformat()} on {machine()}.
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--quick", action="store_true", help="smoke run: few steps and rounds, prints only")
-    parser.add_argument("--add-batch", type=int, default=10, help="items added per step (default 10)")
-    parser.add_argument("--iterations", type=int, help="steps per timed call (default 2000; quick: 500)")
+    parser.add_argument(
+        "--quick", action="store_true", help="smoke run: few steps and rounds, prints only"
+    )
+    parser.add_argument(
+        "--add-batch", type=int, default=10, help="items added per step (default 10)"
+    )
+    parser.add_argument(
+        "--iterations", type=int, help="steps per timed call (default 2000; quick: 500)"
+    )
     parser.add_argument("--rounds", type=int, help="timed rounds per buffer (default 15; quick: 3)")
-    parser.add_argument("--no-breakdown", action="store_true", help="time only the full step, not each part alone")
+    parser.add_argument(
+        "--no-breakdown", action="store_true", help="time only the full step, not each part alone"
+    )
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--output", type=Path, help="markdown file to update (default BENCHMARKS.md; quick: none)")
+    parser.add_argument(
+        "--output", type=Path, help="markdown file to update (default BENCHMARKS.md; quick: none)"
+    )
     args = parser.parse_args(argv)
 
     iterations = args.iterations or (500 if args.quick else 2000)
@@ -334,14 +424,18 @@ def main(argv: list[str] | None = None) -> None:
     load = f"{load0:.1f} at the start, {os.getloadavg()[0]:.1f} at the end"
     rows = [r.summary() for r in runners]
     for r in rows:
-        print(f"{r['name']:26s} best {r['best_s']:.3f} s  median {r['median_s']:.3f} s  "
-              f"{r['us_per_step']:7.1f} us/step  copies {r['copies']}  compile {r['compile_s']:.2f} s")
+        print(
+            f"{r['name']:26s} best {r['best_s']:.3f} s  median {r['median_s']:.3f} s  "
+            f"{r['us_per_step']:7.1f} us/step  copies {r['copies']}  compile {r['compile_s']:.2f} s"
+        )
     print(table(rows))
     print(breakdown_table(rows))
     print(copies_note(rows))
     print(f"load: {load}")
 
-    output = args.output if args.output is not None else (None if args.quick else REPO / "BENCHMARKS.md")
+    output = (
+        args.output if args.output is not None else (None if args.quick else REPO / "BENCHMARKS.md")
+    )
     if output is not None:
         command = "python benchmarks/buffers.py"
         if args.add_batch != 10:
@@ -352,7 +446,9 @@ def main(argv: list[str] | None = None) -> None:
             command += f" --rounds {args.rounds}"
         if args.no_breakdown:
             command += " --no-breakdown"
-        write_section(output, HEADING, section(rows, args.add_batch, iterations, rounds, command, load))
+        write_section(
+            output, HEADING, section(rows, args.add_batch, iterations, rounds, command, load)
+        )
         print(f"wrote {output}")
 
 

@@ -28,8 +28,25 @@ HEADING = "## Compilation cache"
 
 
 def one_run(cache: Path, out: Path, total_steps: int) -> dict:
-    cmd = [sys.executable, "-m", "jrl.cli", "train", "ppo", "--env", "CartPole-v1", "--seeds", "4", "--quiet",
-           "--total-steps", str(total_steps), "--out", str(out), "--overwrite", "--compile-cache-dir", str(cache)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "jrl.cli",
+        "train",
+        "ppo",
+        "--env",
+        "CartPole-v1",
+        "--seeds",
+        "4",
+        "--quiet",
+        "--total-steps",
+        str(total_steps),
+        "--out",
+        str(out),
+        "--overwrite",
+        "--compile-cache-dir",
+        str(cache),
+    ]
     env = {k: v for k, v in os.environ.items() if k != "JRL_COMPILE_CACHE"}
     done = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=1800)
     if done.returncode:
@@ -40,7 +57,9 @@ def one_run(cache: Path, out: Path, total_steps: int) -> dict:
 
 def main(argv=None) -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--repeats", type=int, default=3, help="runs against the same cache (the first fills it)")
+    p.add_argument(
+        "--repeats", type=int, default=3, help="runs against the same cache (the first fills it)"
+    )
     p.add_argument("--total-steps", type=int, default=500_000, help="env steps per seed")
     p.add_argument("--write", action="store_true", help="write the table to BENCHMARKS.md")
     a = p.parse_args(argv)
@@ -51,12 +70,19 @@ def main(argv=None) -> None:
             s = one_run(cache, Path(tmp) / "run", a.total_steps)
             size = sum(f.stat().st_size for f in cache.rglob("*") if f.is_file())
             rows.append((i + 1, s["compile_seconds"], s["run_seconds"], size))
-            print(f"run {i + 1}: compile {s['compile_seconds']:.2f} s, run {s['run_seconds']:.2f} s, "
-                  f"cache {size / 2**20:.1f} MiB", flush=True)
+            print(
+                f"run {i + 1}: compile {s['compile_seconds']:.2f} s, run {s['run_seconds']:.2f} s, "
+                f"cache {size / 2**20:.1f} MiB",
+                flush=True,
+            )
 
-    table = "\n".join(["| run | cache | compile s | run s | cache size |", "|---:|---|---:|---:|---:|"] + [
-        f"| {i} | {'empty (fills it)' if i == 1 else 'filled'} | {c:.2f} | {r:.2f} | {sz / 2**20:.1f} MiB |"
-        for i, c, r, sz in rows])
+    table = "\n".join(
+        ["| run | cache | compile s | run s | cache size |", "|---:|---|---:|---:|---:|"]
+        + [
+            f"| {i} | {'empty (fills it)' if i == 1 else 'filled'} | {c:.2f} | {r:.2f} | {sz / 2**20:.1f} MiB |"
+            for i, c, r, sz in rows
+        ]
+    )
     text = f"""{HEADING}
 
 `jrl train` turns on JAX's persistent compilation cache by default

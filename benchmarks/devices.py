@@ -43,9 +43,18 @@ print(json.dumps({"compile": res.compile_seconds, "run": min(best, res2.run_seco
 def measure(devices: int | None, fake: int, steps: int, repeats: int) -> dict:
     best = None
     for _ in range(repeats):
-        code = CHILD % {"fake": fake, "devices": "None" if devices is None else devices, "steps": steps}
-        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                             env={**os.environ, "JAX_PLATFORMS": "cpu"}, timeout=1800)
+        code = CHILD % {
+            "fake": fake,
+            "devices": "None" if devices is None else devices,
+            "steps": steps,
+        }
+        out = subprocess.run(
+            [sys.executable, "-c", code],
+            capture_output=True,
+            text=True,
+            env={**os.environ, "JAX_PLATFORMS": "cpu"},
+            timeout=1800,
+        )
         if out.returncode != 0:
             raise RuntimeError(out.stderr[-2000:])
         r = json.loads(out.stdout.strip().splitlines()[-1])
@@ -62,27 +71,38 @@ def main() -> None:
     p.add_argument("--repeats", type=int, default=2)
     a = p.parse_args()
     steps = 16 * 128 * (8 if a.quick else 60)
-    rows = [("plain (no shard_map)", None, 1), ("sharded, 1 device", 1, 1), ("sharded, 2 devices", 2, 2),
-            ("sharded, 4 devices", 4, 4)]
+    rows = [
+        ("plain (no shard_map)", None, 1),
+        ("sharded, 1 device", 1, 1),
+        ("sharded, 2 devices", 2, 2),
+        ("sharded, 4 devices", 4, 4),
+    ]
     results = {}
     for name, devices, fake in rows:
         results[name] = measure(devices, fake, steps, 1 if a.quick else a.repeats)
         print(name, results[name], flush=True)
     base = results["plain (no shard_map)"]["sps"]
-    lines = ["| configuration | compile s | run s | steps/s | vs plain |", "|---|---:|---:|---:|---:|"]
+    lines = [
+        "| configuration | compile s | run s | steps/s | vs plain |",
+        "|---|---:|---:|---:|---:|",
+    ]
     for name, _, _ in rows:
         r = results[name]
-        lines.append(f"| {name} | {r['compile']:.1f} | {r['run']:.2f} | {r['sps']:,.0f} | {r['sps'] / base:.2f}x |")
+        lines.append(
+            f"| {name} | {r['compile']:.1f} | {r['run']:.2f} | {r['sps']:,.0f} | {r['sps'] / base:.2f}x |"
+        )
     table = "\n".join(lines)
     load = os.getloadavg()[0]
     import jax
 
-    text = (f"{HEADING}\n\nPPO CartPole-v1, 16 envs x 128 steps, 4 seeds vmapped, "
-            f"{steps:,} steps per seed, best of {1 if a.quick else a.repeats} runs (compile excluded). Reproduce with:\n\n"
-            f"    python benchmarks/devices.py --write\n\nMeasured {time.strftime('%Y-%m-%d')}, 2-core CPU, "
-            f"jax {jax.__version__}, load average {load:.1f} at the end.\n\n{table}\n\n"
-            "The sharded program on one device measures the shard_map path's overhead (target <= 5%). Two fake "
-            "devices can use both cores; more share the same two cores.\n")
+    text = (
+        f"{HEADING}\n\nPPO CartPole-v1, 16 envs x 128 steps, 4 seeds vmapped, "
+        f"{steps:,} steps per seed, best of {1 if a.quick else a.repeats} runs (compile excluded). Reproduce with:\n\n"
+        f"    python benchmarks/devices.py --write\n\nMeasured {time.strftime('%Y-%m-%d')}, 2-core CPU, "
+        f"jax {jax.__version__}, load average {load:.1f} at the end.\n\n{table}\n\n"
+        "The sharded program on one device measures the shard_map path's overhead (target <= 5%). Two fake "
+        "devices can use both cores; more share the same two cores.\n"
+    )
     print(text)
     if a.write:
         write_section(BENCHMARKS_MD, HEADING, text)

@@ -67,30 +67,67 @@ import sys
 import time
 from pathlib import Path
 
-from report import DEFAULT_PUREJAXRL, compile_and_run, cpu_model, import_purejaxrl, run_json_worker, write_section
+from report import (
+    DEFAULT_PUREJAXRL,
+    compile_and_run,
+    cpu_model,
+    import_purejaxrl,
+    run_json_worker,
+    write_section,
+)
 
 HEADING = "## DQN CartPole-v1"
 REPO = Path(__file__).resolve().parent.parent
 TARGET_RETURN = 475.0
 DEFAULT_SB3_PYTHON = "/work/venv-sb3/bin/python"
-DEFAULT_PUREJAXRL_PYTHON = "/work/venv-rejax/bin/python"  # gymnax 0.0.x (PureJaxRL's 5-value step) and flashbax
+DEFAULT_PUREJAXRL_PYTHON = (
+    "/work/venv-rejax/bin/python"  # gymnax 0.0.x (PureJaxRL's 5-value step) and flashbax
+)
 
 # PureJaxRL's DQN configuration in jrl's DQNConfig fields.
 CONFIG = {
-    "total_steps": 500_000, "num_envs": 10, "steps_per_iteration": 1, "updates_per_iteration": 1,
-    "batch_size": 128, "buffer_size": 10_000, "learning_starts": 10_000, "target_update_interval": 50,
-    "epsilon_start": 1.0, "epsilon_end": 0.05, "exploration_fraction": 0.5, "learning_rate": 2.5e-4,
-    "anneal_lr": False, "gamma": 0.99, "n_step": 1, "dueling": False, "double_q": False,
-    "prioritized": False, "hidden_sizes": (120, 84), "activation": "relu", "loss": "mse",
-    "distribution": "none", "noisy": False, "tau": 1.0, "max_grad_norm": 0.0,
+    "total_steps": 500_000,
+    "num_envs": 10,
+    "steps_per_iteration": 1,
+    "updates_per_iteration": 1,
+    "batch_size": 128,
+    "buffer_size": 10_000,
+    "learning_starts": 10_000,
+    "target_update_interval": 50,
+    "epsilon_start": 1.0,
+    "epsilon_end": 0.05,
+    "exploration_fraction": 0.5,
+    "learning_rate": 2.5e-4,
+    "anneal_lr": False,
+    "gamma": 0.99,
+    "n_step": 1,
+    "dueling": False,
+    "double_q": False,
+    "prioritized": False,
+    "hidden_sizes": (120, 84),
+    "activation": "relu",
+    "loss": "mse",
+    "distribution": "none",
+    "noisy": False,
+    "tau": 1.0,
+    "max_grad_norm": 0.0,
     "adam_eps": 1e-8,
 }
 
 # Stable-Baselines3's closest settings (counted in env steps of its single env).
 SB3_CONFIG = {
-    "learning_rate": 2.5e-4, "buffer_size": 10_000, "learning_starts": 10_000, "batch_size": 128, "tau": 1.0,
-    "gamma": 0.99, "train_freq": 10, "gradient_steps": 1, "target_update_interval": 500,
-    "exploration_fraction": 0.5, "exploration_initial_eps": 1.0, "exploration_final_eps": 0.05,
+    "learning_rate": 2.5e-4,
+    "buffer_size": 10_000,
+    "learning_starts": 10_000,
+    "batch_size": 128,
+    "tau": 1.0,
+    "gamma": 0.99,
+    "train_freq": 10,
+    "gradient_steps": 1,
+    "target_update_interval": 500,
+    "exploration_fraction": 0.5,
+    "exploration_initial_eps": 1.0,
+    "exploration_final_eps": 0.05,
     "max_grad_norm": 10.0,
 }
 SB3_NET_ARCH = [120, 84]
@@ -144,8 +181,16 @@ def worker_jrl(seeds: int, total_steps: int, num_reports: int, seed: int) -> dic
     if got != overrides:
         raise SystemExit(f"jrl's DQN config differs from the one asked for: {got} != {overrides}")
     t0 = time.perf_counter()
-    res = jrl.train("dqn", "CartPole-v1", seeds=seeds, seed=seed, num_reports=num_reports, progress=False,
-                    compile_cache=False, **overrides)  # a cold compile, like the peers'
+    res = jrl.train(
+        "dqn",
+        "CartPole-v1",
+        seeds=seeds,
+        seed=seed,
+        num_reports=num_reports,
+        progress=False,
+        compile_cache=False,
+        **overrides,
+    )  # a cold compile, like the peers'
 
     wall = time.perf_counter() - t0
     ret = np.asarray(res.metrics["train/episode_return"], np.float64)  # [R, iterations]
@@ -158,25 +203,45 @@ def worker_jrl(seeds: int, total_steps: int, num_reports: int, seed: int) -> dic
     reached = first_reach(chunks)
     steps_per_iteration = config.num_envs * config.steps_per_iteration
     return {
-        "library": "jrl", "seeds": seeds, "steps_per_run": int(res.env_steps[-1]), "compile": res.compile_seconds,
-        "run": res.run_seconds, "init": wall - res.compile_seconds - res.run_seconds, "wall": wall,
-        "steps_per_second": res.steps_per_second, "final_return": final,
+        "library": "jrl",
+        "seeds": seeds,
+        "steps_per_run": int(res.env_steps[-1]),
+        "compile": res.compile_seconds,
+        "run": res.run_seconds,
+        "init": wall - res.compile_seconds - res.run_seconds,
+        "wall": wall,
+        "steps_per_second": res.steps_per_second,
+        "final_return": final,
         "reached_fraction": None if reached is None else reached / len(per_iteration),
         "reached_steps": None if reached is None else reached * steps_per_iteration,
         "chunks": [(end * steps_per_iteration, v) for end, v in chunks],
-        "jax": jax.__version__, "load": os.getloadavg()[0],
+        "jax": jax.__version__,
+        "load": os.getloadavg()[0],
     }
 
 
 # PureJaxRL's dqn.py configuration (its main()), the same run as CONFIG.
 PUREJAXRL_CONFIG = {
-    "NUM_ENVS": 10, "BUFFER_SIZE": 10_000, "BUFFER_BATCH_SIZE": 128, "EPSILON_START": 1.0, "EPSILON_FINISH": 0.05,
-    "EPSILON_ANNEAL_TIME": 250_000, "TARGET_UPDATE_INTERVAL": 500, "LR": 2.5e-4, "LEARNING_STARTS": 10_000,
-    "TRAINING_INTERVAL": 10, "LR_LINEAR_DECAY": False, "GAMMA": 0.99, "TAU": 1.0, "ENV_NAME": "CartPole-v1",
+    "NUM_ENVS": 10,
+    "BUFFER_SIZE": 10_000,
+    "BUFFER_BATCH_SIZE": 128,
+    "EPSILON_START": 1.0,
+    "EPSILON_FINISH": 0.05,
+    "EPSILON_ANNEAL_TIME": 250_000,
+    "TARGET_UPDATE_INTERVAL": 500,
+    "LR": 2.5e-4,
+    "LEARNING_STARTS": 10_000,
+    "TRAINING_INTERVAL": 10,
+    "LR_LINEAR_DECAY": False,
+    "GAMMA": 0.99,
+    "TAU": 1.0,
+    "ENV_NAME": "CartPole-v1",
 }
 
 
-def worker_purejaxrl(seeds: int, total_steps: int, num_reports: int, seed: int, checkout: str) -> dict:
+def worker_purejaxrl(
+    seeds: int, total_steps: int, num_reports: int, seed: int, checkout: str
+) -> dict:
     """PureJaxRL's own ``purejaxrl/dqn.py`` (a checkout outside jrl), unchanged:
     ``jit(vmap(make_train(config)))`` as its ``main()`` builds it (wandb off),
     compiled ahead of time, then called once. Its init is inside."""
@@ -195,18 +260,27 @@ def worker_purejaxrl(seeds: int, total_steps: int, num_reports: int, seed: int, 
         out, times = compile_and_run(jax.jit(jax.vmap(dqn.make_train(config))), keys)
     wall = time.perf_counter() - t_start
     # "returns": per step, the mean over the envs of each env's latest finished return (0 before any)
-    per_step = np.asarray(out["metrics"]["returns"], np.float64).mean(axis=0)  # [steps], mean over seeds
+    per_step = np.asarray(out["metrics"]["returns"], np.float64).mean(
+        axis=0
+    )  # [steps], mean over seeds
     chunks = chunk_values(per_step.tolist(), num_reports)
     reached = first_reach(chunks)
     steps = per_step.shape[0] * config["NUM_ENVS"]
     return {
-        "library": "PureJaxRL", "seeds": seeds, "steps_per_run": steps, "compile": times["compile"],
-        "run": times["run"], "init": 0.0, "wall": wall, "steps_per_second": steps * seeds / times["run"],
-        "final_return": float(per_step[-max(1, per_step.shape[0] // 20):].mean()),
+        "library": "PureJaxRL",
+        "seeds": seeds,
+        "steps_per_run": steps,
+        "compile": times["compile"],
+        "run": times["run"],
+        "init": 0.0,
+        "wall": wall,
+        "steps_per_second": steps * seeds / times["run"],
+        "final_return": float(per_step[-max(1, per_step.shape[0] // 20) :].mean()),
         "reached_fraction": None if reached is None else reached / per_step.shape[0],
         "reached_steps": None if reached is None else reached * config["NUM_ENVS"],
         "chunks": [(end * config["NUM_ENVS"], v) for end, v in chunks],
-        "jax": jax.__version__, "load": os.getloadavg()[0],
+        "jax": jax.__version__,
+        "load": os.getloadavg()[0],
         "versions": {p: version(p) for p in ("gymnax", "jax", "flax", "optax", "flashbax")},
     }
 
@@ -239,8 +313,15 @@ def worker_sb3(total_steps: int, num_reports: int, seed: int, threads: int) -> d
 
     t0 = time.perf_counter()
     env = Monitor(gym.make("CartPole-v1"))
-    model = DQN("MlpPolicy", env, policy_kwargs={"net_arch": SB3_NET_ARCH}, seed=seed, device="cpu", verbose=0,
-                **SB3_CONFIG)
+    model = DQN(
+        "MlpPolicy",
+        env,
+        policy_kwargs={"net_arch": SB3_NET_ARCH},
+        seed=seed,
+        device="cpu",
+        verbose=0,
+        **SB3_CONFIG,
+    )
     init_s = time.perf_counter() - t0
     clock = LearningStartClock()
     t0 = time.perf_counter()
@@ -258,15 +339,26 @@ def worker_sb3(total_steps: int, num_reports: int, seed: int, threads: int) -> d
     per_step[step:] = [last] * (total_steps - step)
     chunks = chunk_values(per_step, num_reports)
     reached = first_reach(chunks)
-    tail = per_step[-max(1, total_steps // 20):]
+    tail = per_step[-max(1, total_steps // 20) :]
     known = [v for v in tail if v is not None]
     return {
-        "library": "sb3", "seeds": 1, "steps_per_run": total_steps, "compile": 0.0, "run": run_s, "init": init_s,
-        "wall": init_s + run_s, "steps_per_second": total_steps / run_s,
-        "learning_steps_per_second": (total_steps - learning_starts) / learning_s if learning_s else None,
+        "library": "sb3",
+        "seeds": 1,
+        "steps_per_run": total_steps,
+        "compile": 0.0,
+        "run": run_s,
+        "init": init_s,
+        "wall": init_s + run_s,
+        "steps_per_second": total_steps / run_s,
+        "learning_steps_per_second": (total_steps - learning_starts) / learning_s
+        if learning_s
+        else None,
         "final_return": sum(known) / len(known) if known else None,
-        "reached_fraction": None if reached is None else reached / total_steps, "reached_steps": reached,
-        "chunks": chunks, "episodes": len(returns), "torch_threads": torch.get_num_threads(),
+        "reached_fraction": None if reached is None else reached / total_steps,
+        "reached_steps": reached,
+        "chunks": chunks,
+        "episodes": len(returns),
+        "torch_threads": torch.get_num_threads(),
         "versions": {p: version(p) for p in ("stable-baselines3", "torch", "gymnasium", "numpy")},
         "load": os.getloadavg()[0],
     }
@@ -277,12 +369,36 @@ def worker_sb3(total_steps: int, num_reports: int, seed: int, threads: int) -> d
 # --------------------------------------------------------------------------
 
 
-def run_worker(python: str, library: str, seeds: int, total_steps: int, num_reports: int, seed: int,
-               timeout: float, sb3_threads: int, purejaxrl: str = DEFAULT_PUREJAXRL) -> dict | str:
+def run_worker(
+    python: str,
+    library: str,
+    seeds: int,
+    total_steps: int,
+    num_reports: int,
+    seed: int,
+    timeout: float,
+    sb3_threads: int,
+    purejaxrl: str = DEFAULT_PUREJAXRL,
+) -> dict | str:
     """Runs one measurement in a fresh interpreter; returns its JSON or an error string."""
-    cmd = [python, str(Path(__file__).resolve()), "--worker", library, "--seeds", str(seeds),
-           "--total-steps", str(total_steps), "--num-reports", str(num_reports), "--seed", str(seed),
-           "--sb3-threads", str(sb3_threads), "--purejaxrl", purejaxrl]
+    cmd = [
+        python,
+        str(Path(__file__).resolve()),
+        "--worker",
+        library,
+        "--seeds",
+        str(seeds),
+        "--total-steps",
+        str(total_steps),
+        "--num-reports",
+        str(num_reports),
+        "--seed",
+        str(seed),
+        "--sb3-threads",
+        str(sb3_threads),
+        "--purejaxrl",
+        purejaxrl,
+    ]
     env = dict(os.environ) if library == "jrl" else {**os.environ, "PYTHONPATH": ""}
     return run_json_worker(cmd, env, timeout, REPO)
 
@@ -296,7 +412,9 @@ def best(results: list[dict]) -> dict:
     out["loads"] = [r["load"] for r in results]
     out["all_run"] = [round(r["run"], 2) for r in results]
     out["all_reached"] = [r["reached_steps"] for r in results]
-    learning = [r["learning_steps_per_second"] for r in results if r.get("learning_steps_per_second")]
+    learning = [
+        r["learning_steps_per_second"] for r in results if r.get("learning_steps_per_second")
+    ]
     if learning:
         out["learning_steps_per_second"] = max(learning)
     return out
@@ -320,13 +438,19 @@ NAMES = {"jrl": "jrl", "purejaxrl": "PureJaxRL", "sb3": "Stable-Baselines3"}
 
 
 def make_tables(rows: dict[tuple[str, int], dict | str], jrl_seeds: list[int], quick: bool) -> str:
-    lines = [("| library | seeds | env steps per seed | compile s | init s | run s | env steps/s "
-              "| run s / seed | time to 475 s (env steps), estimate | final return |"),
-             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    lines = [
+        (
+            "| library | seeds | env steps per seed | compile s | init s | run s | env steps/s "
+            "| run s / seed | time to 475 s (env steps), estimate | final return |"
+        ),
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
     if not quick and not isinstance(rows.get(("purejaxrl", 1)), dict):
         ref = REFERENCE
-        lines.append(f"| PureJaxRL (reference, cited) | 1 | {CONFIG['total_steps']:,} | ~{ref['compile']} | – | "
-                     f"~{ref['run']:.0f} | ~{_rate(ref['steps_per_second'])} | ~{ref['run']:.0f} | – | – |")
+        lines.append(
+            f"| PureJaxRL (reference, cited) | 1 | {CONFIG['total_steps']:,} | ~{ref['compile']} | – | "
+            f"~{ref['run']:.0f} | ~{_rate(ref['steps_per_second'])} | ~{ref['run']:.0f} | – | – |"
+        )
     keys = [(lib, s) for s in jrl_seeds for lib in ("jrl", "purejaxrl")] + [("sb3", 1)]
     for key in keys:
         r = rows.get(key)
@@ -343,8 +467,10 @@ def make_tables(rows: dict[tuple[str, int], dict | str], jrl_seeds: list[int], q
         if r.get("learning_steps_per_second"):
             rate += f" (learning phase {_rate(r['learning_steps_per_second'])})"
         init = "(in compile)" if key[0] == "purejaxrl" else f"{r['init']:.1f}"
-        lines.append(f"| {name} | {key[1]} | {r['steps_per_run']:,} | {compile_txt} | {init} | "
-                     f"{r['run']:.1f} | {rate} | {r['run'] / key[1]:.2f} | {reach} | {_f(r.get('final_return'))} |")
+        lines.append(
+            f"| {name} | {key[1]} | {r['steps_per_run']:,} | {compile_txt} | {init} | "
+            f"{r['run']:.1f} | {rate} | {r['run'] / key[1]:.2f} | {reach} | {_f(r.get('final_return'))} |"
+        )
 
     ratios = []
     j1, sb3 = rows.get(("jrl", 1)), rows.get(("sb3", 1))
@@ -352,65 +478,101 @@ def make_tables(rows: dict[tuple[str, int], dict | str], jrl_seeds: list[int], q
         j, x = rows.get(("jrl", s)), rows.get(("purejaxrl", s))
         if isinstance(j, dict) and isinstance(x, dict):
             tj, tx = time_to_target(j), time_to_target(x)
-            ratios.append(f"- jrl / PureJaxRL, {s} seed{'s' if s > 1 else ''} (side by side): "
-                          f"**steps/s {j['steps_per_second'] / x['steps_per_second']:.2f}x** (> 1: jrl faster), "
-                          f"run time {j['run'] / x['run']:.2f}x, compile (jrl: compile + init) "
-                          f"{(j['compile'] + j['init']) / x['compile']:.2f}x, compile + init + run "
-                          f"{(j['compile'] + j['init'] + j['run']) / (x['compile'] + x['run']):.2f}x, time to 475 "
-                          + (f"{tj / tx:.2f}x" if tj is not None and tx is not None else "–")
-                          + " (times: < 1, jrl takes less).")
+            ratios.append(
+                f"- jrl / PureJaxRL, {s} seed{'s' if s > 1 else ''} (side by side): "
+                f"**steps/s {j['steps_per_second'] / x['steps_per_second']:.2f}x** (> 1: jrl faster), "
+                f"run time {j['run'] / x['run']:.2f}x, compile (jrl: compile + init) "
+                f"{(j['compile'] + j['init']) / x['compile']:.2f}x, compile + init + run "
+                f"{(j['compile'] + j['init'] + j['run']) / (x['compile'] + x['run']):.2f}x, time to 475 "
+                + (f"{tj / tx:.2f}x" if tj is not None and tx is not None else "–")
+                + " (times: < 1, jrl takes less)."
+            )
     if isinstance(j1, dict):
         if not quick and not isinstance(rows.get(("purejaxrl", 1)), dict):
-            ratios.append(f"- jrl (1 seed) / PureJaxRL reference: compile {j1['compile'] / REFERENCE['compile']:.2f}x, "
-                          f"run {j1['run'] / REFERENCE['run']:.2f}x (times; < 1: jrl takes less), "
-                          f"steps/s {j1['steps_per_second'] / REFERENCE['steps_per_second']:.2f}x "
-                          "(against a cited number, not a side-by-side measurement).")
+            ratios.append(
+                f"- jrl (1 seed) / PureJaxRL reference: compile {j1['compile'] / REFERENCE['compile']:.2f}x, "
+                f"run {j1['run'] / REFERENCE['run']:.2f}x (times; < 1: jrl takes less), "
+                f"steps/s {j1['steps_per_second'] / REFERENCE['steps_per_second']:.2f}x "
+                "(against a cited number, not a side-by-side measurement)."
+            )
         if isinstance(sb3, dict):
             learning = sb3.get("learning_steps_per_second")
-            txt = (f"- jrl (1 seed) steps/s / Stable-Baselines3 steps/s: "
-                   f"**{j1['steps_per_second'] / sb3['steps_per_second']:.0f}x** over SB3's whole run")
+            txt = (
+                f"- jrl (1 seed) steps/s / Stable-Baselines3 steps/s: "
+                f"**{j1['steps_per_second'] / sb3['steps_per_second']:.0f}x** over SB3's whole run"
+            )
             if learning:
-                txt += (f", **{j1['steps_per_second'] / learning:.0f}x** over its learning phase (the fairer one: "
-                        f"jrl's run is {1 - CONFIG['learning_starts'] / j1['steps_per_run']:.0%} learning phase, "
-                        f"SB3's short run only {1 - SB3_CONFIG['learning_starts'] / sb3['steps_per_run']:.0%})")
+                txt += (
+                    f", **{j1['steps_per_second'] / learning:.0f}x** over its learning phase (the fairer one: "
+                    f"jrl's run is {1 - CONFIG['learning_starts'] / j1['steps_per_run']:.0%} learning phase, "
+                    f"SB3's short run only {1 - SB3_CONFIG['learning_starts'] / sb3['steps_per_run']:.0%})"
+                )
             ratios.append(txt + ".")
         j4 = rows.get(("jrl", 4))
         if isinstance(j4, dict):
-            ratios.append(f"- jrl, 4 vmapped seeds vs 1: {j4['steps_per_second'] / j1['steps_per_second']:.2f}x "
-                          "the env steps/s (summed over seeds).")
+            ratios.append(
+                f"- jrl, 4 vmapped seeds vs 1: {j4['steps_per_second'] / j1['steps_per_second']:.2f}x "
+                "the env steps/s (summed over seeds)."
+            )
     return "\n".join(lines) + ("\n\n" + "\n".join(ratios) if ratios else "")
 
 
 def _git_commit() -> str:
     try:
-        head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True,
-                              check=True).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "jrl", "agents"], cwd=REPO, capture_output=True,
-                               text=True, check=True).stdout.strip()
+        head = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"],
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "jrl", "agents"],
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
     except (OSError, subprocess.CalledProcessError):
         return "unknown"
     return head + (" plus uncommitted changes" if dirty else "")
 
 
-def section(rows, tables: str, command: str, repeats: int, total_steps: int, sb3_steps: int,
-            num_reports: int, sb3_note: str | None) -> str:
+def section(
+    rows,
+    tables: str,
+    command: str,
+    repeats: int,
+    total_steps: int,
+    sb3_steps: int,
+    num_reports: int,
+    sb3_note: str | None,
+) -> str:
     import jax
 
     sb3 = rows.get(("sb3", 1))
     pj = next((r for k, r in rows.items() if k[0] == "purejaxrl" and isinstance(r, dict)), None)
-    pj_versions = ("; PureJaxRL's venv: " + ", ".join(f"{k} {v}" for k, v in pj["versions"].items())) if pj else ""
+    pj_versions = (
+        ("; PureJaxRL's venv: " + ", ".join(f"{k} {v}" for k, v in pj["versions"].items()))
+        if pj
+        else ""
+    )
     loads = [x for r in rows.values() if isinstance(r, dict) for x in r["loads"]]
     load_txt = f"{min(loads):.1f} to {max(loads):.1f}" if loads else "?"
     if isinstance(sb3, dict):
         v = sb3["versions"]
-        sb3_versions = (f"; SB3's venv: stable-baselines3 {v['stable-baselines3']}, torch {v['torch']} "
-                        f"({sb3['torch_threads']} thread{'s' if sb3['torch_threads'] != 1 else ''}), "
-                        f"gymnasium {v['gymnasium']}")
+        sb3_versions = (
+            f"; SB3's venv: stable-baselines3 {v['stable-baselines3']}, torch {v['torch']} "
+            f"({sb3['torch_threads']} thread{'s' if sb3['torch_threads'] != 1 else ''}), "
+            f"gymnasium {v['gymnasium']}"
+        )
     else:
         sb3_versions = ""
     skipped = f"\n**Stable-Baselines3 not measured**: {sb3_note}\n" if sb3_note else ""
     threads = sb3["torch_threads"] if isinstance(sb3, dict) else None
-    sb3_threads_txt = f"{threads} intra-op thread{'s' if threads != 1 else ''}" if threads else "one thread"
+    sb3_threads_txt = (
+        f"{threads} intra-op thread{'s' if threads != 1 else ''}" if threads else "one thread"
+    )
     return f"""{HEADING}
 
 DQN with PureJaxRL's CartPole-v1 configuration: 10 envs, replay 10,000,
@@ -424,7 +586,7 @@ per seed. jrl runs 1 seed, and 4 seeds vmapped in one program. To reproduce:
 
 Measured {datetime.date.today().isoformat()} on {cpu_model()} ({os.cpu_count()}-core CPU, shared), Python
 {platform.python_version()}, jax {jax.__version__}{pj_versions}{sb3_versions}. jrl at commit {_git_commit()}.
-Each configuration ran {repeats} time{'s' if repeats != 1 else ''} in fresh processes, alternating the libraries;
+Each configuration ran {repeats} time{"s" if repeats != 1 else ""} in fresh processes, alternating the libraries;
 compile and run are each the best of those runs. Other jobs were using the machine: the 1-minute load average was {load_txt}
 at the starts of the runs (2 cores), so the wall times are noisy.
 {skipped}
@@ -491,25 +653,49 @@ at the starts of the runs (2 cores), so the wall times are noisy.
 
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--quick", action="store_true",
-                        help="smoke run: 50k jrl / 15k SB3 steps, 1 repeat, prints only")
+    parser.add_argument(
+        "--quick",
+        action="store_true",
+        help="smoke run: 50k jrl / 15k SB3 steps, 1 repeat, prints only",
+    )
     parser.add_argument("--seeds", type=int, nargs="+", help="jrl seed counts (default 1 4)")
-    parser.add_argument("--repeats", type=int, help="runs per configuration, best reported (default 3; quick: 1)")
-    parser.add_argument("--total-steps", type=int, help="jrl env steps per seed (default 500000; quick: 50000)")
+    parser.add_argument(
+        "--repeats", type=int, help="runs per configuration, best reported (default 3; quick: 1)"
+    )
+    parser.add_argument(
+        "--total-steps", type=int, help="jrl env steps per seed (default 500000; quick: 50000)"
+    )
     parser.add_argument("--sb3-steps", type=int, help="SB3 env steps (default 50000; quick: 15000)")
-    parser.add_argument("--num-reports", type=int, default=100, help="chunks per run (host syncs; time-to-475 grid)")
+    parser.add_argument(
+        "--num-reports", type=int, default=100, help="chunks per run (host syncs; time-to-475 grid)"
+    )
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--sb3-python", default=DEFAULT_SB3_PYTHON,
-                        help="interpreter with stable-baselines3 installed (skipped if absent)")
-    parser.add_argument("--sb3-threads", type=int, default=1,
-                        help="torch intra-op threads for SB3 (default 1; 0: torch's default, one per core)")
-    parser.add_argument("--purejaxrl", default=DEFAULT_PUREJAXRL,
-                        help="a PureJaxRL checkout (the folder holding purejaxrl/dqn.py) to run side by side; "
-                             "skipped if absent")
-    parser.add_argument("--purejaxrl-python", default=DEFAULT_PUREJAXRL_PYTHON,
-                        help="interpreter for PureJaxRL (needs gymnax 0.0.x and flashbax)")
+    parser.add_argument(
+        "--sb3-python",
+        default=DEFAULT_SB3_PYTHON,
+        help="interpreter with stable-baselines3 installed (skipped if absent)",
+    )
+    parser.add_argument(
+        "--sb3-threads",
+        type=int,
+        default=1,
+        help="torch intra-op threads for SB3 (default 1; 0: torch's default, one per core)",
+    )
+    parser.add_argument(
+        "--purejaxrl",
+        default=DEFAULT_PUREJAXRL,
+        help="a PureJaxRL checkout (the folder holding purejaxrl/dqn.py) to run side by side; "
+        "skipped if absent",
+    )
+    parser.add_argument(
+        "--purejaxrl-python",
+        default=DEFAULT_PUREJAXRL_PYTHON,
+        help="interpreter for PureJaxRL (needs gymnax 0.0.x and flashbax)",
+    )
     parser.add_argument("--timeout", type=float, default=900, help="seconds per worker")
-    parser.add_argument("--output", type=Path, help="markdown file to update (default BENCHMARKS.md; quick: none)")
+    parser.add_argument(
+        "--output", type=Path, help="markdown file to update (default BENCHMARKS.md; quick: none)"
+    )
     parser.add_argument("--json", type=Path, help="also dump every measurement here")
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -520,7 +706,9 @@ def main(argv=None) -> None:
         if args.worker == "jrl":
             out = worker_jrl(args.seeds[0], total_steps, args.num_reports, args.seed)
         elif args.worker == "purejaxrl":
-            out = worker_purejaxrl(args.seeds[0], total_steps, args.num_reports, args.seed, args.purejaxrl)
+            out = worker_purejaxrl(
+                args.seeds[0], total_steps, args.num_reports, args.seed, args.purejaxrl
+            )
         else:
             out = worker_sb3(total_steps, args.num_reports, args.seed, args.sb3_threads)
         print(json.dumps(out))
@@ -531,7 +719,10 @@ def main(argv=None) -> None:
     pjr = Path(args.purejaxrl) / "purejaxrl" / "dqn.py"
     with_pjr = pjr.exists() and Path(args.purejaxrl_python).exists()
     if not with_pjr:
-        print(f"PureJaxRL skipped: {pjr} or {args.purejaxrl_python} not found (see --purejaxrl)", file=sys.stderr)
+        print(
+            f"PureJaxRL skipped: {pjr} or {args.purejaxrl_python} not found (see --purejaxrl)",
+            file=sys.stderr,
+        )
     runs = [(lib, s) for s in jrl_seeds for lib in (("jrl", "purejaxrl") if with_pjr else ("jrl",))]
     sb3_note = None
     if Path(args.sb3_python).exists():
@@ -542,21 +733,37 @@ def main(argv=None) -> None:
     measured: dict[tuple[str, int], list] = {}
     for rep in range(repeats):
         for lib, seeds in runs:
-            python = {"jrl": sys.executable, "purejaxrl": args.purejaxrl_python}.get(lib, args.sb3_python)
+            python = {"jrl": sys.executable, "purejaxrl": args.purejaxrl_python}.get(
+                lib, args.sb3_python
+            )
             steps = sb3_steps if lib == "sb3" else total_steps
-            r = run_worker(python, lib, seeds, steps, args.num_reports, args.seed, args.timeout, args.sb3_threads,
-                           args.purejaxrl)
+            r = run_worker(
+                python,
+                lib,
+                seeds,
+                steps,
+                args.num_reports,
+                args.seed,
+                args.timeout,
+                args.sb3_threads,
+                args.purejaxrl,
+            )
             if isinstance(r, str):
                 print(f"{lib:9s} seeds={seeds} repeat {rep + 1}: {r}", file=sys.stderr)
                 if lib == "sb3" and sb3_note is None:
                     sb3_note = f"the SB3 worker failed: {r}"
             else:
-                print(f"{lib:9s} seeds={seeds} repeat {rep + 1}: compile {r['compile']:5.2f} s run {r['run']:6.2f} s "
-                      f"{r['steps_per_second']:9,.0f} steps/s final {_f(r['final_return'])} "
-                      f"reached {r['reached_steps']} load {r['load']:.1f}", file=sys.stderr)
+                print(
+                    f"{lib:9s} seeds={seeds} repeat {rep + 1}: compile {r['compile']:5.2f} s run {r['run']:6.2f} s "
+                    f"{r['steps_per_second']:9,.0f} steps/s final {_f(r['final_return'])} "
+                    f"reached {r['reached_steps']} load {r['load']:.1f}",
+                    file=sys.stderr,
+                )
             measured.setdefault((lib, seeds), []).append(r)
     if args.json:
-        args.json.write_text(json.dumps({f"{k[0]}|{k[1]}": v for k, v in measured.items()}, indent=1))
+        args.json.write_text(
+            json.dumps({f"{k[0]}|{k[1]}": v for k, v in measured.items()}, indent=1)
+        )
 
     rows: dict[tuple[str, int], dict | str] = {}
     for key, results in measured.items():
@@ -567,17 +774,25 @@ def main(argv=None) -> None:
     tables = make_tables(rows, jrl_seeds, args.quick)
     print(tables)
 
-    output = args.output if args.output is not None else (None if args.quick else REPO / "BENCHMARKS.md")
+    output = (
+        args.output if args.output is not None else (None if args.quick else REPO / "BENCHMARKS.md")
+    )
     if output is not None:
         command = "python benchmarks/dqn_cartpole.py"
-        for flag, value, default in (("--total-steps", total_steps, CONFIG["total_steps"]),
-                                     ("--sb3-steps", sb3_steps, 50_000), ("--repeats", repeats, 3),
-                                     ("--num-reports", args.num_reports, 100), ("--sb3-threads", args.sb3_threads, 1)):
+        for flag, value, default in (
+            ("--total-steps", total_steps, CONFIG["total_steps"]),
+            ("--sb3-steps", sb3_steps, 50_000),
+            ("--repeats", repeats, 3),
+            ("--num-reports", args.num_reports, 100),
+            ("--sb3-threads", args.sb3_threads, 1),
+        ):
             if value != default:
                 command += f" {flag} {value}"
         if args.seeds:
             command += " --seeds " + " ".join(map(str, args.seeds))
-        text = section(rows, tables, command, repeats, total_steps, sb3_steps, args.num_reports, sb3_note)
+        text = section(
+            rows, tables, command, repeats, total_steps, sb3_steps, args.num_reports, sb3_note
+        )
         write_section(output, HEADING, text)
         print(f"wrote {output}")
 

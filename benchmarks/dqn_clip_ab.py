@@ -44,8 +44,12 @@ def main() -> None:
         config = make_config("dqn", "CartPole-v1", **{**CONFIG, "max_grad_norm": clip})
         algorithm = dqn.build(config, env, params).algorithm
         states = anakin.init_runs(algorithm, keys)
-        warm_iterations = config.learning_starts // config.steps_per_step + 1  # every timed iteration learns
-        states, _ = anakin._make_chunk(algorithm, warm_iterations).lower(states).compile(options)(states)
+        warm_iterations = (
+            config.learning_starts // config.steps_per_step + 1
+        )  # every timed iteration learns
+        states, _ = (
+            anakin._make_chunk(algorithm, warm_iterations).lower(states).compile(options)(states)
+        )
         run = anakin._make_chunk(algorithm, args.chunk).lower(states).compile(options)
         variants[name] = [run, jax.block_until_ready(states), []]
         print(f"compiled {name}", flush=True)
@@ -59,9 +63,11 @@ def main() -> None:
     for name, (_, _, times) in variants.items():
         ordered = sorted(times)
         ratio = statistics.median(t / b for t, b in zip(times, base))
-        print(f"{name:12s} seeds={args.seeds}: min {ordered[0] / args.chunk * 1e6:7.1f} us/iteration, "
-              f"p10 {ordered[len(ordered) // 10] / args.chunk * 1e6:7.1f}, median paired ratio vs no clipping "
-              f"{ratio:.3f}")
+        print(
+            f"{name:12s} seeds={args.seeds}: min {ordered[0] / args.chunk * 1e6:7.1f} us/iteration, "
+            f"p10 {ordered[len(ordered) // 10] / args.chunk * 1e6:7.1f}, median paired ratio vs no clipping "
+            f"{ratio:.3f}"
+        )
 
 
 if __name__ == "__main__":

@@ -151,7 +151,11 @@ def _scan_runner(name, step_fn, state, sample, batch, steps, seed) -> Runner:
     return Runner(name, jax.jit(run), carry, steps * batch)
 
 
-JRL_KINDS = {"jrl": "AutoReset(VmapEnv)", "jrl (full)": "wrap_for_training", "jrl (per-env reset)": "VmapEnv(AutoReset)"}
+JRL_KINDS = {
+    "jrl": "AutoReset(VmapEnv)",
+    "jrl (full)": "wrap_for_training",
+    "jrl (per-env reset)": "VmapEnv(AutoReset)",
+}
 
 
 def jrl_runner(env_id: str, batch: int, steps: int, kind: str) -> Runner:

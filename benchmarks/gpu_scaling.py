@@ -30,11 +30,22 @@ def main() -> None:
     print("|---:|---:|---:|---:|---:|---:|")
     for seeds in a.seeds:
         t = time.perf_counter()
-        res = jrl.train("ppo", "CartPole-v1", seeds=seeds, num_envs=a.envs, num_steps=128,
-                        num_minibatches=a.minibatches, total_steps=a.steps_per_seed, progress=False, num_reports=2)
-        print(f"| {seeds} | {a.envs} | {res.compile_seconds:.1f} | {res.run_seconds:.2f} | "
-              f"{res.steps_per_second:,.0f} | {res.final_returns().mean():.1f} |  (wall {time.perf_counter() - t:.0f}s)",
-              flush=True)
+        res = jrl.train(
+            "ppo",
+            "CartPole-v1",
+            seeds=seeds,
+            num_envs=a.envs,
+            num_steps=128,
+            num_minibatches=a.minibatches,
+            total_steps=a.steps_per_seed,
+            progress=False,
+            num_reports=2,
+        )
+        print(
+            f"| {seeds} | {a.envs} | {res.compile_seconds:.1f} | {res.run_seconds:.2f} | "
+            f"{res.steps_per_second:,.0f} | {res.final_returns().mean():.1f} |  (wall {time.perf_counter() - t:.0f}s)",
+            flush=True,
+        )
 
 
 if __name__ == "__main__":

@@ -74,19 +74,28 @@ def main(argv=None) -> None:
         return real_run(*args, on_chunk=None if on_chunk is None else timed, **kwargs)
 
     anakin.run = timed_run
-    common = dict(seeds=a.seeds, num_reports=a.chunks, progress=False, compile_cache=False, total_steps=a.total_steps,
-                  **CONFIG)
+    common = dict(
+        seeds=a.seeds,
+        num_reports=a.chunks,
+        progress=False,
+        compile_cache=False,
+        total_steps=a.total_steps,
+        **CONFIG,
+    )
 
     def bare() -> float:
-        return anakin.run(built.algorithm, keys, config.num_iterations, num_reports=a.chunks).run_seconds
+        return anakin.run(
+            built.algorithm, keys, config.num_iterations, num_reports=a.chunks
+        ).run_seconds
 
     def no_folder() -> float:
         return jrl.train("ppo", "CartPole-v1", **common).run_seconds
 
     def all_sinks() -> float:
         with tempfile.TemporaryDirectory() as tmp:
-            return jrl.train("ppo", "CartPole-v1", out=Path(tmp) / "run", log=["jsonl", "tensorboard"],
-                             **common).run_seconds
+            return jrl.train(
+                "ppo", "CartPole-v1", out=Path(tmp) / "run", log=["jsonl", "tensorboard"], **common
+            ).run_seconds
 
     variants = {"bare runner": bare, "train, no folder": no_folder, "train, all sinks": all_sinks}
     times: dict[str, list[float]] = {k: [] for k in variants}
@@ -98,15 +107,22 @@ def main(argv=None) -> None:
             host["seconds"] = 0.0
             times[name].append(fn())
             hosts[name].append(host["seconds"])
-        print(f"repeat {r + 1}: " + ", ".join(f"{k} {v[-1]:.2f} s" for k, v in times.items()), flush=True)
+        print(
+            f"repeat {r + 1}: " + ", ".join(f"{k} {v[-1]:.2f} s" for k, v in times.items()),
+            flush=True,
+        )
     base = float(np.median(times["bare runner"]))
     steps = a.total_steps * a.seeds
-    rows = ["| variant | median run s | steps/s | vs bare | per-chunk host work | share of run |",
-            "|---|---:|---:|---:|---:|---:|"]
+    rows = [
+        "| variant | median run s | steps/s | vs bare | per-chunk host work | share of run |",
+        "|---|---:|---:|---:|---:|---:|",
+    ]
     for name, ts in times.items():
         med, h = float(np.median(ts)), float(np.median(hosts[name]))
-        rows.append(f"| {name} | {med:.2f} | {steps / med:,.0f} | {med / base:.3f}x | "
-                    f"{1000 * h / a.chunks:.2f} ms | {100 * h / med:.2f}% |")
+        rows.append(
+            f"| {name} | {med:.2f} | {steps / med:,.0f} | {med / base:.3f}x | "
+            f"{1000 * h / a.chunks:.2f} ms | {100 * h / med:.2f}% |"
+        )
     table = "\n".join(rows)
     text = f"""{HEADING}
 

@@ -82,9 +82,13 @@ def watchdog(seconds: float, what: str):
     stderr) if the block takes longer than ``seconds``: a hung XLA call cannot be
     interrupted from Python. PureJaxRL's PPO program hung this way here (every thread
     idle) at 2 seeds x 10,240 steps, reproducibly, on jax 0.10.2 CPU; other sizes ran."""
+
     def expire():
-        print(f"\n{what} took more than {seconds:.0f} s (--timeout): taken as hung, stopping", file=sys.stderr,
-              flush=True)
+        print(
+            f"\n{what} took more than {seconds:.0f} s (--timeout): taken as hung, stopping",
+            file=sys.stderr,
+            flush=True,
+        )
         faulthandler.dump_traceback(all_threads=True)
         os._exit(3)
 
@@ -120,7 +124,9 @@ def jrl_program(agent: str, total_steps: int):
     def train(keys):
         states = jax.lax.map(algorithm.init, keys)
         with parallel.runs_axis():
-            states, metrics = jax.lax.scan(lambda s, _: vstep(s), states, None, length=config.num_iterations)
+            states, metrics = jax.lax.scan(
+                lambda s, _: vstep(s), states, None, length=config.num_iterations
+            )
         return states.agent_state.params, metrics["train/episode_return"]  # [iterations, R]
 
     return train, config.num_iterations * algorithm.env_steps_per_step, lambda out: out[1].T
@@ -135,23 +141,35 @@ def purejaxrl_program(agent: str, checkout: str, total_steps: int):
         from ppo_cartpole import purejaxrl_config
 
         config = purejaxrl_config(total_steps)
-        steps = total_steps // (config["NUM_ENVS"] * config["NUM_STEPS"]) * config["NUM_ENVS"] * config["NUM_STEPS"]
+        steps = (
+            total_steps
+            // (config["NUM_ENVS"] * config["NUM_STEPS"])
+            * config["NUM_ENVS"]
+            * config["NUM_STEPS"]
+        )
 
         def returns(out):
             return purejaxrl_ppo_returns(out["metrics"])
     else:
         from dqn_cartpole import PUREJAXRL_CONFIG
 
-        config = {**PUREJAXRL_CONFIG, "TOTAL_TIMESTEPS": total_steps, "EPSILON_ANNEAL_TIME": total_steps // 2}
+        config = {
+            **PUREJAXRL_CONFIG,
+            "TOTAL_TIMESTEPS": total_steps,
+            "EPSILON_ANNEAL_TIME": total_steps // 2,
+        }
         steps = total_steps // config["NUM_ENVS"] * config["NUM_ENVS"]
 
         def returns(out):  # per step: the mean over envs of each env's latest finished return
             return np.asarray(out["metrics"]["returns"], np.float64)
+
     train = import_purejaxrl(checkout, ALGORITHM[agent]).make_train(config)
     return (purejaxrl_independent_seeds(train) if agent == INDEPENDENT else train), steps, returns
 
 
-def worker(agent: str, seeds: int, total_steps: int, rounds: int, checkout: str, timeout: float) -> None:
+def worker(
+    agent: str, seeds: int, total_steps: int, rounds: int, checkout: str, timeout: float
+) -> None:
     """One configuration, in its own process: compiles both programs for ``seeds`` vmapped
     seeds, then times ``rounds`` alternated pairs, printing one JSON line per event."""
     import jax
@@ -164,27 +182,39 @@ def worker(agent: str, seeds: int, total_steps: int, rounds: int, checkout: str,
     jrl_train, jrl_steps, jrl_returns = jrl_program(ALGORITHM[agent], total_steps)
     pjr_train, pjr_steps, pjr_returns = purejaxrl_program(agent, checkout, total_steps)
     if jrl_steps != pjr_steps:
-        raise SystemExit(f"{agent}: jrl runs {jrl_steps} env steps per seed, PureJaxRL {pjr_steps}: "
-                         "choose a step count that is a multiple of both batch sizes")
+        raise SystemExit(
+            f"{agent}: jrl runs {jrl_steps} env steps per seed, PureJaxRL {pjr_steps}: "
+            "choose a step count that is a multiple of both batch sizes"
+        )
     keys = jax.random.split(jax.random.PRNGKey(0), seeds)
     programs = {}
-    for name, fn, options, returns in (("jrl", jax.jit(jrl_train), anakin.compiler_options(), jrl_returns),
-                                       ("PureJaxRL", jax.jit(jax.vmap(pjr_train)), None, pjr_returns)):
+    for name, fn, options, returns in (
+        ("jrl", jax.jit(jrl_train), anakin.compiler_options(), jrl_returns),
+        ("PureJaxRL", jax.jit(jax.vmap(pjr_train)), None, pjr_returns),
+    ):
         start = time.perf_counter()
-        with warnings.catch_warnings():  # flashbax asks for int64 indices, which jax truncates to int32
+        with (
+            warnings.catch_warnings()
+        ):  # flashbax asks for int64 indices, which jax truncates to int32
             warnings.simplefilter("ignore", UserWarning)
             programs[name] = fn.lower(keys).compile(options)
         compile_s = time.perf_counter() - start
         start = time.perf_counter()
         with watchdog(timeout, f"{name}'s first run"):
             out = jax.block_until_ready(programs[name](keys))
-        emit(event="compiled", name=name, steps=jrl_steps, compile=compile_s, first=time.perf_counter() - start,
-             final_return=mean_and_final(returns(out))[1])
+        emit(
+            event="compiled",
+            name=name,
+            steps=jrl_steps,
+            compile=compile_s,
+            first=time.perf_counter() - start,
+            final_return=mean_and_final(returns(out))[1],
+        )
         del out
     order = ["jrl", "PureJaxRL"]
     for r in range(rounds):
         times = {}
-        for name in (order if r % 2 == 0 else order[::-1]):
+        for name in order if r % 2 == 0 else order[::-1]:
             start = time.perf_counter()
             with watchdog(timeout, f"{name}'s run in round {r + 1}"):
                 jax.block_until_ready(programs[name](keys))
@@ -192,16 +222,40 @@ def worker(agent: str, seeds: int, total_steps: int, rounds: int, checkout: str,
         emit(event="round", round=r + 1, **times)
 
 
-def attempt(agent: str, seeds: int, total_steps: int, rounds: int, checkout: str, timeout: float,
-            done: int = 0) -> tuple[dict, list, str | None]:
+def attempt(
+    agent: str,
+    seeds: int,
+    total_steps: int,
+    rounds: int,
+    checkout: str,
+    timeout: float,
+    done: int = 0,
+) -> tuple[dict, list, str | None]:
     """Runs :func:`worker` in a fresh interpreter for ``rounds`` rounds and collects its
     lines: ``(entries, times, stopped)``. The rounds it finished count even when it
     stopped early (a hung program, ended by its watchdog); ``stopped`` then says why.
     ``done`` (rounds already measured) only numbers the progress lines."""
-    cmd = [sys.executable, "-u", __file__, "--worker", agent, str(seeds), str(total_steps), str(rounds),
-           "--purejaxrl", checkout, "--timeout", str(timeout)]
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            cwd=os.path.dirname(os.path.abspath(__file__)))
+    cmd = [
+        sys.executable,
+        "-u",
+        __file__,
+        "--worker",
+        agent,
+        str(seeds),
+        str(total_steps),
+        str(rounds),
+        "--purejaxrl",
+        checkout,
+        "--timeout",
+        str(timeout),
+    ]
+    proc = subprocess.Popen(
+        cmd,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=os.path.dirname(os.path.abspath(__file__)),
+    )
     entries, times = {}, []
     for line in proc.stdout:
         if not line.startswith("{"):
@@ -209,44 +263,74 @@ def attempt(agent: str, seeds: int, total_steps: int, rounds: int, checkout: str
         event = json.loads(line)
         if event["event"] == "compiled":
             entries[event["name"]] = event
-            print(f"  {agent} x{seeds} {event['name']}: compiled in {event['compile']:.1f} s, first run "
-                  f"{event['first']:.2f} s", flush=True)
+            print(
+                f"  {agent} x{seeds} {event['name']}: compiled in {event['compile']:.1f} s, first run "
+                f"{event['first']:.2f} s",
+                flush=True,
+            )
         else:
             times.append((event["jrl"], event["PureJaxRL"]))
-            print(f"  {agent} x{seeds} round {done + event['round']}: jrl {event['jrl']:.2f} s, PureJaxRL "
-                  f"{event['PureJaxRL']:.2f} s, ratio {event['PureJaxRL'] / event['jrl']:.3f}", flush=True)
+            print(
+                f"  {agent} x{seeds} round {done + event['round']}: jrl {event['jrl']:.2f} s, PureJaxRL "
+                f"{event['PureJaxRL']:.2f} s, ratio {event['PureJaxRL'] / event['jrl']:.3f}",
+                flush=True,
+            )
     stderr = proc.stderr.read()
     stopped = None
     if proc.wait() != 0:
-        lines = [x for x in stderr.splitlines() if x.strip() and "Warning" not in x and "warnings.warn" not in x]
+        lines = [
+            x
+            for x in stderr.splitlines()
+            if x.strip() and "Warning" not in x and "warnings.warn" not in x
+        ]
         hung = [x for x in lines if "taken as hung" in x]
         stopped = hung[0].strip() if hung else f"exit {proc.returncode}: " + " | ".join(lines[-3:])
         print(f"  {agent} x{seeds} stopped after {len(times)} rounds: {stopped}", flush=True)
     return entries, times, stopped
 
 
-def measure(agent: str, seeds: int, total_steps: int, rounds: int, checkout: str, timeout: float,
-            retries: int = 0) -> dict:
+def measure(
+    agent: str,
+    seeds: int,
+    total_steps: int,
+    rounds: int,
+    checkout: str,
+    timeout: float,
+    retries: int = 0,
+) -> dict:
     """``rounds`` paired rounds of one configuration, in fresh interpreters (:func:`attempt`):
     when one stops early (a hang), up to ``retries`` new ones run the rounds still missing.
     The result lists every stop."""
     entries, times, stops = {}, [], []
     for _ in range(retries + 1):
-        got, new_times, stopped = attempt(agent, seeds, total_steps, rounds - len(times), checkout, timeout,
-                                          done=len(times))
+        got, new_times, stopped = attempt(
+            agent, seeds, total_steps, rounds - len(times), checkout, timeout, done=len(times)
+        )
         entries.update(got)
         times += new_times
         if stopped:
             stops.append(f"{stopped} (after {len(times)} rounds in all)")
         if len(times) >= rounds or not stopped:
             break
-    result = {"agent": agent, "seeds": seeds, "rounds": len(times), "asked": rounds, "entries": entries,
-              "times": times, "stopped": "; ".join(stops) or None, "stops": len(stops),
-              "load": os.getloadavg()[0]}
+    result = {
+        "agent": agent,
+        "seeds": seeds,
+        "rounds": len(times),
+        "asked": rounds,
+        "entries": entries,
+        "times": times,
+        "stopped": "; ".join(stops) or None,
+        "stops": len(stops),
+        "load": os.getloadavg()[0],
+    }
     if times:
         ratios = [p / j for j, p in times]
-        result.update(ratio=statistics.median(ratios), p10=percentile(ratios, 0.1), p90=percentile(ratios, 0.9),
-                      jrl_faster=sum(x > 1 for x in ratios))
+        result.update(
+            ratio=statistics.median(ratios),
+            p10=percentile(ratios, 0.1),
+            p90=percentile(ratios, 0.9),
+            jrl_faster=sum(x > 1 for x in ratios),
+        )
     return result
 
 
@@ -263,16 +347,23 @@ def section(results: list[dict], command: str) -> str:
             steps = j["steps"] * r["seeds"]
             tj = statistics.median(t for t, _ in r["times"])
             tp = statistics.median(t for _, t in r["times"])
-            rows.append(f"| {name} | {j['steps']:,} | {r['rounds']} of {r['asked']} | {tj:.2f} | {tp:.2f} | "
-                        f"{steps / tj / 1e3:.0f} k | {steps / tp / 1e3:.0f} k | **{r['ratio']:.2f}x** "
-                        f"({r['p10']:.2f}-{r['p90']:.2f}) | {r['jrl_faster']}/{r['rounds']} | "
-                        f"{j['compile']:.1f} / {p['compile']:.1f} | {j['final_return']:.0f} / {p['final_return']:.0f} |")
+            rows.append(
+                f"| {name} | {j['steps']:,} | {r['rounds']} of {r['asked']} | {tj:.2f} | {tp:.2f} | "
+                f"{steps / tj / 1e3:.0f} k | {steps / tp / 1e3:.0f} k | **{r['ratio']:.2f}x** "
+                f"({r['p10']:.2f}-{r['p90']:.2f}) | {r['jrl_faster']}/{r['rounds']} | "
+                f"{j['compile']:.1f} / {p['compile']:.1f} | {j['final_return']:.0f} / {p['final_return']:.0f} |"
+            )
         if r["stopped"]:
             times = "once" if r["stops"] == 1 else f"{r['stops']} times"
-            notes.append(f"- {LABELS[r['agent']]} with {r['seeds']} seed{'s' if r['seeds'] > 1 else ''}: a process "
-                         f"stopped {times}, {r['rounds']} of {r['asked']} rounds measured: {r['stopped']}")
-    versions = ", ".join(f"{m} {version(m)}" for m in ("gymnax", "flax", "optax", "flashbax", "distrax"))
-    return f"""{HEADING}
+            notes.append(
+                f"- {LABELS[r['agent']]} with {r['seeds']} seed{'s' if r['seeds'] > 1 else ''}: a process "
+                f"stopped {times}, {r['rounds']} of {r['asked']} rounds measured: {r['stopped']}"
+            )
+    versions = ", ".join(
+        f"{m} {version(m)}" for m in ("gymnax", "flax", "optax", "flashbax", "distrax")
+    )
+    return (
+        f"""{HEADING}
 
 The PPO and DQN sections above compare fresh processes, one run each,
 best of a few; on this shared machine such runs disagree by 15-30%. This
@@ -293,7 +384,9 @@ docstring):
 
 | agent | seeds | env steps per seed | rounds | jrl s (median) | PureJaxRL s (median) | jrl steps/s | PureJaxRL steps/s | speed ratio (p10-p90) | rounds jrl faster | compile s jrl / PureJaxRL | final return jrl / PureJaxRL |
 |---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|
-""" + "\n".join(rows) + """
+"""
+        + "\n".join(rows)
+        + """
 
 - Steps/s count the env steps of all seeds. Compile is one cold `lower().compile()`
   of each whole program (jrl's at its CPU level 2, PureJaxRL's at XLA's default);
@@ -316,27 +409,49 @@ docstring):
   on this jax 0.10.2 CPU build at some sizes and calls (every thread idle,
   the caller waiting for a result that never comes; seen at 2 seeds x 10,240
   steps on the first call, reproducibly, and at other sizes on a later call).
-""" + "\n".join(notes) + "\n"
+"""
+        + "\n".join(notes)
+        + "\n"
+    )
 
 
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--agents", nargs="+", choices=list(LABELS), default=list(LABELS),
-                        help=f"{INDEPENDENT}: DQN against PureJaxRL's DQN with one random stream per seed "
-                             "(report.purejaxrl_independent_seeds); run for --dqn-seeds above 1 only")
+    parser.add_argument(
+        "--agents",
+        nargs="+",
+        choices=list(LABELS),
+        default=list(LABELS),
+        help=f"{INDEPENDENT}: DQN against PureJaxRL's DQN with one random stream per seed "
+        "(report.purejaxrl_independent_seeds); run for --dqn-seeds above 1 only",
+    )
     parser.add_argument("--ppo-seeds", type=int, nargs="+", default=[1, 16])
     parser.add_argument("--dqn-seeds", type=int, nargs="+", default=[1, 4])
     parser.add_argument("--rounds", type=int, default=10, help="paired rounds per configuration")
-    parser.add_argument("--ppo-steps", type=int, default=DEFAULT_STEPS["ppo"], help="env steps per seed")
-    parser.add_argument("--dqn-steps", type=int, default=DEFAULT_STEPS["dqn"], help="env steps per seed")
+    parser.add_argument(
+        "--ppo-steps", type=int, default=DEFAULT_STEPS["ppo"], help="env steps per seed"
+    )
+    parser.add_argument(
+        "--dqn-steps", type=int, default=DEFAULT_STEPS["dqn"], help="env steps per seed"
+    )
     parser.add_argument("--purejaxrl", default=DEFAULT_PUREJAXRL, help="a PureJaxRL checkout")
-    parser.add_argument("--timeout", type=float, default=600.0,
-                        help="seconds one run may take before it is taken as hung (its process is ended)")
-    parser.add_argument("--retries", type=int, default=2,
-                        help="fresh processes started, per configuration, for the rounds still missing after one "
-                             "stops early (a hang)")
+    parser.add_argument(
+        "--timeout",
+        type=float,
+        default=600.0,
+        help="seconds one run may take before it is taken as hung (its process is ended)",
+    )
+    parser.add_argument(
+        "--retries",
+        type=int,
+        default=2,
+        help="fresh processes started, per configuration, for the rounds still missing after one "
+        "stops early (a hang)",
+    )
     parser.add_argument("--write", action="store_true", help="put the section in BENCHMARKS.md")
-    parser.add_argument("--worker", nargs=4, metavar=("AGENT", "SEEDS", "STEPS", "ROUNDS"), help=argparse.SUPPRESS)
+    parser.add_argument(
+        "--worker", nargs=4, metavar=("AGENT", "SEEDS", "STEPS", "ROUNDS"), help=argparse.SUPPRESS
+    )
     args = parser.parse_args(argv)
     if args.worker:
         agent, seeds, steps, rounds = args.worker
@@ -351,21 +466,34 @@ def main(argv=None) -> None:
     try:
         found = {m: version(m) for m in ("jrl", "gymnax", "flashbax", "distrax")}
     except PackageNotFoundError as e:
-        raise SystemExit(f"{e.name} is not installed: run this with an interpreter that has jrl and PureJaxRL's "
-                         "dependencies (see the docstring)") from None
+        raise SystemExit(
+            f"{e.name} is not installed: run this with an interpreter that has jrl and PureJaxRL's "
+            "dependencies (see the docstring)"
+        ) from None
     if not found["gymnax"].startswith("0.0."):
-        raise SystemExit(f"gymnax {found['gymnax']}: PureJaxRL needs gymnax 0.0.x (its 5-value step)")
+        raise SystemExit(
+            f"gymnax {found['gymnax']}: PureJaxRL needs gymnax 0.0.x (its 5-value step)"
+        )
     results = []
     for agent in args.agents:
         counts = args.ppo_seeds if agent == "ppo" else args.dqn_seeds
-        for seeds in (counts if agent != INDEPENDENT else [s for s in counts if s > 1]):
+        for seeds in counts if agent != INDEPENDENT else [s for s in counts if s > 1]:
             steps = args.ppo_steps if agent == "ppo" else args.dqn_steps
-            print(f"{agent} x{seeds}, {steps:,} env steps per seed, {args.rounds} rounds", flush=True)
-            results.append(measure(agent, seeds, steps, args.rounds, args.purejaxrl, args.timeout, args.retries))
+            print(
+                f"{agent} x{seeds}, {steps:,} env steps per seed, {args.rounds} rounds", flush=True
+            )
+            results.append(
+                measure(
+                    agent, seeds, steps, args.rounds, args.purejaxrl, args.timeout, args.retries
+                )
+            )
             r = results[-1]
             if r["times"]:
-                print(f"{agent} x{seeds}: speed ratio {r['ratio']:.3f} ({r['p10']:.3f}-{r['p90']:.3f}), jrl faster "
-                      f"in {r['jrl_faster']}/{r['rounds']} rounds", flush=True)
+                print(
+                    f"{agent} x{seeds}: speed ratio {r['ratio']:.3f} ({r['p10']:.3f}-{r['p90']:.3f}), jrl faster "
+                    f"in {r['jrl_faster']}/{r['rounds']} rounds",
+                    flush=True,
+                )
     command = "python benchmarks/paired.py " + " ".join(sys.argv[1:] if argv is None else argv)
     publish(HEADING, section(results, command.strip()), args.write)
 

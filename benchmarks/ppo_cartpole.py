@@ -71,8 +71,17 @@ import sys
 import time
 from pathlib import Path
 
-from report import (DEFAULT_PUREJAXRL, carried_returns, compile_and_run, cpu_model, import_purejaxrl,
-                    mean_and_final, purejaxrl_ppo_returns, run_json_worker, write_section)
+from report import (
+    DEFAULT_PUREJAXRL,
+    carried_returns,
+    compile_and_run,
+    cpu_model,
+    import_purejaxrl,
+    mean_and_final,
+    purejaxrl_ppo_returns,
+    run_json_worker,
+    write_section,
+)
 
 HEADING = "## PPO CartPole-v1"
 REPO = Path(__file__).resolve().parent.parent
@@ -81,9 +90,21 @@ DEFAULT_REJAX_PYTHON = "/work/venv-rejax/bin/python"
 
 # PureJaxRL's CartPole-v1 PPO configuration (the fields jrl's PPOConfig must match).
 CONFIG = {
-    "total_steps": 500_000, "num_envs": 4, "num_steps": 128, "num_epochs": 4, "num_minibatches": 4,
-    "learning_rate": 2.5e-4, "anneal_lr": True, "gamma": 0.99, "gae_lambda": 0.95, "clip_eps": 0.2,
-    "ent_coef": 0.01, "vf_coef": 0.5, "max_grad_norm": 0.5, "hidden_sizes": (64, 64), "activation": "tanh",
+    "total_steps": 500_000,
+    "num_envs": 4,
+    "num_steps": 128,
+    "num_epochs": 4,
+    "num_minibatches": 4,
+    "learning_rate": 2.5e-4,
+    "anneal_lr": True,
+    "gamma": 0.99,
+    "gae_lambda": 0.95,
+    "clip_eps": 0.2,
+    "ent_coef": 0.01,
+    "vf_coef": 0.5,
+    "max_grad_norm": 0.5,
+    "hidden_sizes": (64, 64),
+    "activation": "tanh",
 }
 
 # PureJaxRL, same configuration, as cited by the issue ("measured earlier on this machine", seconds);
@@ -125,7 +146,9 @@ def worker_jrl(seeds: int, total_steps: int, num_reports: int, seed: int) -> dic
     keys = jax.random.split(jax.random.key(seed), seeds)
 
     t0, c0 = time.perf_counter(), time.process_time()
-    states = jax.block_until_ready(anakin.init_runs(built.algorithm, keys))  # per-seed jit(init), stacked
+    states = jax.block_until_ready(
+        anakin.init_runs(built.algorithm, keys)
+    )  # per-seed jit(init), stacked
     init_s, init_cpu = time.perf_counter() - t0, time.process_time() - c0
 
     # anakin.run times its compile with perf_counter; also read the CPU seconds of the same calls.
@@ -141,31 +164,58 @@ def worker_jrl(seeds: int, total_steps: int, num_reports: int, seed: int) -> dic
 
     jax.stages.Lowered.compile = compile_with_cpu_time
     try:
-        res = anakin.run(built.algorithm, keys, config.num_iterations, num_reports=num_reports,
-                         initial_state=states)
+        res = anakin.run(
+            built.algorithm,
+            keys,
+            config.num_iterations,
+            num_reports=num_reports,
+            initial_state=states,
+        )
     finally:
         jax.stages.Lowered.compile = real_compile
     wall = time.perf_counter() - t_start
     mean, final = mean_and_final(np.asarray(res.metrics["train/episode_return"]))  # [R, iters]
     return {
-        "library": "jrl", "seeds": seeds, "num_iterations": config.num_iterations,
-        "steps_per_run": res.env_steps_per_run, "compile": res.compile_seconds, "run": res.run_seconds,
-        "compile_cpu": compile_cpu[0], "init": init_s, "init_cpu": init_cpu, "wall": wall,
-        "reached": _first_reach(mean.tolist(), config.num_iterations), "final_return": final,
+        "library": "jrl",
+        "seeds": seeds,
+        "num_iterations": config.num_iterations,
+        "steps_per_run": res.env_steps_per_run,
+        "compile": res.compile_seconds,
+        "run": res.run_seconds,
+        "compile_cpu": compile_cpu[0],
+        "init": init_s,
+        "init_cpu": init_cpu,
+        "wall": wall,
+        "reached": _first_reach(mean.tolist(), config.num_iterations),
+        "final_return": final,
         "mean_return": [None if math.isnan(x) else float(x) for x in mean.tolist()],
-        "jax": jax.__version__, "load": os.getloadavg()[0], "commit": _git_commit(),
+        "jax": jax.__version__,
+        "load": os.getloadavg()[0],
+        "commit": _git_commit(),
     }
 
 
 def purejaxrl_config(total_steps: int) -> dict:
     """``CONFIG`` in the keys of PureJaxRL's ``purejaxrl/ppo.py`` (its ``__main__`` config, DEBUG off)."""
     c = CONFIG
-    return {"LR": c["learning_rate"], "NUM_ENVS": c["num_envs"], "NUM_STEPS": c["num_steps"],
-            "TOTAL_TIMESTEPS": int(total_steps), "UPDATE_EPOCHS": c["num_epochs"],
-            "NUM_MINIBATCHES": c["num_minibatches"], "GAMMA": c["gamma"], "GAE_LAMBDA": c["gae_lambda"],
-            "CLIP_EPS": c["clip_eps"], "ENT_COEF": c["ent_coef"], "VF_COEF": c["vf_coef"],
-            "MAX_GRAD_NORM": c["max_grad_norm"], "ACTIVATION": c["activation"], "ENV_NAME": "CartPole-v1",
-            "ANNEAL_LR": c["anneal_lr"], "DEBUG": False}
+    return {
+        "LR": c["learning_rate"],
+        "NUM_ENVS": c["num_envs"],
+        "NUM_STEPS": c["num_steps"],
+        "TOTAL_TIMESTEPS": int(total_steps),
+        "UPDATE_EPOCHS": c["num_epochs"],
+        "NUM_MINIBATCHES": c["num_minibatches"],
+        "GAMMA": c["gamma"],
+        "GAE_LAMBDA": c["gae_lambda"],
+        "CLIP_EPS": c["clip_eps"],
+        "ENT_COEF": c["ent_coef"],
+        "VF_COEF": c["vf_coef"],
+        "MAX_GRAD_NORM": c["max_grad_norm"],
+        "ACTIVATION": c["activation"],
+        "ENV_NAME": "CartPole-v1",
+        "ANNEAL_LR": c["anneal_lr"],
+        "DEBUG": False,
+    }
 
 
 def worker_purejaxrl(seeds: int, total_steps: int, seed: int, checkout: str) -> dict:
@@ -189,16 +239,25 @@ def worker_purejaxrl(seeds: int, total_steps: int, seed: int, checkout: str) -> 
 
     mean, final = mean_and_final(purejaxrl_ppo_returns(out["metrics"]))
     return {
-        "library": "PureJaxRL", "seeds": seeds, "num_iterations": num_iterations,
-        "steps_per_run": num_iterations * batch, **times, "wall": wall, "init": 0.0,
-        "reached": _first_reach(mean.tolist(), num_iterations), "final_return": final,
+        "library": "PureJaxRL",
+        "seeds": seeds,
+        "num_iterations": num_iterations,
+        "steps_per_run": num_iterations * batch,
+        **times,
+        "wall": wall,
+        "init": 0.0,
+        "reached": _first_reach(mean.tolist(), num_iterations),
+        "final_return": final,
         "mean_return": [None if math.isnan(x) else float(x) for x in mean.tolist()],
-        "jax": jax.__version__, "load": os.getloadavg()[0],
+        "jax": jax.__version__,
+        "load": os.getloadavg()[0],
         "versions": {p: version(p) for p in ("gymnax", "jax", "flax", "optax", "distrax")},
     }
 
 
-def worker_rejax(seeds: int, total_steps: int, num_reports: int, seed: int, plain: bool = False) -> dict:
+def worker_rejax(
+    seeds: int, total_steps: int, num_reports: int, seed: int, plain: bool = False
+) -> dict:
     del num_reports
     from importlib.metadata import version
 
@@ -239,11 +298,16 @@ def worker_rejax(seeds: int, total_steps: int, num_reports: int, seed: int, plai
             return obs, TrackerState(state, z, z, jnp.zeros((), jnp.int32))
 
         def step(self, key, state, action, params=None):
-            obs, env_state, reward, done, info = self._env.step(key, state.env_state, action, params)
+            obs, env_state, reward, done, info = self._env.step(
+                key, state.env_state, action, params
+            )
             ret = state.episode_return + reward
-            new = TrackerState(env_state, jnp.where(done, 0.0, ret),
-                               state.finished_return_sum + jnp.where(done, ret, 0.0),
-                               state.finished_count + done.astype(jnp.int32))
+            new = TrackerState(
+                env_state,
+                jnp.where(done, 0.0, ret),
+                state.finished_return_sum + jnp.where(done, ret, 0.0),
+                state.finished_count + done.astype(jnp.int32),
+            )
             return obs, new, reward, done, info
 
     base_env, env_params = gymnax.make("CartPole-v1")
@@ -253,19 +317,31 @@ def worker_rejax(seeds: int, total_steps: int, num_reports: int, seed: int, plai
         return lr0 * (1.0 - (count // updates_per_iteration) / num_iterations)
 
     algo = rejax.PPO.create(
-        env=base_env if plain else ReturnTracker(base_env), env_params=env_params,
-        num_envs=c["num_envs"], num_steps=c["num_steps"], num_epochs=c["num_epochs"],
-        num_minibatches=c["num_minibatches"], learning_rate=learning_rate, max_grad_norm=c["max_grad_norm"],
-        gamma=c["gamma"], gae_lambda=c["gae_lambda"], clip_eps=c["clip_eps"], ent_coef=c["ent_coef"],
-        vf_coef=c["vf_coef"], total_timesteps=num_iterations * batch,
-        eval_freq=num_iterations * batch if plain else batch, skip_initial_evaluation=True,
+        env=base_env if plain else ReturnTracker(base_env),
+        env_params=env_params,
+        num_envs=c["num_envs"],
+        num_steps=c["num_steps"],
+        num_epochs=c["num_epochs"],
+        num_minibatches=c["num_minibatches"],
+        learning_rate=learning_rate,
+        max_grad_norm=c["max_grad_norm"],
+        gamma=c["gamma"],
+        gae_lambda=c["gae_lambda"],
+        clip_eps=c["clip_eps"],
+        ent_coef=c["ent_coef"],
+        vf_coef=c["vf_coef"],
+        total_timesteps=num_iterations * batch,
+        eval_freq=num_iterations * batch if plain else batch,
+        skip_initial_evaluation=True,
         agent_kwargs={"activation": c["activation"], "hidden_layer_sizes": c["hidden_sizes"]},
     )
     if plain:
         callback = lambda algo, ts, rng: jnp.zeros((), jnp.float32)
     else:
-        callback = lambda algo, ts, rng: (ts.env_state.finished_return_sum.sum(),
-                                          ts.env_state.finished_count.sum())
+        callback = lambda algo, ts, rng: (
+            ts.env_state.finished_return_sum.sum(),
+            ts.env_state.finished_count.sum(),
+        )
     algo = algo.replace(eval_callback=callback)
     keys = jax.random.split(jax.random.PRNGKey(seed), seeds)
     train = jax.jit(jax.vmap(algo.train))
@@ -276,15 +352,26 @@ def worker_rejax(seeds: int, total_steps: int, num_reports: int, seed: int, plai
     reached, final, mean_list = None, float("nan"), []
     if not plain:
         sums, counts = (np.asarray(x, np.float64) for x in evaluation)  # [R, iters] cumulative
-        mean, final = mean_and_final(carried_returns(np.diff(sums, axis=1, prepend=0.0),
-                                                      np.diff(counts, axis=1, prepend=0.0)))
+        mean, final = mean_and_final(
+            carried_returns(
+                np.diff(sums, axis=1, prepend=0.0), np.diff(counts, axis=1, prepend=0.0)
+            )
+        )
         reached = _first_reach(mean.tolist(), num_iterations)
         mean_list = [None if math.isnan(x) else float(x) for x in mean.tolist()]
     return {
-        "library": "rejax (plain)" if plain else "rejax", "seeds": seeds, "num_iterations": num_iterations,
-        "steps_per_run": num_iterations * batch, **times, "wall": wall, "init": 0.0,
-        "reached": reached, "final_return": final, "mean_return": mean_list,
-        "jax": jax.__version__, "load": os.getloadavg()[0],
+        "library": "rejax (plain)" if plain else "rejax",
+        "seeds": seeds,
+        "num_iterations": num_iterations,
+        "steps_per_run": num_iterations * batch,
+        **times,
+        "wall": wall,
+        "init": 0.0,
+        "reached": reached,
+        "final_return": final,
+        "mean_return": mean_list,
+        "jax": jax.__version__,
+        "load": os.getloadavg()[0],
         "versions": {p: version(p) for p in ("rejax", "gymnax", "jax", "flax", "optax", "distrax")},
     }
 
@@ -294,12 +381,33 @@ def worker_rejax(seeds: int, total_steps: int, num_reports: int, seed: int, plai
 # --------------------------------------------------------------------------
 
 
-def run_worker(python: str, library: str, seeds: int, total_steps: int, num_reports: int, seed: int,
-               timeout: float, purejaxrl: str = DEFAULT_PUREJAXRL) -> dict | str:
+def run_worker(
+    python: str,
+    library: str,
+    seeds: int,
+    total_steps: int,
+    num_reports: int,
+    seed: int,
+    timeout: float,
+    purejaxrl: str = DEFAULT_PUREJAXRL,
+) -> dict | str:
     """Runs one measurement in a fresh interpreter; returns its JSON or an error string."""
-    cmd = [python, str(Path(__file__).resolve()), "--worker", library, "--seeds", str(seeds),
-           "--total-steps", str(total_steps), "--num-reports", str(num_reports), "--seed", str(seed),
-           "--purejaxrl", purejaxrl]
+    cmd = [
+        python,
+        str(Path(__file__).resolve()),
+        "--worker",
+        library,
+        "--seeds",
+        str(seeds),
+        "--total-steps",
+        str(total_steps),
+        "--num-reports",
+        str(num_reports),
+        "--seed",
+        str(seed),
+        "--purejaxrl",
+        purejaxrl,
+    ]
     env = dict(os.environ) if library == "jrl" else {**os.environ, "PYTHONPATH": ""}
     return run_json_worker(cmd, env, timeout, REPO)
 
@@ -344,18 +452,28 @@ PEERS = ("PureJaxRL", "rejax")
 def make_tables(rows: dict[tuple[str, int], dict], seeds_list: list[int], quick: bool) -> str:
     """The measurements table and the ratios table (markdown). PureJaxRL's cited
     reference is listed only for the seed counts where PureJaxRL was not run."""
-    lines = [("| library | seeds | compile s | compile CPU s | init s | run s | steps/s | run s / seed "
-              "| time to 475 s (iteration) | final return |"),
-             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    lines = [
+        (
+            "| library | seeds | compile s | compile CPU s | init s | run s | steps/s | run s / seed "
+            "| time to 475 s (iteration) | final return |"
+        ),
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
     cited = {}
     for seeds in seeds_list:
-        ref = None if quick or isinstance(rows.get(("PureJaxRL", seeds)), dict) else REFERENCE.get(seeds)
+        ref = (
+            None
+            if quick or isinstance(rows.get(("PureJaxRL", seeds)), dict)
+            else REFERENCE.get(seeds)
+        )
         if ref is not None:
             cited[seeds] = ref
             run_ref = _ref_run(ref, seeds)
-            lines.append(f"| PureJaxRL (cited reference) | {seeds} | {_f(ref.get('compile'))} | – | – | "
-                         f"{_f(ref.get('run'))} | ~{_rate(CONFIG['total_steps'] * seeds / run_ref)} | "
-                         f"{run_ref / seeds:.2f} | – | – |")
+            lines.append(
+                f"| PureJaxRL (cited reference) | {seeds} | {_f(ref.get('compile'))} | – | – | "
+                f"{_f(ref.get('run'))} | ~{_rate(CONFIG['total_steps'] * seeds / run_ref)} | "
+                f"{run_ref / seeds:.2f} | – | – |"
+            )
         for lib in ("jrl",) + PEERS + ("rejax (plain)",):
             r = rows.get((lib, seeds))
             if r is None:
@@ -364,15 +482,23 @@ def make_tables(rows: dict[tuple[str, int], dict], seeds_list: list[int], quick:
                 lines.append(f"| {lib} | {seeds} | failed: {r} | | | | | | | |")
                 continue
             t = time_to_target(r)
-            reach = f"{t:.1f} ({r['reached']})" if t is not None else ("not reached" if r["mean_return"] else "–")
+            reach = (
+                f"{t:.1f} ({r['reached']})"
+                if t is not None
+                else ("not reached" if r["mean_return"] else "–")
+            )
             init = _f(r.get("init")) if lib == "jrl" else "(in compile)"
-            lines.append(f"| {lib} | {seeds} | {r['compile']:.1f} | {_f(r.get('compile_cpu'))} | {init} | "
-                         f"{r['run']:.1f} | {_rate(r['steps_per_run'] * seeds / r['run'])} | {r['run'] / seeds:.2f} | "
-                         f"{reach} | {_f(r.get('final_return'))} |")
+            lines.append(
+                f"| {lib} | {seeds} | {r['compile']:.1f} | {_f(r.get('compile_cpu'))} | {init} | "
+                f"{r['run']:.1f} | {_rate(r['steps_per_run'] * seeds / r['run'])} | {r['run'] / seeds:.2f} | "
+                f"{reach} | {_f(r.get('final_return'))} |"
+            )
 
-    ratio = ["| seeds | jrl vs | steps/s (> 1: jrl faster) | run s per seed | compile (jrl: compile + init) "
-             "| compile + init + run | time to 475 |",
-             "|---:|---|---:|---:|---:|---:|---:|"]
+    ratio = [
+        "| seeds | jrl vs | steps/s (> 1: jrl faster) | run s per seed | compile (jrl: compile + init) "
+        "| compile + init + run | time to 475 |",
+        "|---:|---|---:|---:|---:|---:|---:|",
+    ]
     for seeds in seeds_list:
         j = rows.get(("jrl", seeds))
         if not isinstance(j, dict):
@@ -383,44 +509,84 @@ def make_tables(rows: dict[tuple[str, int], dict], seeds_list: list[int], quick:
             if not isinstance(x, dict):
                 continue
             tj, tx = time_to_target(j), time_to_target(x)
-            ratio.append(f"| {seeds} | {peer} | {x['run'] / j['run']:.2f}x | {j['run'] / x['run']:.2f}x | "
-                         f"{(j['compile'] + init) / x['compile']:.2f}x | "
-                         f"{(j['compile'] + init + j['run']) / (x['compile'] + x['run']):.2f}x | "
-                         + (f"{tj / tx:.2f}x |" if tj is not None and tx is not None else "– |"))
+            ratio.append(
+                f"| {seeds} | {peer} | {x['run'] / j['run']:.2f}x | {j['run'] / x['run']:.2f}x | "
+                f"{(j['compile'] + init) / x['compile']:.2f}x | "
+                f"{(j['compile'] + init + j['run']) / (x['compile'] + x['run']):.2f}x | "
+                + (f"{tj / tx:.2f}x |" if tj is not None and tx is not None else "– |")
+            )
         ref = cited.get(seeds)
         if ref is not None:
             run_ref = _ref_run(ref, seeds)
             comp = f"{(j['compile'] + init) / ref['compile']:.2f}x" if "compile" in ref else "–"
-            ratio.append(f"| {seeds} | PureJaxRL (cited) | {run_ref / j['run']:.2f}x | {j['run'] / run_ref:.2f}x | "
-                         f"{comp} | – | – |")
-    return "\n".join(lines) + ("\n\nRatios, jrl / peer for times (< 1: jrl takes less time) and peer / jrl for "
-                               "steps/s (> 1: jrl is faster):\n\n") + "\n".join(ratio)
+            ratio.append(
+                f"| {seeds} | PureJaxRL (cited) | {run_ref / j['run']:.2f}x | {j['run'] / run_ref:.2f}x | "
+                f"{comp} | – | – |"
+            )
+    return (
+        "\n".join(lines)
+        + (
+            "\n\nRatios, jrl / peer for times (< 1: jrl takes less time) and peer / jrl for "
+            "steps/s (> 1: jrl is faster):\n\n"
+        )
+        + "\n".join(ratio)
+    )
 
 
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--quick", action="store_true", help="smoke run: 1/10 of the steps, 1 and 4 seeds, 1 repeat")
-    parser.add_argument("--seeds", type=int, nargs="+", help="seed counts (default 1 16 64; quick: 1 4)")
-    parser.add_argument("--repeats", type=int, help="runs per configuration, best reported (default 3; quick: 1)")
-    parser.add_argument("--total-steps", type=int, help="env steps per seed (default 500000; quick: 51200)")
-    parser.add_argument("--num-reports", type=int, default=4,
-                        help="jrl chunks (host syncs) per run; metrics are per iteration regardless")
+    parser.add_argument(
+        "--quick", action="store_true", help="smoke run: 1/10 of the steps, 1 and 4 seeds, 1 repeat"
+    )
+    parser.add_argument(
+        "--seeds", type=int, nargs="+", help="seed counts (default 1 16 64; quick: 1 4)"
+    )
+    parser.add_argument(
+        "--repeats", type=int, help="runs per configuration, best reported (default 3; quick: 1)"
+    )
+    parser.add_argument(
+        "--total-steps", type=int, help="env steps per seed (default 500000; quick: 51200)"
+    )
+    parser.add_argument(
+        "--num-reports",
+        type=int,
+        default=4,
+        help="jrl chunks (host syncs) per run; metrics are per iteration regardless",
+    )
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--rejax-python", default=DEFAULT_REJAX_PYTHON,
-                        help="interpreter with rejax installed (skipped if absent)")
-    parser.add_argument("--rejax-plain", action="store_true",
-                        help="also time rejax without the return tracker and per-iteration callback")
-    parser.add_argument("--purejaxrl", default=DEFAULT_PUREJAXRL,
-                        help="a PureJaxRL checkout (the folder holding purejaxrl/ppo.py) to run side by side; "
-                             "skipped if absent")
-    parser.add_argument("--purejaxrl-python", default=DEFAULT_REJAX_PYTHON,
-                        help="interpreter for PureJaxRL (needs gymnax 0.0.x, distrax; rejax's venv has them)")
+    parser.add_argument(
+        "--rejax-python",
+        default=DEFAULT_REJAX_PYTHON,
+        help="interpreter with rejax installed (skipped if absent)",
+    )
+    parser.add_argument(
+        "--rejax-plain",
+        action="store_true",
+        help="also time rejax without the return tracker and per-iteration callback",
+    )
+    parser.add_argument(
+        "--purejaxrl",
+        default=DEFAULT_PUREJAXRL,
+        help="a PureJaxRL checkout (the folder holding purejaxrl/ppo.py) to run side by side; "
+        "skipped if absent",
+    )
+    parser.add_argument(
+        "--purejaxrl-python",
+        default=DEFAULT_REJAX_PYTHON,
+        help="interpreter for PureJaxRL (needs gymnax 0.0.x, distrax; rejax's venv has them)",
+    )
     parser.add_argument("--timeout", type=float, default=1800, help="seconds per worker")
-    parser.add_argument("--output", type=Path, help="markdown file to update (default BENCHMARKS.md; quick: none)")
+    parser.add_argument(
+        "--output", type=Path, help="markdown file to update (default BENCHMARKS.md; quick: none)"
+    )
     parser.add_argument("--no-write", action="store_true", help="print the tables only")
     parser.add_argument("--json", type=Path, help="also dump every measurement here")
-    parser.add_argument("--from-json", type=Path, nargs="+",
-                        help="measure nothing: render the tables from earlier --json dumps (merged in order)")
+    parser.add_argument(
+        "--from-json",
+        type=Path,
+        nargs="+",
+        help="measure nothing: render the tables from earlier --json dumps (merged in order)",
+    )
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
 
@@ -431,8 +597,13 @@ def main(argv=None) -> None:
         elif args.worker == "purejaxrl":
             out = worker_purejaxrl(args.seeds[0], total_steps, args.seed, args.purejaxrl)
         else:
-            out = worker_rejax(args.seeds[0], total_steps, args.num_reports, args.seed,
-                               plain=args.worker == "rejax-plain")
+            out = worker_rejax(
+                args.seeds[0],
+                total_steps,
+                args.num_reports,
+                args.seed,
+                plain=args.worker == "rejax-plain",
+            )
         print(json.dumps(out))
         return
 
@@ -445,7 +616,9 @@ def main(argv=None) -> None:
                 lib, seeds = key.rsplit("|", 1)
                 measured.setdefault((lib, int(seeds)), []).extend(results)
         seeds_list = args.seeds or sorted({s for _, s in measured})
-        total_steps = next(r["steps_per_run"] for rs in measured.values() for r in rs if isinstance(r, dict))
+        total_steps = next(
+            r["steps_per_run"] for rs in measured.values() for r in rs if isinstance(r, dict)
+        )
         repeats = max(len(rs) for rs in measured.values())
     else:
         seeds_list = args.seeds or ([1, 4] if args.quick else [1, 16, 64])
@@ -454,7 +627,10 @@ def main(argv=None) -> None:
         if pjr.exists() and Path(args.purejaxrl_python).exists():
             libraries.append("purejaxrl")
         else:
-            print(f"PureJaxRL skipped: {pjr} or {args.purejaxrl_python} not found (see --purejaxrl)", file=sys.stderr)
+            print(
+                f"PureJaxRL skipped: {pjr} or {args.purejaxrl_python} not found (see --purejaxrl)",
+                file=sys.stderr,
+            )
         if Path(args.rejax_python).exists():
             libraries.append("rejax")
             if args.rejax_plain:
@@ -465,20 +641,35 @@ def main(argv=None) -> None:
         for seeds in seeds_list:
             for rep in range(repeats):
                 for lib in libraries:
-                    python = {"jrl": sys.executable, "purejaxrl": args.purejaxrl_python}.get(lib, args.rejax_python)
+                    python = {"jrl": sys.executable, "purejaxrl": args.purejaxrl_python}.get(
+                        lib, args.rejax_python
+                    )
                     load = os.getloadavg()[0]
-                    r = run_worker(python, lib, seeds, total_steps, args.num_reports, args.seed, args.timeout,
-                                   args.purejaxrl)
+                    r = run_worker(
+                        python,
+                        lib,
+                        seeds,
+                        total_steps,
+                        args.num_reports,
+                        args.seed,
+                        args.timeout,
+                        args.purejaxrl,
+                    )
                     name = {"rejax-plain": "rejax (plain)", "purejaxrl": "PureJaxRL"}.get(lib, lib)
                     if isinstance(r, str):
                         print(f"{name:14s} seeds={seeds:3d} repeat {rep + 1}: {r}", file=sys.stderr)
                     else:
-                        print(f"{name:14s} seeds={seeds:3d} repeat {rep + 1}: compile {r['compile']:6.2f} s "
-                              f"(cpu {_f(r.get('compile_cpu'), '{:.2f}')}) run {r['run']:7.2f} s "
-                              f"wall {r['wall']:6.1f} s reached {r['reached']} load {load:.2f}", file=sys.stderr)
+                        print(
+                            f"{name:14s} seeds={seeds:3d} repeat {rep + 1}: compile {r['compile']:6.2f} s "
+                            f"(cpu {_f(r.get('compile_cpu'), '{:.2f}')}) run {r['run']:7.2f} s "
+                            f"wall {r['wall']:6.1f} s reached {r['reached']} load {load:.2f}",
+                            file=sys.stderr,
+                        )
                     measured.setdefault((name, seeds), []).append(r)
         if args.json:
-            args.json.write_text(json.dumps({f"{k[0]}|{k[1]}": v for k, v in measured.items()}, indent=1))
+            args.json.write_text(
+                json.dumps({f"{k[0]}|{k[1]}": v for k, v in measured.items()}, indent=1)
+            )
 
     rows = {}
     for key, results in measured.items():
@@ -489,7 +680,9 @@ def main(argv=None) -> None:
     tables = make_tables(rows, seeds_list, args.quick)
     print(tables)
 
-    output = args.output if args.output is not None else (None if args.quick else REPO / "BENCHMARKS.md")
+    output = (
+        args.output if args.output is not None else (None if args.quick else REPO / "BENCHMARKS.md")
+    )
     if output is not None and not args.no_write:
         write_section(output, HEADING, section(rows, tables, repeats, total_steps, rejax_note))
         print(f"wrote {output}")
@@ -498,10 +691,20 @@ def main(argv=None) -> None:
 def _git_commit() -> str:
     """Short HEAD commit of the repo, marked when jrl's sources have uncommitted changes."""
     try:
-        head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True,
-                              text=True, check=True).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "jrl", "agents", "envs"], cwd=REPO,
-                               capture_output=True, text=True, check=True).stdout.strip()
+        head = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"],
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "jrl", "agents", "envs"],
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
     except (OSError, subprocess.CalledProcessError):
         return "unknown"
     return head + (" plus uncommitted changes" if dirty else "")
@@ -520,20 +723,45 @@ def section(rows, tables, repeats, total_steps, rejax_note) -> str:
     if pj is not None:
         versions += "; PureJaxRL's: " + ", ".join(f"{k} {v}" for k, v in pj["versions"].items())
     batch = CONFIG["num_envs"] * CONFIG["num_steps"]
-    steps = "" if total_steps // batch == CONFIG["total_steps"] // batch else f" --total-steps {total_steps}"
+    steps = (
+        ""
+        if total_steps // batch == CONFIG["total_steps"] // batch
+        else f" --total-steps {total_steps}"
+    )
     date = datetime.date.today().isoformat()
-    counts = sorted({(k[1], r["repeats"] + len(r.get("failures", []))) for k, r in rows.items() if isinstance(r, dict)})
+    counts = sorted(
+        {
+            (k[1], r["repeats"] + len(r.get("failures", [])))
+            for k, r in rows.items()
+            if isinstance(r, dict)
+        }
+    )
     distinct = sorted({n for _, n in counts})
     times = lambda n: "once" if n == 1 else f"{n} times"  # noqa: E731
-    repeats_txt = (times(distinct[0]) if len(distinct) == 1 else
-                   ", ".join(f"{times(n)} with {s} seed{'s' if s > 1 else ''}" for s, n in counts))
+    repeats_txt = (
+        times(distinct[0])
+        if len(distinct) == 1
+        else ", ".join(f"{times(n)} with {s} seed{'s' if s > 1 else ''}" for s, n in counts)
+    )
     rejax_line = f"\n{rejax_note}\n" if rejax_note else ""
     # the commit the jrl runs recorded (older JSON files have none: the checkout's now)
-    commit = next((r["commit"] for k, r in rows.items() if k[0] == "jrl" and isinstance(r, dict) and r.get("commit")),
-                  None) or _git_commit()
-    unfinished = [f"{k[0]} with {k[1]} seed{'s' if k[1] > 1 else ''}: {len(r['failures'])} of "
-                  f"{r['repeats'] + len(r['failures'])} runs did not finish, {r['failures'][0]}"
-                  for k, r in rows.items() if isinstance(r, dict) and r.get("failures")]
+    commit = (
+        next(
+            (
+                r["commit"]
+                for k, r in rows.items()
+                if k[0] == "jrl" and isinstance(r, dict) and r.get("commit")
+            ),
+            None,
+        )
+        or _git_commit()
+    )
+    unfinished = [
+        f"{k[0]} with {k[1]} seed{'s' if k[1] > 1 else ''}: {len(r['failures'])} of "
+        f"{r['repeats'] + len(r['failures'])} runs did not finish, {r['failures'][0]}"
+        for k, r in rows.items()
+        if isinstance(r, dict) and r.get("failures")
+    ]
     if unfinished:
         repeats_txt += " (" + "; ".join(unfinished) + ")"
     return f"""{HEADING}

@@ -44,9 +44,11 @@ def measured_on() -> str:
     """The 'Measured <date> on <cpu>, <n> cores, Python, jax; load' line of a section."""
     import jax
 
-    return (f"Measured {datetime.date.today().isoformat()} on {cpu_model()}, {os.cpu_count()} cores,\n"
-            f"Python {platform.python_version()}, jax {jax.__version__}; 1-minute load average "
-            f"{os.getloadavg()[0]:.1f} at the end.")
+    return (
+        f"Measured {datetime.date.today().isoformat()} on {cpu_model()}, {os.cpu_count()} cores,\n"
+        f"Python {platform.python_version()}, jax {jax.__version__}; 1-minute load average "
+        f"{os.getloadavg()[0]:.1f} at the end."
+    )
 
 
 def publish(heading: str, text: str, write: bool) -> None:
@@ -61,7 +63,9 @@ def run_json_worker(cmd: list[str], env: dict[str, str], timeout: float, cwd: Pa
     """Runs ``cmd`` (a worker printing one JSON line) in a fresh interpreter; returns the last
     JSON line it printed, or an error string (timeout, or the exit code and its last lines)."""
     try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env, cwd=cwd, check=False)
+        proc = subprocess.run(
+            cmd, capture_output=True, text=True, timeout=timeout, env=env, cwd=cwd, check=False
+        )
     except subprocess.TimeoutExpired:
         return f"timed out after {timeout:.0f} s"
     for line in reversed(proc.stdout.splitlines()):
@@ -122,8 +126,9 @@ def import_purejaxrl(checkout: str, module: str):
     if not (package / f"{module}.py").exists():
         raise SystemExit(f"no purejaxrl/{module}.py under {package.parent} (--purejaxrl)")
     # the package is loaded from its folder by name; the import path is left as it is
-    spec = importlib.util.spec_from_file_location("purejaxrl", package / "__init__.py",
-                                                  submodule_search_locations=[str(package)])
+    spec = importlib.util.spec_from_file_location(
+        "purejaxrl", package / "__init__.py", submodule_search_locations=[str(package)]
+    )
     sys.modules["purejaxrl"] = importlib.util.module_from_spec(spec)
     if (package / "__init__.py").exists():
         spec.loader.exec_module(sys.modules["purejaxrl"])
@@ -158,7 +163,9 @@ def mean_and_final(per_run):
     per_run = np.asarray(per_run, np.float64)
     with warnings.catch_warnings():  # iterations before the first finished episode are NaN
         warnings.simplefilter("ignore", RuntimeWarning)
-        return np.nanmean(per_run, axis=0), float(np.nanmean(per_run[:, -max(1, per_run.shape[1] // 20):]))
+        return np.nanmean(per_run, axis=0), float(
+            np.nanmean(per_run[:, -max(1, per_run.shape[1] // 20) :])
+        )
 
 
 def purejaxrl_ppo_returns(metrics):
@@ -199,8 +206,10 @@ def purejaxrl_independent_seeds(train):
         finally:
             jax.random.PRNGKey = original
         if not calls:  # a later PureJaxRL that no longer makes the call: nothing to redirect
-            raise RuntimeError("PureJaxRL's train did not call jax.random.PRNGKey: purejaxrl_independent_seeds "
-                               "has nothing to redirect; compare against the published program instead")
+            raise RuntimeError(
+                "PureJaxRL's train did not call jax.random.PRNGKey: purejaxrl_independent_seeds "
+                "has nothing to redirect; compare against the published program instead"
+            )
         return out
 
     return seeded

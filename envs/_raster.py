@@ -69,8 +69,9 @@ def sd_convex_polygon(px: jax.Array, py: jax.Array, vertices: jax.Array) -> jax.
     edge = v1 - v0
     normal = jnp.stack([edge[:, 1], -edge[:, 0]], axis=-1)
     normal = normal / jnp.maximum(jnp.linalg.norm(normal, axis=-1, keepdims=True), 1e-12)
-    d = (normal[:, 0, None, None] * (px - v0[:, 0, None, None])
-         + normal[:, 1, None, None] * (py - v0[:, 1, None, None]))
+    d = normal[:, 0, None, None] * (px - v0[:, 0, None, None]) + normal[:, 1, None, None] * (
+        py - v0[:, 1, None, None]
+    )
     return jnp.max(d, axis=0)
 
 

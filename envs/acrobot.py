@@ -144,8 +144,14 @@ class Acrobot(Environment):
     @staticmethod
     def _obs(state: AcrobotState) -> jax.Array:
         th1, th2 = state.theta1, state.theta2
-        obs = [jnp.cos(th1), jnp.sin(th1), jnp.cos(th2), jnp.sin(th2),
-               state.theta1_dot, state.theta2_dot]
+        obs = [
+            jnp.cos(th1),
+            jnp.sin(th1),
+            jnp.cos(th2),
+            jnp.sin(th2),
+            state.theta1_dot,
+            state.theta2_dot,
+        ]
         return jnp.stack(obs).astype(jnp.float32)
 
     def observation_space(self, params: AcrobotParams | None = None) -> spaces.Box:
@@ -170,8 +176,10 @@ class Acrobot(Environment):
         img = R.paint(img, goal_line, R.BLACK)
         x1 = ox + params.link_length_1 * jnp.sin(state.theta1) * scale
         y1 = oy - params.link_length_1 * jnp.cos(state.theta1) * scale
-        links = ((ox, oy, state.theta1, params.link_length_1),
-                 (x1, y1, state.theta1 + state.theta2, params.link_length_2))
+        links = (
+            (ox, oy, state.theta1, params.link_length_1),
+            (x1, y1, state.theta1 + state.theta2, params.link_length_2),
+        )
         for jx, jy, angle, length in links:  # a link hangs straight down at angle 0
             hw = 0.1 * scale  # half width
             rect = R.rect_vertices(0.0, length * scale, -hw, hw, angle - jnp.pi / 2, jx, jy)

@@ -90,8 +90,9 @@ class CartPole(Environment):
         state = CartPoleState(x=s[0], x_dot=s[1], theta=s[2], theta_dot=s[3])
         return state, self._obs(state)
 
-    def step_env(self, key: PRNGKey, state: CartPoleState, action: jax.Array,
-                 params: CartPoleParams):
+    def step_env(
+        self, key: PRNGKey, state: CartPoleState, action: jax.Array, params: CartPoleParams
+    ):
         force = jnp.where(jnp.asarray(action) == 1, params.force_mag, -params.force_mag)
         cos, sin = jnp.cos(state.theta), jnp.sin(state.theta)
         temp = (force + params.polemass_length * state.theta_dot**2 * sin) / params.total_mass

@@ -74,7 +74,9 @@ def _make(name: str, **env_kwargs: Any):
     gymnax = _import_gymnax()
     if name not in gymnax.registered_envs:
         known = list(gymnax.registered_envs)
-        raise UnknownEnvError(name, known, prefix=GYMNAX_PREFIX, listing=f"gymnax has: {', '.join(known)}.")
+        raise UnknownEnvError(
+            name, known, prefix=GYMNAX_PREFIX, listing=f"gymnax has: {', '.join(known)}."
+        )
     env, _ = gymnax.make(name, **env_kwargs)
     return env
 

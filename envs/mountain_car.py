@@ -88,8 +88,9 @@ def _move(state: MountainCarState, push: jax.Array, params) -> tuple[MountainCar
     velocity = jnp.clip(velocity, -params.max_speed, params.max_speed)
     position = jnp.clip(state.position + velocity, params.min_position, params.max_position)
     velocity = jnp.where((position == params.min_position) & (velocity < 0), 0.0, velocity)
-    state = MountainCarState(position=position.astype(jnp.float32),
-                             velocity=velocity.astype(jnp.float32))
+    state = MountainCarState(
+        position=position.astype(jnp.float32), velocity=velocity.astype(jnp.float32)
+    )
     terminated = (position >= params.goal_position) & (velocity >= params.goal_velocity)
     return state, terminated
 
@@ -133,8 +134,9 @@ def _render(state: MountainCarState, params, shape: tuple[int, int]) -> jax.Arra
     fy1 = _height(params.goal_position) * scale
     fy2 = fy1 + 50 * u
     img = R.paint(img, R.sd_segment(px, py, fx, fy1, fx, fy2, 0.5), R.BLACK)
-    flag = jnp.stack([jnp.stack([fx, fy2 - 10 * u]), jnp.stack([fx + 25 * u, fy2 - 5 * u]),
-                      jnp.stack([fx, fy2])])
+    flag = jnp.stack(
+        [jnp.stack([fx, fy2 - 10 * u]), jnp.stack([fx + 25 * u, fy2 - 5 * u]), jnp.stack([fx, fy2])]
+    )
     img = R.paint(img, R.sd_convex_polygon(px, py, flag), (204, 204, 0))
     return R.to_uint8(img)
 
@@ -159,8 +161,9 @@ class MountainCar(Environment):
         state = _reset(key, params)
         return state, _obs(state)
 
-    def step_env(self, key: PRNGKey, state: MountainCarState, action: jax.Array,
-                 params: MountainCarParams):
+    def step_env(
+        self, key: PRNGKey, state: MountainCarState, action: jax.Array, params: MountainCarParams
+    ):
         push = (jnp.asarray(action).astype(jnp.float32) - 1.0) * params.force
         state, terminated = _move(state, push, params)
         return state, _obs(state), jnp.full((), -1.0, jnp.float32), terminated, {}
@@ -196,8 +199,13 @@ class MountainCarContinuous(Environment):
         state = _reset(key, params)
         return state, _obs(state)
 
-    def step_env(self, key: PRNGKey, state: MountainCarState, action: jax.Array,
-                 params: MountainCarContinuousParams):
+    def step_env(
+        self,
+        key: PRNGKey,
+        state: MountainCarState,
+        action: jax.Array,
+        params: MountainCarContinuousParams,
+    ):
         a = jnp.reshape(jnp.asarray(action, jnp.float32), ())  # float32[1] (or a scalar)
         push = jnp.clip(a, params.min_action, params.max_action) * params.power
         state, terminated = _move(state, push, params)
@@ -211,7 +219,8 @@ class MountainCarContinuous(Environment):
         p = concrete_params(params, self.default_params)
         return spaces.Box(np.float32(p.min_action), np.float32(p.max_action), (1,), jnp.float32)
 
-    def render(self, state: MountainCarState,
-               params: MountainCarContinuousParams | None = None) -> jax.Array:
+    def render(
+        self, state: MountainCarState, params: MountainCarContinuousParams | None = None
+    ) -> jax.Array:
         """``uint8[H, W, 3]`` frame of ``state``."""
         return _render(state, self.default_params if params is None else params, self.render_shape)

@@ -75,14 +75,19 @@ class Pendulum(Environment):
         return PendulumParams()
 
     def reset_env(self, key: PRNGKey, params: PendulumParams) -> tuple[PendulumState, jax.Array]:
-        high = jnp.stack([jnp.asarray(params.reset_theta, jnp.float32),
-                          jnp.asarray(params.reset_theta_dot, jnp.float32)])
+        high = jnp.stack(
+            [
+                jnp.asarray(params.reset_theta, jnp.float32),
+                jnp.asarray(params.reset_theta_dot, jnp.float32),
+            ]
+        )
         s = jax.random.uniform(key, (2,), jnp.float32, -high, high)
         state = PendulumState(theta=s[0], theta_dot=s[1], last_u=jnp.zeros((), jnp.float32))
         return state, self._obs(state)
 
-    def step_env(self, key: PRNGKey, state: PendulumState, action: jax.Array,
-                 params: PendulumParams):
+    def step_env(
+        self, key: PRNGKey, state: PendulumState, action: jax.Array, params: PendulumParams
+    ):
         u = jnp.reshape(jnp.asarray(action, jnp.float32), ())  # float32[1] (or a scalar)
         u = jnp.clip(u, -params.max_torque, params.max_torque)
         g, m, l, dt = params.g, params.m, params.l, params.dt  # noqa: E741
@@ -136,6 +141,15 @@ def _sd_torque_arrow(dx: jax.Array, dy: jax.Array, u: jax.Array, scale) -> jax.A
     ring = jnp.abs(jnp.hypot(lx, dy) - r) - half_width
     arc = jnp.maximum(ring, jnp.minimum(-lx, dy))  # leave out the upper-left quarter
     a = 0.16 * r  # arrowhead at the left end, pointing up (clockwise motion there)
-    head = R.sd_convex_polygon(lx, dy, jnp.stack([
-        jnp.stack([-r - a, -0.05 * r]), jnp.stack([-r + a, -0.05 * r]), jnp.stack([-r, 0.3 * r])]))
+    head = R.sd_convex_polygon(
+        lx,
+        dy,
+        jnp.stack(
+            [
+                jnp.stack([-r - a, -0.05 * r]),
+                jnp.stack([-r + a, -0.05 * r]),
+                jnp.stack([-r, 0.3 * r]),
+            ]
+        ),
+    )
     return jnp.where(r > 1.0, jnp.minimum(arc, head), jnp.inf)

@@ -108,7 +108,9 @@ class MaskedProbe(Environment):
     def _draw_mask(self, key):
         k_bits, k_one = jax.random.split(key)
         bits = jax.random.bernoulli(k_bits, 0.5, (self.num_actions,))
-        return bits | (jnp.arange(self.num_actions) == jax.random.randint(k_one, (), 0, self.num_actions))
+        return bits | (
+            jnp.arange(self.num_actions) == jax.random.randint(k_one, (), 0, self.num_actions)
+        )
 
     def _obs(self, state):
         return {OBSERVATION: state.mask.astype(jnp.float32), ACTION_MASK: state.mask}
@@ -119,13 +121,19 @@ class MaskedProbe(Environment):
 
     def step_env(self, key, state, action, params):
         valid = state.mask[action]
-        reward = jnp.where(valid, (action + 1) / self.num_actions, params.invalid_reward).astype(jnp.float32)
+        reward = jnp.where(valid, (action + 1) / self.num_actions, params.invalid_reward).astype(
+            jnp.float32
+        )
         new = MaskedProbeState(state.time + 1, self._draw_mask(key))
         return new, self._obs(new), reward, new.time >= params.horizon, {"invalid_action": ~valid}
 
     def observation_space(self, params=None):
-        return spaces.Dict({OBSERVATION: spaces.Box(0.0, 1.0, (self.num_actions,), jnp.float32),
-                            ACTION_MASK: spaces.Box(0, 1, (self.num_actions,), jnp.bool_)})
+        return spaces.Dict(
+            {
+                OBSERVATION: spaces.Box(0.0, 1.0, (self.num_actions,), jnp.float32),
+                ACTION_MASK: spaces.Box(0, 1, (self.num_actions,), jnp.bool_),
+            }
+        )
 
     def action_space(self, params=None):
         return spaces.Discrete(self.num_actions)

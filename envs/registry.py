@@ -67,13 +67,12 @@ def list() -> builtins.list[str]:  # noqa: A001 - the registry's public name
     return sorted(_REGISTRY)
 
 
-
 def spec(id: str) -> EnvSpec:
     """The :class:`EnvSpec` of ``id``; unknown ids raise with the closest matches."""
     if id.startswith(GYMNAX_PREFIX):
         from jrl.envs.gymnax_adapter import gymnax_spec
 
-        return gymnax_spec(id[len(GYMNAX_PREFIX):])
+        return gymnax_spec(id[len(GYMNAX_PREFIX) :])
     if id not in _REGISTRY:
         raise UnknownEnvError(id, sorted(_REGISTRY))
     return _REGISTRY[id]
@@ -87,7 +86,9 @@ class UnknownEnvError(KeyError, ValueError):
     registered ids in the message.
     """
 
-    def __init__(self, id: str, known: builtins.list[str], prefix: str = "", listing: str | None = None):
+    def __init__(
+        self, id: str, known: builtins.list[str], prefix: str = "", listing: str | None = None
+    ):
         hint = names.did_you_mean(id, known, prefix=prefix)
         if listing is None:
             listing = f"Registered: {', '.join(known)}; gymnax envs as '{GYMNAX_PREFIX}<name>'."
@@ -98,7 +99,9 @@ class UnknownEnvError(KeyError, ValueError):
         return self.message
 
 
-def make(id: str, *, max_episode_steps: int | None = None, check: bool = False, **param_overrides: Any):
+def make(
+    id: str, *, max_episode_steps: int | None = None, check: bool = False, **param_overrides: Any
+):
     """Builds a registered environment: returns ``(env, params)``.
 
     Args:
@@ -118,7 +121,9 @@ def make(id: str, *, max_episode_steps: int | None = None, check: bool = False, 
         fields = {f.name for f in dataclasses.fields(params)}
         unknown = sorted(set(param_overrides) - fields)
         if unknown:
-            raise TypeError(f"{id}: unknown parameter(s) {unknown}; its parameters are {sorted(fields)}")
+            raise TypeError(
+                f"{id}: unknown parameter(s) {unknown}; its parameters are {sorted(fields)}"
+            )
         params = params.replace(**param_overrides)
     limit = s.max_episode_steps if max_episode_steps is None else max_episode_steps
     if limit is not None:

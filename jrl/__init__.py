@@ -13,8 +13,17 @@ from jrl.types import TimeStep, Transition
 
 __version__ = "0.1.0"
 
-__all__ = ["Agent", "EnvSpec", "Environment", "TimeStep", "Transition", "Wrapper", "spaces", "train",
-           "__version__"]
+__all__ = [
+    "Agent",
+    "EnvSpec",
+    "Environment",
+    "TimeStep",
+    "Transition",
+    "Wrapper",
+    "spaces",
+    "train",
+    "__version__",
+]
 
 
 def __getattr__(name: str):

@@ -62,7 +62,9 @@ class Minibatch:
     target: jax.Array  # [M] value target (GAE return)
 
 
-LossFn = Callable[[Any, Any, jax.Array, Minibatch, ActorCriticHParams], tuple[jax.Array, dict[str, jax.Array]]]
+LossFn = Callable[
+    [Any, Any, jax.Array, Minibatch, ActorCriticHParams], tuple[jax.Array, dict[str, jax.Array]]
+]
 """``loss_fn(dist, values, entropy, minibatch, hparams) -> (loss, metrics)``: the
 network's distribution and values ``[M]`` on the minibatch are given."""
 
@@ -108,7 +110,9 @@ def make_actor_critic(
     def sgd_step(state: ActorCriticState, mb: Minibatch, lr):
         if normalize_advantages:  # over the whole minibatch, on every device
             mb = mb.replace(advantage=normalize(mb.advantage))
-        (total, metrics), grads = jax.value_and_grad(loss, has_aux=True)(state.params, mb, state.hparams)
+        (total, metrics), grads = jax.value_and_grad(loss, has_aux=True)(
+            state.params, mb, state.hparams
+        )
         grads = parallel.pmean(grads)  # equal sample counts per device: the global mean gradient
         updates, opt_state = tx.update(grads, state.opt_state, state.params)
         params = optax.apply_updates(state.params, jax.tree.map(lambda u: -lr * u, updates))
@@ -118,13 +122,35 @@ def make_actor_critic(
     def learn(state: ActorCriticState, batch: Transition, key: PRNGKey):
         hp = state.hparams
         bootstrap = network.apply(state.params, batch.next_observation, method=network.value)
-        adv, target = returns.gae_advantages(batch.reward, batch.extras["value"], bootstrap,
-                                             batch.terminated, batch.truncated, hp.gamma, hp.gae_lambda)
-        data = Minibatch(batch.observation, batch.action, batch.extras["log_prob"], batch.extras["value"], adv, target)
-        lr = hp.learning_rate * (linear_schedule(state.num_learn_steps, 1.0, 0.0, total_learn_steps) if anneal_lr else 1.0)
+        adv, target = returns.gae_advantages(
+            batch.reward,
+            batch.extras["value"],
+            bootstrap,
+            batch.terminated,
+            batch.truncated,
+            hp.gamma,
+            hp.gae_lambda,
+        )
+        data = Minibatch(
+            batch.observation,
+            batch.action,
+            batch.extras["log_prob"],
+            batch.extras["value"],
+            adv,
+            target,
+        )
+        lr = hp.learning_rate * (
+            linear_schedule(state.num_learn_steps, 1.0, 0.0, total_learn_steps)
+            if anneal_lr
+            else 1.0
+        )
 
         def epoch(st, k):
-            return jax.lax.scan(lambda s, mb: sgd_step(s, mb, lr), st, buffers.rollout_minibatches(data, k, num_minibatches))
+            return jax.lax.scan(
+                lambda s, mb: sgd_step(s, mb, lr),
+                st,
+                buffers.rollout_minibatches(data, k, num_minibatches),
+            )
 
         state, metrics = jax.lax.scan(epoch, state, jax.random.split(key, num_epochs))
         metrics = parallel.pmean(jax.tree.map(jnp.mean, metrics))
@@ -138,6 +164,7 @@ def make_actor_critic(
 # --------------------------------------------------------------------------
 # Configuration and assembly shared by the on-policy agents
 # --------------------------------------------------------------------------
+
 
 @dataclasses.dataclass(frozen=True)
 class ActorCriticConfig:
@@ -200,23 +227,41 @@ class ActorCriticConfig:
 
     def validate(self) -> None:
         """Raises ValueError naming the first inconsistent or out-of-range field."""
-        cfg.check(cfg.common_checks(self) + [
-            (self.num_steps > 0, f"num_steps must be positive, got {self.num_steps}"),
-            (self.num_epochs > 0, f"num_epochs must be positive, got {self.num_epochs}"),
-            (self.num_minibatches > 0, f"num_minibatches must be positive, got {self.num_minibatches}"),
-            (self.num_steps % max(self.num_minibatches, 1) == 0,
-             f"num_steps = {self.num_steps} is not divisible by num_minibatches = {self.num_minibatches} "
-             "(each minibatch holds num_steps / num_minibatches steps of every env)"),
-            (self.total_steps >= self.batch_size,
-             f"total_steps = {self.total_steps} is less than one iteration (num_envs * num_steps = {self.batch_size})"),
-            (0.0 <= self.gae_lambda <= 1.0, f"gae_lambda must lie in [0, 1], got {self.gae_lambda}"),
-            (self.clip_eps > 0, f"clip_eps must be positive, got {self.clip_eps}"),
-            (self.ent_coef >= 0, f"ent_coef must be >= 0, got {self.ent_coef}"),
-            (self.vf_coef >= 0, f"vf_coef must be >= 0, got {self.vf_coef}"),
-            (self.continuous in ("normal", "tanh_normal"),
-             f"continuous must be 'normal' or 'tanh_normal', got {self.continuous!r}"),
-            (self.optimizer in ("adam", "rmsprop"), f"optimizer must be 'adam' or 'rmsprop', got {self.optimizer!r}"),
-        ])
+        cfg.check(
+            cfg.common_checks(self)
+            + [
+                (self.num_steps > 0, f"num_steps must be positive, got {self.num_steps}"),
+                (self.num_epochs > 0, f"num_epochs must be positive, got {self.num_epochs}"),
+                (
+                    self.num_minibatches > 0,
+                    f"num_minibatches must be positive, got {self.num_minibatches}",
+                ),
+                (
+                    self.num_steps % max(self.num_minibatches, 1) == 0,
+                    f"num_steps = {self.num_steps} is not divisible by num_minibatches = {self.num_minibatches} "
+                    "(each minibatch holds num_steps / num_minibatches steps of every env)",
+                ),
+                (
+                    self.total_steps >= self.batch_size,
+                    f"total_steps = {self.total_steps} is less than one iteration (num_envs * num_steps = {self.batch_size})",
+                ),
+                (
+                    0.0 <= self.gae_lambda <= 1.0,
+                    f"gae_lambda must lie in [0, 1], got {self.gae_lambda}",
+                ),
+                (self.clip_eps > 0, f"clip_eps must be positive, got {self.clip_eps}"),
+                (self.ent_coef >= 0, f"ent_coef must be >= 0, got {self.ent_coef}"),
+                (self.vf_coef >= 0, f"vf_coef must be >= 0, got {self.vf_coef}"),
+                (
+                    self.continuous in ("normal", "tanh_normal"),
+                    f"continuous must be 'normal' or 'tanh_normal', got {self.continuous!r}",
+                ),
+                (
+                    self.optimizer in ("adam", "rmsprop"),
+                    f"optimizer must be 'adam' or 'rmsprop', got {self.optimizer!r}",
+                ),
+            ]
+        )
 
     def hparams(self) -> ActorCriticHParams:
         """The sweepable fields as traced-ready float32 scalars."""

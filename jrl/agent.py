@@ -48,7 +48,9 @@ class EnvSpec:
         num_actions = int(self.action_space.n)
         obs_space, mask_space = split_action_mask(self.observation_space)
         if mask_space is not None and tuple(mask_space.shape) != (num_actions,):
-            raise ValueError(f"action_mask has shape {tuple(mask_space.shape)}, expected ({num_actions},)")
+            raise ValueError(
+                f"action_mask has shape {tuple(mask_space.shape)}, expected ({num_actions},)"
+            )
         return obs_space, num_actions
 
 

@@ -165,8 +165,14 @@ def available_memory_bytes(device: jax.Device | None = None) -> int | None:
         return None
 
 
-def check_buffer_memory(item: PyTree, capacity: int, *, prioritized: bool = False,
-                        copies: int = 1, available_bytes: int | None = None) -> int:
+def check_buffer_memory(
+    item: PyTree,
+    capacity: int,
+    *,
+    prioritized: bool = False,
+    copies: int = 1,
+    available_bytes: int | None = None,
+) -> int:
     """Raise ``MemoryError`` if ``copies`` buffers of ``capacity`` x ``item``
     do not fit in the free memory; return the bytes needed.
 
@@ -182,7 +188,8 @@ def check_buffer_memory(item: PyTree, capacity: int, *, prioritized: bool = Fals
         raise MemoryError(
             f"replay buffer needs {need / _GiB:.2f} GiB (capacity {int(capacity)} x item "
             f"{_item_bytes(item)} bytes{tree}{times}), only {avail / _GiB:.2f} GiB available; "
-            "lower the capacity, or pass check_memory=False to skip this check")
+            "lower the capacity, or pass check_memory=False to skip this check"
+        )
     return need
 
 
@@ -211,8 +218,10 @@ def _leading_size(storage: PyTree, items: PyTree, extra_dims: int, what: str) ->
     def check(s, x):
         shape = jnp.shape(x)
         if len(shape) != s.ndim - extra_dims + 1 or tuple(shape[1:]) != tuple(s.shape[extra_dims:]):
-            raise ValueError(f"{what}: expected a leaf of shape [B, *{tuple(s.shape[extra_dims:])}]"
-                             f", got {tuple(shape)}")
+            raise ValueError(
+                f"{what}: expected a leaf of shape [B, *{tuple(s.shape[extra_dims:])}]"
+                f", got {tuple(shape)}"
+            )
         sizes.add(shape[0])
 
     jax.tree.map(check, storage, items)
@@ -224,7 +233,9 @@ def _leading_size(storage: PyTree, items: PyTree, extra_dims: int, what: str) ->
 def _write(storage: PyTree, items: PyTree, rows: Array) -> PyTree:
     return jax.tree.map(
         lambda s, x: s.at[rows].set(jnp.asarray(x).astype(s.dtype), unique_indices=True),
-        storage, items)
+        storage,
+        items,
+    )
 
 
 def _add_rows(state, items: PyTree, capacity: int, what: str):
@@ -232,12 +243,16 @@ def _add_rows(state, items: PyTree, capacity: int, what: str):
     arange(B)) % capacity``; returns ``(state, rows)``."""
     b = _leading_size(state.storage, items, 1, what)
     if b > capacity:
-        raise ValueError(f"{what}: cannot add {b} items at once to a buffer of capacity "
-                         f"{capacity}; raise the capacity or add fewer items per call")
+        raise ValueError(
+            f"{what}: cannot add {b} items at once to a buffer of capacity "
+            f"{capacity}; raise the capacity or add fewer items per call"
+        )
     rows = (state.position + jnp.arange(b, dtype=jnp.int32)) % capacity
-    state = state.replace(storage=_write(state.storage, items, rows),
-                          position=(state.position + b) % capacity,
-                          size=jnp.minimum(state.size + b, capacity))
+    state = state.replace(
+        storage=_write(state.storage, items, rows),
+        position=(state.position + b) % capacity,
+        size=jnp.minimum(state.size + b, capacity),
+    )
     return state, rows
 
 
@@ -248,7 +263,9 @@ def _zero_counters() -> tuple[Array, Array]:
 # ----------------------------------------------------------------------------- uniform
 
 
-def uniform_buffer(capacity: int, *, stratify: int | None = None, check_memory: bool = True) -> ReplayBuffer:
+def uniform_buffer(
+    capacity: int, *, stratify: int | None = None, check_memory: bool = True
+) -> ReplayBuffer:
     """A circular buffer of ``capacity`` items, sampled uniformly with replacement.
 
     ``add`` accepts any batch ``B <= capacity`` (``B`` need not divide the
@@ -270,8 +287,10 @@ def uniform_buffer(capacity: int, *, stratify: int | None = None, check_memory: 
     if stratify is not None:
         stratify = _positive_int(stratify, "stratify")
         if capacity % stratify:
-            raise ValueError(f"a buffer stratified over {stratify} envs needs a capacity divisible by it, "
-                             f"got {capacity}")
+            raise ValueError(
+                f"a buffer stratified over {stratify} envs needs a capacity divisible by it, "
+                f"got {capacity}"
+            )
 
     def init(item: PyTree) -> BufferState:
         if check_memory:
@@ -279,9 +298,14 @@ def uniform_buffer(capacity: int, *, stratify: int | None = None, check_memory: 
         return BufferState(_zeros(item, (capacity,)), *_zero_counters())
 
     def add(state: BufferState, items: PyTree) -> BufferState:
-        if stratify is not None and _leading_size(state.storage, items, 1, "uniform_buffer.add") != stratify:
-            raise ValueError(f"uniform_buffer.add: a buffer stratified over {stratify} envs takes one item "
-                             "per env per add")
+        if (
+            stratify is not None
+            and _leading_size(state.storage, items, 1, "uniform_buffer.add") != stratify
+        ):
+            raise ValueError(
+                f"uniform_buffer.add: a buffer stratified over {stratify} envs takes one item "
+                "per env per add"
+            )
         return _add_rows(state, items, capacity, "uniform_buffer.add")[0]
 
     def sample(state: BufferState, key: PRNGKey, batch_size: int, beta=None) -> Sample:
@@ -291,13 +315,17 @@ def uniform_buffer(capacity: int, *, stratify: int | None = None, check_memory: 
             idx = jax.random.randint(key, (batch_size,), 0, jnp.maximum(state.size, 1), jnp.int32)
         else:
             if batch_size % stratify:
-                raise ValueError(f"a batch of {batch_size} cannot take the same number of items from each of "
-                                 f"{stratify} envs")
+                raise ValueError(
+                    f"a batch of {batch_size} cannot take the same number of items from each of "
+                    f"{stratify} envs"
+                )
             per_env = batch_size // stratify
             rows = jnp.maximum(state.size // stratify, 1)
             draw = jax.vmap(lambda k: jax.random.randint(k, (per_env,), 0, rows, jnp.int32))
-            idx = (draw(parallel.local_keys(key, stratify)) * stratify
-                   + jnp.arange(stratify, dtype=jnp.int32)[:, None]).reshape(-1)
+            idx = (
+                draw(parallel.local_keys(key, stratify)) * stratify
+                + jnp.arange(stratify, dtype=jnp.int32)[:, None]
+            ).reshape(-1)
         items = jax.tree.map(lambda s: s[idx], state.storage)
         return Sample(items, idx, jnp.ones((batch_size,), jnp.float32))
 
@@ -348,8 +376,14 @@ def _tree_find(tree: Array, mass: Array, leaves: int) -> Array:
 # ----------------------------------------------------------------------------- prioritised
 
 
-def prioritized_buffer(capacity: int, alpha: float = 0.6, beta: float = 0.4, eps: float = 1e-6,
-                       *, check_memory: bool = True) -> ReplayBuffer:
+def prioritized_buffer(
+    capacity: int,
+    alpha: float = 0.6,
+    beta: float = 0.4,
+    eps: float = 1e-6,
+    *,
+    check_memory: bool = True,
+) -> ReplayBuffer:
     """Proportional prioritised replay (Schaul et al., 2016) over a sum tree.
 
         stored_i = (|p_i| + eps) ** alpha,    P(i) = stored_i / sum_j stored_j
@@ -384,12 +418,16 @@ def prioritized_buffer(capacity: int, alpha: float = 0.6, beta: float = 0.4, eps
         if check_memory:
             check_buffer_memory(item, capacity, prioritized=True)
         tree = jnp.zeros((2 * leaves,), jnp.float32)
-        return PrioritizedBufferState(_zeros(item, (capacity,)), *_zero_counters(), tree,
-                                      max_priority=jnp.ones((), jnp.float32))
+        return PrioritizedBufferState(
+            _zeros(item, (capacity,)),
+            *_zero_counters(),
+            tree,
+            max_priority=jnp.ones((), jnp.float32),
+        )
 
     def add(state: PrioritizedBufferState, items: PyTree) -> PrioritizedBufferState:
         state, rows = _add_rows(state, items, capacity, "prioritized_buffer.add")
-        values = jnp.full(rows.shape, state.max_priority ** alpha, jnp.float32)
+        values = jnp.full(rows.shape, state.max_priority**alpha, jnp.float32)
         return state.replace(tree=_tree_set(state.tree, rows, values, leaves))
 
     def sample(state: PrioritizedBufferState, key: PRNGKey, batch_size: int, beta=None) -> Sample:
@@ -406,10 +444,11 @@ def prioritized_buffer(capacity: int, alpha: float = 0.6, beta: float = 0.4, eps
         items = jax.tree.map(lambda s: s[idx], state.storage)
         return Sample(items, idx, weights.astype(jnp.float32))
 
-    def update_priorities(state: PrioritizedBufferState, indices: Array,
-                          priorities: Array) -> PrioritizedBufferState:
+    def update_priorities(
+        state: PrioritizedBufferState, indices: Array, priorities: Array
+    ) -> PrioritizedBufferState:
         p = jnp.abs(jnp.asarray(priorities, jnp.float32)) + eps
-        tree = _tree_set(state.tree, jnp.asarray(indices, jnp.int32), p ** alpha, leaves)
+        tree = _tree_set(state.tree, jnp.asarray(indices, jnp.int32), p**alpha, leaves)
         return state.replace(tree=tree, max_priority=jnp.maximum(state.max_priority, p.max()))
 
     def can_sample(state: PrioritizedBufferState, batch_size: int) -> Array:
@@ -421,8 +460,9 @@ def prioritized_buffer(capacity: int, alpha: float = 0.6, beta: float = 0.4, eps
 # ----------------------------------------------------------------------------- trajectory
 
 
-def trajectory_buffer(capacity_steps: int, num_envs: int, sequence_length: int, *,
-                      check_memory: bool = True) -> ReplayBuffer:
+def trajectory_buffer(
+    capacity_steps: int, num_envs: int, sequence_length: int, *, check_memory: bool = True
+) -> ReplayBuffer:
     """A time-major buffer ``[T_capacity, N, ...]`` sampled as contiguous sequences.
 
     ``capacity_steps`` is ``T_capacity``, the time steps kept **per env**
@@ -450,7 +490,8 @@ def trajectory_buffer(capacity_steps: int, num_envs: int, sequence_length: int, 
     sequence_length = _positive_int(sequence_length, "sequence_length")
     if sequence_length > capacity_steps:
         raise ValueError(
-            f"sequence_length {sequence_length} exceeds capacity_steps {capacity_steps}")
+            f"sequence_length {sequence_length} exceeds capacity_steps {capacity_steps}"
+        )
 
     def init(item: PyTree) -> BufferState:
         if check_memory:
@@ -558,16 +599,20 @@ def nstep_accumulator(n: int, gamma: float | Array) -> NStepAccumulator:
     def init(transition: Transition) -> NStepState:
         reward_shape = _spec(transition.reward).shape
         if len(reward_shape) != 1:
-            raise ValueError("nstep_accumulator.init expects one step of N envs (reward of shape "
-                             f"[N]), got a reward of shape {reward_shape}")
+            raise ValueError(
+                "nstep_accumulator.init expects one step of N envs (reward of shape "
+                f"[N]), got a reward of shape {reward_shape}"
+            )
         return NStepState(_zeros(transition, (n,)), jnp.zeros((), jnp.int32))
 
-    def push(state: NStepState, transition: Transition,
-             gamma: float | Array | None = None) -> tuple[NStepState, NStepTransition, Array]:
+    def push(
+        state: NStepState, transition: Transition, gamma: float | Array | None = None
+    ) -> tuple[NStepState, NStepTransition, Array]:
         g = jnp.asarray(default_gamma if gamma is None else gamma, jnp.float32)
         row = state.count % n
-        window = jax.tree.map(lambda w, x: w.at[row].set(jnp.asarray(x).astype(w.dtype)),
-                              state.window, transition)
+        window = jax.tree.map(
+            lambda w, x: w.at[row].set(jnp.asarray(x).astype(w.dtype)), state.window, transition
+        )
         count = state.count + 1
         count = jnp.where(count >= 2 * n, count - n, count)  # same row and validity, no overflow
         order = (count + jnp.arange(n, dtype=jnp.int32)) % n  # window rows, oldest (step s) first
@@ -612,8 +657,12 @@ def rollout_minibatches(data: PyTree, key: jax.Array, num_minibatches: int) -> P
     """
     num_steps, num_envs = jax.tree.leaves(data)[0].shape[:2]
     if num_steps % num_minibatches:
-        raise ValueError(f"rollout length {num_steps} is not divisible into {num_minibatches} minibatches")
-    perms = jax.vmap(lambda k: jax.random.permutation(k, num_steps))(parallel.local_keys(key, num_envs)).T  # [T, N]
+        raise ValueError(
+            f"rollout length {num_steps} is not divisible into {num_minibatches} minibatches"
+        )
+    perms = jax.vmap(lambda k: jax.random.permutation(k, num_steps))(
+        parallel.local_keys(key, num_envs)
+    ).T  # [T, N]
 
     def shuffle(x):
         x = jnp.take_along_axis(x, perms.reshape(perms.shape + (1,) * (x.ndim - 2)), axis=0)

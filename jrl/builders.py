@@ -37,7 +37,9 @@ class Built:
     network: Any = None  # the flax module (``apply(params, obs)`` -> (distribution, value))
 
 
-def build_on_policy(config: ActorCriticConfig, env, env_params, loss_fn: LossFn, num_devices: int = 1) -> Built:
+def build_on_policy(
+    config: ActorCriticConfig, env, env_params, loss_fn: LossFn, num_devices: int = 1
+) -> Built:
     """Wraps ``env`` for training, builds the network and agent, returns the loop.
 
     With ``num_devices > 1`` each device steps ``num_envs / num_devices`` envs
@@ -48,15 +50,40 @@ def build_on_policy(config: ActorCriticConfig, env, env_params, loss_fn: LossFn,
     action_space = env.action_space(env_params)
     if isinstance(action_space, spaces.Box) and config.continuous == "normal":
         env = ClipAction(env)
-    env = wrap_for_training(env, local_envs, normalize_observation=config.normalize_observations,
-                            normalize_reward=config.normalize_rewards, gamma=config.gamma)
+    env = wrap_for_training(
+        env,
+        local_envs,
+        normalize_observation=config.normalize_observations,
+        normalize_reward=config.normalize_rewards,
+        gamma=config.gamma,
+    )
     spec = EnvSpec.from_env(env, env_params)
     obs_ndim = max(len(spec.observation_space.shape), 1)
-    network = networks.ActorCritic(spec.action_space, tuple(config.hidden_sizes), config.activation, obs_ndim,
-                                   config.continuous, config.init_log_std)
-    agent = make_actor_critic(network, loss_fn, config.hparams(), num_epochs=config.num_epochs,
-                              num_minibatches=config.num_minibatches, total_learn_steps=config.num_iterations,
-                              anneal_lr=config.anneal_lr, normalize_advantages=config.normalize_advantages,
-                              max_grad_norm=config.max_grad_norm, optimizer=config.optimizer)
-    return Built(on_policy(agent, env, config.num_steps, env_params, num_devices), agent, env, env_params, spec,
-                 network)
+    network = networks.ActorCritic(
+        spec.action_space,
+        tuple(config.hidden_sizes),
+        config.activation,
+        obs_ndim,
+        config.continuous,
+        config.init_log_std,
+    )
+    agent = make_actor_critic(
+        network,
+        loss_fn,
+        config.hparams(),
+        num_epochs=config.num_epochs,
+        num_minibatches=config.num_minibatches,
+        total_learn_steps=config.num_iterations,
+        anneal_lr=config.anneal_lr,
+        normalize_advantages=config.normalize_advantages,
+        max_grad_norm=config.max_grad_norm,
+        optimizer=config.optimizer,
+    )
+    return Built(
+        on_policy(agent, env, config.num_steps, env_params, num_devices),
+        agent,
+        env,
+        env_params,
+        spec,
+        network,
+    )

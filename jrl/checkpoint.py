@@ -48,13 +48,24 @@ import numpy as np
 from jrl import __version__
 from jrl.types import PyTree
 
-__all__ = ["delete_after", "FORMAT_VERSION", "CheckpointError", "Checkpoint", "Checkpointer", "steps", "load", "leaf_specs"]
+__all__ = [
+    "delete_after",
+    "FORMAT_VERSION",
+    "CheckpointError",
+    "Checkpoint",
+    "Checkpointer",
+    "steps",
+    "load",
+    "leaf_specs",
+]
 
 FORMAT_VERSION = 1
 """Bumped whenever the layout or the meaning of a checkpoint changes."""
 
 CHECKPOINT_DIR = "checkpoints"
-MANIFEST = "files.sha256.json"  # size and sha256 of every file of a committed step, checked before reading
+MANIFEST = (
+    "files.sha256.json"  # size and sha256 of every file of a committed step, checked before reading
+)
 
 
 def _file_digest(path: Path) -> list:
@@ -70,16 +81,22 @@ def _check_files(path: Path, fallback: str) -> None:
     try:
         manifest = json.loads(manifest_file.read_text())
     except ValueError:
-        raise CheckpointError(f"checkpoint {path} is corrupt: {MANIFEST} is not valid JSON{fallback}") from None
+        raise CheckpointError(
+            f"checkpoint {path} is corrupt: {MANIFEST} is not valid JSON{fallback}"
+        ) from None
     for name, (size, digest) in manifest.items():
         f = path / name
         if not f.is_file():
             raise CheckpointError(f"checkpoint {path} is incomplete: {name} is missing{fallback}")
         if f.stat().st_size != size:
-            raise CheckpointError(f"checkpoint {path} is corrupt: {name} has {f.stat().st_size} bytes, "
-                                  f"{size} were written{fallback}")
+            raise CheckpointError(
+                f"checkpoint {path} is corrupt: {name} has {f.stat().st_size} bytes, "
+                f"{size} were written{fallback}"
+            )
         if _file_digest(f)[1] != digest:
-            raise CheckpointError(f"checkpoint {path} is corrupt: {name} differs from what was written{fallback}")
+            raise CheckpointError(
+                f"checkpoint {path} is corrupt: {name} differs from what was written{fallback}"
+            )
 
 
 class CheckpointError(ValueError):
@@ -104,8 +121,10 @@ def to_host(tree: PyTree) -> list[np.ndarray]:
     leaves = jax.tree.leaves(tree)
     for x in leaves:
         if isinstance(x, jax.Array) and not x.is_fully_addressable:
-            raise CheckpointError("checkpoints of multi-process runs are not supported: the train state is "
-                                  "spread over processes")
+            raise CheckpointError(
+                "checkpoints of multi-process runs are not supported: the train state is "
+                "spread over processes"
+            )
     leaves = [jax.random.key_data(x) if _is_key(x) else x for x in leaves]
     return [np.asarray(x) for x in jax.device_get(leaves)]
 
@@ -148,7 +167,14 @@ class Checkpoint:
     """A loaded checkpoint: ``state`` (the train state tree), ``history``
     (metric name -> ``[R, iterations]``), ``meta`` (the JSON record) and ``step``."""
 
-    def __init__(self, state: PyTree, history: dict[str, np.ndarray], meta: dict[str, Any], step: int, path: Path):
+    def __init__(
+        self,
+        state: PyTree,
+        history: dict[str, np.ndarray],
+        meta: dict[str, Any],
+        step: int,
+        path: Path,
+    ):
         self.state, self.history, self.meta, self.step, self.path = state, history, meta, step, path
 
 
@@ -168,27 +194,45 @@ class Checkpointer:
         self.directory = Path(run_dir).absolute() / CHECKPOINT_DIR
         self._ocp = ocp
         self._manager = ocp.CheckpointManager(
-            self.directory, options=ocp.CheckpointManagerOptions(max_to_keep=int(keep), create=True))
+            self.directory, options=ocp.CheckpointManagerOptions(max_to_keep=int(keep), create=True)
+        )
 
-    def save(self, step: int, state: PyTree, history: dict[str, np.ndarray], meta: dict[str, Any]) -> Path:
+    def save(
+        self, step: int, state: PyTree, history: dict[str, np.ndarray], meta: dict[str, Any]
+    ) -> Path:
         """Saves ``state`` and ``history`` at ``step`` (iterations done) and waits until the
         step is committed. ``meta`` is the JSON-serialisable run record."""
         ocp = self._ocp
         arrays = to_host(state)
         names = sorted(history)
         hist = [np.asarray(history[n]) for n in names]
-        record = dict(meta, format_version=FORMAT_VERSION, jrl_version=__version__, step=int(step),
-                      leaves=leaf_specs(state), history_names=names,
-                      sha256=_digest(arrays + hist))
+        record = dict(
+            meta,
+            format_version=FORMAT_VERSION,
+            jrl_version=__version__,
+            step=int(step),
+            leaves=leaf_specs(state),
+            history_names=names,
+            sha256=_digest(arrays + hist),
+        )
         flat = {f"s{i:05d}": a for i, a in enumerate(arrays)}
         flat.update({f"h{i:05d}": a for i, a in enumerate(hist)})
         if int(step) in self._manager.all_steps():  # e.g. a resumed run stopping where it started
             self._manager.delete(int(step))
-        self._manager.save(int(step), args=ocp.args.Composite(arrays=ocp.args.StandardSave(flat),
-                                                              meta=ocp.args.JsonSave(record)), force=True)
+        self._manager.save(
+            int(step),
+            args=ocp.args.Composite(
+                arrays=ocp.args.StandardSave(flat), meta=ocp.args.JsonSave(record)
+            ),
+            force=True,
+        )
         self._manager.wait_until_finished()
         path = self.directory / str(int(step))
-        manifest = {str(f.relative_to(path)): _file_digest(f) for f in sorted(path.rglob("*")) if f.is_file()}
+        manifest = {
+            str(f.relative_to(path)): _file_digest(f)
+            for f in sorted(path.rglob("*"))
+            if f.is_file()
+        }
         tmp = path / f".{MANIFEST}.tmp"
         tmp.write_text(json.dumps(manifest, indent=0))
         tmp.replace(path / MANIFEST)
@@ -205,8 +249,11 @@ def steps(run_dir: str | Path) -> list[int]:
     d = Path(run_dir) / CHECKPOINT_DIR
     if not d.is_dir():
         return []
-    return sorted(int(p.name) for p in d.iterdir() if p.is_dir() and p.name.isdigit()
-                  and (p / "meta").is_dir() and (p / "arrays").is_dir())
+    return sorted(
+        int(p.name)
+        for p in d.iterdir()
+        if p.is_dir() and p.name.isdigit() and (p / "meta").is_dir() and (p / "arrays").is_dir()
+    )
 
 
 def delete_after(run_dir: str | Path, step: int) -> list[int]:
@@ -220,7 +267,9 @@ def delete_after(run_dir: str | Path, step: int) -> list[int]:
     return later
 
 
-def load(run_dir: str | Path, like: PyTree, step: int | None = None, step_flag: str = "--resume-step") -> Checkpoint:
+def load(
+    run_dir: str | Path, like: PyTree, step: int | None = None, step_flag: str = "--resume-step"
+) -> Checkpoint:
     """Loads the checkpoint at ``step`` (default: the latest) of ``run_dir``.
 
     ``like`` is the expected train state (arrays or ``ShapeDtypeStruct``s,
@@ -239,20 +288,26 @@ def load(run_dir: str | Path, like: PyTree, step: int | None = None, step_flag: 
     if step is None:
         step = available[-1]
     elif int(step) not in available:
-        raise CheckpointError(f"{run_dir} has no checkpoint at iteration {step}; it has {available}")
+        raise CheckpointError(
+            f"{run_dir} has no checkpoint at iteration {step}; it has {available}"
+        )
     path = run_dir.absolute() / CHECKPOINT_DIR / str(int(step))
     others = [s for s in available if s != step]
     fallback = f"; other checkpoints: {others} (choose one with {step_flag})" if others else ""
     meta = _read_meta(path, fallback)
     version = meta.get("format_version")
     if not isinstance(version, int) or version > FORMAT_VERSION:
-        raise CheckpointError(f"checkpoint {path} has format version {version}, newer than this jrl "
-                              f"({__version__}) reads (up to {FORMAT_VERSION}); upgrade jrl to load it")
+        raise CheckpointError(
+            f"checkpoint {path} has format version {version}, newer than this jrl "
+            f"({__version__}) reads (up to {FORMAT_VERSION}); upgrade jrl to load it"
+        )
     _check_files(path, fallback)
     expected = leaf_specs(like)
     if meta.get("leaves") != expected:
-        raise CheckpointError(f"checkpoint {path} holds a different train state (another agent, env or "
-                              f"config?): {_describe_differences(meta.get('leaves', []), expected)}")
+        raise CheckpointError(
+            f"checkpoint {path} holds a different train state (another agent, env or "
+            f"config?): {_describe_differences(meta.get('leaves', []), expected)}"
+        )
     names = meta["history_names"]
     n_state = len(expected)
     try:
@@ -262,23 +317,35 @@ def load(run_dir: str | Path, like: PyTree, step: int | None = None, step_flag: 
         finally:
             reader.close()
     except Exception as e:  # orbax/tensorstore raise many types for unreadable data
-        raise CheckpointError(f"checkpoint {path} is unreadable ({type(e).__name__}: {str(e)[:200]}){fallback}") from None
+        raise CheckpointError(
+            f"checkpoint {path} is unreadable ({type(e).__name__}: {str(e)[:200]}){fallback}"
+        ) from None
     try:
         arrays = [np.asarray(restored[f"s{i:05d}"]) for i in range(n_state)]
         hist = [np.asarray(restored[f"h{i:05d}"]) for i in range(len(names))]
     except KeyError as e:
-        raise CheckpointError(f"checkpoint {path} is incomplete: array {e} is missing{fallback}") from None
+        raise CheckpointError(
+            f"checkpoint {path} is incomplete: array {e} is missing{fallback}"
+        ) from None
     for a, (p, shape, dtype) in zip(arrays, expected):
         if list(a.shape) != shape or a.dtype.name != dtype:
-            raise CheckpointError(f"checkpoint {path} is corrupt: {p} reads as {a.dtype.name}{list(a.shape)}, "
-                                  f"written as {dtype}{shape}{fallback}")
+            raise CheckpointError(
+                f"checkpoint {path} is corrupt: {p} reads as {a.dtype.name}{list(a.shape)}, "
+                f"written as {dtype}{shape}{fallback}"
+            )
     if _digest(arrays + hist) != meta.get("sha256"):
-        raise CheckpointError(f"checkpoint {path} is corrupt: its arrays do not match the checksum written "
-                              f"with them{fallback}")
+        raise CheckpointError(
+            f"checkpoint {path} is corrupt: its arrays do not match the checksum written "
+            f"with them{fallback}"
+        )
     like_leaves, treedef = jax.tree.flatten(like)
-    leaves = [jax.random.wrap_key_data(jnp.asarray(a), impl=_key_impl(x)) if _is_key(x) else a
-              for a, x in zip(arrays, like_leaves)]
-    return Checkpoint(jax.tree.unflatten(treedef, leaves), dict(zip(names, hist)), meta, int(step), path)
+    leaves = [
+        jax.random.wrap_key_data(jnp.asarray(a), impl=_key_impl(x)) if _is_key(x) else a
+        for a, x in zip(arrays, like_leaves)
+    ]
+    return Checkpoint(
+        jax.tree.unflatten(treedef, leaves), dict(zip(names, hist)), meta, int(step), path
+    )
 
 
 def _read_meta(path: Path, fallback: str) -> dict[str, Any]:
@@ -286,5 +353,7 @@ def _read_meta(path: Path, fallback: str) -> dict[str, Any]:
     try:
         return json.loads(meta_file.read_text())
     except (OSError, ValueError) as e:
-        raise CheckpointError(f"checkpoint {path} is unreadable: its record {meta_file.name} "
-                              f"({type(e).__name__}: {e}){fallback}") from None
+        raise CheckpointError(
+            f"checkpoint {path} is unreadable: its record {meta_file.name} "
+            f"({type(e).__name__}: {e}){fallback}"
+        ) from None

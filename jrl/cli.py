@@ -18,8 +18,6 @@ SIGTERM finish the current chunk, write a checkpoint and exit with 130 or
 143, printing how to resume.
 """
 
-
-
 import argparse
 import dataclasses
 import sys
@@ -42,7 +40,9 @@ def cmd_envs(args: Sequence[str]) -> int:
     import jrl.envs
 
     p = argparse.ArgumentParser(prog="jrl envs", description="List registered environments.")
-    p.add_argument("--gymnax", action="store_true", help="also list gymnax environments (as gymnax:<name>)")
+    p.add_argument(
+        "--gymnax", action="store_true", help="also list gymnax environments (as gymnax:<name>)"
+    )
     ns = p.parse_args(list(args))
     rows = [("id", "observation space", "action space", "source")]
     ids = jrl.envs.list()
@@ -53,8 +53,14 @@ def cmd_envs(args: Sequence[str]) -> int:
     for env_id in ids:
         try:
             env, params = jrl.envs.make(env_id)
-            rows.append((env_id, repr(env.observation_space(params)), repr(env.action_space(params)),
-                         jrl.envs.spec(env_id).source))
+            rows.append(
+                (
+                    env_id,
+                    repr(env.observation_space(params)),
+                    repr(env.action_space(params)),
+                    jrl.envs.spec(env_id).source,
+                )
+            )
         except Exception as e:  # an env that cannot be built here (missing optional dependency)
             rows.append((env_id, "-", "-", f"unavailable: {type(e).__name__}: {e}"[:80]))
     widths = [max(len(r[i]) for r in rows) for i in range(4)]
@@ -118,8 +124,10 @@ def cmd_train(args: Sequence[str]) -> int:
             args = [saved.agent, *args]
     if not args or args[0].startswith("-"):
         if any(a in ("-h", "--help") for a in args):
-            print(f"usage: jrl train AGENT [options]\n\nagents: {', '.join(jrl.agents.names())}\n"
-                  "'jrl train AGENT --help' lists the agent's options.")
+            print(
+                f"usage: jrl train AGENT [options]\n\nagents: {', '.join(jrl.agents.names())}\n"
+                "'jrl train AGENT --help' lists the agent's options."
+            )
             return 0
         raise CLIError(f"train needs an agent name first: one of {', '.join(jrl.agents.names())}")
     agent, rest = args[0], args[1:]
@@ -192,23 +200,39 @@ def cmd_train(args: Sequence[str]) -> int:
         debug: bool = False
         """Show tracebacks on errors."""
 
-    ns = tyro.cli(TrainArgs, args=rest, prog=f"jrl train {agent}",
-                  description=f"Train {agent}: {jrl.agents.summary(agent)}",
-                  default=TrainArgs(config=preset, env=env_id), config=(tyro.conf.OmitArgPrefixes,))
-    overrides = {f.name: getattr(ns.config, f.name) for f in dataclasses.fields(ns.config)
-                 if getattr(ns.config, f.name) != getattr(preset, f.name)}
+    ns = tyro.cli(
+        TrainArgs,
+        args=rest,
+        prog=f"jrl train {agent}",
+        description=f"Train {agent}: {jrl.agents.summary(agent)}",
+        default=TrainArgs(config=preset, env=env_id),
+        config=(tyro.conf.OmitArgPrefixes,),
+    )
+    overrides = {
+        f.name: getattr(ns.config, f.name)
+        for f in dataclasses.fields(ns.config)
+        if getattr(ns.config, f.name) != getattr(preset, f.name)
+    }
     if ns.resume is None and ns.resume_step is not None:
         raise CLIError("--resume-step goes with --resume RUN_DIR")
     if ns.resume is not None:  # run options are the saved ones: refuse any given that differs
         given_flags = {a.split("=", 1)[0] for a in rest if a.startswith("--")}
-        fixed = {"seeds": saved.num_seeds, "seed": saved.seed, "devices": saved.devices,
-                 "num_reports": saved.num_reports, "eval_every": saved.eval_every,
-                 "eval_episodes": saved.eval_episodes, "checkpoint_every": saved.checkpoint_every,
-                 "log": tuple(saved.log)}
+        fixed = {
+            "seeds": saved.num_seeds,
+            "seed": saved.seed,
+            "devices": saved.devices,
+            "num_reports": saved.num_reports,
+            "eval_every": saved.eval_every,
+            "eval_episodes": saved.eval_episodes,
+            "checkpoint_every": saved.checkpoint_every,
+            "log": tuple(saved.log),
+        }
         for name, value in fixed.items():
             given = getattr(ns, name)
             if f"--{name.replace('_', '-')}" in given_flags and given != value:
-                raise CLIError(f"--{name.replace('_', '-')} cannot change when resuming (the run has {value!r})")
+                raise CLIError(
+                    f"--{name.replace('_', '-')} cannot change when resuming (the run has {value!r})"
+                )
         if ns.sweep and _parse_sweep(ns.sweep) != saved.sweep:
             raise CLIError(f"--sweep cannot change when resuming (the run has {saved.sweep})")
         if ns.out is not None or ns.overwrite:
@@ -216,20 +240,45 @@ def cmd_train(args: Sequence[str]) -> int:
     out = ns.out or f"runs/{agent}-{env_id.replace(':', '_')}-seed{ns.seed}"
     cache = ns.compile_cache and (ns.compile_cache_dir or True)
     try:
-        if ns.multihost or any(v is not None for v in (ns.num_processes, ns.coordinator, ns.process_id)):
+        if ns.multihost or any(
+            v is not None for v in (ns.num_processes, ns.coordinator, ns.process_id)
+        ):
             import jrl.distributed
 
             jrl.distributed.initialize(ns.coordinator, ns.num_processes, ns.process_id)
         if ns.resume is not None:
-            result = experiment.resume(ns.resume, step=ns.resume_step, progress=not ns.quiet, compile_cache=cache,
-                                       keep_checkpoints=ns.keep_checkpoints, stop_at_steps=ns.stop_at_steps, agent=agent, env=env_id, **overrides)
+            result = experiment.resume(
+                ns.resume,
+                step=ns.resume_step,
+                progress=not ns.quiet,
+                compile_cache=cache,
+                keep_checkpoints=ns.keep_checkpoints,
+                stop_at_steps=ns.stop_at_steps,
+                agent=agent,
+                env=env_id,
+                **overrides,
+            )
         else:
-            result = experiment.train(agent, env_id, seeds=ns.seeds, seed=ns.seed, sweep=_parse_sweep(ns.sweep),
-                                      out=out, overwrite=ns.overwrite, num_reports=ns.num_reports,
-                                      progress=not ns.quiet, devices=ns.devices, compile_cache=cache,
-                                      checkpoint_every=ns.checkpoint_every, keep_checkpoints=ns.keep_checkpoints,
-                                      eval_every=ns.eval_every, eval_episodes=ns.eval_episodes, log=ns.log,
-                                      stop_at_steps=ns.stop_at_steps, **overrides)
+            result = experiment.train(
+                agent,
+                env_id,
+                seeds=ns.seeds,
+                seed=ns.seed,
+                sweep=_parse_sweep(ns.sweep),
+                out=out,
+                overwrite=ns.overwrite,
+                num_reports=ns.num_reports,
+                progress=not ns.quiet,
+                devices=ns.devices,
+                compile_cache=cache,
+                checkpoint_every=ns.checkpoint_every,
+                keep_checkpoints=ns.keep_checkpoints,
+                eval_every=ns.eval_every,
+                eval_episodes=ns.eval_episodes,
+                log=ns.log,
+                stop_at_steps=ns.stop_at_steps,
+                **overrides,
+            )
     except experiment.TrainingInterrupted as e:
         print(f"jrl: {e}", file=sys.stderr)
         return e.exit_code
@@ -238,11 +287,21 @@ def cmd_train(args: Sequence[str]) -> int:
             raise
         print(f"jrl: error: {e}", file=sys.stderr)
         return 3
-    except (ValueError, TypeError, FileExistsError, FileNotFoundError, KeyError, ConnectionError, ImportError) as e:
+    except (
+        ValueError,
+        TypeError,
+        FileExistsError,
+        FileNotFoundError,
+        KeyError,
+        ConnectionError,
+        ImportError,
+    ) as e:
         if ns.debug:
             raise
         raise CLIError(str(e)) from e
-    except OSError as e:  # e.g. a full disk while writing logs or a checkpoint (one was kept, see above)
+    except (
+        OSError
+    ) as e:  # e.g. a full disk while writing logs or a checkpoint (one was kept, see above)
         if ns.debug:
             raise
         print(f"jrl: error: {e}", file=sys.stderr)
@@ -252,21 +311,34 @@ def cmd_train(args: Sequence[str]) -> int:
     if jax.process_index() != 0:
         return 0
     print(result.summary())
-    print(f"run folder: {result.out_dir} (learning_curve.png, metrics.csv, config.json, params.msgpack, "
-          "checkpoints/)")
+    print(
+        f"run folder: {result.out_dir} (learning_curve.png, metrics.csv, config.json, params.msgpack, "
+        "checkpoints/)"
+    )
     return 0
 
 
 def _run_dir_parser(prog: str, description: str) -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog=prog, description=description)
     p.add_argument("run_dir", help="a run folder written by `jrl train`")
-    p.add_argument("--step", type=int, default=None, help="checkpoint (iteration) to load; default: the latest")
+    p.add_argument(
+        "--step", type=int, default=None, help="checkpoint (iteration) to load; default: the latest"
+    )
     p.add_argument("--seed", type=int, default=0, help="seed of the evaluation episodes")
     mode = p.add_mutually_exclusive_group()
-    mode.add_argument("--greedy", dest="greedy", action="store_true", default=True,
-                      help="the agent's greedy policy (default)")
-    mode.add_argument("--stochastic", dest="greedy", action="store_false",
-                      help="the behaviour policy (sampled actions; epsilon-greedy for value-based agents)")
+    mode.add_argument(
+        "--greedy",
+        dest="greedy",
+        action="store_true",
+        default=True,
+        help="the agent's greedy policy (default)",
+    )
+    mode.add_argument(
+        "--stochastic",
+        dest="greedy",
+        action="store_false",
+        help="the behaviour policy (sampled actions; epsilon-greedy for value-based agents)",
+    )
     p.add_argument("--debug", action="store_true", help="show tracebacks on errors")
     return p
 
@@ -286,16 +358,20 @@ def cmd_eval(args: Sequence[str]) -> int:
     import os
     from pathlib import Path
 
-    p = _run_dir_parser("jrl eval", "Evaluate a trained run on fresh, vmapped episodes (normalisers frozen) and "
-                                    "write RUN_DIR/eval.json.")
+    p = _run_dir_parser(
+        "jrl eval",
+        "Evaluate a trained run on fresh, vmapped episodes (normalisers frozen) and "
+        "write RUN_DIR/eval.json.",
+    )
     p.add_argument("--episodes", type=int, default=100, help="episodes per run (seed)")
     ns = _parse(p, args)
     from jrl import compile_cache, experiment
 
     compile_cache.enable()
     try:
-        stats = experiment.evaluate_run(ns.run_dir, episodes=ns.episodes, greedy=ns.greedy, seed=ns.seed,
-                                        step=ns.step)
+        stats = experiment.evaluate_run(
+            ns.run_dir, episodes=ns.episodes, greedy=ns.greedy, seed=ns.seed, step=ns.step
+        )
     except (ValueError, FileNotFoundError, KeyError, TypeError) as e:
         if ns.debug:
             raise
@@ -305,11 +381,15 @@ def cmd_eval(args: Sequence[str]) -> int:
     tmp.write_text(json.dumps(stats, indent=2))
     os.replace(tmp, out)
     n = len(stats["runs"]) * stats["episodes_per_run"]
-    print(f"{stats['agent']} on {stats['env_id']} ({stats['policy']}, checkpoint at iteration "
-          f"{stats['checkpoint_iteration']}), {n} episodes over {len(stats['runs'])} run(s):")
-    print(f"  return mean {stats['mean']:.2f}  std {stats['std']:.2f}  median {stats['median']:.2f}  "
-          f"IQM {stats['iqm']:.2f}  (min {stats['min']:.2f}, max {stats['max']:.2f}; mean length "
-          f"{stats['mean_length']:.1f})")
+    print(
+        f"{stats['agent']} on {stats['env_id']} ({stats['policy']}, checkpoint at iteration "
+        f"{stats['checkpoint_iteration']}), {n} episodes over {len(stats['runs'])} run(s):"
+    )
+    print(
+        f"  return mean {stats['mean']:.2f}  std {stats['std']:.2f}  median {stats['median']:.2f}  "
+        f"IQM {stats['iqm']:.2f}  (min {stats['min']:.2f}, max {stats['max']:.2f}; mean length "
+        f"{stats['mean_length']:.1f})"
+    )
     for r in stats["runs"]:
         print(f"  run {r['run']} (seed {r['seed']}): {r['mean']:.2f} ± {r['std']:.2f}")
     print(f"written: {out}")
@@ -320,11 +400,18 @@ def cmd_render(args: Sequence[str]) -> int:
     """``jrl render RUN_DIR --out episode.gif``: one episode of a trained policy as a video."""
     from pathlib import Path
 
-    p = _run_dir_parser("jrl render", "Render one episode of a trained run's policy to a GIF (or an MP4 with "
-                                      "pip install jrl[video]).")
-    p.add_argument("--out", default=None, help="video file, .gif or .mp4 (default: RUN_DIR/episode.gif)")
+    p = _run_dir_parser(
+        "jrl render",
+        "Render one episode of a trained run's policy to a GIF (or an MP4 with "
+        "pip install jrl[video]).",
+    )
+    p.add_argument(
+        "--out", default=None, help="video file, .gif or .mp4 (default: RUN_DIR/episode.gif)"
+    )
     p.add_argument("--run", type=int, default=0, help="which run (seed) of the folder")
-    p.add_argument("--max-steps", type=int, default=1000, help="stop the episode after this many steps")
+    p.add_argument(
+        "--max-steps", type=int, default=1000, help="stop the episode after this many steps"
+    )
     p.add_argument("--fps", type=int, default=30, help="frames per second of the video")
     ns = _parse(p, args)
     import jax
@@ -340,19 +427,28 @@ def cmd_render(args: Sequence[str]) -> int:
         loaded = experiment.load_run(ns.run_dir, ns.step)
         policy = loaded.policy(ns.run, ns.greedy)
         env = evaluation_env(loaded.built.env)
-        frames, ret, length = render.episode_frames(policy, env, jax.random.key(ns.seed), loaded.built.env_params,
-                                                    max_steps=ns.max_steps)
+        frames, ret, length = render.episode_frames(
+            policy, env, jax.random.key(ns.seed), loaded.built.env_params, max_steps=ns.max_steps
+        )
         path = render.write_video(frames, out, fps=ns.fps)
     except (ValueError, FileNotFoundError, KeyError, TypeError, ImportError) as e:
         if ns.debug:
             raise
         raise CLIError(str(e)) from e
-    print(f"{loaded.spec.agent} on {loaded.spec.env_id}, run {ns.run}: return {ret:.2f} over {length} steps; "
-          f"{len(frames)} frames written to {path}")
+    print(
+        f"{loaded.spec.agent} on {loaded.spec.env_id}, run {ns.run}: return {ret:.2f} over {length} steps; "
+        f"{len(frames)} frames written to {path}"
+    )
     return 0
 
 
-COMMANDS = {"envs": cmd_envs, "agents": cmd_agents, "train": cmd_train, "eval": cmd_eval, "render": cmd_render}
+COMMANDS = {
+    "envs": cmd_envs,
+    "agents": cmd_agents,
+    "train": cmd_train,
+    "eval": cmd_eval,
+    "render": cmd_render,
+}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

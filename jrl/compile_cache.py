@@ -52,7 +52,9 @@ def enable(path: str | os.PathLike | None = None, min_compile_seconds: float = 1
     except OSError as err:  # an unwritable cache must not stop training
         import warnings
 
-        warnings.warn(f"jrl: compilation cache disabled, cannot create {directory}: {err}", stacklevel=2)
+        warnings.warn(
+            f"jrl: compilation cache disabled, cannot create {directory}: {err}", stacklevel=2
+        )
         return None
     jax.config.update("jax_compilation_cache_dir", str(directory))
     jax.config.update("jax_persistent_cache_min_compile_time_secs", float(min_compile_seconds))

@@ -37,17 +37,29 @@ def common_checks(config: Any) -> list[Check]:
         (c.num_envs > 0, f"num_envs must be positive, got {c.num_envs}"),
         (c.learning_rate > 0, f"learning_rate must be positive, got {c.learning_rate}"),
         (0.0 <= c.gamma <= 1.0, f"gamma must lie in [0, 1], got {c.gamma}"),
-        (c.max_grad_norm >= 0, f"max_grad_norm must be >= 0 (0: no clipping), got {c.max_grad_norm}"),
-        (len(c.hidden_sizes) > 0 and all(h > 0 for h in c.hidden_sizes),
-         f"hidden_sizes must be positive, got {c.hidden_sizes}"),
-        (c.activation in networks.ACTIVATIONS,
-         f"activation must be one of {sorted(networks.ACTIVATIONS)}, got {c.activation!r}"),
+        (
+            c.max_grad_norm >= 0,
+            f"max_grad_norm must be >= 0 (0: no clipping), got {c.max_grad_norm}",
+        ),
+        (
+            len(c.hidden_sizes) > 0 and all(h > 0 for h in c.hidden_sizes),
+            f"hidden_sizes must be positive, got {c.hidden_sizes}",
+        ),
+        (
+            c.activation in networks.ACTIVATIONS,
+            f"activation must be one of {sorted(networks.ACTIVATIONS)}, got {c.activation!r}",
+        ),
     ]
 
 
 def hparams_from(config: Any, cls: type) -> Any:
     """``cls`` (a dataclass of [] float32 fields) filled from the config's fields of the same names."""
-    return cls(**{f.name: jnp.asarray(getattr(config, f.name), jnp.float32) for f in dataclasses.fields(cls)})
+    return cls(
+        **{
+            f.name: jnp.asarray(getattr(config, f.name), jnp.float32)
+            for f in dataclasses.fields(cls)
+        }
+    )
 
 
 def envs_per_device(num_envs: int, num_devices: int) -> int:

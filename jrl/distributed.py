@@ -42,13 +42,21 @@ def _check_reachable(address: str, process_id: int, timeout: float) -> None:
                 return
         except OSError as e:
             if time.monotonic() > deadline:
-                raise ConnectionError(f"coordinator {address} unreachable after {timeout:.0f}s ({e}); "
-                                      "is process 0 running with the same --coordinator?") from None
+                raise ConnectionError(
+                    f"coordinator {address} unreachable after {timeout:.0f}s ({e}); "
+                    "is process 0 running with the same --coordinator?"
+                ) from None
             time.sleep(0.2)
 
 
-def initialize(coordinator_address: str | None = None, num_processes: int | None = None,
-               process_id: int | None = None, *, timeout: float = 60.0, cpu_collectives: str = "gloo") -> None:
+def initialize(
+    coordinator_address: str | None = None,
+    num_processes: int | None = None,
+    process_id: int | None = None,
+    *,
+    timeout: float = 60.0,
+    cpu_collectives: str = "gloo",
+) -> None:
     """Joins this process to a multi-process jax run.
 
     Arguments default to the environment variables ``JRL_COORDINATOR``
@@ -65,8 +73,10 @@ def initialize(coordinator_address: str | None = None, num_processes: int | None
         process_id = int(os.environ[ENV_PROCESS_ID])
     explicit = [coordinator_address, num_processes, process_id]
     if any(v is not None for v in explicit) and not all(v is not None for v in explicit):
-        raise ValueError("multi-host needs all of coordinator address, number of processes and process id "
-                         f"(got {coordinator_address!r}, {num_processes!r}, {process_id!r})")
+        raise ValueError(
+            "multi-host needs all of coordinator address, number of processes and process id "
+            f"(got {coordinator_address!r}, {num_processes!r}, {process_id!r})"
+        )
     if num_processes is not None:
         if num_processes < 1:
             raise ValueError(f"num_processes must be >= 1, got {num_processes}")
@@ -74,8 +84,12 @@ def initialize(coordinator_address: str | None = None, num_processes: int | None
             raise ValueError(f"process id must lie in [0, {num_processes}), got {process_id}")
         _check_reachable(coordinator_address, process_id, timeout)
     jax.config.update("jax_cpu_collectives_implementation", cpu_collectives)
-    jax.distributed.initialize(coordinator_address=coordinator_address, num_processes=num_processes,
-                               process_id=process_id, initialization_timeout=int(max(timeout, 1)))
+    jax.distributed.initialize(
+        coordinator_address=coordinator_address,
+        num_processes=num_processes,
+        process_id=process_id,
+        initialization_timeout=int(max(timeout, 1)),
+    )
 
 
 def process_index() -> int:

@@ -23,8 +23,14 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-__all__ = ["categorical_loss", "categorical_projection", "expected_value", "quantile_huber_loss",
-           "quantile_midpoints", "support"]
+__all__ = [
+    "categorical_loss",
+    "categorical_projection",
+    "expected_value",
+    "quantile_huber_loss",
+    "quantile_midpoints",
+    "support",
+]
 
 
 def support(num_atoms: int, v_min: float, v_max: float) -> jax.Array:
@@ -40,8 +46,9 @@ def support(num_atoms: int, v_min: float, v_max: float) -> jax.Array:
     return jnp.linspace(float(v_min), float(v_max), int(num_atoms), dtype=jnp.float32)
 
 
-def categorical_projection(next_probs: jax.Array, reward: jax.Array, discount: jax.Array,
-                           atoms: jax.Array) -> jax.Array:
+def categorical_projection(
+    next_probs: jax.Array, reward: jax.Array, discount: jax.Array, atoms: jax.Array
+) -> jax.Array:
     """Projects ``reward + discount * Z`` onto ``atoms`` (C51's operator ``Phi``).
 
     ``Z`` takes the value ``atoms[j]`` with probability ``next_probs[..., j]``.
@@ -65,7 +72,9 @@ def categorical_projection(next_probs: jax.Array, reward: jax.Array, discount: j
     atoms = jnp.asarray(atoms)
     num_atoms = atoms.shape[-1]
     if atoms.ndim != 1 or next_probs.shape[-1] != num_atoms:
-        raise ValueError(f"need atoms [K] and next_probs [..., K]; got {atoms.shape} and {next_probs.shape}")
+        raise ValueError(
+            f"need atoms [K] and next_probs [..., K]; got {atoms.shape} and {next_probs.shape}"
+        )
     v_min, v_max = atoms[0], atoms[-1]
     dz = (v_max - v_min) / (num_atoms - 1)
     reward = jnp.asarray(reward, next_probs.dtype)[..., None]
@@ -95,8 +104,9 @@ def quantile_midpoints(num_quantiles: int) -> jax.Array:
     return jnp.asarray((2.0 * np.arange(n) + 1.0) / (2.0 * n), jnp.float32)
 
 
-def quantile_huber_loss(quantiles: jax.Array, targets: jax.Array, taus: jax.Array,
-                        kappa: float | jax.Array = 1.0) -> jax.Array:
+def quantile_huber_loss(
+    quantiles: jax.Array, targets: jax.Array, taus: jax.Array, kappa: float | jax.Array = 1.0
+) -> jax.Array:
     """QR-DQN's quantile Huber loss per item (Dabney et al., 2018, eq. 10).
 
     With ``u_ij = target_j - quantile_i`` (targets held constant):
@@ -115,14 +125,18 @@ def quantile_huber_loss(quantiles: jax.Array, targets: jax.Array, taus: jax.Arra
     -> ``[B]``. Any leading dims ``[...]`` in place of ``[B]`` work alike.
     """
     if quantiles.shape[-1] != jnp.shape(taus)[-1]:
-        raise ValueError(f"quantiles [..., N] and taus [N] disagree: {quantiles.shape} vs {jnp.shape(taus)}")
+        raise ValueError(
+            f"quantiles [..., N] and taus [N] disagree: {quantiles.shape} vs {jnp.shape(taus)}"
+        )
     targets = jax.lax.stop_gradient(targets)
     u = targets[..., None, :] - quantiles[..., :, None]  # [..., N, M]
     abs_u = jnp.abs(u)
     kappa = jnp.asarray(kappa, u.dtype)
     quad = jnp.minimum(abs_u, kappa)  # H_kappa(u) / kappa = quad^2 / (2 kappa) + (|u| - quad)
     safe_kappa = jnp.where(kappa > 0, kappa, 1.0)  # no 0/0 (nor NaN gradients) when kappa = 0
-    huber_over_kappa = jnp.where(kappa > 0, 0.5 * jnp.square(quad) / safe_kappa, 0.0) + (abs_u - quad)
+    huber_over_kappa = jnp.where(kappa > 0, 0.5 * jnp.square(quad) / safe_kappa, 0.0) + (
+        abs_u - quad
+    )
     weight = jnp.abs(jnp.asarray(taus, u.dtype)[:, None] - (u < 0).astype(u.dtype))  # [..., N, M]
     return jnp.sum(jnp.mean(weight * huber_over_kappa, axis=-1), axis=-1)
 

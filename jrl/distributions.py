@@ -18,7 +18,15 @@ from flax import struct
 
 Array = jax.Array
 
-__all__ = ["Categorical", "MultiCategorical", "Normal", "TanhNormal", "epsilon_greedy", "masked_argmax", "masked_max"]
+__all__ = [
+    "Categorical",
+    "MultiCategorical",
+    "Normal",
+    "TanhNormal",
+    "epsilon_greedy",
+    "masked_argmax",
+    "masked_max",
+]
 
 _LOG_2PI = math.log(2.0 * math.pi)
 
@@ -136,8 +144,8 @@ class MultiCategorical:
 class Normal:
     """Diagonal Gaussian over the last axis; ``log_std`` broadcasts against ``mean``.
 
-        log p(x) = sum_i [-0.5 ((x_i - mu_i) / sigma_i)^2 - log sigma_i - 0.5 log(2 pi)]
-        H        = sum_i [0.5 + 0.5 log(2 pi) + log sigma_i]
+    log p(x) = sum_i [-0.5 ((x_i - mu_i) / sigma_i)^2 - log sigma_i - 0.5 log(2 pi)]
+    H        = sum_i [0.5 + 0.5 log(2 pi) + log sigma_i]
     """
 
     mean: Array  # [..., A]

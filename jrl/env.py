@@ -120,7 +120,9 @@ class Wrapper(Environment):
 
     def __init__(self, env: Environment):
         if not isinstance(env, Environment):
-            raise TypeError(f"{type(self).__name__} wraps a jrl Environment, got {type(env).__name__}")
+            raise TypeError(
+                f"{type(self).__name__} wraps a jrl Environment, got {type(env).__name__}"
+            )
         self.env = env
 
     @property

@@ -58,8 +58,13 @@ def observation_normalizer(train_env: Environment, env_state: PyTree) -> Callabl
     return normalize
 
 
-def run_policy(agent: Agent, train_env: Environment, agent_state: PyTree, env_state: PyTree,
-               greedy: bool = True) -> Callable[[Any, jax.Array], jax.Array]:
+def run_policy(
+    agent: Agent,
+    train_env: Environment,
+    agent_state: PyTree,
+    env_state: PyTree,
+    greedy: bool = True,
+) -> Callable[[Any, jax.Array], jax.Array]:
     """The evaluation policy of one trained run: ``policy(obs [E, ...], key) -> actions [E]``.
 
     ``greedy``: the agent's ``policy`` (e.g. the mode of the action
@@ -79,8 +84,15 @@ def run_policy(agent: Agent, train_env: Environment, agent_state: PyTree, env_st
     return policy
 
 
-def evaluate(agent: Agent, train_env: Environment, train_state: PyTree, key: jax.Array, num_episodes: int,
-             env_params: PyTree | None = None, greedy: bool = True) -> tuple[jax.Array, jax.Array]:
+def evaluate(
+    agent: Agent,
+    train_env: Environment,
+    train_state: PyTree,
+    key: jax.Array,
+    num_episodes: int,
+    env_params: PyTree | None = None,
+    greedy: bool = True,
+) -> tuple[jax.Array, jax.Array]:
     """Returns and lengths ``[num_episodes]`` of one trained run (``train_state`` of
     one run, with ``agent_state`` and ``env_state``), on fresh envs; jittable and
     vmappable over runs."""
@@ -88,9 +100,14 @@ def evaluate(agent: Agent, train_env: Environment, train_state: PyTree, key: jax
     return episode_returns(policy, evaluation_env(train_env), key, num_episodes, env_params)
 
 
-def episode_returns(policy: Callable[[Any, jax.Array], jax.Array], env: Environment, key: jax.Array,
-                    num_episodes: int, env_params: PyTree | None = None,
-                    max_steps: int = 100_000) -> tuple[jax.Array, jax.Array]:
+def episode_returns(
+    policy: Callable[[Any, jax.Array], jax.Array],
+    env: Environment,
+    key: jax.Array,
+    num_episodes: int,
+    env_params: PyTree | None = None,
+    max_steps: int = 100_000,
+) -> tuple[jax.Array, jax.Array]:
     """Returns and lengths (``[num_episodes]`` float32, int32) of one episode per env.
 
     ``env`` is unbatched and not auto-resetting (as :func:`jrl.envs.make`
@@ -100,11 +117,15 @@ def episode_returns(policy: Callable[[Any, jax.Array], jax.Array], env: Environm
     no time limit of its own.
     """
     if env.num_envs is not None:
-        raise ValueError("episode_returns takes an unbatched env; it batches num_episodes copies itself")
+        raise ValueError(
+            "episode_returns takes an unbatched env; it batches num_episodes copies itself"
+        )
     if int(num_episodes) <= 0:
         raise ValueError(f"num_episodes must be positive, got {num_episodes}")
-    env = VmapEnv(TimeLimit(env, max_steps) if not any(w is TimeLimit for w in env.wrappers) else env,
-                  int(num_episodes))
+    env = VmapEnv(
+        TimeLimit(env, max_steps) if not any(w is TimeLimit for w in env.wrappers) else env,
+        int(num_episodes),
+    )
     params = env.default_params if env_params is None else env_params
     k_reset, key = jax.random.split(key)
     state, ts = env.reset(k_reset, params)

@@ -50,8 +50,21 @@ from jrl import __version__, names
 from jrl.checkpoint import CheckpointError
 from jrl.run import anakin
 
-__all__ = ["CheckpointError", "LoadedRun", "NonFiniteError", "RUN_FILES", "RunSpec", "TrainResult",
-           "TrainingInterrupted", "evaluate_run", "load_run", "make_config", "read_spec", "resume", "train"]
+__all__ = [
+    "CheckpointError",
+    "LoadedRun",
+    "NonFiniteError",
+    "RUN_FILES",
+    "RunSpec",
+    "TrainResult",
+    "TrainingInterrupted",
+    "evaluate_run",
+    "load_run",
+    "make_config",
+    "read_spec",
+    "resume",
+    "train",
+]
 
 RUN_FILES = ("config.json", "metrics.csv", "learning_curve.png", "params.msgpack", "summary.json")
 RETURN_KEY = "train/episode_return"
@@ -72,7 +85,9 @@ def _coerce(field: dataclasses.Field, value: Any, hints: dict[str, Any]) -> Any:
                 raise ValueError
             return bool(value)
         if tp is int:
-            if isinstance(value, bool) or (isinstance(value, float) and not float(value).is_integer()):
+            if isinstance(value, bool) or (
+                isinstance(value, float) and not float(value).is_integer()
+            ):
                 raise ValueError
             return int(value)
         if tp is float:
@@ -86,7 +101,9 @@ def _coerce(field: dataclasses.Field, value: Any, hints: dict[str, Any]) -> Any:
         if typing.get_origin(tp) is tuple:
             return tuple(int(v) for v in value)
     except (TypeError, ValueError):
-        raise TypeError(f"config field {field.name!r} expects {getattr(tp, '__name__', tp)}, got {value!r}") from None
+        raise TypeError(
+            f"config field {field.name!r} expects {getattr(tp, '__name__', tp)}, got {value!r}"
+        ) from None
     return value
 
 
@@ -101,9 +118,13 @@ def make_config(agent: str, env_id: str, **overrides: Any):
     hints = typing.get_type_hints(config_cls)
     unknown = sorted(set(overrides) - set(fields))
     if unknown:
-        hints_txt = "; ".join(f"{u!r}" + "".join(f" (did you mean {c}?)" for c in names.closest(u, fields, n=1))
-                              for u in unknown)
-        raise TypeError(f"unknown {agent} config field(s): {hints_txt}. Fields: {', '.join(sorted(fields))}")
+        hints_txt = "; ".join(
+            f"{u!r}" + "".join(f" (did you mean {c}?)" for c in names.closest(u, fields, n=1))
+            for u in unknown
+        )
+        raise TypeError(
+            f"unknown {agent} config field(s): {hints_txt}. Fields: {', '.join(sorted(fields))}"
+        )
     values = dict(getattr(config_cls, "PRESETS", module.PRESETS).get(env_id, {}))
     values.update({k: _coerce(fields[k], v, hints) for k, v in overrides.items()})
     config = config_cls(**values)
@@ -161,7 +182,10 @@ class TrainResult:
         out: dict[tuple, list[int]] = {}
         for i, key in enumerate(keys):
             out.setdefault(key, []).append(i)
-        return [(", ".join(f"{n}={v:g}" for n, v in zip(self.sweep, key)), np.asarray(idx)) for key, idx in out.items()]
+        return [
+            (", ".join(f"{n}={v:g}" for n, v in zip(self.sweep, key)), np.asarray(idx))
+            for key, idx in out.items()
+        ]
 
     def summary(self) -> str:
         """A one-line summary of the run."""
@@ -169,10 +193,15 @@ class TrainResult:
         for label, idx in self.groups():
             fr = self.final_returns()[idx]
             prefix = f"[{label}] " if label else ""
-            parts.append(f"{prefix}final return {fr.mean():.1f} ± {fr.std():.1f} over {len(idx)} seed(s)")
-        return (f"{self.agent} on {self.env_id}: " + "; ".join(parts)
-                + f" | {int(self.env_steps[-1]):,} steps/run in {self.run_seconds:.1f}s"
-                + f" ({self.steps_per_second:,.0f} steps/s, compile {self.compile_seconds:.1f}s)")
+            parts.append(
+                f"{prefix}final return {fr.mean():.1f} ± {fr.std():.1f} over {len(idx)} seed(s)"
+            )
+        return (
+            f"{self.agent} on {self.env_id}: "
+            + "; ".join(parts)
+            + f" | {int(self.env_steps[-1]):,} steps/run in {self.run_seconds:.1f}s"
+            + f" ({self.steps_per_second:,.0f} steps/s, compile {self.compile_seconds:.1f}s)"
+        )
 
     def plot(self, path: str | os.PathLike | None = None, metric: str = RETURN_KEY):
         """Draws ``metric`` (mean and min-max band over seeds) against env steps.
@@ -196,9 +225,16 @@ class TrainResult:
             if len(idx) > 1:
                 ax.fill_between(self.env_steps, low, high, alpha=0.2)
             if self.evals and metric == RETURN_KEY:
-                ev = np.asarray([e["returns"] for e in self.evals])[:, idx]  # [evaluations, runs in group]
-                ax.plot([e["env_steps"] for e in self.evals], ev.mean(axis=1), "o--", ms=4,
-                        label=f"{label + ' ' if label else ''}greedy evaluation")
+                ev = np.asarray([e["returns"] for e in self.evals])[
+                    :, idx
+                ]  # [evaluations, runs in group]
+                ax.plot(
+                    [e["env_steps"] for e in self.evals],
+                    ev.mean(axis=1),
+                    "o--",
+                    ms=4,
+                    label=f"{label + ' ' if label else ''}greedy evaluation",
+                )
         ax.set_xlabel("environment steps (per run)")
         ax.set_ylabel(metric.split("/")[-1].replace("_", " "))
         ax.set_title(f"{self.agent} on {self.env_id}")
@@ -210,7 +246,12 @@ class TrainResult:
             plt.close(fig)
         return fig
 
-    def save(self, out_dir: str | os.PathLike, report_iterations: Sequence[int], write_metrics: bool = True) -> Path:
+    def save(
+        self,
+        out_dir: str | os.PathLike,
+        report_iterations: Sequence[int],
+        write_metrics: bool = True,
+    ) -> Path:
         """Writes the run folder (see the module docstring). Files are written to
         temporary names and renamed, so an interrupted save leaves no half file.
         ``write_metrics=False`` leaves ``metrics.csv`` to the CSV sink that wrote it during training."""
@@ -224,9 +265,17 @@ class TrainResult:
             tmp.write_bytes(data if isinstance(data, bytes) else data.encode())
             os.replace(tmp, out / name)
 
-        if not (out / "config.json").exists():  # train() writes the full run record before it starts
-            config = {"agent": self.agent, "env_id": self.env_id, "seeds": self.seeds, "sweep": self.sweep,
-                      "config": dataclasses.asdict(self.config), "jrl_version": __version__}
+        if not (
+            out / "config.json"
+        ).exists():  # train() writes the full run record before it starts
+            config = {
+                "agent": self.agent,
+                "env_id": self.env_id,
+                "seeds": self.seeds,
+                "sweep": self.sweep,
+                "config": dataclasses.asdict(self.config),
+                "jrl_version": __version__,
+            }
             write("config.json", json.dumps(config, indent=2))
 
         if write_metrics:
@@ -234,15 +283,29 @@ class TrainResult:
             rows = [["run", "seed", *self.sweep.keys(), "iteration", "env_steps", *names]]
             for r in range(self.num_runs):
                 for it in report_iterations:
-                    rows.append([r, self.seeds[r], *(self.sweep[k][r] for k in self.sweep), it,
-                                 int(self.env_steps[it - 1]), *(float(self.metrics[n][r, it - 1]) for n in names)])
+                    rows.append(
+                        [
+                            r,
+                            self.seeds[r],
+                            *(self.sweep[k][r] for k in self.sweep),
+                            it,
+                            int(self.env_steps[it - 1]),
+                            *(float(self.metrics[n][r, it - 1]) for n in names),
+                        ]
+                    )
             buf = io.StringIO()
             csv.writer(buf).writerows(rows)
             write("metrics.csv", buf.getvalue())
         write("params.msgpack", serialization.to_bytes(jax.device_get(self.final_params)))
-        summary = {"summary": self.summary(), "final_returns": self.final_returns().tolist(),
-                   "compile_seconds": self.compile_seconds, "run_seconds": self.run_seconds,
-                   "steps_per_second": self.steps_per_second, "env_steps_per_run": int(self.env_steps[-1]), "evaluations": self.evals}
+        summary = {
+            "summary": self.summary(),
+            "final_returns": self.final_returns().tolist(),
+            "compile_seconds": self.compile_seconds,
+            "run_seconds": self.run_seconds,
+            "steps_per_second": self.steps_per_second,
+            "env_steps_per_run": int(self.env_steps[-1]),
+            "evaluations": self.evals,
+        }
         write("summary.json", json.dumps(summary, indent=2))
         tmp_png = out / ".learning_curve.tmp.png"
         self.plot(tmp_png)
@@ -261,11 +324,16 @@ class _Progress:
 
     def __call__(self, report: anakin.Report) -> None:
         ret = report.metrics.get(RETURN_KEY)
-        ret_txt = (f"return {np.nanmean(ret):8.1f} ± {np.nanstd(ret):6.1f}"
-                   if ret is not None and np.isfinite(ret).any() else "return      n/a         ")
+        ret_txt = (
+            f"return {np.nanmean(ret):8.1f} ± {np.nanstd(ret):6.1f}"
+            if ret is not None and np.isfinite(ret).any()
+            else "return      n/a         "
+        )
         pct = 100.0 * report.iteration / report.num_iterations
-        line = (f"[{self.label}] {report.env_steps:>10,}/{self.total:,} steps ({pct:5.1f}%) | "
-                f"{report.steps_per_second:>10,.0f} steps/s | {ret_txt} | ETA {report.eta:5.1f}s")
+        line = (
+            f"[{self.label}] {report.env_steps:>10,}/{self.total:,} steps ({pct:5.1f}%) | "
+            f"{report.steps_per_second:>10,.0f} steps/s | {ret_txt} | ETA {report.eta:5.1f}s"
+        )
         if self.tty:
             self.stream.write("\r" + line)
             if report.iteration == report.num_iterations:
@@ -281,7 +349,9 @@ class TrainingInterrupted(Exception):
     checkpoint written; ``result`` holds the histories so far (None when it
     stopped before the first chunk)."""
 
-    def __init__(self, message: str, result: "TrainResult", reason: str | None, checkpoint: Path | None):
+    def __init__(
+        self, message: str, result: "TrainResult", reason: str | None, checkpoint: Path | None
+    ):
         super().__init__(message)
         self.result, self.reason, self.checkpoint = result, reason, checkpoint
 
@@ -329,7 +399,10 @@ class RunSpec:
 
     @property
     def run_sweep(self) -> dict[str, list[float]]:
-        return {k: [c[i] for c in self.combos for _ in range(self.num_seeds)] for i, k in enumerate(self.sweep)}
+        return {
+            k: [c[i] for c in self.combos for _ in range(self.num_seeds)]
+            for i, k in enumerate(self.sweep)
+        }
 
     def keys(self) -> jax.Array:
         """``[R]`` run keys: seed i of every swept combination uses ``split(key(seed), num_seeds)[i]``."""
@@ -338,28 +411,57 @@ class RunSpec:
         return base if len(self.combos) == 1 else jax.numpy.concatenate([base] * len(self.combos))
 
     def record(self) -> dict[str, Any]:
-        return {"agent": self.agent, "env_id": self.env_id, "seeds": self.run_seeds, "sweep": self.run_sweep,
-                "config": dataclasses.asdict(self.config), "jrl_version": __version__,
-                "run": {"format_version": RUN_FORMAT_VERSION, "num_seeds": self.num_seeds, "seed": self.seed,
-                        "sweep_values": self.sweep, "env_overrides": self.env_overrides, "devices": self.devices,
-                        "num_reports": self.num_reports, "eval_every": self.eval_every,
-                        "eval_episodes": self.eval_episodes, "checkpoint_every": self.checkpoint_every,
-                        "log": list(self.log)}}
+        return {
+            "agent": self.agent,
+            "env_id": self.env_id,
+            "seeds": self.run_seeds,
+            "sweep": self.run_sweep,
+            "config": dataclasses.asdict(self.config),
+            "jrl_version": __version__,
+            "run": {
+                "format_version": RUN_FORMAT_VERSION,
+                "num_seeds": self.num_seeds,
+                "seed": self.seed,
+                "sweep_values": self.sweep,
+                "env_overrides": self.env_overrides,
+                "devices": self.devices,
+                "num_reports": self.num_reports,
+                "eval_every": self.eval_every,
+                "eval_episodes": self.eval_episodes,
+                "checkpoint_every": self.checkpoint_every,
+                "log": list(self.log),
+            },
+        }
 
     @classmethod
     def from_record(cls, record: dict[str, Any], where: Path) -> "RunSpec":
         run = record.get("run")
         if not isinstance(run, dict) or "num_seeds" not in run:
-            raise CheckpointError(f"{where} was written by an older jrl without a run record; it cannot be "
-                                  "resumed, evaluated or rendered")
+            raise CheckpointError(
+                f"{where} was written by an older jrl without a run record; it cannot be "
+                "resumed, evaluated or rendered"
+            )
         if run.get("format_version", 0) > RUN_FORMAT_VERSION:
-            raise CheckpointError(f"{where} has run format {run.get('format_version')}, newer than this jrl "
-                                  f"({__version__}) reads; upgrade jrl")
+            raise CheckpointError(
+                f"{where} has run format {run.get('format_version')}, newer than this jrl "
+                f"({__version__}) reads; upgrade jrl"
+            )
         config = make_config(record["agent"], record["env_id"], **record["config"])
-        return cls(record["agent"], record["env_id"], int(run["num_seeds"]), int(run["seed"]),
-                   {k: [float(v) for v in vs] for k, vs in run["sweep_values"].items()}, config,
-                   dict(run["env_overrides"]), run["devices"], int(run["num_reports"]), int(run["eval_every"]),
-                   int(run["eval_episodes"]), int(run["checkpoint_every"]), tuple(run.get("log", ())))
+        return cls(
+            record["agent"],
+            record["env_id"],
+            int(run["num_seeds"]),
+            int(run["seed"]),
+            {k: [float(v) for v in vs] for k, vs in run["sweep_values"].items()},
+            config,
+            dict(run["env_overrides"]),
+            run["devices"],
+            int(run["num_reports"]),
+            int(run["eval_every"]),
+            int(run["eval_episodes"]),
+            int(run["checkpoint_every"]),
+            tuple(run.get("log", ())),
+        )
 
 
 RUN_FORMAT_VERSION = 1
@@ -457,10 +559,14 @@ def train(
     module, _ = jrl.agents.get(agent)
     bad = sorted(set(sweep) - set(module.SWEEPABLE))
     if bad:
-        raise ValueError(f"cannot sweep {bad} in one program: sweepable fields are {list(module.SWEEPABLE)}")
+        raise ValueError(
+            f"cannot sweep {bad} in one program: sweepable fields are {list(module.SWEEPABLE)}"
+        )
     if "gamma" in sweep and getattr(config, "normalize_rewards", False):
-        raise ValueError("cannot sweep gamma with normalize_rewards: the reward normaliser's discount is fixed "
-                         "when the env is built; sweep it in separate runs or turn normalize_rewards off")
+        raise ValueError(
+            "cannot sweep gamma with normalize_rewards: the reward normaliser's discount is fixed "
+            "when the env is built; sweep it in separate runs or turn normalize_rewards off"
+        )
     for k, vs in sweep.items():
         if not vs:
             raise ValueError(f"sweep over {k!r} has no values")
@@ -468,9 +574,21 @@ def train(
             dataclasses.replace(config, **{k: v}).validate()
     if devices is None and jax.process_count() > 1:
         devices = jax.device_count()
-    spec = RunSpec(agent, env, int(seeds), int(seed), sweep, config, dict(env_overrides or {}),
-                   None if devices is None else int(devices), int(num_reports), int(eval_every), int(eval_episodes),
-                   int(checkpoint_every), tuple(log))
+    spec = RunSpec(
+        agent,
+        env,
+        int(seeds),
+        int(seed),
+        sweep,
+        config,
+        dict(env_overrides or {}),
+        None if devices is None else int(devices),
+        int(num_reports),
+        int(eval_every),
+        int(eval_episodes),
+        int(checkpoint_every),
+        tuple(log),
+    )
     if log:
         from jrl import sinks as sinks_mod
 
@@ -478,8 +596,14 @@ def train(
     out_path = Path(out) if out is not None and jax.process_index() == 0 else None
     if out_path is not None:
         _check_out_dir(out_path, overwrite)
-    return _execute(spec, out_path, progress=progress, keep_checkpoints=keep_checkpoints,
-                    stop_at_steps=stop_at_steps, clear=overwrite)
+    return _execute(
+        spec,
+        out_path,
+        progress=progress,
+        keep_checkpoints=keep_checkpoints,
+        stop_at_steps=stop_at_steps,
+        clear=overwrite,
+    )
 
 
 def read_spec(run_dir: str | os.PathLike) -> RunSpec:
@@ -532,14 +656,28 @@ def resume(
     if env is not None and env != spec.env_id:
         diffs.append(f"env: saved {spec.env_id!r}, given {env!r}")
     if not diffs and overrides:
-        given = make_config(spec.agent, spec.env_id, **{**dataclasses.asdict(spec.config), **overrides})
-        diffs += [f"{k}: saved {getattr(spec.config, k)!r}, given {getattr(given, k)!r}" for k in sorted(overrides)
-                  if getattr(given, k) != getattr(spec.config, k)]
+        given = make_config(
+            spec.agent, spec.env_id, **{**dataclasses.asdict(spec.config), **overrides}
+        )
+        diffs += [
+            f"{k}: saved {getattr(spec.config, k)!r}, given {getattr(given, k)!r}"
+            for k in sorted(overrides)
+            if getattr(given, k) != getattr(spec.config, k)
+        ]
     if diffs:
-        raise CheckpointError(f"{run_dir} holds a different run; --resume continues the saved one: " + "; ".join(diffs))
-    return _execute(spec, run_dir if jax.process_index() == 0 else None, progress=progress,
-                    keep_checkpoints=keep_checkpoints, stop_at_steps=stop_at_steps, resume_step=step,
-                    resuming=True)
+        raise CheckpointError(
+            f"{run_dir} holds a different run; --resume continues the saved one: "
+            + "; ".join(diffs)
+        )
+    return _execute(
+        spec,
+        run_dir if jax.process_index() == 0 else None,
+        progress=progress,
+        keep_checkpoints=keep_checkpoints,
+        stop_at_steps=stop_at_steps,
+        resume_step=step,
+        resuming=True,
+    )
 
 
 @dataclasses.dataclass
@@ -560,7 +698,9 @@ class LoadedRun:
         if not 0 <= run < len(self.spec.run_seeds):
             raise ValueError(f"run must lie in [0, {len(self.spec.run_seeds)}), got {run}")
         one = jax.tree.map(lambda x: x[run], self.state)
-        return evaluation.run_policy(self.built.agent, self.built.env, one.agent_state, one.env_state, greedy)
+        return evaluation.run_policy(
+            self.built.agent, self.built.env, one.agent_state, one.env_state, greedy
+        )
 
 
 def load_run(run_dir: str | os.PathLike, step: int | None = None) -> LoadedRun:
@@ -583,34 +723,65 @@ def _make_evaluator(built, num_episodes: int, greedy: bool = True):
     from jrl import evaluation
 
     def one(state, key):
-        return evaluation.evaluate(built.agent, built.env, state, key, num_episodes, built.env_params, greedy)
+        return evaluation.evaluate(
+            built.agent, built.env, state, key, num_episodes, built.env_params, greedy
+        )
 
-    return jax.jit(lambda states, key: jax.vmap(one)(states, jax.random.split(key, jax.tree.leaves(states)[0].shape[0])))
+    return jax.jit(
+        lambda states, key: jax.vmap(one)(
+            states, jax.random.split(key, jax.tree.leaves(states)[0].shape[0])
+        )
+    )
 
 
-def evaluate_run(run_dir: str | os.PathLike, episodes: int = 100, greedy: bool = True, seed: int = 0,
-                 step: int | None = None) -> dict[str, Any]:
+def evaluate_run(
+    run_dir: str | os.PathLike,
+    episodes: int = 100,
+    greedy: bool = True,
+    seed: int = 0,
+    step: int | None = None,
+) -> dict[str, Any]:
     """Evaluates every run of a run folder on ``episodes`` fresh episodes each
     (vmapped) and returns the statistics that ``jrl eval`` prints and writes."""
     if int(episodes) < 1:
         raise ValueError(f"episodes must be >= 1, got {episodes}")
     loaded = load_run(run_dir, step)
-    returns, lengths = jax.device_get(_make_evaluator(loaded.built, int(episodes), greedy)(
-        loaded.state, jax.random.key(int(seed))))
+    returns, lengths = jax.device_get(
+        _make_evaluator(loaded.built, int(episodes), greedy)(
+            loaded.state, jax.random.key(int(seed))
+        )
+    )
     returns = np.asarray(returns, np.float64)
     flat = np.sort(returns.reshape(-1))
     q = len(flat) // 4
-    iqm = float(flat[q:len(flat) - q].mean()) if len(flat) - 2 * q > 0 else float(flat.mean())
+    iqm = float(flat[q : len(flat) - q].mean()) if len(flat) - 2 * q > 0 else float(flat.mean())
     spec = loaded.spec
-    return {"agent": spec.agent, "env_id": spec.env_id, "checkpoint_iteration": loaded.step,
-            "policy": "greedy" if greedy else "stochastic", "episodes_per_run": int(episodes), "seed": int(seed),
-            "mean": float(flat.mean()), "std": float(flat.std()), "median": float(np.median(flat)),
-            "iqm": iqm, "min": float(flat.min()), "max": float(flat.max()),
-            "mean_length": float(np.mean(lengths)),
-            "runs": [{"run": r, "seed": spec.run_seeds[r], **{k: v[r] for k, v in spec.run_sweep.items()},
-                      "mean": float(returns[r].mean()), "std": float(returns[r].std())}
-                     for r in range(returns.shape[0])],
-            "returns": returns.tolist()}
+    return {
+        "agent": spec.agent,
+        "env_id": spec.env_id,
+        "checkpoint_iteration": loaded.step,
+        "policy": "greedy" if greedy else "stochastic",
+        "episodes_per_run": int(episodes),
+        "seed": int(seed),
+        "mean": float(flat.mean()),
+        "std": float(flat.std()),
+        "median": float(np.median(flat)),
+        "iqm": iqm,
+        "min": float(flat.min()),
+        "max": float(flat.max()),
+        "mean_length": float(np.mean(lengths)),
+        "runs": [
+            {
+                "run": r,
+                "seed": spec.run_seeds[r],
+                **{k: v[r] for k, v in spec.run_sweep.items()},
+                "mean": float(returns[r].mean()),
+                "std": float(returns[r].std()),
+            }
+            for r in range(returns.shape[0])
+        ],
+        "returns": returns.tolist(),
+    }
 
 
 class _StopRequest:
@@ -625,9 +796,14 @@ class _StopRequest:
     def _handle(self, signum, frame):
         if self.reason is None:
             self.reason = signal.Signals(signum).name
-            if not self.quiet:  # os.write: print() from a handler can re-enter a stderr write in progress
-                os.write(2, f"\njrl: {self.reason} received: stopping after the current chunk and writing a "
-                            "checkpoint (Ctrl-C again aborts without one)\n".encode())
+            if (
+                not self.quiet
+            ):  # os.write: print() from a handler can re-enter a stderr write in progress
+                os.write(
+                    2,
+                    f"\njrl: {self.reason} received: stopping after the current chunk and writing a "
+                    "checkpoint (Ctrl-C again aborts without one)\n".encode(),
+                )
             signal.signal(signal.SIGINT, signal.default_int_handler)
 
     def __enter__(self):
@@ -647,9 +823,17 @@ def _passed(before: int, after: int, every: int) -> bool:
     return every > 0 and after // every > before // every
 
 
-def _execute(spec: RunSpec, out_path: Path | None, *, progress: bool, keep_checkpoints: int,
-             stop_at_steps: int | None, resuming: bool = False, resume_step: int | None = None,
-             clear: bool = False) -> TrainResult:
+def _execute(
+    spec: RunSpec,
+    out_path: Path | None,
+    *,
+    progress: bool,
+    keep_checkpoints: int,
+    stop_at_steps: int | None,
+    resuming: bool = False,
+    resume_step: int | None = None,
+    clear: bool = False,
+) -> TrainResult:
     from jrl import checkpoint
 
     config, module = spec.config, jrl.agents.get(spec.agent)[0]
@@ -662,20 +846,30 @@ def _execute(spec: RunSpec, out_path: Path | None, *, progress: bool, keep_check
 
     start, history, reports, evals, prior_seconds, initial_state = 0, {}, [], [], 0.0, None
     stop = _StopRequest(quiet=not writer)
-    with stop:  # from here on a signal only asks to stop: the checkpoint and outputs are still written
+    with (
+        stop
+    ):  # from here on a signal only asks to stop: the checkpoint and outputs are still written
         if resuming:  # load and check everything before anything in the folder changes
-            ck = checkpoint.load(out_path, anakin.abstract_states(algorithm, keys, spec.devices), resume_step)
+            ck = checkpoint.load(
+                out_path, anakin.abstract_states(algorithm, keys, spec.devices), resume_step
+            )
             start, history = ck.step, {k: np.asarray(v) for k, v in ck.history.items()}
             reports, evals = list(ck.meta["reports"]), list(ck.meta["evals"])
             prior_seconds = float(ck.meta["run_seconds"])
             if ck.meta["run"] != json.loads(json.dumps(spec.record()["run"])):
-                raise CheckpointError(f"checkpoint {ck.path} was written by a different run than "
-                                      f"{out_path}/config.json describes")
+                raise CheckpointError(
+                    f"checkpoint {ck.path} was written by a different run than "
+                    f"{out_path}/config.json describes"
+                )
             if start >= num_iterations:
-                raise CheckpointError(f"{out_path} is already complete ({start}/{num_iterations} iterations); "
-                                      f"evaluate it with `jrl eval {out_path}`")
+                raise CheckpointError(
+                    f"{out_path} is already complete ({start}/{num_iterations} iterations); "
+                    f"evaluate it with `jrl eval {out_path}`"
+                )
             initial_state = anakin.place(ck.state, mesh)
-        anakin.check_memory(algorithm, keys, mesh)  # refusals that need no folder come before it changes
+        anakin.check_memory(
+            algorithm, keys, mesh
+        )  # refusals that need no folder come before it changes
         if out_path is not None:
             from jrl import sinks as sinks_mod
 
@@ -687,10 +881,25 @@ def _execute(spec: RunSpec, out_path: Path | None, *, progress: bool, keep_check
                 _write_atomic(out_path / "config.json", json.dumps(spec.record(), indent=2))
             else:  # continuing from an older checkpoint: the later ones belong to the history being replaced
                 checkpoint.delete_after(out_path, start)
-        result = _train_loop(spec, built, mesh, keys, out_path, stop, writer=writer, progress=progress,
-                             keep_checkpoints=keep_checkpoints, stop_at_steps=stop_at_steps, resuming=resuming,
-                             start=start, history=history, reports=reports, evals=evals,
-                             prior_seconds=prior_seconds, initial_state=initial_state)
+        result = _train_loop(
+            spec,
+            built,
+            mesh,
+            keys,
+            out_path,
+            stop,
+            writer=writer,
+            progress=progress,
+            keep_checkpoints=keep_checkpoints,
+            stop_at_steps=stop_at_steps,
+            resuming=resuming,
+            start=start,
+            history=history,
+            reports=reports,
+            evals=evals,
+            prior_seconds=prior_seconds,
+            initial_state=initial_state,
+        )
     return result
 
 
@@ -708,41 +917,85 @@ def _close_all(resources, primary: BaseException | None) -> None:
         raise failure
 
 
-def _train_loop(spec: RunSpec, built, mesh, keys, out_path: Path | None, stop: "_StopRequest", *, writer: bool,
-                progress: bool, keep_checkpoints: int, stop_at_steps: int | None, resuming: bool, start: int,
-                history: dict, reports: list, evals: list, prior_seconds: float, initial_state) -> TrainResult:
+def _train_loop(
+    spec: RunSpec,
+    built,
+    mesh,
+    keys,
+    out_path: Path | None,
+    stop: "_StopRequest",
+    *,
+    writer: bool,
+    progress: bool,
+    keep_checkpoints: int,
+    stop_at_steps: int | None,
+    resuming: bool,
+    start: int,
+    history: dict,
+    reports: list,
+    evals: list,
+    prior_seconds: float,
+    initial_state,
+) -> TrainResult:
     from jrl import checkpoint
 
     config, algorithm = spec.config, built.algorithm
     num_iterations, per_iter = config.num_iterations, algorithm.env_steps_per_step
     run_seeds, run_sweep = spec.run_seeds, spec.run_sweep
-    runs = [{"run": r, "seed": run_seeds[r], **{k: v[r] for k, v in run_sweep.items()}} for r in range(len(run_seeds))]
+    runs = [
+        {"run": r, "seed": run_seeds[r], **{k: v[r] for k, v in run_sweep.items()}}
+        for r in range(len(run_seeds))
+    ]
     sinks = checkpointer = None
     if out_path is not None:
         from jrl import sinks as sinks_mod
 
-        sinks = sinks_mod.make_sinks(["csv", *spec.log], out_path, runs=runs, config=spec.record(),
-                                     resume_from_iteration=start if resuming else None,
-                                     resume_from_step=start * per_iter if resuming else None)
+        sinks = sinks_mod.make_sinks(
+            ["csv", *spec.log],
+            out_path,
+            runs=runs,
+            config=spec.record(),
+            resume_from_iteration=start if resuming else None,
+            resume_from_step=start * per_iter if resuming else None,
+        )
         if jax.process_count() == 1:
             checkpointer = checkpoint.Checkpointer(out_path, keep_checkpoints)
         else:  # the state is spread over processes: see jrl.checkpoint
-            print("jrl: note: checkpoints are not written in multi-process runs (the run cannot be resumed)",
-                  file=sys.stderr)
+            print(
+                "jrl: note: checkpoints are not written in multi-process runs (the run cannot be resumed)",
+                file=sys.stderr,
+            )
     try:
         # The per-chunk checks and evaluations see one device's view of the states, [R, ...], on this
         # process's first device; they are compiled for it now, so that they are not compiled in the timed loop.
         local = jax.sharding.SingleDeviceSharding(jax.local_devices()[0])
-        abstract_view = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=local),
-                                     anakin.abstract_states(algorithm, keys))
+        abstract_view = jax.tree.map(
+            lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=local),
+            anakin.abstract_states(algorithm, keys),
+        )
         evaluator = eval_key = None
         if spec.eval_every > 0:
-            eval_key = jax.random.fold_in(jax.random.key(spec.seed), 0x0E7A1)  # apart from every training key
-            evaluator = _make_evaluator(built, spec.eval_episodes).lower(abstract_view, eval_key).compile()
-        params_finite = jax.jit(lambda p: jnp.stack([jnp.isfinite(x).reshape(x.shape[0], -1).all(axis=1)
-                                                     for x in jax.tree.leaves(p)]).all(axis=0)  # [R]
-                                ).lower(abstract_view.agent_state.params).compile()
-        label = f"{spec.agent} {spec.env_id} x{len(run_seeds)}" + (f" on {spec.devices} devices" if spec.devices else "")
+            eval_key = jax.random.fold_in(
+                jax.random.key(spec.seed), 0x0E7A1
+            )  # apart from every training key
+            evaluator = (
+                _make_evaluator(built, spec.eval_episodes).lower(abstract_view, eval_key).compile()
+            )
+        params_finite = (
+            jax.jit(
+                lambda p: jnp.stack(
+                    [
+                        jnp.isfinite(x).reshape(x.shape[0], -1).all(axis=1)
+                        for x in jax.tree.leaves(p)
+                    ]
+                ).all(axis=0)  # [R]
+            )
+            .lower(abstract_view.agent_state.params)
+            .compile()
+        )
+        label = f"{spec.agent} {spec.env_id} x{len(run_seeds)}" + (
+            f" on {spec.devices} devices" if spec.devices else ""
+        )
         show = _Progress(label, num_iterations * per_iter) if progress and writer else None
         progress_state = {"done": start, "last_checkpoint": start if resuming else None, "t0": None}
 
@@ -751,9 +1004,17 @@ def _train_loop(spec: RunSpec, built, mesh, keys, out_path: Path | None, stop: "
             return prior_seconds + (0.0 if t0 is None else time.perf_counter() - t0)
 
         def meta(done: int, run_seconds: float) -> dict[str, Any]:
-            return {"agent": spec.agent, "env_id": spec.env_id, "run": spec.record()["run"],
-                    "config": dataclasses.asdict(config), "reports": reports, "evals": evals,
-                    "run_seconds": run_seconds, "iterations": done, "env_steps": done * per_iter}
+            return {
+                "agent": spec.agent,
+                "env_id": spec.env_id,
+                "run": spec.record()["run"],
+                "config": dataclasses.asdict(config),
+                "reports": reports,
+                "evals": evals,
+                "run_seconds": run_seconds,
+                "iterations": done,
+                "env_steps": done * per_iter,
+            }
 
         def save(done: int, states, run_seconds: float) -> Path:
             path = checkpointer.save(done, states, history, meta(done, run_seconds))
@@ -764,9 +1025,13 @@ def _train_loop(spec: RunSpec, built, mesh, keys, out_path: Path | None, stop: "
             prev = progress_state["done"]
             view = states if mesh is None else jax.device_put(anakin.first_device(states), local)
             last = progress_state["last_checkpoint"]
-            kept = (f"; the last good checkpoint is {checkpointer.directory / str(last)}"
-                    if checkpointer and last is not None else
-                    "; no checkpoint had been written yet" if checkpointer else "")
+            kept = (
+                f"; the last good checkpoint is {checkpointer.directory / str(last)}"
+                if checkpointer and last is not None
+                else "; no checkpoint had been written yet"
+                if checkpointer
+                else ""
+            )
             _check_finite(metrics, view, params_finite, prev, done, run_seeds, per_iter, kept)
             for k, v in metrics.items():
                 v = np.asarray(v).T  # [R, n]
@@ -777,18 +1042,30 @@ def _train_loop(spec: RunSpec, built, mesh, keys, out_path: Path | None, stop: "
                 latest = {k: np.asarray(v[-1], np.float64) for k, v in metrics.items()}
                 if evaluator is not None:
                     latest[EVAL_KEY] = np.full(len(run_seeds), np.nan)
-                    if _passed(prev * per_iter, done * per_iter, spec.eval_every) or done == num_iterations:
-                        returns, _ = jax.device_get(evaluator(view, jax.random.fold_in(eval_key, done)))
+                    if (
+                        _passed(prev * per_iter, done * per_iter, spec.eval_every)
+                        or done == num_iterations
+                    ):
+                        returns, _ = jax.device_get(
+                            evaluator(view, jax.random.fold_in(eval_key, done))
+                        )
                         latest[EVAL_KEY] = np.asarray(returns, np.float64).mean(axis=1)
-                        evals.append({"iteration": done, "env_steps": done * per_iter,
-                                      "returns": latest[EVAL_KEY].tolist()})
+                        evals.append(
+                            {
+                                "iteration": done,
+                                "env_steps": done * per_iter,
+                                "returns": latest[EVAL_KEY].tolist(),
+                            }
+                        )
                 if sinks is not None:
                     sinks.write(sinks_mod.Record(done, done * per_iter, latest, runs))
             except Exception:  # e.g. a failing sink: keep this good chunk's state before stopping
                 if checkpointer is not None:
                     save(done, states, elapsed())
                 raise
-            if checkpointer is not None and _passed(prev * per_iter, done * per_iter, spec.checkpoint_every):
+            if checkpointer is not None and _passed(
+                prev * per_iter, done * per_iter, spec.checkpoint_every
+            ):
                 save(done, states, elapsed())
 
         def on_report(report: anakin.Report):
@@ -798,16 +1075,31 @@ def _train_loop(spec: RunSpec, built, mesh, keys, out_path: Path | None, stop: "
         def should_stop() -> bool:  # polled before each chunk
             if progress_state["t0"] is None:
                 progress_state["t0"] = time.perf_counter()  # compile done, the first chunk starts
-            at_limit = stop_at_steps is not None and progress_state["done"] * per_iter >= stop_at_steps
+            at_limit = (
+                stop_at_steps is not None and progress_state["done"] * per_iter >= stop_at_steps
+            )
             return stop.reason is not None or (at_limit and progress_state["done"] < num_iterations)
 
         if progress and writer:
-            what = f"resuming at iteration {start}/{num_iterations}" if resuming else f"{num_iterations} iterations"
+            what = (
+                f"resuming at iteration {start}/{num_iterations}"
+                if resuming
+                else f"{num_iterations} iterations"
+            )
             print(f"[{label}] compiling {what} x {per_iter} steps ...", file=sys.stderr, flush=True)
-        res = anakin.run(algorithm, keys, num_iterations, num_reports=spec.num_reports,
-                         hparams={k: np.asarray(v, np.float32) for k, v in run_sweep.items()},
-                         on_report=on_report, mesh=mesh, initial_state=initial_state, start_iteration=start,
-                         on_chunk=on_chunk, should_stop=should_stop)
+        res = anakin.run(
+            algorithm,
+            keys,
+            num_iterations,
+            num_reports=spec.num_reports,
+            hparams={k: np.asarray(v, np.float32) for k, v in run_sweep.items()},
+            on_report=on_report,
+            mesh=mesh,
+            initial_state=initial_state,
+            start_iteration=start,
+            on_chunk=on_chunk,
+            should_stop=should_stop,
+        )
         done = res.iterations
         run_seconds = prior_seconds + res.run_seconds
         saved = None
@@ -821,24 +1113,51 @@ def _train_loop(spec: RunSpec, built, mesh, keys, out_path: Path | None, stop: "
     _close_all([sinks, checkpointer], None)
     reason = stop.reason
     if not history:  # stopped before the first chunk (result: None)
-        raise TrainingInterrupted(f"{reason or 'stop_at_steps'}: stopped before the first chunk"
-                                  + (f"; resume with: jrl train --resume {out_path}" if out_path is not None else ""),
-                                  None, reason, saved)
-    env_steps = np.asarray(history["train/env_steps"][0], np.int64)  # what the loop counted (warm-up included)
-    result = TrainResult(spec.agent, spec.env_id, config, run_seeds, run_sweep, env_steps, history, res.final_state,
-                         res.compile_seconds, run_seconds, evals=evals)
+        raise TrainingInterrupted(
+            f"{reason or 'stop_at_steps'}: stopped before the first chunk"
+            + (f"; resume with: jrl train --resume {out_path}" if out_path is not None else ""),
+            None,
+            reason,
+            saved,
+        )
+    env_steps = np.asarray(
+        history["train/env_steps"][0], np.int64
+    )  # what the loop counted (warm-up included)
+    result = TrainResult(
+        spec.agent,
+        spec.env_id,
+        config,
+        run_seeds,
+        run_sweep,
+        env_steps,
+        history,
+        res.final_state,
+        res.compile_seconds,
+        run_seconds,
+        evals=evals,
+    )
     if out_path is not None:
         result.save(out_path, reports, write_metrics=False)
     if done < num_iterations:
         why = f"{reason} received" if reason else f"stop_at_steps={stop_at_steps} reached"
-        where = (f"; checkpoint {saved}. Resume with: jrl train --resume {out_path}" if out_path is not None
-                 else "; no run folder was given, so nothing was saved")
-        raise TrainingInterrupted(f"{why}: stopped after {done * per_iter:,}/{num_iterations * per_iter:,} env steps "
-                                  f"per run{where}", result, reason, saved)
+        where = (
+            f"; checkpoint {saved}. Resume with: jrl train --resume {out_path}"
+            if out_path is not None
+            else "; no run folder was given, so nothing was saved"
+        )
+        raise TrainingInterrupted(
+            f"{why}: stopped after {done * per_iter:,}/{num_iterations * per_iter:,} env steps "
+            f"per run{where}",
+            result,
+            reason,
+            saved,
+        )
     return result
 
 
-def _check_finite(metrics, states, params_finite, prev: int, done: int, run_seeds, per_iter: int, kept: str) -> None:
+def _check_finite(
+    metrics, states, params_finite, prev: int, done: int, run_seeds, per_iter: int, kept: str
+) -> None:
     """Raises NonFiniteError naming the first metric (or the parameters) that is NaN/inf."""
     for name in sorted(metrics):
         if name in NAN_BEFORE_FIRST_EPISODE:
@@ -855,9 +1174,11 @@ def _check_finite(metrics, states, params_finite, prev: int, done: int, run_seed
             return
         name, runs = "parameters", np.flatnonzero(~ok).tolist()
         where = f"iterations {prev + 1}-{done} ({done * per_iter:,} env steps)"
-    raise NonFiniteError(f"{name} became non-finite (NaN or inf) at {where} in run(s) {runs} "
-                         f"(seeds {[run_seeds[r] for r in runs]}); training stopped{kept}. A smaller learning rate "
-                         "or gradient clipping usually helps")
+    raise NonFiniteError(
+        f"{name} became non-finite (NaN or inf) at {where} in run(s) {runs} "
+        f"(seeds {[run_seeds[r] for r in runs]}); training stopped{kept}. A smaller learning rate "
+        "or gradient clipping usually helps"
+    )
 
 
 OUTPUTS = RUN_FILES + ("metrics.jsonl", "eval.json", "checkpoints", "tb")
@@ -899,10 +1220,14 @@ def _check_out_dir(out: Path, overwrite: bool) -> None:
     if not out.is_dir() or not any((out / f).exists() for f in OUTPUTS):
         return
     if not _is_run_record(out / "config.json"):
-        raise FileExistsError(f"output folder {out} holds files named like a run's ({', '.join(OUTPUTS)}) but "
-                              "no jrl config.json; refusing to write or delete there: choose another --out")
+        raise FileExistsError(
+            f"output folder {out} holds files named like a run's ({', '.join(OUTPUTS)}) but "
+            "no jrl config.json; refusing to write or delete there: choose another --out"
+        )
     if overwrite:
         return
     hint = f"continue it with `jrl train --resume {out}`, " if checkpoint.steps(out) else ""
-    raise FileExistsError(f"output folder {out} already holds a run; {hint}choose another --out, or pass "
-                          "--overwrite to replace it")
+    raise FileExistsError(
+        f"output folder {out} already holds a run; {hint}choose another --out, or pass "
+        "--overwrite to replace it"
+    )

@@ -18,10 +18,27 @@ from jrl import parallel
 from jrl.agent import Agent, EnvSpec
 from jrl.buffers import NStepState, ReplayBuffer, nstep_accumulator
 from jrl.env import Environment
-from jrl.types import EPISODE_DONE, EPISODE_LENGTH, EPISODE_RETURN, FINAL_OBSERVATION, PRNGKey, PyTree, Transition
+from jrl.types import (
+    EPISODE_DONE,
+    EPISODE_LENGTH,
+    EPISODE_RETURN,
+    FINAL_OBSERVATION,
+    PRNGKey,
+    PyTree,
+    Transition,
+)
 
-__all__ = ["Algorithm", "NO_EPISODE", "OnPolicyState", "OffPolicyState", "PRIORITIES", "collect_step", "episode_metrics",
-           "off_policy", "on_policy"]
+__all__ = [
+    "Algorithm",
+    "NO_EPISODE",
+    "OnPolicyState",
+    "OffPolicyState",
+    "PRIORITIES",
+    "collect_step",
+    "episode_metrics",
+    "off_policy",
+    "on_policy",
+]
 
 
 class Algorithm(NamedTuple):
@@ -43,8 +60,12 @@ class OnPolicyState:
     key: PRNGKey  # the loop's key; split every iteration
     iteration: jax.Array  # [] int32 iterations done
     env_steps: jax.Array  # [] int32 env transitions collected (all envs)
-    last_episode_return: jax.Array  # [] float32 mean return of the latest finished episodes (NaN before any)
-    last_episode_length: jax.Array  # [] float32 mean length of the latest finished episodes (NaN before any)
+    last_episode_return: (
+        jax.Array
+    )  # [] float32 mean return of the latest finished episodes (NaN before any)
+    last_episode_length: (
+        jax.Array
+    )  # [] float32 mean length of the latest finished episodes (NaN before any)
 
 
 def episode_metrics(info: dict[str, Any], previous_return: jax.Array, previous_length: jax.Array):
@@ -57,20 +78,36 @@ def episode_metrics(info: dict[str, Any], previous_return: jax.Array, previous_l
     metrics)`` with the ``train/episode_*`` metrics.
     """
     done = info[EPISODE_DONE]
-    count, ret_sum, len_sum = parallel.psum((done.sum(), (info[EPISODE_RETURN] * done).sum(),
-                                             (info[EPISODE_LENGTH] * done).sum().astype(jnp.float32)))
+    count, ret_sum, len_sum = parallel.psum(
+        (
+            done.sum(),
+            (info[EPISODE_RETURN] * done).sum(),
+            (info[EPISODE_LENGTH] * done).sum().astype(jnp.float32),
+        )
+    )
     denom = jnp.maximum(count, 1)
     ret = jnp.where(count > 0, ret_sum / denom, previous_return).astype(jnp.float32)
     length = jnp.where(count > 0, len_sum / denom, previous_length).astype(jnp.float32)
-    return ret, length, {"train/episode_return": ret, "train/episode_length": length, "train/episodes": count}
+    return (
+        ret,
+        length,
+        {"train/episode_return": ret, "train/episode_length": length, "train/episodes": count},
+    )
 
 
 NO_EPISODE = float("nan")
 """The return/length reported before any episode has finished."""
 
 
-def collect_step(agent: Agent, env: Environment, params: PyTree, agent_state: PyTree, env_state: PyTree,
-                 observation: PyTree, key: PRNGKey):
+def collect_step(
+    agent: Agent,
+    env: Environment,
+    params: PyTree,
+    agent_state: PyTree,
+    env_state: PyTree,
+    observation: PyTree,
+    key: PRNGKey,
+):
     """Acts with the behaviour policy and steps the N envs once.
 
     Returns ``(env_state, next_observation, transition, episodes)``: the
@@ -82,14 +119,22 @@ def collect_step(agent: Agent, env: Environment, params: PyTree, agent_state: Py
     k_act, k_env = jax.random.split(key)
     action, act_info = agent.act(agent_state, observation, k_act)
     env_state, ts = env.step(k_env, env_state, action, params)
-    transition = Transition(observation, action, ts.reward, ts.terminated, ts.truncated,
-                            ts.info[FINAL_OBSERVATION], act_info)
+    transition = Transition(
+        observation,
+        action,
+        ts.reward,
+        ts.terminated,
+        ts.truncated,
+        ts.info[FINAL_OBSERVATION],
+        act_info,
+    )
     episodes = {k: ts.info[k] for k in (EPISODE_RETURN, EPISODE_LENGTH, EPISODE_DONE)}
     return env_state, ts.observation, transition, episodes
 
 
-def on_policy(agent: Agent, env: Environment, num_steps: int, env_params: PyTree = None,
-              num_devices: int = 1) -> Algorithm:
+def on_policy(
+    agent: Agent, env: Environment, num_steps: int, env_params: PyTree = None, num_devices: int = 1
+) -> Algorithm:
     """Collect ``num_steps`` steps from each of the env's N envs, then learn once.
 
     ``env`` must be batched (a :class:`~jrl.wrappers.VmapEnv` inside, as
@@ -104,7 +149,9 @@ def on_policy(agent: Agent, env: Environment, num_steps: int, env_params: PyTree
     """
     num_envs = env.num_envs
     if num_envs is None:
-        raise ValueError("on_policy needs a batched env: wrap it with jrl.wrappers.wrap_for_training(env, num_envs)")
+        raise ValueError(
+            "on_policy needs a batched env: wrap it with jrl.wrappers.wrap_for_training(env, num_envs)"
+        )
     if int(num_steps) <= 0:
         raise ValueError(f"num_steps must be positive, got {num_steps}")
     params = env.default_params if env_params is None else env_params
@@ -114,22 +161,44 @@ def on_policy(agent: Agent, env: Environment, num_steps: int, env_params: PyTree
         k_agent, k_env, k_loop = jax.random.split(key, 3)
         env_state, ts = env.reset(k_env, params)
         nan = jnp.full((), NO_EPISODE, jnp.float32)
-        return OnPolicyState(agent.init(k_agent, spec), env_state, ts.observation, k_loop,
-                             jnp.zeros((), jnp.int32), jnp.zeros((), jnp.int32), nan, nan)
+        return OnPolicyState(
+            agent.init(k_agent, spec),
+            env_state,
+            ts.observation,
+            k_loop,
+            jnp.zeros((), jnp.int32),
+            jnp.zeros((), jnp.int32),
+            nan,
+            nan,
+        )
 
     def env_step(agent_state, carry, key):
-        env_state, obs, transition, episodes = collect_step(agent, env, params, agent_state, *carry, key)
+        env_state, obs, transition, episodes = collect_step(
+            agent, env, params, agent_state, *carry, key
+        )
         return (env_state, obs), (transition, episodes)
 
     def step(state: OnPolicyState) -> tuple[OnPolicyState, dict[str, jax.Array]]:
         key, k_rollout, k_learn = jax.random.split(state.key, 3)
         (env_state, obs), (batch, episodes) = jax.lax.scan(
             lambda c, k: env_step(state.agent_state, c, k),
-            (state.env_state, state.observation), jax.random.split(k_rollout, num_steps))
+            (state.env_state, state.observation),
+            jax.random.split(k_rollout, num_steps),
+        )
         agent_state, metrics = agent.learn(state.agent_state, batch, k_learn)
-        ret, length, ep_metrics = episode_metrics(episodes, state.last_episode_return, state.last_episode_length)
-        new_state = OnPolicyState(agent_state, env_state, obs, key, state.iteration + 1,
-                                  state.env_steps + num_steps * num_envs * num_devices, ret, length)
+        ret, length, ep_metrics = episode_metrics(
+            episodes, state.last_episode_return, state.last_episode_length
+        )
+        new_state = OnPolicyState(
+            agent_state,
+            env_state,
+            obs,
+            key,
+            state.iteration + 1,
+            state.env_steps + num_steps * num_envs * num_devices,
+            ret,
+            length,
+        )
         metrics = {**metrics, **ep_metrics, "train/env_steps": new_state.env_steps}
         return new_state, metrics
 
@@ -154,15 +223,29 @@ class OffPolicyState:
     iteration: jax.Array  # [] int32 iterations done
     env_steps: jax.Array  # [] int32 env transitions collected (all envs, all devices)
     num_updates: jax.Array  # [] int32 gradient updates done
-    last_episode_return: jax.Array  # [] float32 mean return of the latest finished episodes (NaN before any)
-    last_episode_length: jax.Array  # [] float32 mean length of the latest finished episodes (NaN before any)
+    last_episode_return: (
+        jax.Array
+    )  # [] float32 mean return of the latest finished episodes (NaN before any)
+    last_episode_length: (
+        jax.Array
+    )  # [] float32 mean length of the latest finished episodes (NaN before any)
 
 
-def off_policy(agent: Agent, env: Environment, buffer: ReplayBuffer, *, steps_per_iteration: int,
-               updates_per_iteration: int, learning_starts: int, batch_size: int, n_step: int = 1,
-               discount: Callable[[PyTree], jax.Array] | None = None,
-               beta: Callable[[PyTree], jax.Array] | None = None, env_params: PyTree = None,
-               num_devices: int = 1) -> Algorithm:
+def off_policy(
+    agent: Agent,
+    env: Environment,
+    buffer: ReplayBuffer,
+    *,
+    steps_per_iteration: int,
+    updates_per_iteration: int,
+    learning_starts: int,
+    batch_size: int,
+    n_step: int = 1,
+    discount: Callable[[PyTree], jax.Array] | None = None,
+    beta: Callable[[PyTree], jax.Array] | None = None,
+    env_params: PyTree = None,
+    num_devices: int = 1,
+) -> Algorithm:
     """Collect ``steps_per_iteration`` steps from each of the N envs into replay, then
     do ``updates_per_iteration`` gradient updates on sampled batches.
 
@@ -192,9 +275,15 @@ def off_policy(agent: Agent, env: Environment, buffer: ReplayBuffer, *, steps_pe
     """
     num_envs = env.num_envs
     if num_envs is None:
-        raise ValueError("off_policy needs a batched env: wrap it with jrl.wrappers.wrap_for_training(env, num_envs)")
-    for name, value in (("steps_per_iteration", steps_per_iteration), ("updates_per_iteration", updates_per_iteration),
-                        ("batch_size", batch_size), ("n_step", n_step)):
+        raise ValueError(
+            "off_policy needs a batched env: wrap it with jrl.wrappers.wrap_for_training(env, num_envs)"
+        )
+    for name, value in (
+        ("steps_per_iteration", steps_per_iteration),
+        ("updates_per_iteration", updates_per_iteration),
+        ("batch_size", batch_size),
+        ("n_step", n_step),
+    ):
         if int(value) <= 0:
             raise ValueError(f"{name} must be positive, got {value}")
     if batch_size % num_devices:
@@ -214,7 +303,9 @@ def off_policy(agent: Agent, env: Environment, buffer: ReplayBuffer, *, steps_pe
     def env_step(agent_state, carry, key):
         """One step of the N envs: act, step, push to the n-step window, add to replay."""
         env_state, obs, nstep_state, buffer_state = carry
-        env_state, obs, transition, episodes = collect_step(agent, env, params, agent_state, env_state, obs, key)
+        env_state, obs, transition, episodes = collect_step(
+            agent, env, params, agent_state, env_state, obs, key
+        )
         nstep_state, item, _ = accumulator.push(nstep_state, transition, gamma_of(agent_state))
         buffer_state = buffer.add(buffer_state, item) if buffer_state is not None else None
         return (env_state, obs, nstep_state, buffer_state), episodes
@@ -224,20 +315,43 @@ def off_policy(agent: Agent, env: Environment, buffer: ReplayBuffer, *, steps_pe
         agent_state = agent.init(k_agent, spec)
         env_state, ts = env.reset(k_env, params)
         action, act_info = jax.eval_shape(agent.act, agent_state, ts.observation, k_warm)
-        example = jax.eval_shape(lambda: Transition(ts.observation, jnp.zeros(action.shape, action.dtype),
-                                                    ts.reward, ts.terminated, ts.truncated, ts.observation,
-                                                    jax.tree.map(jnp.zeros_like, act_info)))
+        example = jax.eval_shape(
+            lambda: Transition(
+                ts.observation,
+                jnp.zeros(action.shape, action.dtype),
+                ts.reward,
+                ts.terminated,
+                ts.truncated,
+                ts.observation,
+                jax.tree.map(jnp.zeros_like, act_info),
+            )
+        )
         nstep_state = accumulator.init(example)
         item = jax.eval_shape(lambda s, t: accumulator.push(s, t)[1], nstep_state, example)
-        buffer_state = buffer.init(jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape[1:], x.dtype), item))
+        buffer_state = buffer.init(
+            jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape[1:], x.dtype), item)
+        )
         (env_state, obs, nstep_state, _), _ = jax.lax.scan(  # fill the n-step window
-            lambda c, k: env_step(agent_state, c, k), (env_state, ts.observation, nstep_state, None),
-            jax.random.split(k_warm, int(n_step) - 1))
+            lambda c, k: env_step(agent_state, c, k),
+            (env_state, ts.observation, nstep_state, None),
+            jax.random.split(k_warm, int(n_step) - 1),
+        )
         nan = jnp.full((), NO_EPISODE, jnp.float32)
         zero = jnp.zeros((), jnp.int32)
         warm_steps = jnp.asarray((int(n_step) - 1) * num_envs * int(num_devices), jnp.int32)
-        return OffPolicyState(agent_state, env_state, obs, buffer_state, nstep_state, k_loop, zero, warm_steps,
-                              zero, nan, nan)
+        return OffPolicyState(
+            agent_state,
+            env_state,
+            obs,
+            buffer_state,
+            nstep_state,
+            k_loop,
+            zero,
+            warm_steps,
+            zero,
+            nan,
+            nan,
+        )
 
     def update(carry, key):
         """One gradient update on a batch sampled from this device's buffer."""
@@ -253,28 +367,57 @@ def off_policy(agent: Agent, env: Environment, buffer: ReplayBuffer, *, steps_pe
 
     def learn_phase(agent_state, buffer_state, key):
         (agent_state, buffer_state), metrics = jax.lax.scan(
-            update, (agent_state, buffer_state), jax.random.split(key, int(updates_per_iteration)))
+            update, (agent_state, buffer_state), jax.random.split(key, int(updates_per_iteration))
+        )
         return agent_state, buffer_state, jax.tree.map(jnp.mean, metrics)
 
     def skip_phase(agent_state, buffer_state, key):
         shapes = jax.eval_shape(learn_phase, agent_state, buffer_state, key)[2]
-        return agent_state, buffer_state, jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), shapes)
+        return (
+            agent_state,
+            buffer_state,
+            jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), shapes),
+        )
 
     def step(state: OffPolicyState) -> tuple[OffPolicyState, dict[str, jax.Array]]:
         key, k_rollout, k_learn = jax.random.split(state.key, 3)
         (env_state, obs, nstep_state, buffer_state), episodes = jax.lax.scan(
             lambda c, k: env_step(state.agent_state, c, k),
             (state.env_state, state.observation, state.nstep_state, state.buffer_state),
-            jax.random.split(k_rollout, int(steps_per_iteration)))
+            jax.random.split(k_rollout, int(steps_per_iteration)),
+        )
         env_steps = state.env_steps + per_iteration
-        ready = parallel.all_runs(env_steps >= learning_starts)  # unbatched: a real branch under vmap
-        agent_state, buffer_state, metrics = jax.lax.cond(ready, learn_phase, skip_phase, state.agent_state,
-                                                          buffer_state, k_learn)
-        ret, length, ep_metrics = episode_metrics(episodes, state.last_episode_return, state.last_episode_length)
-        num_updates = state.num_updates + jnp.where(ready, int(updates_per_iteration), 0).astype(jnp.int32)
-        new_state = OffPolicyState(agent_state, env_state, obs, buffer_state, nstep_state, key, state.iteration + 1,
-                                   env_steps, num_updates, ret, length)
-        metrics = {**metrics, **ep_metrics, "train/env_steps": env_steps, "train/updates": num_updates}
+        ready = parallel.all_runs(
+            env_steps >= learning_starts
+        )  # unbatched: a real branch under vmap
+        agent_state, buffer_state, metrics = jax.lax.cond(
+            ready, learn_phase, skip_phase, state.agent_state, buffer_state, k_learn
+        )
+        ret, length, ep_metrics = episode_metrics(
+            episodes, state.last_episode_return, state.last_episode_length
+        )
+        num_updates = state.num_updates + jnp.where(ready, int(updates_per_iteration), 0).astype(
+            jnp.int32
+        )
+        new_state = OffPolicyState(
+            agent_state,
+            env_state,
+            obs,
+            buffer_state,
+            nstep_state,
+            key,
+            state.iteration + 1,
+            env_steps,
+            num_updates,
+            ret,
+            length,
+        )
+        metrics = {
+            **metrics,
+            **ep_metrics,
+            "train/env_steps": env_steps,
+            "train/updates": num_updates,
+        }
         return new_state, metrics
 
     return Algorithm(init, step, per_iteration)

@@ -21,8 +21,9 @@ def normalize(x: jax.Array, eps: float = 1e-8) -> jax.Array:
     return (x - mean) / (std + eps)
 
 
-def clipped_surrogate_loss(log_prob: jax.Array, old_log_prob: jax.Array, advantages: jax.Array,
-                           clip_eps: jax.Array) -> tuple[jax.Array, jax.Array]:
+def clipped_surrogate_loss(
+    log_prob: jax.Array, old_log_prob: jax.Array, advantages: jax.Array, clip_eps: jax.Array
+) -> tuple[jax.Array, jax.Array]:
     """PPO's clipped surrogate (to minimise) and the fraction of clipped samples.
 
     ``rho = exp(log_prob - old_log_prob)``;
@@ -42,8 +43,12 @@ def policy_gradient_loss(log_prob: jax.Array, advantages: jax.Array) -> jax.Arra
     return -(log_prob * jax.lax.stop_gradient(advantages)).mean()
 
 
-def value_loss(values: jax.Array, targets: jax.Array, old_values: jax.Array | None = None,
-               clip_eps: jax.Array | None = None) -> jax.Array:
+def value_loss(
+    values: jax.Array,
+    targets: jax.Array,
+    old_values: jax.Array | None = None,
+    clip_eps: jax.Array | None = None,
+) -> jax.Array:
     """``0.5 * mean((V - G)^2)``; with ``old_values`` and ``clip_eps`` the PPO clipped
     form ``0.5 * mean(max((V - G)^2, (V_old + clip(V - V_old, -eps, eps) - G)^2))``."""
     err = jnp.square(values - targets)

@@ -13,7 +13,10 @@ def closest(name: str, known: Iterable[str], n: int = 3, cutoff: float = 0.5) ->
     close = difflib.get_close_matches(name, known, n=n, cutoff=cutoff)
     if not close:
         lower = {k.lower(): k for k in known}
-        close = [lower[k] for k in difflib.get_close_matches(name.lower(), list(lower), n=n, cutoff=cutoff)]
+        close = [
+            lower[k]
+            for k in difflib.get_close_matches(name.lower(), list(lower), n=n, cutoff=cutoff)
+        ]
     return close
 
 

@@ -23,11 +23,25 @@ import numpy as np
 
 from jrl import distributions, spaces
 
-__all__ = ["ACTIVATIONS", "MLP", "ActorCritic", "NoisyDense", "PolicyHead", "QNetwork", "activation",
-           "example_observation"]
+__all__ = [
+    "ACTIVATIONS",
+    "MLP",
+    "ActorCritic",
+    "NoisyDense",
+    "PolicyHead",
+    "QNetwork",
+    "activation",
+    "example_observation",
+]
 
 Activation = Callable[[jax.Array], jax.Array]
-ACTIVATIONS: dict[str, Activation] = {"tanh": nn.tanh, "relu": nn.relu, "gelu": nn.gelu, "silu": nn.silu, "elu": nn.elu}
+ACTIVATIONS: dict[str, Activation] = {
+    "tanh": nn.tanh,
+    "relu": nn.relu,
+    "gelu": nn.gelu,
+    "silu": nn.silu,
+    "elu": nn.elu,
+}
 
 
 def activation(name: str) -> Activation:
@@ -43,7 +57,9 @@ def example_observation(space: spaces.Space):
 
 
 def _dense(features: int, gain: float) -> nn.Dense:
-    return nn.Dense(features, kernel_init=nn.initializers.orthogonal(gain), bias_init=nn.initializers.zeros)
+    return nn.Dense(
+        features, kernel_init=nn.initializers.orthogonal(gain), bias_init=nn.initializers.zeros
+    )
 
 
 class MLP(nn.Module):
@@ -56,7 +72,9 @@ class MLP(nn.Module):
     activation: str = "tanh"
     obs_ndim: int = 1  # number of trailing observation dims to flatten
     layer_norm: bool = False
-    orthogonal: bool = True  # orthogonal(sqrt 2) kernels; False: flax's default (lecun normal, no QR)
+    orthogonal: bool = (
+        True  # orthogonal(sqrt 2) kernels; False: flax's default (lecun normal, no QR)
+    )
 
     @nn.compact
     def __call__(self, x: jax.Array) -> jax.Array:
@@ -92,7 +110,9 @@ class PolicyHead(nn.Module):
             return distributions.Categorical(_dense(space.n, self.gain)(features), mask=mask)
         if isinstance(space, spaces.MultiDiscrete):
             logits = _dense(int(np.sum(space.nvec)), self.gain)(features)
-            return distributions.MultiCategorical.from_flat(logits, tuple(int(n) for n in space.nvec))
+            return distributions.MultiCategorical.from_flat(
+                logits, tuple(int(n) for n in space.nvec)
+            )
         if isinstance(space, spaces.Box):
             dim = int(np.prod(space.shape))
             mean = _dense(dim, self.gain)(features)
@@ -100,8 +120,12 @@ class PolicyHead(nn.Module):
             log_std = jnp.broadcast_to(log_std, mean.shape)
             if self.continuous == "tanh_normal":
                 low = jnp.broadcast_to(jnp.asarray(space.low.reshape(-1), jnp.float32), mean.shape)
-                high = jnp.broadcast_to(jnp.asarray(space.high.reshape(-1), jnp.float32), mean.shape)
-                return distributions.TanhNormal(mean, log_std, low=low, high=high)  # every leaf batched like mean
+                high = jnp.broadcast_to(
+                    jnp.asarray(space.high.reshape(-1), jnp.float32), mean.shape
+                )
+                return distributions.TanhNormal(
+                    mean, log_std, low=low, high=high
+                )  # every leaf batched like mean
             return distributions.Normal(mean, log_std)
         raise TypeError(f"no policy head for action space {space!r}")
 
@@ -163,8 +187,12 @@ class NoisyDense(nn.Module):
         mu_init = _symmetric_uniform(bound)
         mu_w = self.param("mu_w", mu_init, (p, q), jnp.float32)
         mu_b = self.param("mu_b", mu_init, (q,), jnp.float32)
-        sigma_w = self.param("sigma_w", nn.initializers.constant(self.sigma0 * bound), (p, q), jnp.float32)
-        sigma_b = self.param("sigma_b", nn.initializers.constant(self.sigma0 * bound), (q,), jnp.float32)
+        sigma_w = self.param(
+            "sigma_w", nn.initializers.constant(self.sigma0 * bound), (p, q), jnp.float32
+        )
+        sigma_b = self.param(
+            "sigma_b", nn.initializers.constant(self.sigma0 * bound), (q,), jnp.float32
+        )
         if not noise:
             return x @ mu_w + mu_b
         key_in, key_out = jax.random.split(self.make_rng("noise"))
@@ -232,14 +260,21 @@ class QNetwork(nn.Module):
     def __call__(self, obs: jax.Array, noise: bool = False) -> jax.Array:
         if self.num_atoms < 1:
             raise ValueError(f"num_atoms must be >= 1, got {self.num_atoms}")
-        features = MLP(self.hidden_sizes, self.activation, self.obs_ndim, layer_norm=self.layer_norm,
-                       orthogonal=False)(obs)
+        features = MLP(
+            self.hidden_sizes,
+            self.activation,
+            self.obs_ndim,
+            layer_norm=self.layer_norm,
+            orthogonal=False,
+        )(obs)
         num_actions, num_atoms = self.num_actions, self.num_atoms
         batch = features.shape[:-1]
         if not self.dueling:
             q = self._out(features, num_actions * num_atoms, noise)
             return q if num_atoms == 1 else q.reshape(batch + (num_actions, num_atoms))
         value = self._out(features, num_atoms, noise).reshape(batch + (1, num_atoms))
-        advantage = self._out(features, num_actions * num_atoms, noise).reshape(batch + (num_actions, num_atoms))
+        advantage = self._out(features, num_actions * num_atoms, noise).reshape(
+            batch + (num_actions, num_atoms)
+        )
         q = value + advantage - advantage.mean(axis=-2, keepdims=True)  # [..., A, K]
         return q[..., 0] if num_atoms == 1 else q

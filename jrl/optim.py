@@ -22,7 +22,9 @@ OPTIMIZERS = {
 """Scalers :func:`make_optimizer` knows, by name."""
 
 
-def make_optimizer(name: str, max_grad_norm: float, eps: float = 1e-5) -> optax.GradientTransformation:
+def make_optimizer(
+    name: str, max_grad_norm: float, eps: float = 1e-5
+) -> optax.GradientTransformation:
     """Global-norm clipping at ``max_grad_norm`` then Adam, RAdam or RMSprop, *without*
     the learning rate. ``max_grad_norm = 0`` means no clipping: the scaler alone, so
     no global norm is computed (that reduction waits for every gradient leaf before

@@ -32,8 +32,20 @@ from typing import Any, Iterator
 import jax
 import jax.numpy as jnp
 
-__all__ = ["AXIS", "RUNS", "all_runs", "axis_index", "axis_size", "current_axis", "device_axis", "local_keys",
-           "pmean", "psum", "global_mean", "runs_axis"]
+__all__ = [
+    "AXIS",
+    "RUNS",
+    "all_runs",
+    "axis_index",
+    "axis_size",
+    "current_axis",
+    "device_axis",
+    "local_keys",
+    "pmean",
+    "psum",
+    "global_mean",
+    "runs_axis",
+]
 
 AXIS = "devices"
 """Name of the device axis of jrl's meshes."""
@@ -41,7 +53,9 @@ AXIS = "devices"
 RUNS = "runs"
 """Name of the vmapped axis over the runs of one program (see :func:`runs_axis`)."""
 
-_current: contextvars.ContextVar[str | None] = contextvars.ContextVar("jrl_device_axis", default=None)
+_current: contextvars.ContextVar[str | None] = contextvars.ContextVar(
+    "jrl_device_axis", default=None
+)
 _sizes: contextvars.ContextVar[int] = contextvars.ContextVar("jrl_device_axis_size", default=1)
 _runs: contextvars.ContextVar[str | None] = contextvars.ContextVar("jrl_runs_axis", default=None)
 

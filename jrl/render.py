@@ -54,9 +54,13 @@ _MP4_HINT = "writing .mp4 needs `pip install jrl[video]` (imageio-ffmpeg); .gif 
 # --------------------------------------------------------------------------
 
 
-def episode_frames(policy: Callable[[Any, jax.Array], jax.Array], env: Environment, key: jax.Array,
-                   env_params: PyTree | None = None,
-                   max_steps: int = 1000) -> tuple[np.ndarray, float, int]:
+def episode_frames(
+    policy: Callable[[Any, jax.Array], jax.Array],
+    env: Environment,
+    key: jax.Array,
+    env_params: PyTree | None = None,
+    max_steps: int = 1000,
+) -> tuple[np.ndarray, float, int]:
     """Plays one episode from a reset and renders every state of it.
 
     Args:
@@ -85,7 +89,9 @@ def episode_frames(policy: Callable[[Any, jax.Array], jax.Array], env: Environme
         before anything is compiled.
     """
     if env.num_envs is not None:
-        raise ValueError(f"episode_frames takes an unbatched env, got {env!r} with {env.num_envs} envs")
+        raise ValueError(
+            f"episode_frames takes an unbatched env, got {env!r} with {env.num_envs} envs"
+        )
     if int(max_steps) < 1:
         raise ValueError(f"max_steps must be positive, got {max_steps}")
     params = env.default_params if env_params is None else env_params
@@ -101,7 +107,7 @@ def episode_frames(policy: Callable[[Any, jax.Array], jax.Array], env: Environme
     frames = np.empty((length + 1,) + frame_shape, np.uint8)
     for start in range(0, length + 1, chunk):
         drawn = np.asarray(_render_chunk(env, chunk, states, params, start, length))
-        frames[start:start + chunk] = drawn[: length + 1 - start]
+        frames[start : start + chunk] = drawn[: length + 1 - start]
     return frames, float(total_return), length
 
 
@@ -128,14 +134,23 @@ def _rollout(policy, venv: VmapEnv, num_steps: int, key: jax.Array, params: PyTr
         states = jax.tree.map(lambda buf, x: buf.at[t + 1].set(x[0]), states, state)
         return t + 1, state, ts.observation, key, ret + ts.reward[0], states, ts.done[0]
 
-    carry = (jnp.zeros((), jnp.int32), state, ts.observation, key, jnp.zeros((), jnp.float32), states,
-             jnp.zeros((), bool))
+    carry = (
+        jnp.zeros((), jnp.int32),
+        state,
+        ts.observation,
+        key,
+        jnp.zeros((), jnp.float32),
+        states,
+        jnp.zeros((), bool),
+    )
     length, _, _, _, ret, states, _ = jax.lax.while_loop(cond, body, carry)
     return states, ret, length
 
 
 @functools.partial(jax.jit, static_argnums=(0, 1))
-def _render_chunk(env: Environment, size: int, states: PyTree, params: PyTree, start, last) -> jax.Array:
+def _render_chunk(
+    env: Environment, size: int, states: PyTree, params: PyTree, start, last
+) -> jax.Array:
     """``uint8[size, H, W, 3]``: frames of ``states[start : start + size]``, indices past
     ``last`` clamped to it (so one compiled program serves every chunk)."""
     index = jnp.minimum(start + jnp.arange(size), last)
@@ -153,15 +168,24 @@ def _check_renders(env: Environment, key: jax.Array, params: PyTree) -> tuple[in
     compiled); ``ValueError`` if the env cannot render or its frames are not ``uint8[H, W, 3]``."""
     name = _env_name(env)
     if type(env.unwrapped).render is Environment.render:
-        raise ValueError(f"{name} cannot render: {type(env.unwrapped).__name__} does not implement "
-                         "render(state, params) (jrl's classic-control envs do; the probes and gymnax envs do not)")
+        raise ValueError(
+            f"{name} cannot render: {type(env.unwrapped).__name__} does not implement "
+            "render(state, params) (jrl's classic-control envs do; the probes and gymnax envs do not)"
+        )
     try:
         state, _ = jax.eval_shape(env.reset, key, params)
         frame = jax.eval_shape(env.render, state, params)
     except NotImplementedError as e:  # a wrapper in between that does not pass render on
         raise ValueError(f"{name} cannot render: {e}") from e
-    if not hasattr(frame, "shape") or len(frame.shape) != 3 or frame.shape[-1] != 3 or frame.dtype != jnp.uint8:
-        got = f"{frame.dtype}{list(frame.shape)}" if hasattr(frame, "shape") else type(frame).__name__
+    if (
+        not hasattr(frame, "shape")
+        or len(frame.shape) != 3
+        or frame.shape[-1] != 3
+        or frame.dtype != jnp.uint8
+    ):
+        got = (
+            f"{frame.dtype}{list(frame.shape)}" if hasattr(frame, "shape") else type(frame).__name__
+        )
         raise ValueError(f"{name} cannot render: render() must return uint8[H, W, 3], got {got}")
     return tuple(int(d) for d in frame.shape)
 
@@ -208,21 +232,27 @@ def write_video(frames: np.ndarray | jax.Array, path: str | os.PathLike, fps: fl
     path = Path(path)
     suffix = path.suffix.lower()
     if suffix not in VIDEO_EXTENSIONS:
-        raise ValueError(f"cannot write {str(path)!r}: unsupported extension {path.suffix or '(none)'!r}; "
-                         f"supported: {', '.join(VIDEO_EXTENSIONS)}")
+        raise ValueError(
+            f"cannot write {str(path)!r}: unsupported extension {path.suffix or '(none)'!r}; "
+            f"supported: {', '.join(VIDEO_EXTENSIONS)}"
+        )
     frames = np.asarray(frames)
     if frames.ndim != 4 or frames.shape[-1] != 3 or frames.dtype != np.uint8 or 0 in frames.shape:
-        raise ValueError(f"frames must be uint8[T, H, W, 3] with T, H, W >= 1, "
-                         f"got {frames.dtype}{list(frames.shape)}")
+        raise ValueError(
+            f"frames must be uint8[T, H, W, 3] with T, H, W >= 1, "
+            f"got {frames.dtype}{list(frames.shape)}"
+        )
     fps = float(fps)
     if not (math.isfinite(fps) and fps > 0):
         raise ValueError(f"fps must be a positive number, got {fps}")
     if suffix == ".gif":
         delay = round(100 / fps)  # hundredths of a second per frame
         if fps > 50 or delay > 0xFFFF:
-            raise ValueError(f"a GIF plays between 100/65535 and 50 frames per second (its delays are whole "
-                             f"hundredths of a second, and viewers slow delays under 0.02 s), got fps={fps:g}; "
-                             "use a lower fps or .mp4")
+            raise ValueError(
+                f"a GIF plays between 100/65535 and 50 frames per second (its delays are whole "
+                f"hundredths of a second, and viewers slow delays under 0.02 s), got fps={fps:g}; "
+                "use a lower fps or .mp4"
+            )
         writer = functools.partial(_write_gif, delay_ms=10 * delay)
     else:
         try:
@@ -265,7 +295,13 @@ def _write_gif(frames: np.ndarray, path: Path, delay_ms: int) -> None:
         repeats = 0
         for t, frame in enumerate(frames):
             repeats = repeats + 1 if t and np.array_equal(frame, frames[t - 1]) else 0
-            out.write(hold if repeats % 2 else frame, is_batch=False, duration=delay_ms, loop=0, disposal=1)
+            out.write(
+                hold if repeats % 2 else frame,
+                is_batch=False,
+                duration=delay_ms,
+                loop=0,
+                disposal=1,
+            )
 
 
 def _write_mp4(frames: np.ndarray, path: Path, fps: float) -> None:
@@ -276,5 +312,13 @@ def _write_mp4(frames: np.ndarray, path: Path, fps: float) -> None:
     if h % 2 or w % 2:
         frames = np.pad(frames, ((0, 0), (0, h % 2), (0, w % 2), (0, 0)), mode="edge")
     # macro_block_size=1: no resampling to multiples of 16 (only even sizes are needed).
-    iio.imwrite(path, frames, plugin="FFMPEG", extension=".mp4", fps=fps, codec="libx264",
-                pixelformat="yuv420p", macro_block_size=1)
+    iio.imwrite(
+        path,
+        frames,
+        plugin="FFMPEG",
+        extension=".mp4",
+        fps=fps,
+        codec="libx264",
+        pixelformat="yuv420p",
+        macro_block_size=1,
+    )

@@ -108,9 +108,7 @@ def gae_advantages(
         adv_t = delta_t + gamma * lambda_ * not_done_t * adv_tp1
         return adv_t, adv_t
 
-    _, advantages = jax.lax.scan(
-        body, jnp.zeros_like(deltas[0]), (deltas, not_done), reverse=True
-    )
+    _, advantages = jax.lax.scan(body, jnp.zeros_like(deltas[0]), (deltas, not_done), reverse=True)
     return advantages, advantages + values
 
 

@@ -118,10 +118,14 @@ class Record:
 
     def __post_init__(self):
         num_runs = len(self.runs)
-        wrong = {name: np.shape(v) for name, v in self.metrics.items() if np.shape(v) != (num_runs,)}
+        wrong = {
+            name: np.shape(v) for name, v in self.metrics.items() if np.shape(v) != (num_runs,)
+        }
         if wrong:
-            raise ValueError(f"Record: every metric must have shape [R] = ({num_runs},) (one value per run), "
-                             f"got {wrong}")
+            raise ValueError(
+                f"Record: every metric must have shape [R] = ({num_runs},) (one value per run), "
+                f"got {wrong}"
+            )
 
 
 @runtime_checkable
@@ -142,7 +146,9 @@ def summarize(record: Record) -> dict[str, float]:
     if not record.metrics:
         return {}
     names = list(record.metrics)
-    values = np.stack([np.asarray(record.metrics[name], dtype=np.float64) for name in names])  # [M, R]
+    values = np.stack(
+        [np.asarray(record.metrics[name], dtype=np.float64) for name in names]
+    )  # [M, R]
     missing = np.isnan(values)
     count = (~missing).sum(axis=1)  # [M]
     mean = np.where(missing, 0.0, values).sum(axis=1) / np.maximum(count, 1)
@@ -173,8 +179,10 @@ def _check_run_keys(record: Record, reserved: Iterable[str]) -> None:
         raise ValueError(f"run identity keys {clash} clash with the columns the sink writes itself")
     for r, run in enumerate(record.runs):
         if set(run) != set(keys):
-            raise ValueError(f"runs[{r}] has keys {sorted(run)}, runs[0] has {sorted(keys)}; "
-                             "every run must have the same identity keys")
+            raise ValueError(
+                f"runs[{r}] has keys {sorted(run)}, runs[0] has {sorted(keys)}; "
+                "every run must have the same identity keys"
+            )
 
 
 def _keep_lines(path: Path, keep: Callable[[str], bool], header_lines: int = 0) -> list[str]:
@@ -214,8 +222,12 @@ class CSVSink:
         self._columns: list[str] | None = None
         if resume_from_iteration is not None and self.path.exists():
             self._columns = self._truncate(resume_from_iteration)
-        self._file = open(self.path, "a" if self._columns else "w", encoding="utf-8",  # noqa: SIM115
-                          newline="")  # held open until close()
+        self._file = open(
+            self.path,
+            "a" if self._columns else "w",
+            encoding="utf-8",  # noqa: SIM115
+            newline="",
+        )  # held open until close()
 
     def _truncate(self, last_iteration: int) -> list[str] | None:
         with open(self.path, encoding="utf-8", newline="") as f:
@@ -223,7 +235,9 @@ class CSVSink:
         if not header:
             return None
         if ITERATION not in header:
-            raise ValueError(f"{self.path}: no {ITERATION!r} column in the header {header}; cannot resume")
+            raise ValueError(
+                f"{self.path}: no {ITERATION!r} column in the header {header}; cannot resume"
+            )
         at, width = header.index(ITERATION), len(header)
 
         def keep(line: str) -> bool:
@@ -246,8 +260,10 @@ class CSVSink:
         columns = header or self._columns
         new = [name for name in [*run_keys, *record.metrics] if name not in columns]
         if new:
-            raise ValueError(f"{self.path}: columns {new} are not in the header {columns} (fixed by the "
-                             "first record or the file resumed; an algorithm's metric names are fixed)")
+            raise ValueError(
+                f"{self.path}: columns {new} are not in the header {columns} (fixed by the "
+                "first record or the file resumed; an algorithm's metric names are fixed)"
+            )
         values = {name: np.asarray(v) for name, v in record.metrics.items()}
         buffer = io.StringIO()  # all R rows first, so that a failure writes none of them
         writer = csv.DictWriter(buffer, fieldnames=columns, restval="", lineterminator="\n")
@@ -282,6 +298,7 @@ class JSONLSink:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         resume = resume_from_iteration is not None and self.path.exists()
         if resume:
+
             def keep(line: str) -> bool:
                 try:
                     return int(json.loads(line)[ITERATION]) <= resume_from_iteration
@@ -297,9 +314,12 @@ class JSONLSink:
         values = {name: np.asarray(v) for name, v in record.metrics.items()}
         lines = []
         for r, run in enumerate(record.runs):
-            obj = {ITERATION: int(record.iteration), ENV_STEPS: int(record.env_steps),
-                   **{key: _json_value(value) for key, value in run.items()},
-                   METRICS: {name: _json_value(v[r]) for name, v in values.items()}}
+            obj = {
+                ITERATION: int(record.iteration),
+                ENV_STEPS: int(record.env_steps),
+                **{key: _json_value(value) for key, value in run.items()},
+                METRICS: {name: _json_value(v[r]) for name, v in values.items()},
+            }
             lines.append(json.dumps(obj, allow_nan=False) + "\n")
         self._file.write("".join(lines))
         self._file.flush()
@@ -318,8 +338,14 @@ class TensorBoardSink:
     queue of pending events (a full queue makes ``write`` wait).
     """
 
-    def __init__(self, logdir: str | os.PathLike, resume_from_step: int | None = None, *,
-                 flush_secs: float = 10, max_queue: int = 100):
+    def __init__(
+        self,
+        logdir: str | os.PathLike,
+        resume_from_step: int | None = None,
+        *,
+        flush_secs: float = 10,
+        max_queue: int = 100,
+    ):
         from tensorboardX import SummaryWriter  # lazily: keeps `import jrl.sinks` light
         from tensorboardX.proto.summary_pb2 import Summary
 
@@ -330,19 +356,28 @@ class TensorBoardSink:
         # in time order.
         suffix = f".{time.time_ns() % 1_000_000_000:09d}"
         purge_step = None if resume_from_step is None else int(resume_from_step) + 1
-        self._writer = SummaryWriter(logdir=str(self.logdir), purge_step=purge_step, max_queue=max_queue,
-                                     flush_secs=flush_secs, filename_suffix=suffix)
+        self._writer = SummaryWriter(
+            logdir=str(self.logdir),
+            purge_step=purge_step,
+            max_queue=max_queue,
+            flush_secs=flush_secs,
+            filename_suffix=suffix,
+        )
 
     def write(self, record: Record) -> None:
         """Queues one event at step ``record.env_steps`` holding every scalar of the record."""
         if self._writer.file_writer is None:
             raise RuntimeError(f"write to a closed TensorBoardSink({self.logdir})")
-        values = [self._summary.Value(tag=tag, simple_value=value) for tag, value in summarize(record).items()]
+        values = [
+            self._summary.Value(tag=tag, simple_value=value)
+            for tag, value in summarize(record).items()
+        ]
         if values:
             # one event, not one per scalar (add_scalar): each event is a put on tensorboardX's
             # multiprocessing queue, which waits for its writer thread once the queue is full
-            self._writer.file_writer.add_summary(self._summary(value=values), int(record.env_steps),
-                                                 time.time())
+            self._writer.file_writer.add_summary(
+                self._summary(value=values), int(record.env_steps), time.time()
+            )
 
     def close(self) -> None:
         self._writer.close()  # writes what is queued; a second close does nothing
@@ -354,14 +389,23 @@ class WandbSink:
     The arguments go to ``wandb.init`` (``run_name`` as ``name``). Needs ``pip install jrl[wandb]``.
     """
 
-    def __init__(self, project: str | None = None, run_name: str | None = None,
-                 config: Mapping[str, Any] | None = None, **init_kwargs: Any):
+    def __init__(
+        self,
+        project: str | None = None,
+        run_name: str | None = None,
+        config: Mapping[str, Any] | None = None,
+        **init_kwargs: Any,
+    ):
         try:
             import wandb
         except ImportError as err:
             raise ImportError("the wandb sink needs `pip install jrl[wandb]`") from err
-        self._run = wandb.init(project=project, name=run_name,
-                               config=None if config is None else dict(config), **init_kwargs)
+        self._run = wandb.init(
+            project=project,
+            name=run_name,
+            config=None if config is None else dict(config),
+            **init_kwargs,
+        )
         self._closed = False
 
     def write(self, record: Record) -> None:
@@ -421,7 +465,9 @@ class ThreadedSink:
         self._error: BaseException | None = None
         self._error_raised = False
         self._closed = False
-        self._thread = threading.Thread(target=self._work, name=f"jrl-{type(sink).__name__}", daemon=True)
+        self._thread = threading.Thread(
+            target=self._work, name=f"jrl-{type(sink).__name__}", daemon=True
+        )
         self._thread.start()
 
     def _work(self) -> None:
@@ -447,7 +493,9 @@ class ThreadedSink:
             raise RuntimeError(f"write to a closed ThreadedSink({type(self.sink).__name__})")
         self._raise_error()
         # a copy: the caller may reuse its buffers while the record waits in the queue
-        record = dataclasses.replace(record, metrics={k: np.array(v) for k, v in record.metrics.items()})
+        record = dataclasses.replace(
+            record, metrics={k: np.array(v) for k, v in record.metrics.items()}
+        )
         self._queue.put(record)
 
     def flush(self) -> None:
@@ -473,7 +521,9 @@ def check_names(names: Sequence[str]) -> None:
     unknown = [name for name in names if name not in SINK_NAMES]
     if unknown:
         hint = did_you_mean(unknown[0], SINK_NAMES, n=1)
-        raise ValueError(f"unknown sink {unknown[0]!r}; valid sinks: {', '.join(SINK_NAMES)}.{hint}")
+        raise ValueError(
+            f"unknown sink {unknown[0]!r}; valid sinks: {', '.join(SINK_NAMES)}.{hint}"
+        )
     repeated = sorted({name for name in names if list(names).count(name) > 1})
     if repeated:
         raise ValueError(f"sinks {repeated} are named more than once")
@@ -492,9 +542,15 @@ def check_available(names: Sequence[str]) -> None:
             raise ImportError("the wandb sink needs `pip install jrl[wandb]`") from None
 
 
-def make_sinks(names: Sequence[str], out_dir: str | os.PathLike, *, runs: Sequence[dict[str, Any]],
-               config: Mapping[str, Any], resume_from_iteration: int | None = None,
-               resume_from_step: int | None = None) -> MultiSink:
+def make_sinks(
+    names: Sequence[str],
+    out_dir: str | os.PathLike,
+    *,
+    runs: Sequence[dict[str, Any]],
+    config: Mapping[str, Any],
+    resume_from_iteration: int | None = None,
+    resume_from_step: int | None = None,
+) -> MultiSink:
     """The sinks ``names`` (from :data:`SINK_NAMES`) writing under ``out_dir``, as one MultiSink.
 
     ``csv`` -> ``out_dir/metrics.csv``, ``jsonl`` -> ``out_dir/metrics.jsonl`` (both synchronous),
@@ -506,22 +562,31 @@ def make_sinks(names: Sequence[str], out_dir: str | os.PathLike, *, runs: Sequen
     """
     check_names(names)
     if "tensorboard" in names and resume_from_iteration is not None and resume_from_step is None:
-        raise ValueError("resuming the tensorboard sink needs resume_from_step (the env_steps resumed)")
+        raise ValueError(
+            "resuming the tensorboard sink needs resume_from_step (the env_steps resumed)"
+        )
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     factories: dict[str, Callable[[], Sink]] = {
         "csv": lambda: CSVSink(out_dir / "metrics.csv", resume_from_iteration),
         "jsonl": lambda: JSONLSink(out_dir / "metrics.jsonl", resume_from_iteration),
         "tensorboard": lambda: ThreadedSink(TensorBoardSink(out_dir / "tb", resume_from_step)),
-        "wandb": lambda: ThreadedSink(WandbSink(run_name=out_dir.name, dir=str(out_dir),
-                                                config={**config, "runs": [dict(run) for run in runs]})),
+        "wandb": lambda: ThreadedSink(
+            WandbSink(
+                run_name=out_dir.name,
+                dir=str(out_dir),
+                config={**config, "runs": [dict(run) for run in runs]},
+            )
+        ),
     }
     sinks: list[Sink] = []
     try:
         for name in names:
             sinks.append(factories[name]())
     except BaseException:
-        with contextlib.suppress(Exception):  # close the sinks already opened; raise the first error
+        with contextlib.suppress(
+            Exception
+        ):  # close the sinks already opened; raise the first error
             MultiSink(sinks).close()
         raise
     return MultiSink(sinks)

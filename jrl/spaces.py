@@ -71,7 +71,9 @@ class MultiDiscrete(Space):
     def __init__(self, nvec: Sequence[int], dtype: Any = jnp.int32):
         self.nvec = np.asarray(nvec, dtype=np.int32)
         if self.nvec.ndim != 1 or self.nvec.size == 0 or (self.nvec <= 0).any():
-            raise ValueError(f"MultiDiscrete needs a non-empty 1-D nvec of positive ints, got {nvec}")
+            raise ValueError(
+                f"MultiDiscrete needs a non-empty 1-D nvec of positive ints, got {nvec}"
+            )
         self.shape = (int(self.nvec.size),)
         self.dtype = jnp.dtype(dtype)
 
@@ -89,8 +91,11 @@ class MultiDiscrete(Space):
         return f"MultiDiscrete({self.nvec.tolist()})"
 
     def __eq__(self, other: object) -> bool:
-        return (isinstance(other, MultiDiscrete) and np.array_equal(other.nvec, self.nvec)
-                and other.dtype == self.dtype)
+        return (
+            isinstance(other, MultiDiscrete)
+            and np.array_equal(other.nvec, self.nvec)
+            and other.dtype == self.dtype
+        )
 
     def __hash__(self) -> int:
         return hash(("MultiDiscrete", tuple(self.nvec.tolist()), str(self.dtype)))
@@ -103,7 +108,9 @@ class Box(Space):
     mark unbounded dimensions. Integer dtypes are supported (e.g. uint8 images).
     """
 
-    def __init__(self, low: Any, high: Any, shape: Sequence[int] | None = None, dtype: Any = jnp.float32):
+    def __init__(
+        self, low: Any, high: Any, shape: Sequence[int] | None = None, dtype: Any = jnp.float32
+    ):
         self.dtype = jnp.dtype(dtype)
         low_np = np.asarray(low, dtype=np.float64)
         high_np = np.asarray(high, dtype=np.float64)
@@ -114,7 +121,9 @@ class Box(Space):
             self.low = np.broadcast_to(low_np, self.shape).astype(np.float64)
             self.high = np.broadcast_to(high_np, self.shape).astype(np.float64)
         except ValueError as e:
-            raise ValueError(f"Box bounds {low_np.shape}/{high_np.shape} do not fit shape {self.shape}") from e
+            raise ValueError(
+                f"Box bounds {low_np.shape}/{high_np.shape} do not fit shape {self.shape}"
+            ) from e
         if (self.low > self.high).any():
             raise ValueError("Box needs low <= high everywhere")
 
@@ -145,7 +154,9 @@ class Box(Space):
         # Bounds are static: draw only the distributions some dimension needs.
         if both.any():
             u = jax.random.uniform(k_u, self.shape)
-            x = jnp.where(both, low32 * (1.0 - u) + top32 * u, x)  # a convex combination never overflows
+            x = jnp.where(
+                both, low32 * (1.0 - u) + top32 * u, x
+            )  # a convex combination never overflows
         if (lo_f ^ hi_f).any():
             expo = jax.random.exponential(k_e, self.shape)
             x = jnp.where(lo_f & ~hi_f, low32 + expo, jnp.where(hi_f & ~lo_f, high32 - expo, x))
@@ -167,12 +178,22 @@ class Box(Space):
 
     def __repr__(self) -> str:
         def fmt(a: np.ndarray) -> str:
-            return str(a.flat[0]) if a.size and (a == a.flat[0]).all() else np.array2string(a, precision=3)
+            return (
+                str(a.flat[0])
+                if a.size and (a == a.flat[0]).all()
+                else np.array2string(a, precision=3)
+            )
+
         return f"Box({fmt(self.low)}, {fmt(self.high)}, {self.shape}, {self.dtype.name})"
 
     def __eq__(self, other: object) -> bool:
-        return (isinstance(other, Box) and other.shape == self.shape and other.dtype == self.dtype
-                and np.array_equal(other.low, self.low) and np.array_equal(other.high, self.high))
+        return (
+            isinstance(other, Box)
+            and other.shape == self.shape
+            and other.dtype == self.dtype
+            and np.array_equal(other.low, self.low)
+            and np.array_equal(other.high, self.high)
+        )
 
     def __hash__(self) -> int:
         return hash(("Box", self.shape, str(self.dtype)))
@@ -193,7 +214,9 @@ class Tuple(Space):
     def contains(self, x: Any) -> jax.Array:
         if not isinstance(x, (tuple, list)) or len(x) != len(self.spaces):
             return jnp.asarray(False)
-        return jnp.all(jnp.stack([jnp.asarray(True)] + [s.contains(v) for s, v in zip(self.spaces, x)]))
+        return jnp.all(
+            jnp.stack([jnp.asarray(True)] + [s.contains(v) for s, v in zip(self.spaces, x)])
+        )
 
     def __getitem__(self, i: int) -> Space:
         return self.spaces[i]
@@ -233,7 +256,11 @@ class Dict(Space):
     def contains(self, x: Any) -> jax.Array:
         if not isinstance(x, Mapping) or set(x.keys()) != set(self.spaces.keys()):
             return jnp.asarray(False)
-        return jnp.all(jnp.stack([jnp.asarray(True)] + [s.contains(x[name]) for name, s in self.spaces.items()]))
+        return jnp.all(
+            jnp.stack(
+                [jnp.asarray(True)] + [s.contains(x[name]) for name, s in self.spaces.items()]
+            )
+        )
 
     def __getitem__(self, name: str) -> Space:
         return self.spaces[name]
@@ -246,7 +273,9 @@ class Dict(Space):
         return isinstance(other, Dict) and other.spaces == self.spaces
 
     def __hash__(self) -> int:
-        return hash(("Dict", frozenset(self.spaces.items())))  # equality ignores key order, so must the hash
+        return hash(
+            ("Dict", frozenset(self.spaces.items()))
+        )  # equality ignores key order, so must the hash
 
 
 def flat_dim(space: Space) -> int:

@@ -50,8 +50,10 @@ def split_action_mask(obs: Any) -> tuple[Any, Any]:
     items = getattr(obs, "spaces", obs)
     if isinstance(items, dict) and ACTION_MASK in items:
         if set(items) != {OBSERVATION, ACTION_MASK}:
-            raise ValueError(f"a masked observation has exactly the keys {OBSERVATION!r} and {ACTION_MASK!r}, "
-                             f"got {sorted(items)}")
+            raise ValueError(
+                f"a masked observation has exactly the keys {OBSERVATION!r} and {ACTION_MASK!r}, "
+                f"got {sorted(items)}"
+            )
         return items[OBSERVATION], items[ACTION_MASK]
     return obs, None
 
@@ -94,4 +96,6 @@ class Transition:
     terminated: Array  # [...] bool, o_{t+1} is terminal (no bootstrap)
     truncated: Array  # [...] bool, the episode was cut after o_{t+1}
     next_observation: PyTree  # [..., *obs_shape] o_{t+1}
-    extras: dict[str, Any] = struct.field(default_factory=dict)  # agent's act_info (log-prob, value, ...)
+    extras: dict[str, Any] = struct.field(
+        default_factory=dict
+    )  # agent's act_info (log-prob, value, ...)

@@ -42,7 +42,14 @@ from flax import struct
 
 from jrl import parallel, spaces
 from jrl.env import Environment, Wrapper
-from jrl.types import EPISODE_DONE, EPISODE_LENGTH, EPISODE_RETURN, FINAL_OBSERVATION, PyTree, TimeStep
+from jrl.types import (
+    EPISODE_DONE,
+    EPISODE_LENGTH,
+    EPISODE_RETURN,
+    FINAL_OBSERVATION,
+    PyTree,
+    TimeStep,
+)
 
 __all__ = [
     "AutoReset",
@@ -100,7 +107,9 @@ class TimeLimit(Wrapper):
     def __init__(self, env: Environment, max_episode_steps: int):
         super().__init__(env)
         if _has_wrapper(env, AutoReset):
-            raise ValueError("TimeLimit must be applied inside AutoReset (wrap the env with TimeLimit first)")
+            raise ValueError(
+                "TimeLimit must be applied inside AutoReset (wrap the env with TimeLimit first)"
+            )
         if int(max_episode_steps) <= 0:
             raise ValueError(f"max_episode_steps must be positive, got {max_episode_steps}")
         self.max_episode_steps = int(max_episode_steps)
@@ -154,14 +163,19 @@ class AutoReset(Wrapper):
         if _has_wrapper(env, AutoReset):
             raise ValueError("AutoReset applied twice")
         if _has_wrapper(env, EpisodeStatistics):
-            raise ValueError("EpisodeStatistics must wrap AutoReset, not the reverse: the reset would wipe its totals")
+            raise ValueError(
+                "EpisodeStatistics must wrap AutoReset, not the reverse: the reset would wipe its totals"
+            )
         if chunk is not None and int(chunk) <= 0:
             raise ValueError(f"chunk must be positive, got {chunk}")
         self._batch = env if isinstance(env, VmapEnv) else None
         self.sparse = self._batch is not None and self._batch.num_envs >= int(sparse_from)
         self.chunk = None
         if self._batch is not None:
-            self.chunk = min(self._batch.num_envs, int(chunk) if chunk is not None else max(1, self._batch.num_envs // 8))
+            self.chunk = min(
+                self._batch.num_envs,
+                int(chunk) if chunk is not None else max(1, self._batch.num_envs // 8),
+            )
 
     def reset(self, key, params=None):
         state, ts = self.env.reset(key, params)
@@ -176,7 +190,9 @@ class AutoReset(Wrapper):
             state_reset, ts_reset = self.env.reset(key_reset, params)
             new_state = _select(ts.done, state_reset, state_step)
             obs = _select(ts.done, ts_reset.observation, ts.observation)
-        return new_state, ts.replace(observation=obs, info={**ts.info, FINAL_OBSERVATION: ts.observation})
+        return new_state, ts.replace(
+            observation=obs, info={**ts.info, FINAL_OBSERVATION: ts.observation}
+        )
 
     def _step_batch(self, key, state, action, params):
         """``(new_state, step's TimeStep, observation after the resets)`` for a batch."""
@@ -199,8 +215,9 @@ class AutoReset(Wrapper):
             new_state, obs = reset_all(state_step, ts.observation)
             return new_state, ts, obs
         if k >= n:  # one chunk holds the batch: reset all of it, only on steps where one finished
-            new_state, obs = jax.lax.cond(jnp.any(done), reset_all, lambda st, obs: (st, obs),
-                                          state_step, ts.observation)
+            new_state, obs = jax.lax.cond(
+                jnp.any(done), reset_all, lambda st, obs: (st, obs), state_step, ts.observation
+            )
             return new_state, ts, obs
 
         rank = jnp.cumsum(done) - 1  # [B] position of each finished env among the finished ones
@@ -216,7 +233,10 @@ class AutoReset(Wrapper):
             return j + 1, jax.tree.map(put, st, st_r), jax.tree.map(put, obs, ts_r.observation)
 
         _, new_state, obs = jax.lax.while_loop(
-            lambda c: c[0] * k < num_done, reset_chunk, (jnp.zeros((), jnp.int32), state_step, ts.observation))
+            lambda c: c[0] * k < num_done,
+            reset_chunk,
+            (jnp.zeros((), jnp.int32), state_step, ts.observation),
+        )
         return new_state, ts, obs
 
 
@@ -248,7 +268,12 @@ class EpisodeStatistics(Wrapper):
         zf = jnp.zeros(jnp.shape(ts.reward), jnp.float32)
         zi = jnp.zeros(jnp.shape(ts.reward), jnp.int32)
         state = EpisodeStatisticsState(env_state, zf, zi, zf, zi, zi, zi)
-        info = {**ts.info, EPISODE_RETURN: zf, EPISODE_LENGTH: zi, EPISODE_DONE: jnp.zeros(zf.shape, bool)}
+        info = {
+            **ts.info,
+            EPISODE_RETURN: zf,
+            EPISODE_LENGTH: zi,
+            EPISODE_DONE: jnp.zeros(zf.shape, bool),
+        }
         return state, ts.replace(info=info)
 
     def step(self, key, state: EpisodeStatisticsState, action, params=None):
@@ -331,7 +356,9 @@ class VmapEnv(Wrapper):
     def step_each(self, keys, state, action, params=None):
         """:meth:`step` with the per-env ``keys [num_envs]`` given (no shape checks)."""
         params = self.default_params if params is None else params
-        return jax.vmap(self.env.step, in_axes=(0, 0, 0, self._params_axis))(keys, state, action, params)
+        return jax.vmap(self.env.step, in_axes=(0, 0, 0, self._params_axis))(
+            keys, state, action, params
+        )
 
     def reset_each(self, keys, params=None, index=None):
         """Resets ``len(keys)`` envs, env ``index[j]`` (default ``j``) with ``keys[j]``.
@@ -415,13 +442,17 @@ class CheckActions(Wrapper):
         n = self.env.num_envs
         expected = tuple(space.shape) if n is None else (n,) + tuple(space.shape)
         if tuple(jnp.shape(action)) != expected:
-            raise ValueError(f"{self.id}: action shape {tuple(jnp.shape(action))}, expected {expected}")
+            raise ValueError(
+                f"{self.id}: action shape {tuple(jnp.shape(action))}, expected {expected}"
+            )
         ok = jax.vmap(space.contains)(action) if n is not None else space.contains(action)
         env_id = self.id
 
         def check(ok, action):
             if not np.all(ok):
-                raise ValueError(f"{env_id}: action {np.asarray(action).tolist()} is outside {space!r}")
+                raise ValueError(
+                    f"{env_id}: action {np.asarray(action).tolist()} is outside {space!r}"
+                )
 
         jax.debug.callback(check, ok, action)
         return self.env.step(key, state, action, params)
@@ -469,7 +500,11 @@ class FlattenObservation(_ObservationMap):
         if isinstance(space, spaces.Tuple):
             return [b for s in space.spaces for b in FlattenObservation._box_leaves(s)]
         if isinstance(space, spaces.Dict):  # jax flattens dicts in sorted key order
-            return [b for k in sorted(space.spaces) for b in FlattenObservation._box_leaves(space.spaces[k])]
+            return [
+                b
+                for k in sorted(space.spaces)
+                for b in FlattenObservation._box_leaves(space.spaces[k])
+            ]
         raise TypeError(f"FlattenObservation supports Box/Tuple/Dict of Box, got {space!r}")
 
     def observation_space(self, params=None):
@@ -480,7 +515,9 @@ class FlattenObservation(_ObservationMap):
     def observation(self, obs):
         leaves = jax.tree.leaves(obs)
         batch = jnp.shape(leaves[0])[: jnp.ndim(leaves[0]) - len(self._leaves[0].shape)]
-        return jnp.concatenate([jnp.reshape(x, batch + (-1,)).astype(jnp.float32) for x in leaves], axis=-1)
+        return jnp.concatenate(
+            [jnp.reshape(x, batch + (-1,)).astype(jnp.float32) for x in leaves], axis=-1
+        )
 
 
 @struct.dataclass
@@ -499,7 +536,9 @@ class FrameStack(Wrapper):
     def __init__(self, env: Environment, num_stack: int):
         super().__init__(env)
         if _has_wrapper(env, AutoReset):
-            raise ValueError("FrameStack must be applied inside AutoReset (stacks would mix episodes)")
+            raise ValueError(
+                "FrameStack must be applied inside AutoReset (stacks would mix episodes)"
+            )
         if env.num_envs is not None:
             raise ValueError("FrameStack must be applied before VmapEnv")
         if int(num_stack) < 1:
@@ -514,8 +553,12 @@ class FrameStack(Wrapper):
 
     def observation_space(self, params=None):
         reps = (self.num_stack,) + (1,) * len(self._space.shape)
-        return spaces.Box(np.tile(self._space.low[None], reps), np.tile(self._space.high[None], reps),
-                          (self.num_stack,) + self._space.shape, self._space.dtype)
+        return spaces.Box(
+            np.tile(self._space.low[None], reps),
+            np.tile(self._space.high[None], reps),
+            (self.num_stack,) + self._space.shape,
+            self._space.dtype,
+        )
 
     def reset(self, key, params=None):
         env_state, ts = self.env.reset(key, params)
@@ -547,9 +590,15 @@ class RunningMeanStd:
 
     @classmethod
     def create(cls, shape: tuple[int, ...] = (), epsilon: float = 1e-4) -> "RunningMeanStd":
-        return cls(jnp.zeros(shape, jnp.float32), jnp.ones(shape, jnp.float32), jnp.asarray(epsilon, jnp.float32))
+        return cls(
+            jnp.zeros(shape, jnp.float32),
+            jnp.ones(shape, jnp.float32),
+            jnp.asarray(epsilon, jnp.float32),
+        )
 
-    def update(self, x: jax.Array, axis_name: str | tuple[str, ...] | None = None) -> "RunningMeanStd":
+    def update(
+        self, x: jax.Array, axis_name: str | tuple[str, ...] | None = None
+    ) -> "RunningMeanStd":
         """Folds a batch ``x: [..., *shape]`` in; with ``axis_name`` the batch is
         the union of the batches on every device of that mapped axis."""
         x = jnp.asarray(x, jnp.float32)
@@ -570,11 +619,15 @@ class RunningMeanStd:
         delta = b_mean - self.mean
         tot = self.count + b_count
         mean = self.mean + delta * b_count / tot
-        m2 = self.var * self.count + b_var * b_count + jnp.square(delta) * self.count * b_count / tot
+        m2 = (
+            self.var * self.count + b_var * b_count + jnp.square(delta) * self.count * b_count / tot
+        )
         return RunningMeanStd(mean, m2 / tot, tot)
 
 
-def _update_unless_frozen(stats: RunningMeanStd, frozen: jax.Array, x: jax.Array, axis_name) -> RunningMeanStd:
+def _update_unless_frozen(
+    stats: RunningMeanStd, frozen: jax.Array, x: jax.Array, axis_name
+) -> RunningMeanStd:
     """``stats`` with the batch ``x`` folded in (over ``axis_name``, else the active
     device axis), or unchanged where ``frozen``."""
     new = stats.update(x, axis_name or parallel.current_axis())
@@ -598,8 +651,13 @@ class NormalizeObservation(Wrapper):
     ``axis_name`` or else the active :mod:`jrl.parallel` device axis. Freeze them for evaluation with :func:`freeze`.
     """
 
-    def __init__(self, env: Environment, clip: float = 10.0, epsilon: float = 1e-8,
-                 axis_name: str | tuple[str, ...] | None = None):
+    def __init__(
+        self,
+        env: Environment,
+        clip: float = 10.0,
+        epsilon: float = 1e-8,
+        axis_name: str | tuple[str, ...] | None = None,
+    ):
         super().__init__(env)
         space = env.observation_space(env.default_params)
         if not isinstance(space, spaces.Box):
@@ -617,7 +675,6 @@ class NormalizeObservation(Wrapper):
         z = (obs - stats.mean) / jnp.sqrt(stats.var + self.epsilon)
         return jnp.clip(z, -self.clip, self.clip).astype(jnp.float32)
 
-
     def _apply(self, stats, ts: TimeStep) -> TimeStep:
         info = dict(ts.info)
         if FINAL_OBSERVATION in info:
@@ -627,7 +684,9 @@ class NormalizeObservation(Wrapper):
     def reset(self, key, params=None):
         env_state, ts = self.env.reset(key, params)
         frozen = jnp.zeros((), bool)
-        stats = _update_unless_frozen(RunningMeanStd.create(self._shape), frozen, ts.observation, self.axis_name)
+        stats = _update_unless_frozen(
+            RunningMeanStd.create(self._shape), frozen, ts.observation, self.axis_name
+        )
         return NormalizeObservationState(env_state, stats, frozen), self._apply(stats, ts)
 
     def step(self, key, state: NormalizeObservationState, action, params=None):
@@ -653,20 +712,32 @@ class NormalizeReward(Wrapper):
     statistics across devices as in :class:`NormalizeObservation`.
     """
 
-    def __init__(self, env: Environment, gamma: float = 0.99, clip: float = 10.0, epsilon: float = 1e-8,
-                 axis_name: str | tuple[str, ...] | None = None):
+    def __init__(
+        self,
+        env: Environment,
+        gamma: float = 0.99,
+        clip: float = 10.0,
+        epsilon: float = 1e-8,
+        axis_name: str | tuple[str, ...] | None = None,
+    ):
         super().__init__(env)
         if not 0.0 <= gamma <= 1.0:
             raise ValueError(f"gamma must lie in [0, 1], got {gamma}")
-        self.gamma, self.clip, self.epsilon, self.axis_name = float(gamma), float(clip), float(epsilon), axis_name
+        self.gamma, self.clip, self.epsilon, self.axis_name = (
+            float(gamma),
+            float(clip),
+            float(epsilon),
+            axis_name,
+        )
 
     def inner_state(self, state: NormalizeRewardState) -> PyTree:
         return state.env_state
 
     def reset(self, key, params=None):
         env_state, ts = self.env.reset(key, params)
-        state = NormalizeRewardState(env_state, RunningMeanStd.create(()), jnp.zeros_like(ts.reward),
-                                     jnp.zeros((), bool))
+        state = NormalizeRewardState(
+            env_state, RunningMeanStd.create(()), jnp.zeros_like(ts.reward), jnp.zeros((), bool)
+        )
         return state, ts
 
     def step(self, key, state: NormalizeRewardState, action, params=None):
@@ -675,7 +746,9 @@ class NormalizeReward(Wrapper):
         stats = _update_unless_frozen(state.stats, state.frozen, ret, self.axis_name)
         reward = jnp.clip(ts.reward / jnp.sqrt(stats.var + self.epsilon), -self.clip, self.clip)
         ret = jnp.where(ts.done, 0.0, ret)
-        return state.replace(env_state=env_state, stats=stats, discounted_return=ret), ts.replace(reward=reward)
+        return state.replace(env_state=env_state, stats=stats, discounted_return=ret), ts.replace(
+            reward=reward
+        )
 
 
 _NORMALIZER_STATES = (NormalizeObservationState, NormalizeRewardState)
@@ -692,7 +765,9 @@ def _map_normalizer_states(state: PyTree, fn: Callable[[Any], Any]) -> PyTree:
 
 def freeze(state: PyTree, frozen: bool = True) -> PyTree:
     """Returns ``state`` with every normaliser's statistics frozen (or unfrozen)."""
-    return _map_normalizer_states(state, lambda s: s.replace(frozen=jnp.full(jnp.shape(s.frozen), frozen)))
+    return _map_normalizer_states(
+        state, lambda s: s.replace(frozen=jnp.full(jnp.shape(s.frozen), frozen))
+    )
 
 
 def copy_statistics(src: PyTree, dst: PyTree) -> PyTree:
@@ -709,7 +784,9 @@ def copy_statistics(src: PyTree, dst: PyTree) -> PyTree:
 
     def put(s):
         kind, stats = next(it, (None, None))
-        if kind is not type(s) or jax.tree.map(jnp.shape, stats) != jax.tree.map(jnp.shape, s.stats):
+        if kind is not type(s) or jax.tree.map(jnp.shape, stats) != jax.tree.map(
+            jnp.shape, s.stats
+        ):
             raise ValueError("copy_statistics: the two states have different wrapper chains")
         return s.replace(stats=stats)
 

@@ -37,15 +37,34 @@ import jrl.distributed  # noqa: E402
 if a.num_processes:
     jrl.distributed.initialize(a.coordinator, a.num_processes, a.process_id, timeout=60)
 
-SMALL = {"ppo": dict(num_envs=4, num_steps=32, total_steps=4 * 32 * 4),
-         "a2c": dict(num_envs=4, num_steps=8, total_steps=4 * 8 * 4),
-         # 12 iterations of 16 steps, updates from the 4th (2 per iteration), target copied every 3
-         "dqn": dict(num_envs=4, steps_per_iteration=4, updates_per_iteration=2, batch_size=32, buffer_size=400,
-                     learning_starts=64, n_step=2, target_update_interval=3, total_steps=4 * 4 * 12)}
+SMALL = {
+    "ppo": dict(num_envs=4, num_steps=32, total_steps=4 * 32 * 4),
+    "a2c": dict(num_envs=4, num_steps=8, total_steps=4 * 8 * 4),
+    # 12 iterations of 16 steps, updates from the 4th (2 per iteration), target copied every 3
+    "dqn": dict(
+        num_envs=4,
+        steps_per_iteration=4,
+        updates_per_iteration=2,
+        batch_size=32,
+        buffer_size=400,
+        learning_starts=64,
+        n_step=2,
+        target_update_interval=3,
+        total_steps=4 * 4 * 12,
+    ),
+}
 overrides = dict(SMALL[a.agent])
 if a.total_steps:
     overrides = {"total_steps": a.total_steps}
-res = jrl.train(a.agent, "CartPole-v1", seeds=a.seeds, seed=3, progress=False, devices=a.devices or None, **overrides)
+res = jrl.train(
+    a.agent,
+    "CartPole-v1",
+    seeds=a.seeds,
+    seed=3,
+    progress=False,
+    devices=a.devices or None,
+    **overrides,
+)
 leaves = [np.asarray(x) for x in jax.tree.leaves(res.final_params)]
 np.savez(a.out, *leaves, final_returns=res.final_returns(), process=jax.process_index())
 print("done", jax.process_index(), jax.device_count(), res.summary(), flush=True)

@@ -21,13 +21,17 @@ from jrl.run import anakin
 
 def small_ppo(env_id="CartPole-v1", **kw):
     env, params = jrl.envs.make(env_id)
-    cfg = dataclasses.replace(experiment.make_config("ppo", env_id), **{"total_steps": 4096, "num_envs": 4,
-                                                                         "num_steps": 32, **kw})
+    cfg = dataclasses.replace(
+        experiment.make_config("ppo", env_id),
+        **{"total_steps": 4096, "num_envs": 4, "num_steps": 32, **kw},
+    )
     return cfg, ppo.build(cfg, env, params)
 
 
 def test_public_api_imports():
-    assert {"Agent", "EnvSpec", "Environment", "TimeStep", "Transition", "train"} <= set(jrl.__all__)
+    assert {"Agent", "EnvSpec", "Environment", "TimeStep", "Transition", "train"} <= set(
+        jrl.__all__
+    )
     assert callable(jrl.train)
     assert jrl_agents.names() == ["a2c", "c51", "dqn", "ppo", "pqn", "qrdqn", "rainbow"]
 
@@ -40,15 +44,25 @@ def test_act_and_learn_shapes():
     assert info["log_prob"].shape == (4,) and info["value"].shape == (4,)
     new_state, metrics = jax.jit(built.algorithm.step)(state)
     assert int(new_state.iteration) == 1 and int(new_state.env_steps) == 4 * 32
-    for name in ("train/loss", "train/policy_loss", "train/value_loss", "train/entropy", "train/episode_return"):
+    for name in (
+        "train/loss",
+        "train/policy_loss",
+        "train/value_loss",
+        "train/entropy",
+        "train/episode_return",
+    ):
         assert metrics[name].shape == ()
-    changed = jax.tree.map(lambda a, b: bool(jnp.any(a != b)), state.agent_state.params, new_state.agent_state.params)
+    changed = jax.tree.map(
+        lambda a, b: bool(jnp.any(a != b)), state.agent_state.params, new_state.agent_state.params
+    )
     assert all(jax.tree.leaves(changed))
     greedy = built.agent.policy(new_state.agent_state.params, state.observation, jax.random.key(2))
     assert greedy.shape == (4,)
 
 
-@pytest.mark.parametrize("env_id,shape", [("Pendulum-v1", (4, 1)), ("MountainCarContinuous-v0", (4, 1))])
+@pytest.mark.parametrize(
+    "env_id,shape", [("Pendulum-v1", (4, 1)), ("MountainCarContinuous-v0", (4, 1))]
+)
 def test_continuous_actions(env_id, shape):
     cfg, built = small_ppo(env_id)
     state = jax.jit(built.algorithm.init)(jax.random.key(0))
@@ -80,9 +94,13 @@ def test_multidiscrete_actions():
         def action_space(self, params=None):
             return spaces.MultiDiscrete([3, 2])
 
-    cfg = ppo.PPOConfig(total_steps=4096 * 4, num_envs=8, num_steps=16, learning_rate=3e-3, ent_coef=0.0)
+    cfg = ppo.PPOConfig(
+        total_steps=4096 * 4, num_envs=8, num_steps=16, learning_rate=3e-3, ent_coef=0.0
+    )
     built = ppo.build(cfg, TwoKnobs(), None)
-    res = anakin.run(built.algorithm, jax.random.split(jax.random.key(0), 1), cfg.num_iterations, num_reports=2)
+    res = anakin.run(
+        built.algorithm, jax.random.split(jax.random.key(0), 1), cfg.num_iterations, num_reports=2
+    )
     assert res.metrics["train/episode_return"][0, -5:].mean() > 0.9
 
 
@@ -91,12 +109,21 @@ def test_sweep_equals_separate_runs():
     cfg, built = small_ppo()
     keys = jax.random.split(jax.random.key(3), 1)
     n = cfg.num_iterations
-    swept = anakin.run(built.algorithm, jnp.concatenate([keys, keys]), n, num_reports=1,
-                       hparams={"learning_rate": np.array([1e-3, 1e-4], np.float32)})
+    swept = anakin.run(
+        built.algorithm,
+        jnp.concatenate([keys, keys]),
+        n,
+        num_reports=1,
+        hparams={"learning_rate": np.array([1e-3, 1e-4], np.float32)},
+    )
     for i, lr in enumerate([1e-3, 1e-4]):
-        single = anakin.run(built.algorithm, keys, n, num_reports=1, hparams={"learning_rate": np.array([lr])})
-        for a, b in zip(jax.tree.leaves(swept.final_state.agent_state.params),
-                        jax.tree.leaves(single.final_state.agent_state.params)):
+        single = anakin.run(
+            built.algorithm, keys, n, num_reports=1, hparams={"learning_rate": np.array([lr])}
+        )
+        for a, b in zip(
+            jax.tree.leaves(swept.final_state.agent_state.params),
+            jax.tree.leaves(single.final_state.agent_state.params),
+        ):
             np.testing.assert_allclose(a[i], b[0], atol=1e-5)
     p = swept.final_state.agent_state.params
     assert any(bool(jnp.any(x[0] != x[1])) for x in jax.tree.leaves(p))
@@ -117,7 +144,10 @@ def test_determinism_bitwise():
     for x, y in zip(jax.tree.leaves(a.final_params), jax.tree.leaves(b.final_params)):
         np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
     np.testing.assert_array_equal(a.metrics["train/loss"], b.metrics["train/loss"])
-    assert any(not np.array_equal(x, y) for x, y in zip(jax.tree.leaves(a.final_params), jax.tree.leaves(c.final_params)))
+    assert any(
+        not np.array_equal(x, y)
+        for x, y in zip(jax.tree.leaves(a.final_params), jax.tree.leaves(c.final_params))
+    )
     # the two seeds of one run differ from each other
     assert any(not np.array_equal(x[0], x[1]) for x in jax.tree.leaves(a.final_params))
 
@@ -133,8 +163,13 @@ def test_chunk_lengths_cover_all_iterations():
 def test_reports_and_result_fields():
     cfg, built = small_ppo()
     reports = []
-    res = anakin.run(built.algorithm, jax.random.split(jax.random.key(0), 3), cfg.num_iterations, num_reports=4,
-                     on_report=reports.append)
+    res = anakin.run(
+        built.algorithm,
+        jax.random.split(jax.random.key(0), 3),
+        cfg.num_iterations,
+        num_reports=4,
+        on_report=reports.append,
+    )
     assert [r.iteration for r in reports][-1] == cfg.num_iterations
     assert len(reports) == len(anakin.chunk_lengths(cfg.num_iterations, 4))
     assert res.metrics["train/loss"].shape == (3, cfg.num_iterations)
@@ -175,7 +210,9 @@ def test_train_rejects_bad_input():
 
 def test_run_folder(tmp_path):
     out = tmp_path / "run"
-    res = jrl.train("ppo", "CartPole-v1", seeds=2, total_steps=4096, out=out, progress=False, num_reports=4)
+    res = jrl.train(
+        "ppo", "CartPole-v1", seeds=2, total_steps=4096, out=out, progress=False, num_reports=4
+    )
     for name in experiment.RUN_FILES:
         assert (out / name).is_file(), name
     rows = (out / "metrics.csv").read_text().strip().splitlines()
@@ -208,8 +245,13 @@ def test_vmapped_seed_init_never_hangs():
             jax.block_until_ready(st)
         print("ok")
     """)
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=240,
-                         env={**os.environ, "JAX_PLATFORMS": "cpu"})
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=240,
+        env={**os.environ, "JAX_PLATFORMS": "cpu"},
+    )
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.strip().endswith("ok")
 
@@ -239,7 +281,9 @@ def test_memory_check_shapes_and_init_share_one_trace():
     like = anakin.abstract_states(algorithm, keys)
     states = anakin.init_runs(algorithm, keys)
     assert len(calls) == 1
-    assert jax.tree.map(lambda x: (x.shape, x.dtype), like) == jax.tree.map(lambda x: (x.shape, x.dtype), states)
+    assert jax.tree.map(lambda x: (x.shape, x.dtype), like) == jax.tree.map(
+        lambda x: (x.shape, x.dtype), states
+    )
     assert jax.tree.leaves(like)[0].shape[0] == 3
 
 
@@ -247,9 +291,17 @@ def test_run_keeps_the_callers_initial_state():
     """Resuming from a state does not consume it (the chunk programs donate their input)."""
     cfg, built = small_ppo()
     first = anakin.run(built.algorithm, jax.random.split(jax.random.key(0), 2), 2, num_reports=1)
-    anakin.run(built.algorithm, jax.random.split(jax.random.key(0), 2), 2, num_reports=1,
-               initial_state=first.final_state)
-    assert all(np.isfinite(np.asarray(x)).all() for x in jax.tree.leaves(first.final_state.agent_state.params))
+    anakin.run(
+        built.algorithm,
+        jax.random.split(jax.random.key(0), 2),
+        2,
+        num_reports=1,
+        initial_state=first.final_state,
+    )
+    assert all(
+        np.isfinite(np.asarray(x)).all()
+        for x in jax.tree.leaves(first.final_state.agent_state.params)
+    )
 
 
 def test_compiler_options_lower_the_cpu_backend_level_only(monkeypatch):
@@ -287,13 +339,17 @@ def test_init_values_do_not_depend_on_the_cpu_opt_level(agent):
     so a run's starting point does not move with JRL_CPU_OPT_LEVEL."""
     env, params = jrl.envs.make("CartPole-v1")
     module, _ = jrl_agents.get(agent)
-    built = module.build(experiment.make_config(agent, "CartPole-v1", total_steps=20_000), env, params)
+    built = module.build(
+        experiment.make_config(agent, "CartPole-v1", total_steps=20_000), env, params
+    )
     keys = jax.random.split(jax.random.key(5), 2)
     ours = anakin.init_runs(built.algorithm, keys)
     default = jax.jit(lambda ks: jax.lax.map(built.algorithm.init, ks))(keys)
 
     def raw(x):
-        return np.asarray(jax.random.key_data(x) if jnp.issubdtype(x.dtype, jax.dtypes.prng_key) else x)
+        return np.asarray(
+            jax.random.key_data(x) if jnp.issubdtype(x.dtype, jax.dtypes.prng_key) else x
+        )
 
     for a, b in zip(jax.tree.leaves(ours), jax.tree.leaves(default), strict=True):
         np.testing.assert_array_equal(raw(a), raw(b))

@@ -1,6 +1,5 @@
 """Replay buffers and the n-step accumulator: hand-computed contracts, with and without jit."""
 
-
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -20,10 +19,15 @@ CHI2_999 = {4: 18.467, 5: 20.515}
 def _transition(value, action):
     """A tiny Transition whose every field encodes ``value`` (float [...]) and ``action``."""
     value = jnp.asarray(value, jnp.float32)
-    return Transition(observation=jnp.stack([value, -value], -1),
-                      action=jnp.asarray(action, jnp.int32), reward=value,
-                      terminated=value > 1e9, truncated=value < -1e9,
-                      next_observation=jnp.stack([value + 0.5, 0 * value], -1), extras={"v": value})
+    return Transition(
+        observation=jnp.stack([value, -value], -1),
+        action=jnp.asarray(action, jnp.int32),
+        reward=value,
+        terminated=value > 1e9,
+        truncated=value < -1e9,
+        next_observation=jnp.stack([value + 0.5, 0 * value], -1),
+        extras={"v": value},
+    )
 
 
 ITEM = _transition(0.0, 0)  # one unbatched example: observation [2], action [], ...
@@ -193,8 +197,9 @@ def test_prioritized_sampling_is_a_log_depth_descent():
 
     def walk(jp):
         for eqn in jp.eqns:
-            sizes.extend(int(np.prod(v.aval.shape)) for v in eqn.outvars
-                         if hasattr(v.aval, "shape"))
+            sizes.extend(
+                int(np.prod(v.aval.shape)) for v in eqn.outvars if hasattr(v.aval, "shape")
+            )
             if eqn.primitive.name == "scan":
                 loops.append(eqn.params["length"])
             if eqn.primitive.name == "while":
@@ -343,10 +348,10 @@ def test_nstep_matches_n_step_returns_with_traced_gamma():
     value = lambda o: 2.0 * o + 1.0  # noqa: E731  a made-up critic
     for gamma in (0.9, 0.5):
         out, valid = run(data, jnp.float32(gamma))
-        assert not np.asarray(valid[: n - 1]).any() and np.asarray(valid[n - 1:]).all()
+        assert not np.asarray(valid[: n - 1]).any() and np.asarray(valid[n - 1 :]).all()
         targets = out.reward + out.discount * value(out.next_observation)  # [T, N], start t - n + 1
         expected = R.n_step_returns(reward, value(next_obs), term, trunc, gamma, n)
-        np.testing.assert_allclose(targets[n - 1:], expected[: T - n + 1], rtol=1e-5, atol=1e-5)
+        np.testing.assert_allclose(targets[n - 1 :], expected[: T - n + 1], rtol=1e-5, atol=1e-5)
 
 
 # ----------------------------------------------------------------------------- vmap over seeds
@@ -385,16 +390,24 @@ def test_vmapped_buffers_are_independent_per_seed():
 
 
 def test_memory_check_refuses_before_allocating(monkeypatch):
-    item = Transition(jnp.zeros((84, 84, 4), jnp.uint8), jnp.int32(0), jnp.float32(0),
-                      jnp.bool_(False), jnp.bool_(False), jnp.zeros((84, 84, 4), jnp.uint8))
+    item = Transition(
+        jnp.zeros((84, 84, 4), jnp.uint8),
+        jnp.int32(0),
+        jnp.float32(0),
+        jnp.bool_(False),
+        jnp.bool_(False),
+        jnp.zeros((84, 84, 4), jnp.uint8),
+    )
     item_bytes = 2 * 84 * 84 * 4 + 4 + 4 + 1 + 1  # 56458
     assert B.buffer_bytes(item, 10) == 10 * item_bytes
     assert B.buffer_bytes(item, 5, prioritized=True) == 5 * item_bytes + 4 * 16
 
     monkeypatch.setattr(B, "available_memory_bytes", lambda device=None: 2**30)
     buf = B.uniform_buffer(1_000_000)
-    msg = (r"replay buffer needs 52\.58 GiB \(capacity 1000000 x item 56458 bytes\), "
-           r"only 1\.00 GiB available")
+    msg = (
+        r"replay buffer needs 52\.58 GiB \(capacity 1000000 x item 56458 bytes\), "
+        r"only 1\.00 GiB available"
+    )
     with pytest.raises(MemoryError, match=msg):
         jax.eval_shape(buf.init, item)  # raises at trace time, nothing allocated
     with pytest.raises(MemoryError, match="sum tree"):
@@ -431,7 +444,7 @@ def test_uniform_stratified_by_env():
     keys = jax.random.split(key, 3)
     for e in range(3):
         rows = jax.random.randint(keys[e], (2,), 0, 4, jnp.int32)  # 12 slots / 3 envs = 4 rows
-        np.testing.assert_array_equal(sample.indices[2 * e: 2 * e + 2], rows * 3 + e)
+        np.testing.assert_array_equal(sample.indices[2 * e : 2 * e + 2], rows * 3 + e)
     np.testing.assert_array_equal(sample.items, slots[np.asarray(sample.indices)])
 
 

@@ -60,29 +60,68 @@ PI = math.pi
 CASES = {
     c.id: c
     for c in [
-        Case("CartPole-v1", cartpole.CartPole, cartpole.MAX_EPISODE_STEPS,
-             ("x", "x_dot", "theta", "theta_dot"), (-0.05,) * 4, (0.05,) * 4,
-             (-2.4, -3.0, -0.21, -3.0), (2.4, 3.0, 0.21, 3.0)),
-        Case("Acrobot-v1", acrobot.Acrobot, acrobot.MAX_EPISODE_STEPS,
-             ("theta1", "theta2", "theta1_dot", "theta2_dot"), (-0.1,) * 4, (0.1,) * 4,
-             (-PI, -PI, -4 * PI, -9 * PI), (PI, PI, 4 * PI, 9 * PI),
-             pump=lambda obs: jnp.where(obs[4] > 0, 0, 2)),
-        Case("MountainCar-v0", mountain_car.MountainCar, mountain_car.MAX_EPISODE_STEPS,
-             ("position", "velocity"), (-0.6, 0.0), (-0.4, 0.0), (-1.2, -0.07), (0.6, 0.07),
-             pump=lambda obs: jnp.where(obs[1] > 0, 2, 0)),
-        Case("MountainCarContinuous-v0", mountain_car.MountainCarContinuous,
-             mountain_car.MAX_EPISODE_STEPS_CONTINUOUS,
-             ("position", "velocity"), (-0.6, 0.0), (-0.4, 0.0), (-1.2, -0.07), (0.6, 0.07),
-             action_range=(-1.5, 1.5), pump=lambda obs: jnp.where(obs[1:2] > 0, 1.0, -1.0)),
-        Case("Pendulum-v1", pendulum.Pendulum, pendulum.MAX_EPISODE_STEPS,
-             ("theta", "theta_dot"), (-PI, -1.0), (PI, 1.0), (-3 * PI, -8.0), (3 * PI, 8.0),
-             action_range=(-3.0, 3.0)),
+        Case(
+            "CartPole-v1",
+            cartpole.CartPole,
+            cartpole.MAX_EPISODE_STEPS,
+            ("x", "x_dot", "theta", "theta_dot"),
+            (-0.05,) * 4,
+            (0.05,) * 4,
+            (-2.4, -3.0, -0.21, -3.0),
+            (2.4, 3.0, 0.21, 3.0),
+        ),
+        Case(
+            "Acrobot-v1",
+            acrobot.Acrobot,
+            acrobot.MAX_EPISODE_STEPS,
+            ("theta1", "theta2", "theta1_dot", "theta2_dot"),
+            (-0.1,) * 4,
+            (0.1,) * 4,
+            (-PI, -PI, -4 * PI, -9 * PI),
+            (PI, PI, 4 * PI, 9 * PI),
+            pump=lambda obs: jnp.where(obs[4] > 0, 0, 2),
+        ),
+        Case(
+            "MountainCar-v0",
+            mountain_car.MountainCar,
+            mountain_car.MAX_EPISODE_STEPS,
+            ("position", "velocity"),
+            (-0.6, 0.0),
+            (-0.4, 0.0),
+            (-1.2, -0.07),
+            (0.6, 0.07),
+            pump=lambda obs: jnp.where(obs[1] > 0, 2, 0),
+        ),
+        Case(
+            "MountainCarContinuous-v0",
+            mountain_car.MountainCarContinuous,
+            mountain_car.MAX_EPISODE_STEPS_CONTINUOUS,
+            ("position", "velocity"),
+            (-0.6, 0.0),
+            (-0.4, 0.0),
+            (-1.2, -0.07),
+            (0.6, 0.07),
+            action_range=(-1.5, 1.5),
+            pump=lambda obs: jnp.where(obs[1:2] > 0, 1.0, -1.0),
+        ),
+        Case(
+            "Pendulum-v1",
+            pendulum.Pendulum,
+            pendulum.MAX_EPISODE_STEPS,
+            ("theta", "theta_dot"),
+            (-PI, -1.0),
+            (PI, 1.0),
+            (-3 * PI, -8.0),
+            (3 * PI, 8.0),
+            action_range=(-3.0, 3.0),
+        ),
     ]
 }
 IDS = list(CASES)
 
 
 # -- helpers -------------------------------------------------------------------
+
 
 @functools.lru_cache(maxsize=None)
 def compiled(env_id: str):
@@ -119,6 +158,7 @@ def make_gym(env_id: str):
 
 # -- parity --------------------------------------------------------------------
 
+
 def random_actions(case: Case, env, key, n: int) -> jax.Array:
     """[n] int32 uniform discrete actions, or [n, 1] float32 uniform over ``case.action_range``."""
     if case.discrete:
@@ -149,8 +189,11 @@ def rollout(env_id: str, n_steps: int = 2000, seed: int = 0):
             action = jnp.where(use_pump, case.pump(obs).astype(action.dtype), action)
         next_state, ts = env.step(key, state, action, params)
         done = ts.terminated | (t + 1 >= case.max_episode_steps)
-        carry = jax.tree.map(lambda r, n: jnp.where(done, r, n), (reset_state, reset_obs, 0),
-                             (next_state, ts.observation, t + 1))
+        carry = jax.tree.map(
+            lambda r, n: jnp.where(done, r, n),
+            (reset_state, reset_obs, 0),
+            (next_state, ts.observation, t + 1),
+        )
         return carry, (state, action, t + 1, ts.observation, ts.reward, ts.terminated)
 
     @jax.jit
@@ -158,9 +201,13 @@ def rollout(env_id: str, n_steps: int = 2000, seed: int = 0):
         k_reset, k_step, k_act, k_pump = jax.random.split(key, 4)
         reset_keys = jax.random.split(k_reset, n_steps + 1)
         resets, reset_ts = jax.vmap(env.reset, in_axes=(0, None))(reset_keys, params)
-        xs = (jax.random.split(k_step, n_steps), random_actions(case, env, k_act, n_steps),
-              jax.random.uniform(k_pump, (n_steps,)) < 0.75,
-              jax.tree.map(lambda a: a[1:], resets), reset_ts.observation[1:])
+        xs = (
+            jax.random.split(k_step, n_steps),
+            random_actions(case, env, k_act, n_steps),
+            jax.random.uniform(k_pump, (n_steps,)) < 0.75,
+            jax.tree.map(lambda a: a[1:], resets),
+            reset_ts.observation[1:],
+        )
         carry = (jax.tree.map(lambda a: a[0], resets), reset_ts.observation[0], jnp.int32(0))
         return jax.lax.scan(body, carry, xs)[1]
 
@@ -175,7 +222,8 @@ def assert_close_per_step(ours, theirs, tol, what: str, extra: Callable[[int], s
     if bad.any():
         i = int(np.argmax(bad))
         raise AssertionError(
-            f"{what} differs at step {i} ({extra(i)}): ours {ours[i]}, Gymnasium {theirs[i]}")
+            f"{what} differs at step {i} ({extra(i)}): ours {ours[i]}, Gymnasium {theirs[i]}"
+        )
 
 
 @pytest.mark.parity
@@ -230,8 +278,10 @@ def test_parity_random_states(env_id):
     n_actions = getattr(env.action_space(), "n", 0)
     vecs = rng.uniform(case.state_low, case.state_high, (n, len(case.fields))).astype(np.float32)
     actions = [sample_action(case, rng, n_actions) for _ in range(n)]
-    ts = [step(jax.random.key(i), from_vec(case, template, vecs[i]), actions[i], params)[1]
-          for i in range(n)]
+    ts = [
+        step(jax.random.key(i), from_vec(case, template, vecs[i]), actions[i], params)[1]
+        for i in range(n)
+    ]
     ts = jax.tree.map(lambda *x: np.stack(x), *jax.device_get(ts))
     genv = make_gym(env_id)
     genv.reset(seed=0)
@@ -285,6 +335,7 @@ def test_parity_open_loop(env_id):
 
 # -- resets, spaces, constants -----------------------------------------------------
 
+
 @pytest.mark.parametrize("env_id", IDS)
 def test_reset_distribution(env_id):
     """4096 vmapped resets lie in Gymnasium's reset box, spread over all of it."""
@@ -311,8 +362,10 @@ def test_reset_distribution(env_id):
 def test_spaces_match_gymnasium(env_id):
     env = CASES[env_id].make()
     genv = make_gym(env_id)
-    for ours, theirs in [(env.observation_space(), genv.observation_space),
-                         (env.action_space(), genv.action_space)]:
+    for ours, theirs in [
+        (env.observation_space(), genv.observation_space),
+        (env.action_space(), genv.action_space),
+    ]:
         if isinstance(theirs, gymnasium.spaces.Discrete):
             assert isinstance(ours, spaces.Discrete) and ours.n == theirs.n and theirs.start == 0
             assert ours.dtype == jnp.int32
@@ -372,8 +425,10 @@ WITH_AND_WITHOUT_JIT = pytest.mark.parametrize("jit", [False, True], ids=["eager
 
 def stepper(env, jit: bool):
     """``(state, action) -> (state, TimeStep)`` with the default params, eager or jitted."""
+
     def step(state, action):
         return env.step(jax.random.key(0), state, action, env.default_params)
+
     return jax.jit(step) if jit else step
 
 
@@ -387,7 +442,8 @@ def test_cartpole_step_by_hand(jit):
     for action, force in [(0, -f_mag), (1, f_mag)]:
         temp = (force + m_pole * half_len * th_dot**2 * np.sin(th)) / m_total
         th_acc = (g * np.sin(th) - np.cos(th) * temp) / (
-            half_len * (4 / 3 - m_pole * np.cos(th) ** 2 / m_total))
+            half_len * (4 / 3 - m_pole * np.cos(th) ** 2 / m_total)
+        )
         x_acc = temp - m_pole * half_len * th_acc * np.cos(th) / m_total
         expected = [x + tau * x_dot, x_dot + tau * x_acc, th + tau * th_dot, th_dot + tau * th_acc]
         state = cartpole.CartPoleState(*(jnp.float32(v) for v in (x, x_dot, th, th_dot)))
@@ -423,8 +479,9 @@ def test_pendulum_step_by_hand(jit):
         state = pendulum.PendulumState(jnp.float32(th), jnp.float32(thdot), jnp.float32(0.0))
         new_state, ts = step(state, jnp.array([action], jnp.float32))
         new_th = th + new_thdot * 0.05
-        np.testing.assert_allclose(ts.observation, [np.cos(new_th), np.sin(new_th), new_thdot],
-                                   rtol=1e-6, atol=1e-6)
+        np.testing.assert_allclose(
+            ts.observation, [np.cos(new_th), np.sin(new_th), new_thdot], rtol=1e-6, atol=1e-6
+        )
         np.testing.assert_allclose(float(ts.reward), reward, rtol=1e-6)
         np.testing.assert_allclose(float(new_state.last_u), u)
         assert not bool(ts.terminated)
@@ -456,6 +513,7 @@ def test_mountain_car_walls_and_goal_by_hand(jit):
 
 # -- jit, vmap, render -------------------------------------------------------------
 
+
 @pytest.mark.parametrize("env_id", IDS)
 def test_jit_matches_eager(env_id):
     case = CASES[env_id]
@@ -483,10 +541,15 @@ def test_render(env_id):
     params = env.default_params
     template, _ = jax.device_get(reset(jax.random.key(0), params))
     rng = np.random.default_rng(0)
-    vecs = np.stack([to_vec(case, template),  # a reset state and a random one
-                     rng.uniform(case.state_low, case.state_high)]).astype(np.float32)
+    vecs = np.stack(
+        [
+            to_vec(case, template),  # a reset state and a random one
+            rng.uniform(case.state_low, case.state_high),
+        ]
+    ).astype(np.float32)
     states = jax.tree.map(lambda x: np.stack([x, x]), template).replace(
-        **{f: vecs[:, i] for i, f in enumerate(case.fields)})
+        **{f: vecs[:, i] for i, f in enumerate(case.fields)}
+    )
     frames = np.asarray(jax.jit(jax.vmap(env.render, in_axes=(0, None)))(states, params))
     h, w = env.render_shape
     assert frames.shape == (2, h, w, 3) and frames.dtype == np.uint8

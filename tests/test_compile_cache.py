@@ -20,8 +20,13 @@ print(json.dumps({"dir": str(compile_cache.enable())}))
 
 def _run(script, env, timeout=300):
     base = {k: v for k, v in os.environ.items() if k not in ("JRL_COMPILE_CACHE", "XDG_CACHE_HOME")}
-    return subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=timeout,
-                          env={**base, "JAX_PLATFORMS": "cpu", **env})
+    return subprocess.run(
+        [sys.executable, "-c", script],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**base, "JAX_PLATFORMS": "cpu", **env},
+    )
 
 
 def test_default_dir_follows_xdg(tmp_path, monkeypatch):
@@ -29,12 +34,15 @@ def test_default_dir_follows_xdg(tmp_path, monkeypatch):
     assert compile_cache.default_dir() == tmp_path / "jrl" / "jax-cache"
 
 
-@pytest.mark.parametrize("env,expected", [
-    ({"XDG_CACHE_HOME": "{tmp}/xdg"}, "{tmp}/xdg/jrl/jax-cache"),
-    ({"JRL_COMPILE_CACHE": "{tmp}/mine"}, "{tmp}/mine"),
-    ({"JRL_COMPILE_CACHE": "off", "XDG_CACHE_HOME": "{tmp}/xdg"}, "None"),
-    ({"JRL_COMPILE_CACHE": "0", "XDG_CACHE_HOME": "{tmp}/xdg"}, "None"),
-])
+@pytest.mark.parametrize(
+    "env,expected",
+    [
+        ({"XDG_CACHE_HOME": "{tmp}/xdg"}, "{tmp}/xdg/jrl/jax-cache"),
+        ({"JRL_COMPILE_CACHE": "{tmp}/mine"}, "{tmp}/mine"),
+        ({"JRL_COMPILE_CACHE": "off", "XDG_CACHE_HOME": "{tmp}/xdg"}, "None"),
+        ({"JRL_COMPILE_CACHE": "0", "XDG_CACHE_HOME": "{tmp}/xdg"}, "None"),
+    ],
+)
 def test_where_the_cache_goes(tmp_path, env, expected):
     env = {k: v.format(tmp=tmp_path) for k, v in env.items()}
     out = _run(SCRIPT, env)
@@ -45,8 +53,10 @@ def test_where_the_cache_goes(tmp_path, env, expected):
 
 
 def test_a_directory_chosen_for_jax_is_kept(tmp_path):
-    script = ("import jax\njax.config.update('jax_compilation_cache_dir', %r)\n" % str(tmp_path / "given")
-              + SCRIPT)
+    script = (
+        "import jax\njax.config.update('jax_compilation_cache_dir', %r)\n" % str(tmp_path / "given")
+        + SCRIPT
+    )
     out = _run(script, {"JRL_COMPILE_CACHE": str(tmp_path / "ignored")})
     assert json.loads(out.stdout.strip().splitlines()[-1])["dir"] == str(tmp_path / "given")
     assert not (tmp_path / "ignored").exists()
@@ -76,17 +86,45 @@ def test_second_process_loads_the_program(tmp_path):
 
 def test_cli_flags(tmp_path):
     """``--compile-cache-dir`` puts the cache there; ``--no-compile-cache`` writes none."""
-    args = ["train", "ppo", "--total-steps", "2048", "--num-envs", "4", "--num-steps", "32", "--quiet",
-            "--num-reports", "1"]
+    args = [
+        "train",
+        "ppo",
+        "--total-steps",
+        "2048",
+        "--num-envs",
+        "4",
+        "--num-steps",
+        "32",
+        "--quiet",
+        "--num-reports",
+        "1",
+    ]
     base = {"XDG_CACHE_HOME": str(tmp_path / "xdg")}
     main = "import sys; from jrl.cli import main; sys.exit(main(sys.argv[1:]))"
-    on = subprocess.run([sys.executable, "-c", main, *args, "--out", str(tmp_path / "a"), "--compile-cache-dir",
-                         str(tmp_path / "cc")], capture_output=True, text=True, timeout=300,
-                        env={**{k: v for k, v in os.environ.items() if k != "JRL_COMPILE_CACHE"}, **base})
+    on = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            main,
+            *args,
+            "--out",
+            str(tmp_path / "a"),
+            "--compile-cache-dir",
+            str(tmp_path / "cc"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**{k: v for k, v in os.environ.items() if k != "JRL_COMPILE_CACHE"}, **base},
+    )
     assert on.returncode == 0, on.stderr[-2000:]
     assert any(os.scandir(tmp_path / "cc"))
-    off = subprocess.run([sys.executable, "-c", main, *args, "--out", str(tmp_path / "b"), "--no-compile-cache"],
-                         capture_output=True, text=True, timeout=300,
-                         env={**{k: v for k, v in os.environ.items() if k != "JRL_COMPILE_CACHE"}, **base})
+    off = subprocess.run(
+        [sys.executable, "-c", main, *args, "--out", str(tmp_path / "b"), "--no-compile-cache"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**{k: v for k, v in os.environ.items() if k != "JRL_COMPILE_CACHE"}, **base},
+    )
     assert off.returncode == 0, off.stderr[-2000:]
     assert not (tmp_path / "xdg" / "jrl").exists()  # (matplotlib may keep its font cache under xdg)

@@ -18,8 +18,13 @@ WORKER = str(Path(__file__).with_name("dist_worker.py"))
 
 def worker(out, agent, devices, *extra, timeout=600):
     cmd = [sys.executable, WORKER, str(out), agent, str(devices), *map(str, extra)]
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout,
-                          env={**os.environ, "JAX_PLATFORMS": "cpu"})
+    return subprocess.run(
+        cmd,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**os.environ, "JAX_PLATFORMS": "cpu"},
+    )
 
 
 def load(path):
@@ -58,10 +63,28 @@ def test_two_processes_match_single_process(tmp_path):
     address = f"127.0.0.1:{_free_port()}"
     procs = []
     for pid in range(2):
-        cmd = [sys.executable, WORKER, str(tmp_path / f"p{pid}.npz"), "ppo", "0", "--process-id", str(pid),
-               "--num-processes", "2", "--coordinator", address]
-        procs.append(subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                      env={**os.environ, "JAX_PLATFORMS": "cpu"}))
+        cmd = [
+            sys.executable,
+            WORKER,
+            str(tmp_path / f"p{pid}.npz"),
+            "ppo",
+            "0",
+            "--process-id",
+            str(pid),
+            "--num-processes",
+            "2",
+            "--coordinator",
+            address,
+        ]
+        procs.append(
+            subprocess.Popen(
+                cmd,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+                env={**os.environ, "JAX_PLATFORMS": "cpu"},
+            )
+        )
     outs = []
     for p in procs:
         try:
@@ -78,7 +101,17 @@ def test_two_processes_match_single_process(tmp_path):
 
 
 def test_ppo_learns_on_two_devices(tmp_path):
-    out = worker(tmp_path / "learn.npz", "ppo", 2, "--fake-devices", 2, "--total-steps", 500_000, "--seeds", 2)
+    out = worker(
+        tmp_path / "learn.npz",
+        "ppo",
+        2,
+        "--fake-devices",
+        2,
+        "--total-steps",
+        500_000,
+        "--seeds",
+        2,
+    )
     assert out.returncode == 0, out.stderr[-3000:]
     _, data = load(tmp_path / "learn.npz")
     assert data["final_returns"].mean() >= 475, data["final_returns"]
@@ -113,6 +146,11 @@ def test_unreachable_coordinator_is_a_clear_error():
 
 
 def test_cli_devices_flag_errors():
-    out = subprocess.run([sys.executable, "-m", "jrl.cli", "train", "ppo", "--devices", "64"], capture_output=True,
-                         text=True, timeout=300, env={**os.environ, "JAX_PLATFORMS": "cpu"})
+    out = subprocess.run(
+        [sys.executable, "-m", "jrl.cli", "train", "ppo", "--devices", "64"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "JAX_PLATFORMS": "cpu"},
+    )
     assert out.returncode == 2 and "devices requested but only" in out.stderr

@@ -18,8 +18,12 @@ def maybe_jit(fn, jit):
 
 def project(probs, reward, discount, atoms, jit=False):
     fn = maybe_jit(dist.categorical_projection, jit)
-    return fn(jnp.asarray(probs, jnp.float32), jnp.asarray(reward, jnp.float32),
-              jnp.asarray(discount, jnp.float32), atoms)
+    return fn(
+        jnp.asarray(probs, jnp.float32),
+        jnp.asarray(reward, jnp.float32),
+        jnp.asarray(discount, jnp.float32),
+        atoms,
+    )
 
 
 def reference_projection(probs, reward, discount, atoms):
@@ -72,7 +76,9 @@ def test_projection_between_atoms(jit):
     #   atom 1: .2 + .5*.2 = .3 ; atom 2: .5*.2 + .2 + .5*.2 = .4 ; atom 3: .5*.2 + .2 = .3
     probs = [[0.5, 0.5, 0.0, 0.0, 0.0], [0.2] * 5]
     out = project(probs, [0.25, 1.0], [1.0, 0.5], atoms, jit)
-    np.testing.assert_allclose(out, [[0.375, 0.5, 0.125, 0.0, 0.0], [0.0, 0.3, 0.4, 0.3, 0.0]], atol=1e-6)
+    np.testing.assert_allclose(
+        out, [[0.375, 0.5, 0.125, 0.0, 0.0], [0.0, 0.3, 0.4, 0.3, 0.0]], atol=1e-6
+    )
 
 
 @JIT
@@ -96,14 +102,20 @@ def test_projection_terminal(jit):
     # r = 10 -> clipped to 4 -> all on atom 4; r = 1 -> all on atom 1 (exactly on it)
     probs = [[0.1, 0.2, 0.3, 0.4, 0.0], [0.2] * 5, [0.0, 0.0, 0.0, 0.0, 1.0]]
     out = project(probs, [2.6, 10.0, 1.0], [0.0, 0.0, 0.0], atoms, jit)
-    np.testing.assert_allclose(out, [[0, 0, 0.4, 0.6, 0], [0, 0, 0, 0, 1], [0, 1, 0, 0, 0]], atol=1e-6)
+    np.testing.assert_allclose(
+        out, [[0, 0, 0.4, 0.6, 0], [0, 0, 0, 0, 1], [0, 1, 0, 0, 0]], atol=1e-6
+    )
 
 
 def _random_inputs(key, batch=64, num_atoms=51):
     k1, k2, k3 = jax.random.split(key, 3)
     probs = jax.nn.softmax(3.0 * jax.random.normal(k1, (batch, num_atoms)))
-    reward = jax.random.uniform(k2, (batch,), minval=-20.0, maxval=20.0)  # some far outside the support
-    discount = jnp.where(jnp.arange(batch) % 4 == 0, 0.0, jax.random.uniform(k3, (batch,), minval=0.0, maxval=1.2))
+    reward = jax.random.uniform(
+        k2, (batch,), minval=-20.0, maxval=20.0
+    )  # some far outside the support
+    discount = jnp.where(
+        jnp.arange(batch) % 4 == 0, 0.0, jax.random.uniform(k3, (batch,), minval=0.0, maxval=1.2)
+    )
     return probs, reward, discount
 
 
@@ -112,13 +124,18 @@ def test_projection_conserves_mass_and_matches_reference_eager_jit_vmap():
     probs, reward, discount = _random_inputs(jax.random.key(0))
     eager = dist.categorical_projection(probs, reward, discount, atoms)
     jitted = jax.jit(dist.categorical_projection)(probs, reward, discount, atoms)
-    vmapped = jax.jit(jax.vmap(dist.categorical_projection, in_axes=(0, 0, 0, None)))(probs, reward, discount, atoms)
+    vmapped = jax.jit(jax.vmap(dist.categorical_projection, in_axes=(0, 0, 0, None)))(
+        probs, reward, discount, atoms
+    )
     for out in (eager, jitted, vmapped):
         assert out.shape == (64, 51)
         assert bool(jnp.all(jnp.isfinite(out))) and float(out.min()) >= 0.0
         np.testing.assert_allclose(out.sum(-1), 1.0, atol=1e-5)
-        np.testing.assert_allclose(out, reference_projection(probs, np.asarray(reward), np.asarray(discount), atoms),
-                                   atol=1e-5)
+        np.testing.assert_allclose(
+            out,
+            reference_projection(probs, np.asarray(reward), np.asarray(discount), atoms),
+            atol=1e-5,
+        )
     np.testing.assert_allclose(jitted, eager, atol=1e-5)  # float32 rounding (fused multiply-add)
     np.testing.assert_allclose(vmapped, eager, atol=1e-5)
 
@@ -132,8 +149,9 @@ def test_projection_keeps_the_mean_when_nothing_clips():
     reward = jnp.linspace(-1.5, 1.5, 8)
     discount = jnp.full((8,), 0.6)
     out = dist.categorical_projection(probs, reward, discount, atoms)
-    np.testing.assert_allclose(dist.expected_value(out, atoms),
-                               reward + 0.6 * dist.expected_value(probs, atoms), atol=1e-5)
+    np.testing.assert_allclose(
+        dist.expected_value(out, atoms), reward + 0.6 * dist.expected_value(probs, atoms), atol=1e-5
+    )
 
 
 def test_projection_rows_are_independent():
@@ -141,17 +159,27 @@ def test_projection_rows_are_independent():
     probs, reward, discount = _random_inputs(jax.random.key(2), batch=4, num_atoms=21)
     out = dist.categorical_projection(probs, reward, discount, atoms)
     for i in range(4):
-        alone = dist.categorical_projection(probs[i:i + 1], reward[i:i + 1], discount[i:i + 1], atoms)
-        np.testing.assert_allclose(out[i:i + 1], alone, atol=1e-7)
-    changed = dist.categorical_projection(probs.at[1].set(jnp.roll(probs[1], 3)), reward.at[1].add(0.7),
-                                          discount.at[1].set(0.1), atoms)
-    np.testing.assert_array_equal(np.delete(np.asarray(changed), 1, axis=0), np.delete(np.asarray(out), 1, axis=0))
+        alone = dist.categorical_projection(
+            probs[i : i + 1], reward[i : i + 1], discount[i : i + 1], atoms
+        )
+        np.testing.assert_allclose(out[i : i + 1], alone, atol=1e-7)
+    changed = dist.categorical_projection(
+        probs.at[1].set(jnp.roll(probs[1], 3)),
+        reward.at[1].add(0.7),
+        discount.at[1].set(0.1),
+        atoms,
+    )
+    np.testing.assert_array_equal(
+        np.delete(np.asarray(changed), 1, axis=0), np.delete(np.asarray(out), 1, axis=0)
+    )
     assert not np.allclose(changed[1], out[1])
 
 
 def test_projection_rejects_mismatched_atoms():
     with pytest.raises(ValueError):
-        dist.categorical_projection(jnp.ones((2, 5)) / 5, jnp.zeros(2), jnp.ones(2), dist.support(4, 0.0, 1.0))
+        dist.categorical_projection(
+            jnp.ones((2, 5)) / 5, jnp.zeros(2), jnp.ones(2), dist.support(4, 0.0, 1.0)
+        )
 
 
 @JIT
@@ -179,7 +207,9 @@ def test_quantile_midpoints_and_expected_value():
         dist.quantile_midpoints(0)
     # .2 * -1 + .3 * 0 + .5 * 1 = .3 ; leading dims [2, 1]
     probs = jnp.array([[[0.2, 0.3, 0.5]], [[1.0, 0.0, 0.0]]])
-    np.testing.assert_allclose(dist.expected_value(probs, jnp.array([-1.0, 0.0, 1.0])), [[0.3], [-1.0]], atol=1e-7)
+    np.testing.assert_allclose(
+        dist.expected_value(probs, jnp.array([-1.0, 0.0, 1.0])), [[0.3], [-1.0]], atol=1e-7
+    )
 
 
 # N = 2 quantiles [0, 1] at taus [.25, .75]; M = 2 targets [.5, 3]. u_ij = target_j - quantile_i:
@@ -203,8 +233,9 @@ def test_quantile_huber_loss_by_hand(jit):
     #   i=0: (.25 * .0625 + .25 * 2) / 2 = .2578125 ; i=1: (.25 * .0625 + .75 * 1) / 2 = .3828125 ; sum .640625
     np.testing.assert_allclose(fn(QUANTILES, TARGETS, TAUS, 2.0), [0.640625], rtol=1e-6)
     # default kappa is 1; a batch of two identical rows gives two identical losses
-    np.testing.assert_allclose(fn(jnp.tile(QUANTILES, (2, 1)), jnp.tile(TARGETS, (2, 1)), TAUS), [0.90625] * 2,
-                               rtol=1e-6)
+    np.testing.assert_allclose(
+        fn(jnp.tile(QUANTILES, (2, 1)), jnp.tile(TARGETS, (2, 1)), TAUS), [0.90625] * 2, rtol=1e-6
+    )
 
 
 def test_quantile_huber_loss_kappa_traced_under_vmap():
@@ -236,7 +267,9 @@ def test_quantile_loss_descent_finds_the_quantiles(kappa):
         return q - 0.02 * grad(q), None
 
     fitted, _ = jax.jit(lambda q: jax.lax.scan(step, q, None, length=3000))(jnp.zeros((1, 4)))
-    np.testing.assert_allclose(fitted[0], np.quantile(np.asarray(samples[0]), np.asarray(taus)), atol=0.02)
+    np.testing.assert_allclose(
+        fitted[0], np.quantile(np.asarray(samples[0]), np.asarray(taus)), atol=0.02
+    )
     np.testing.assert_allclose(fitted[0], -np.log(1.0 - np.asarray(taus)), atol=0.1)
     # the sign: a quantile below (above) its target quantile gets a negative (positive) gradient
     g = grad(fitted + jnp.array([[-0.5, 0.5, -0.5, 0.5]]))

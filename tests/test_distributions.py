@@ -258,11 +258,14 @@ def test_epsilon_greedy_frequencies_by_hand():
     0.15, never 1, and 2 with 0.85. Checked on 40k rows, each count within 5 sigma."""
     n = 40_000
     values = jnp.tile(jnp.array([0.0, 1.0, 2.0]), (n, 1))
-    mask = jnp.ones((n, 3), bool).at[n // 2:, 1].set(False)
+    mask = jnp.ones((n, 3), bool).at[n // 2 :, 1].set(False)
     keys = jax.random.split(jax.random.key(3), n)
     actions = np.asarray(jax.jit(epsilon_greedy)(keys, values, jnp.float32(0.3), mask))
     assert actions.dtype == np.int32 and actions.shape == (n,)
-    for rows, probs in ((actions[: n // 2], [0.1, 0.1, 0.8]), (actions[n // 2:], [0.15, 0.0, 0.85])):
+    for rows, probs in (
+        (actions[: n // 2], [0.1, 0.1, 0.8]),
+        (actions[n // 2 :], [0.15, 0.0, 0.85]),
+    ):
         counts = np.bincount(rows, minlength=3)
         for count, p in zip(counts, probs):
             sigma = max(np.sqrt(len(rows) * p * (1 - p)), 1e-9)
@@ -278,5 +281,8 @@ def test_epsilon_greedy_rows_are_independent_of_the_batch():
     keys = jax.random.split(jax.random.key(5), 64)
     values = jax.random.normal(jax.random.key(6), (64, 4))
     batch = epsilon_greedy(keys, values, jnp.float32(0.5))
-    alone = [int(epsilon_greedy(keys[i:i + 1], values[i:i + 1], jnp.float32(0.5))[0]) for i in range(0, 64, 7)]
+    alone = [
+        int(epsilon_greedy(keys[i : i + 1], values[i : i + 1], jnp.float32(0.5))[0])
+        for i in range(0, 64, 7)
+    ]
     np.testing.assert_array_equal(np.asarray(batch)[::7], alone)

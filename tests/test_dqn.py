@@ -1,6 +1,5 @@
 """DQN: targets, target-network updates, exploration schedule, the off-policy loop, learning."""
 
-
 import dataclasses
 
 import jax
@@ -21,8 +20,14 @@ def _one_step_batch(gamma):
     """Three one-step transitions through the n=1 accumulator: ongoing, terminated, truncated."""
     acc = buffers.nstep_accumulator(1, gamma)
     obs = jnp.array([[0.0], [1.0], [2.0]])
-    t = Transition(obs, jnp.array([0, 1, 0]), jnp.array([1.0, 2.0, 3.0]), jnp.array([False, True, False]),
-                   jnp.array([False, False, True]), obs + 10.0)
+    t = Transition(
+        obs,
+        jnp.array([0, 1, 0]),
+        jnp.array([1.0, 2.0, 3.0]),
+        jnp.array([False, True, False]),
+        jnp.array([False, False, True]),
+        obs + 10.0,
+    )
     state = acc.init(t)
     _, item, valid = acc.push(state, t)
     assert bool(valid.all())
@@ -34,7 +39,9 @@ def test_double_q_target_by_hand(jit):
     gamma = 0.9
     item = _one_step_batch(gamma)
     np.testing.assert_allclose(item.discount, [gamma, 0.0, gamma])  # terminated: no bootstrap
-    np.testing.assert_allclose(item.next_observation[:, 0], [10.0, 11.0, 12.0])  # truncated: final obs
+    np.testing.assert_allclose(
+        item.next_observation[:, 0], [10.0, 11.0, 12.0]
+    )  # truncated: final obs
     q_online = jnp.array([[1.0, 5.0], [3.0, 0.0], [0.0, 2.0]])  # argmax: 1, 0, 1
     q_target = jnp.array([[7.0, 4.0], [100.0, 100.0], [6.0, 8.0]])
     fn = jax.jit(dqn.q_targets, static_argnums=4) if jit else dqn.q_targets
@@ -51,8 +58,14 @@ def test_nstep_target_truncation_bootstraps():
     acc = buffers.nstep_accumulator(3, gamma)
 
     def step(r, term, trunc, nxt):
-        return Transition(jnp.zeros((1, 1)), jnp.zeros((1,), jnp.int32), jnp.array([r]), jnp.array([term]),
-                          jnp.array([trunc]), jnp.array([[nxt]]))
+        return Transition(
+            jnp.zeros((1, 1)),
+            jnp.zeros((1,), jnp.int32),
+            jnp.array([r]),
+            jnp.array([term]),
+            jnp.array([trunc]),
+            jnp.array([[nxt]]),
+        )
 
     state = acc.init(step(0.0, False, False, 0.0))
     for t in [step(1.0, False, False, 1.0), step(1.0, False, True, 2.0)]:
@@ -62,7 +75,9 @@ def test_nstep_target_truncation_bootstraps():
     np.testing.assert_allclose(item.reward, [1.0 + 0.5])  # two steps, then the truncation
     np.testing.assert_allclose(item.discount, [0.25])  # gamma^2, bootstrapped
     np.testing.assert_allclose(item.next_observation, [[2.0]])
-    target = dqn.q_targets(jnp.array([[0.0, 1.0]]), jnp.array([[10.0, 20.0]]), item.reward, item.discount)
+    target = dqn.q_targets(
+        jnp.array([[0.0, 1.0]]), jnp.array([[10.0, 20.0]]), item.reward, item.discount
+    )
     np.testing.assert_allclose(target, [1.5 + 0.25 * 20.0])
 
 
@@ -73,7 +88,9 @@ def test_target_updates_hard_and_polyak():
     np.testing.assert_allclose(hard(2)["w"], [0.0, 10.0])
     np.testing.assert_allclose(hard(3)["w"], [1.0, 20.0])
     np.testing.assert_allclose(hard(6)["w"], [1.0, 20.0])
-    polyak = jax.jit(lambda n: dqn.update_target(target, online, n, 1, jnp.asarray(0.1)))(jnp.asarray(7))
+    polyak = jax.jit(lambda n: dqn.update_target(target, online, n, 1, jnp.asarray(0.1)))(
+        jnp.asarray(7)
+    )
     np.testing.assert_allclose(polyak["w"], [0.1, 11.0], rtol=1e-6)
 
 
@@ -86,7 +103,9 @@ def test_epsilon_greedy_per_env_draws():
     obs = jnp.zeros((512, 4))
     actions, _ = built.agent.act(state, obs, jax.random.key(1))
     assert 0.4 < float(actions.mean()) < 0.6
-    greedy_state = state.replace(hparams=state.hparams.replace(epsilon_start=jnp.zeros(()), epsilon_end=jnp.zeros(())))
+    greedy_state = state.replace(
+        hparams=state.hparams.replace(epsilon_start=jnp.zeros(()), epsilon_end=jnp.zeros(()))
+    )
     actions, _ = built.agent.act(greedy_state, obs, jax.random.key(1))
     np.testing.assert_array_equal(actions, built.agent.policy(state.params, obs, None))
 
@@ -96,16 +115,32 @@ def test_config_validation_and_registry():
     with pytest.raises(ValueError, match="learning_starts"):
         experiment.make_config("dqn", "CartPole-v1", total_steps=1000, learning_starts=1000)
     with pytest.raises(ValueError, match="cannot sweep"):
-        jrl.train("dqn", "CartPole-v1", total_steps=1000, learning_starts=100, sweep={"gae_lambda": [0.9]},
-                  progress=False)
+        jrl.train(
+            "dqn",
+            "CartPole-v1",
+            total_steps=1000,
+            learning_starts=100,
+            sweep={"gae_lambda": [0.9]},
+            progress=False,
+        )
 
 
 def test_no_gradient_clipping():
     """max_grad_norm = 0 turns clipping off (PureJaxRL's DQN has none): the run trains and reports
     no train/grad_norm, whose global reduction would cost time for the metric alone; a negative
     value is refused."""
-    res = jrl.train("dqn", "CartPole-v1", total_steps=512, learning_starts=256, num_envs=4, batch_size=32,
-                    buffer_size=256, max_grad_norm=0.0, progress=False, num_reports=1)
+    res = jrl.train(
+        "dqn",
+        "CartPole-v1",
+        total_steps=512,
+        learning_starts=256,
+        num_envs=4,
+        batch_size=32,
+        buffer_size=256,
+        max_grad_norm=0.0,
+        progress=False,
+        num_reports=1,
+    )
     assert "train/grad_norm" not in res.metrics and np.isfinite(res.metrics["train/loss"][0, -1])
     assert res.metrics["train/updates"][0, -1] > 0
     with pytest.raises(ValueError, match="max_grad_norm must be >= 0"):
@@ -120,25 +155,47 @@ def test_adam_eps_reaches_the_optimizer():
     batch = 8
     obs = jax.random.normal(jax.random.key(1), (batch, 4))
     false = jnp.zeros(batch, bool)
-    items = buffers.NStepTransition(obs, jnp.zeros(batch, jnp.int32), jnp.ones(batch), jnp.full(batch, 0.99), obs,
-                                    false, false, jnp.ones(batch, jnp.int32))
+    items = buffers.NStepTransition(
+        obs,
+        jnp.zeros(batch, jnp.int32),
+        jnp.ones(batch),
+        jnp.full(batch, 0.99),
+        obs,
+        false,
+        false,
+        jnp.ones(batch, jnp.int32),
+    )
     sample = buffers.Sample(items, jnp.arange(batch), jnp.ones(batch))
     steps = {}
     for eps in (1e-5, 1e3):
         built = dqn.build(dataclasses.replace(cfg, adam_eps=eps), env, params)
         state = built.agent.init(jax.random.key(0), built.spec)
         new, _ = built.agent.learn(state, sample, jax.random.key(2))
-        delta = jax.tree.leaves(jax.tree.map(lambda a, b: jnp.max(jnp.abs(a - b)), new.params, state.params))
+        delta = jax.tree.leaves(
+            jax.tree.map(lambda a, b: jnp.max(jnp.abs(a - b)), new.params, state.params)
+        )
         steps[eps] = max(float(d) for d in delta)
-    np.testing.assert_allclose(steps[1e-5], cfg.learning_rate, rtol=1e-2)  # Adam's first step: lr * sign(g)
+    np.testing.assert_allclose(
+        steps[1e-5], cfg.learning_rate, rtol=1e-2
+    )  # Adam's first step: lr * sign(g)
     assert steps[1e3] < 1e-2 * steps[1e-5]
     with pytest.raises(ValueError, match="adam_eps must be positive"):
         experiment.make_config("dqn", "CartPole-v1", adam_eps=0.0)
 
 
 def test_off_policy_loop_counts_and_determinism():
-    kwargs = dict(total_steps=2_048, learning_starts=512, num_envs=4, steps_per_iteration=8, updates_per_iteration=2,
-                  buffer_size=1_000, batch_size=32, n_step=1, progress=False, num_reports=2)
+    kwargs = dict(
+        total_steps=2_048,
+        learning_starts=512,
+        num_envs=4,
+        steps_per_iteration=8,
+        updates_per_iteration=2,
+        buffer_size=1_000,
+        batch_size=32,
+        n_step=1,
+        progress=False,
+        num_reports=2,
+    )
     a = jrl.train("dqn", "CartPole-v1", seeds=2, **kwargs)
     b = jrl.train("dqn", "CartPole-v1", seeds=2, **kwargs)
     for k in a.metrics:
@@ -147,16 +204,35 @@ def test_off_policy_loop_counts_and_determinism():
     np.testing.assert_array_equal(a.metrics["train/env_steps"][0], np.arange(1, 65) * 32)
     assert int(a.metrics["train/updates"][0, -1]) == 49 * 2 == a.config.num_updates
     assert int(a.final_state.buffer_state.size[0]) == 1_000
-    assert not np.array_equal(a.metrics["train/loss"][0], a.metrics["train/loss"][1])  # seeds differ
+    assert not np.array_equal(
+        a.metrics["train/loss"][0], a.metrics["train/loss"][1]
+    )  # seeds differ
 
 
 def test_prioritized_dueling_nstep_sweep_runs(tmp_path):
     """Every flag together, with a sweep over a DQN hparam, in one program; the run folder is written."""
-    res = jrl.train("dqn", "CartPole-v1", seeds=1, total_steps=2_048, learning_starts=520, num_envs=4,
-                    steps_per_iteration=8, updates_per_iteration=2, buffer_size=1_000, batch_size=32,
-                    prioritized=True, dueling=True,
-                    n_step=3, tau=0.5, double_q=False, loss="mse", sweep={"epsilon_end": [0.0, 0.1]},
-                    progress=False, num_reports=2, out=tmp_path / "run")
+    res = jrl.train(
+        "dqn",
+        "CartPole-v1",
+        seeds=1,
+        total_steps=2_048,
+        learning_starts=520,
+        num_envs=4,
+        steps_per_iteration=8,
+        updates_per_iteration=2,
+        buffer_size=1_000,
+        batch_size=32,
+        prioritized=True,
+        dueling=True,
+        n_step=3,
+        tau=0.5,
+        double_q=False,
+        loss="mse",
+        sweep={"epsilon_end": [0.0, 0.1]},
+        progress=False,
+        num_reports=2,
+        out=tmp_path / "run",
+    )
     assert res.num_runs == 2
     assert np.isfinite(res.metrics["train/loss"]).all()
     # the n-step warm-up steps (n - 1 per env) are counted
@@ -174,9 +250,23 @@ def test_prioritized_dueling_nstep_sweep_runs(tmp_path):
 def test_dqn_truncation_probe_nstep():
     """3-step DQN on the truncation probe: Q(s, a) = 1/(1-gamma) for every state and action."""
     gamma = 0.9
-    res = jrl.train("dqn", "TruncationProbe-v0", seeds=2, total_steps=30_000, learning_starts=1_000, n_step=3,
-                    gamma=gamma, learning_rate=5e-4, updates_per_iteration=4, buffer_size=20_000,
-                    target_update_interval=100, anneal_lr=True, loss="huber", progress=False, num_reports=2)
+    res = jrl.train(
+        "dqn",
+        "TruncationProbe-v0",
+        seeds=2,
+        total_steps=30_000,
+        learning_starts=1_000,
+        n_step=3,
+        gamma=gamma,
+        learning_rate=5e-4,
+        updates_per_iteration=4,
+        buffer_size=20_000,
+        target_update_interval=100,
+        anneal_lr=True,
+        loss="huber",
+        progress=False,
+        num_reports=2,
+    )
     env, params = jrl_envs.make("TruncationProbe-v0")
     built = dqn.build(res.config, env, params)
     obs = jnp.arange(20, dtype=jnp.float32)[:, None] / 20.0  # every state of an episode
@@ -200,9 +290,16 @@ def test_sharded_two_devices_runs(tmp_path):
         " progress=False, num_reports=2)\n"
         "assert np.isfinite(res.metrics['train/loss']).all(), res.metrics['train/loss']\n"
         "assert int(res.metrics['train/env_steps'][0, -1]) == 1024 + 4, res.metrics['train/env_steps']\n"
-        "print('OK')\n")
-    env = {**os.environ, "JAX_PLATFORMS": "cpu", "XLA_FLAGS": "--xla_force_host_platform_device_count=2"}
-    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=600, env=env)
+        "print('OK')\n"
+    )
+    env = {
+        **os.environ,
+        "JAX_PLATFORMS": "cpu",
+        "XLA_FLAGS": "--xla_force_host_platform_device_count=2",
+    }
+    out = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=600, env=env
+    )
     assert out.returncode == 0 and "OK" in out.stdout, out.stderr[-3000:]
 
 
@@ -218,7 +315,9 @@ def test_scalar_head_loss_and_priority_by_hand():
     # targets 1 + 0.5 * 4 = 3 and 1 (terminal): TD -1 and -1
     np.testing.assert_allclose(loss, [0.5, 0.5])
     np.testing.assert_allclose(priority, [1.0, 1.0])
-    huber, _ = dqn.scalar_head("huber").loss(jnp.array([5.0]), jnp.array([0.0]), jnp.array([1.0]), jnp.array([0.0]))
+    huber, _ = dqn.scalar_head("huber").loss(
+        jnp.array([5.0]), jnp.array([0.0]), jnp.array([1.0]), jnp.array([0.0])
+    )
     np.testing.assert_allclose(huber, [4.0 - 0.5])  # |TD| = 4 > 1: linear part
 
 
@@ -241,7 +340,9 @@ def test_quantile_head_by_hand():
     """Two quantiles (taus 1/4, 3/4) at 0 and 2; target r + d * z' = 1 + 0.5 * [2, 2] = [2, 2]:
     quantile 0 is below both targets (weight tau = 1/4), quantile 1 equals them (u = 0)."""
     head = dqn.quantile_head(2, kappa=1.0)
-    loss, _ = head.loss(jnp.array([[0.0, 2.0]]), jnp.array([[2.0, 2.0]]), jnp.array([1.0]), jnp.array([0.5]))
+    loss, _ = head.loss(
+        jnp.array([[0.0, 2.0]]), jnp.array([[2.0, 2.0]]), jnp.array([1.0]), jnp.array([0.5])
+    )
     # u = 2 for quantile 0: 0.25 * huber(2) = 0.25 * 1.5; quantile 1: 0
     np.testing.assert_allclose(loss, [0.25 * 1.5], rtol=1e-6)
     np.testing.assert_allclose(head.q_values(jnp.array([[[0.0, 2.0], [4.0, 6.0]]])), [[1.0, 5.0]])
@@ -254,8 +355,10 @@ def test_masked_bootstrap_action():
     mask = jnp.array([[False, True, True]])
     np.testing.assert_array_equal(dqn.greedy_next_actions(q_online, q_target, True, mask), [2])
     np.testing.assert_array_equal(dqn.greedy_next_actions(q_online, q_target, False, mask), [2])
-    np.testing.assert_allclose(dqn.q_targets(q_online, q_target, jnp.array([1.0]), jnp.array([0.5]), True, mask),
-                               [1.0 + 0.5 * 20.0])
+    np.testing.assert_allclose(
+        dqn.q_targets(q_online, q_target, jnp.array([1.0]), jnp.array([0.5]), True, mask),
+        [1.0 + 0.5 * 20.0],
+    )
 
 
 @pytest.mark.parametrize("agent", ["dqn", "c51", "qrdqn", "rainbow"])
@@ -276,7 +379,9 @@ def test_act_respects_the_action_mask(agent):
         greedy = built.agent.policy(state.params, obs, None)
         assert bool(jnp.take_along_axis(mask, greedy[:, None], axis=1).all())
         if eps == 1.0:
-            assert len(np.unique(np.asarray(actions))) == 4  # explores every action that is ever valid
+            assert (
+                len(np.unique(np.asarray(actions))) == 4
+            )  # explores every action that is ever valid
         elif not cfg.noisy:
             np.testing.assert_array_equal(actions, greedy)
 
@@ -284,8 +389,17 @@ def test_act_respects_the_action_mask(agent):
 def test_dqn_learns_the_masked_probe():
     """Trained with masks, DQN never takes an invalid action (every episode of 8 steps returns
     at least 8 * 0.25 = 2; one invalid action costs -10) and picks the highest valid action."""
-    res = jrl.train("dqn", "MaskedProbe-v0", seeds=2, total_steps=12_000, learning_starts=1_000, gamma=0.5,
-                    target_update_interval=50, progress=False, num_reports=4)
+    res = jrl.train(
+        "dqn",
+        "MaskedProbe-v0",
+        seeds=2,
+        total_steps=12_000,
+        learning_starts=1_000,
+        gamma=0.5,
+        target_update_interval=50,
+        progress=False,
+        num_reports=4,
+    )
     returns = res.metrics["train/episode_return"]
     assert np.nanmin(returns) >= 2.0, returns
     env, params = jrl_envs.make("MaskedProbe-v0")
@@ -306,8 +420,14 @@ def test_variants_are_dqn_configs_with_other_defaults():
     assert isinstance(c51, dqn.DQNConfig) and isinstance(rainbow, dqn.DQNConfig)
     assert (c51.distribution, c51.v_min, c51.v_max) == ("categorical", 0.0, 100.0)
     assert (qr.distribution, qr.num_atoms) == ("quantile", 32)
-    assert (rainbow.double_q, rainbow.dueling, rainbow.n_step, rainbow.prioritized, rainbow.noisy,
-            rainbow.distribution) == (True, True, 3, True, True, "categorical")
+    assert (
+        rainbow.double_q,
+        rainbow.dueling,
+        rainbow.n_step,
+        rainbow.prioritized,
+        rainbow.noisy,
+        rainbow.distribution,
+    ) == (True, True, 3, True, True, "categorical")
     assert experiment.make_config("dqn", "CartPole-v1").distribution == "none"
     with pytest.raises(ValueError, match="distribution"):
         experiment.make_config("dqn", "CartPole-v1", distribution="gaussian")
@@ -318,10 +438,23 @@ def test_variants_are_dqn_configs_with_other_defaults():
 
 @pytest.mark.parametrize("agent", ["c51", "qrdqn", "rainbow"])
 def test_variants_train_and_write_a_run_folder(agent, tmp_path):
-    res = jrl.train(agent, "CartPole-v1", seeds=2, total_steps=2_048, learning_starts=512, num_envs=4,
-                    steps_per_iteration=8, buffer_size=1_000, batch_size=32, progress=False, num_reports=2,
-                    out=tmp_path / agent)
-    assert np.isfinite(res.metrics["train/loss"]).all() and res.metrics["train/loss"][:, -1].min() > 0
+    res = jrl.train(
+        agent,
+        "CartPole-v1",
+        seeds=2,
+        total_steps=2_048,
+        learning_starts=512,
+        num_envs=4,
+        steps_per_iteration=8,
+        buffer_size=1_000,
+        batch_size=32,
+        progress=False,
+        num_reports=2,
+        out=tmp_path / agent,
+    )
+    assert (
+        np.isfinite(res.metrics["train/loss"]).all() and res.metrics["train/loss"][:, -1].min() > 0
+    )
     for name in experiment.RUN_FILES:
         assert (tmp_path / agent / name).exists()
 
@@ -336,7 +469,9 @@ def test_value_based_spaces():
     assert n == 4 and obs_space.shape == (4,)
     with pytest.raises(ValueError, match="PQN needs a Discrete action space"):
         EnvSpec(spaces.Box(-1.0, 1.0, (3,)), spaces.Box(-1.0, 1.0, (1,))).value_based("PQN")
-    bad = spaces.Dict({"observation": spaces.Box(0.0, 1.0, (4,)), "action_mask": spaces.Box(0, 1, (3,), bool)})
+    bad = spaces.Dict(
+        {"observation": spaces.Box(0.0, 1.0, (4,)), "action_mask": spaces.Box(0, 1, (3,), bool)}
+    )
     with pytest.raises(ValueError, match=r"action_mask has shape \(3,\), expected \(4,\)"):
         EnvSpec(bad, spaces.Discrete(4)).value_based("DQN")
     with pytest.raises(ValueError, match="DQN needs a Discrete"):

@@ -13,8 +13,9 @@ from jrl.wrappers import VmapEnv
 
 def test_truncation_probe_episodes_return_their_length():
     env, params = jrl_envs.make("TruncationProbe-v0")  # reward 1 per step, truncated at 20
-    ret, length = jax.jit(lambda k: episode_returns(lambda o, k: jnp.zeros(o.shape[0], jnp.int32), env, k, 5,
-                                                    params))(jax.random.key(0))
+    ret, length = jax.jit(
+        lambda k: episode_returns(lambda o, k: jnp.zeros(o.shape[0], jnp.int32), env, k, 5, params)
+    )(jax.random.key(0))
     np.testing.assert_array_equal(ret, [20.0] * 5)
     np.testing.assert_array_equal(length, [20] * 5)
 
@@ -23,15 +24,22 @@ def test_episodes_of_different_lengths_stop_counting_when_they_end():
     """CartPole pushed left every step: each env falls after its own number of steps (reward 1 each);
     nothing is counted after an env's first episode ends."""
     env, params = jrl_envs.make("CartPole-v1")
-    ret, length = episode_returns(lambda o, k: jnp.zeros(o.shape[0], jnp.int32), env, jax.random.key(3), 16, params)
+    ret, length = episode_returns(
+        lambda o, k: jnp.zeros(o.shape[0], jnp.int32), env, jax.random.key(3), 16, params
+    )
     np.testing.assert_array_equal(ret, length.astype(np.float32))
-    assert 5 <= int(length.min()) and int(length.max()) <= 15 and len(np.unique(np.asarray(length))) > 1
+    assert (
+        5 <= int(length.min())
+        and int(length.max()) <= 15
+        and len(np.unique(np.asarray(length))) > 1
+    )
 
 
 def test_max_steps_cuts_an_env_without_a_time_limit():
     env = TruncationProbe()  # bare: never terminates
-    ret, length = episode_returns(lambda o, k: jnp.zeros(o.shape[0], jnp.int32), env, jax.random.key(0), 3,
-                                  max_steps=7)
+    ret, length = episode_returns(
+        lambda o, k: jnp.zeros(o.shape[0], jnp.int32), env, jax.random.key(0), 3, max_steps=7
+    )
     np.testing.assert_array_equal(length, [7, 7, 7])
 
 

@@ -41,11 +41,13 @@ def jrl_imports(path: pathlib.Path) -> set[str]:
             if node.module == "jrl":
                 found |= {alias.name for alias in node.names if not alias.name.startswith("__")}
             elif node.module.startswith("jrl."):
-                package = node.module[len("jrl."):]
+                package = node.module[len("jrl.") :]
                 found.add(package)  # and `from jrl.run import anakin` also names "run.anakin"
                 found |= {f"{package}.{alias.name}" for alias in node.names if package in PACKAGES}
         elif isinstance(node, ast.Import):
-            found |= {alias.name[len("jrl."):] for alias in node.names if alias.name.startswith("jrl.")}
+            found |= {
+                alias.name[len("jrl.") :] for alias in node.names if alias.name.startswith("jrl.")
+            }
     return found
 
 
@@ -72,15 +74,20 @@ def test_table_parses_known_rows():
 
 def test_imports_are_collected_at_any_depth(tmp_path):
     src = tmp_path / "m.py"
-    src.write_text("from jrl import loops, spaces as sp\nimport jrl.buffers\n"
-                   "def f():\n    from jrl.run import anakin\n    from jrl.envs import registry\n"
-                   "from . import local\nimport numpy\n")
+    src.write_text(
+        "from jrl import loops, spaces as sp\nimport jrl.buffers\n"
+        "def f():\n    from jrl.run import anakin\n    from jrl.envs import registry\n"
+        "from . import local\nimport numpy\n"
+    )
     assert jrl_imports(src) == {"loops", "spaces", "buffers", "run", "run.anakin", "envs"}
 
 
 def test_every_core_module_is_placed(table):
-    modules = {".".join(p.relative_to(ROOT / "jrl").with_suffix("").parts)
-               for p in (ROOT / "jrl").rglob("*.py") if p.name != "__init__.py"}
+    modules = {
+        ".".join(p.relative_to(ROOT / "jrl").with_suffix("").parts)
+        for p in (ROOT / "jrl").rglob("*.py")
+        if p.name != "__init__.py"
+    }
     unplaced = sorted(modules - set(table) - ANY_LAYER)
     assert not unplaced, f"place these modules in ARCHITECTURE.md's layout table: {unplaced}"
 
@@ -99,7 +106,9 @@ def test_core_imports_only_its_own_layer_or_above(table):
             if dep.split(".")[0] in ANY_LAYER or theirs is None:
                 continue
             if theirs > mine:
-                bad.append(f"jrl/{path.relative_to(ROOT / 'jrl')} (layer {mine}) imports jrl.{dep} (layer {theirs})")
+                bad.append(
+                    f"jrl/{path.relative_to(ROOT / 'jrl')} (layer {mine}) imports jrl.{dep} (layer {theirs})"
+                )
     assert not bad, "\n".join(bad)
 
 
@@ -114,5 +123,7 @@ def test_envs_and_agents_stay_in_their_layers(table, folder, highest):
                 continue
             theirs = layer_of(dep, table)
             if theirs is None or theirs > highest:
-                bad.append(f"{folder}/{path.relative_to(ROOT / folder)} imports jrl.{dep} (layer {theirs})")
+                bad.append(
+                    f"{folder}/{path.relative_to(ROOT / folder)} imports jrl.{dep} (layer {theirs})"
+                )
     assert not bad, "\n".join(bad)

@@ -26,7 +26,9 @@ QUIET = dict(progress=False)
 
 def cli(*args, timeout=600):
     env = {**os.environ, "JAX_PLATFORMS": "cpu", "MPLBACKEND": "Agg"}
-    return subprocess.run(JRL + [str(a) for a in args], capture_output=True, text=True, timeout=timeout, env=env)
+    return subprocess.run(
+        JRL + [str(a) for a in args], capture_output=True, text=True, timeout=timeout, env=env
+    )
 
 
 def assert_same_run(a: experiment.TrainResult, b: experiment.TrainResult):
@@ -40,7 +42,9 @@ def assert_same_run(a: experiment.TrainResult, b: experiment.TrainResult):
 
 RESUME_CASES = {
     "ppo": dict(total_steps=6144, num_reports=6),
-    "dqn-per": dict(total_steps=3000, num_reports=6, learning_starts=500, prioritized=True, buffer_size=2000),
+    "dqn-per": dict(
+        total_steps=3000, num_reports=6, learning_starts=500, prioritized=True, buffer_size=2000
+    ),
 }
 
 
@@ -52,32 +56,69 @@ def test_interrupted_and_resumed_run_equals_uninterrupted(case, tmp_path):
     kw = RESUME_CASES[case]
     whole = experiment.train(agent, "CartPole-v1", 2, out=tmp_path / "whole", **QUIET, **kw)
     with pytest.raises(experiment.TrainingInterrupted) as stopped:
-        experiment.train(agent, "CartPole-v1", 2, out=tmp_path / "split", stop_at_steps=kw["total_steps"] // 3,
-                         **QUIET, **kw)
+        experiment.train(
+            agent,
+            "CartPole-v1",
+            2,
+            out=tmp_path / "split",
+            stop_at_steps=kw["total_steps"] // 3,
+            **QUIET,
+            **kw,
+        )
     assert stopped.value.exit_code == 0 and stopped.value.checkpoint.is_dir()
     first = checkpoint.steps(tmp_path / "split")
     assert len(first) == 1 and 0 < first[0] < whole.metrics["train/loss"].shape[1]
     resumed = experiment.resume(tmp_path / "split", **QUIET)
     assert_same_run(whole, resumed)
-    assert (tmp_path / "whole" / "metrics.csv").read_text() == (tmp_path / "split" / "metrics.csv").read_text()
-    if case == "dqn-per":  # the replay contents and the priorities' sum tree travel with the checkpoint
-        saved = {path for path, _, _ in json.loads(
-            (tmp_path / "split" / "checkpoints" / str(first[0]) / "meta" / "metadata").read_text())["leaves"]}
+    assert (tmp_path / "whole" / "metrics.csv").read_text() == (
+        tmp_path / "split" / "metrics.csv"
+    ).read_text()
+    if (
+        case == "dqn-per"
+    ):  # the replay contents and the priorities' sum tree travel with the checkpoint
+        saved = {
+            path
+            for path, _, _ in json.loads(
+                (
+                    tmp_path / "split" / "checkpoints" / str(first[0]) / "meta" / "metadata"
+                ).read_text()
+            )["leaves"]
+        }
         assert {"buffer_state/tree", "buffer_state/max_priority", "buffer_state/position"} <= saved
 
 
 def test_sharded_run_resumes_exactly(tmp_path):
     """PPO data-parallel over 2 (fake) devices: stopped and resumed through the CLI, the same
     parameters (params.msgpack bytes) and metrics.csv as the run that never stopped."""
-    env = {**os.environ, "JAX_PLATFORMS": "cpu", "MPLBACKEND": "Agg",
-           "XLA_FLAGS": "--xla_force_host_platform_device_count=2"}
+    env = {
+        **os.environ,
+        "JAX_PLATFORMS": "cpu",
+        "MPLBACKEND": "Agg",
+        "XLA_FLAGS": "--xla_force_host_platform_device_count=2",
+    }
 
     def run(*args):
-        out = subprocess.run(JRL + ["train", *map(str, args)], capture_output=True, text=True, timeout=600, env=env)
+        out = subprocess.run(
+            JRL + ["train", *map(str, args)], capture_output=True, text=True, timeout=600, env=env
+        )
         return out
 
-    common = ["ppo", "--devices", "2", "--seeds", "2", "--total-steps", "4096", "--num-reports", "4", "--quiet",
-              "--eval-every", "2048", "--eval-episodes", "2"]
+    common = [
+        "ppo",
+        "--devices",
+        "2",
+        "--seeds",
+        "2",
+        "--total-steps",
+        "4096",
+        "--num-reports",
+        "4",
+        "--quiet",
+        "--eval-every",
+        "2048",
+        "--eval-episodes",
+        "2",
+    ]
     assert run(*common, "--out", tmp_path / "whole").returncode == 0
     stopped = run(*common, "--out", tmp_path / "split", "--stop-at-steps", "1024")
     assert stopped.returncode == 0 and "Resume with" in stopped.stderr, stopped.stderr[-2000:]
@@ -85,17 +126,24 @@ def test_sharded_run_resumes_exactly(tmp_path):
     resumed = run("--resume", tmp_path / "split", "--quiet")
     assert resumed.returncode == 0, resumed.stderr[-2000:]
     for name in ("params.msgpack", "metrics.csv"):
-        assert (tmp_path / "whole" / name).read_bytes() == (tmp_path / "split" / name).read_bytes(), name
+        assert (tmp_path / "whole" / name).read_bytes() == (
+            tmp_path / "split" / name
+        ).read_bytes(), name
 
 
 def test_resuming_from_an_older_checkpoint_replaces_the_later_history(tmp_path):
     """A finished run continued from its checkpoint at iteration 4 of 8: the later checkpoints
     are dropped, the run is replayed to the same end, and the folder ends as it was."""
     run = tmp_path / "r"
-    kw = dict(total_steps=4096, num_reports=8, checkpoint_every=1024, keep_checkpoints=5, log=["jsonl"])
+    kw = dict(
+        total_steps=4096, num_reports=8, checkpoint_every=1024, keep_checkpoints=5, log=["jsonl"]
+    )
     whole = experiment.train("ppo", "CartPole-v1", 1, out=run, **QUIET, **kw)
     assert checkpoint.steps(run) == [2, 4, 6, 8]
-    files = {name: (run / name).read_bytes() for name in ("metrics.csv", "metrics.jsonl", "params.msgpack")}
+    files = {
+        name: (run / name).read_bytes()
+        for name in ("metrics.csv", "metrics.jsonl", "params.msgpack")
+    }
     with pytest.raises(checkpoint.CheckpointError, match="already complete"):
         experiment.resume(run, **QUIET)
     with pytest.raises(experiment.TrainingInterrupted):
@@ -111,8 +159,16 @@ def test_resuming_from_an_older_checkpoint_replaces_the_later_history(tmp_path):
 def test_overwrite_checks_before_it_deletes_and_only_deletes_a_jrl_run(tmp_path):
     run = tmp_path / "r"
     with pytest.raises(experiment.TrainingInterrupted):
-        experiment.train("ppo", "CartPole-v1", 1, out=run, total_steps=2048, num_reports=2, stop_at_steps=1024,
-                         **QUIET)
+        experiment.train(
+            "ppo",
+            "CartPole-v1",
+            1,
+            out=run,
+            total_steps=2048,
+            num_reports=2,
+            stop_at_steps=1024,
+            **QUIET,
+        )
     before = {p: p.read_bytes() for p in run.rglob("*") if p.is_file()}
     pytest.importorskip("tensorboardX")
     try:
@@ -131,7 +187,9 @@ def test_overwrite_checks_before_it_deletes_and_only_deletes_a_jrl_run(tmp_path)
     (foreign / "checkpoints").mkdir(parents=True)
     (foreign / "checkpoints" / "mine.txt").write_text("not jrl's")
     with pytest.raises(FileExistsError, match="no jrl config.json"):
-        experiment.train("ppo", "CartPole-v1", out=foreign, overwrite=True, total_steps=2048, **QUIET)
+        experiment.train(
+            "ppo", "CartPole-v1", out=foreign, overwrite=True, total_steps=2048, **QUIET
+        )
     assert (foreign / "checkpoints" / "mine.txt").read_text() == "not jrl's"
 
 
@@ -145,11 +203,15 @@ def test_a_signal_during_the_final_save_does_not_lose_the_run(tmp_path, monkeypa
         return real_save(self, step, *args, **kwargs)
 
     monkeypatch.setattr(checkpoint.Checkpointer, "save", save_with_signal)
-    result = experiment.train("ppo", "CartPole-v1", 1, out=tmp_path, total_steps=2048, num_reports=2, **QUIET)
+    result = experiment.train(
+        "ppo", "CartPole-v1", 1, out=tmp_path, total_steps=2048, num_reports=2, **QUIET
+    )
     assert int(result.env_steps[-1]) == 2048 and checkpoint.steps(tmp_path) == [4]
 
 
-def test_a_failing_sink_stops_training_with_a_checkpoint_of_the_last_good_chunk(tmp_path, monkeypatch):
+def test_a_failing_sink_stops_training_with_a_checkpoint_of_the_last_good_chunk(
+    tmp_path, monkeypatch
+):
     from jrl import sinks
 
     calls = []
@@ -161,7 +223,9 @@ def test_a_failing_sink_stops_training_with_a_checkpoint_of_the_last_good_chunk(
 
     monkeypatch.setattr(sinks.CSVSink, "write", failing_write)
     with pytest.raises(OSError, match="disk full"):
-        experiment.train("ppo", "CartPole-v1", 1, out=tmp_path, total_steps=4096, num_reports=8, **QUIET)
+        experiment.train(
+            "ppo", "CartPole-v1", 1, out=tmp_path, total_steps=4096, num_reports=8, **QUIET
+        )
     assert checkpoint.steps(tmp_path) == [calls[-1]] == [3]
 
 
@@ -202,15 +266,20 @@ def test_checkpointer_keeps_the_last_k_and_ignores_an_unfinished_save(tmp_path):
     ck.close()
     assert checkpoint.steps(tmp_path) == [2, 3]
     # a save killed half-way leaves orbax's temporary folder (and maybe a step folder without its items)
-    shutil.copytree(tmp_path / "checkpoints" / "3", tmp_path / "checkpoints" / "4.orbax-checkpoint-tmp-99")
+    shutil.copytree(
+        tmp_path / "checkpoints" / "3", tmp_path / "checkpoints" / "4.orbax-checkpoint-tmp-99"
+    )
     (tmp_path / "checkpoints" / "5").mkdir()
     assert checkpoint.steps(tmp_path) == [2, 3]
     assert checkpoint.load(tmp_path, like).step == 3
 
 
 def _corrupt(run: Path, step: int):
-    data = sorted(p for p in (run / "checkpoints" / str(step) / "arrays").rglob("*") if p.is_file()
-                  and p.parent.name == "d")
+    data = sorted(
+        p
+        for p in (run / "checkpoints" / str(step) / "arrays").rglob("*")
+        if p.is_file() and p.parent.name == "d"
+    )
     assert data
     for p in data:
         p.write_bytes(p.read_bytes()[: p.stat().st_size // 2])
@@ -227,7 +296,9 @@ def test_bad_checkpoints_are_refused_with_a_clear_error(tmp_path):
         checkpoint.load(tmp_path, like, step=7)
     # another agent's state: the differing leaves are named
     other, other_keys, _ = _init_states("dqn", 1)
-    with pytest.raises(checkpoint.CheckpointError, match="different train state.*(missing|only|is)"):
+    with pytest.raises(
+        checkpoint.CheckpointError, match="different train state.*(missing|only|is)"
+    ):
         checkpoint.load(tmp_path, anakin.abstract_states(other.algorithm, other_keys))
     # a newer format
     meta = tmp_path / "checkpoints" / "2" / "meta" / "metadata"
@@ -249,26 +320,50 @@ def test_bad_checkpoints_are_refused_with_a_clear_error(tmp_path):
 def test_resume_refuses_another_config_and_changes_nothing(tmp_path):
     run = tmp_path / "r"
     with pytest.raises(experiment.TrainingInterrupted):
-        experiment.train("ppo", "CartPole-v1", 1, out=run, total_steps=4096, num_reports=4, stop_at_steps=1024,
-                         **QUIET)
+        experiment.train(
+            "ppo",
+            "CartPole-v1",
+            1,
+            out=run,
+            total_steps=4096,
+            num_reports=4,
+            stop_at_steps=1024,
+            **QUIET,
+        )
     before = {p: p.read_bytes() for p in run.rglob("*") if p.is_file()}
-    with pytest.raises(checkpoint.CheckpointError, match="learning_rate: saved 0.00025, given 0.001"):
+    with pytest.raises(
+        checkpoint.CheckpointError, match="learning_rate: saved 0.00025, given 0.001"
+    ):
         experiment.resume(run, learning_rate=1e-3, **QUIET)
     with pytest.raises(checkpoint.CheckpointError, match="agent: saved 'ppo', given 'a2c'"):
         experiment.resume(run, agent="a2c", **QUIET)
     out = cli("train", "--resume", run, "--gamma", "0.9")
-    assert out.returncode == 2 and "gamma: saved 0.99, given 0.9" in out.stderr and "Traceback" not in out.stderr
+    assert (
+        out.returncode == 2
+        and "gamma: saved 0.99, given 0.9" in out.stderr
+        and "Traceback" not in out.stderr
+    )
     meta = run / "checkpoints" / str(checkpoint.steps(run)[-1]) / "meta" / "metadata"
     record = meta.read_text()
-    meta.write_text(json.dumps({**json.loads(record), "format_version": checkpoint.FORMAT_VERSION + 1}))
+    meta.write_text(
+        json.dumps({**json.loads(record), "format_version": checkpoint.FORMAT_VERSION + 1})
+    )
     out = cli("train", "--resume", run)
-    assert out.returncode == 2 and "newer than this jrl" in out.stderr and "Traceback" not in out.stderr
+    assert (
+        out.returncode == 2
+        and "newer than this jrl" in out.stderr
+        and "Traceback" not in out.stderr
+    )
     meta.write_text(record)
     _corrupt(run, checkpoint.steps(run)[-1])
     corrupted = {p: p.read_bytes() for p in run.rglob("*") if p.is_file()}
     out = cli("train", "--resume", run)
-    assert out.returncode == 2 and "is corrupt" in out.stderr and "Traceback" not in out.stderr, out.stderr
-    assert {p: p.read_bytes() for p in run.rglob("*") if p.is_file()} == corrupted  # nothing written
+    assert out.returncode == 2 and "is corrupt" in out.stderr and "Traceback" not in out.stderr, (
+        out.stderr
+    )
+    assert {
+        p: p.read_bytes() for p in run.rglob("*") if p.is_file()
+    } == corrupted  # nothing written
     assert set(before) == set(corrupted)
     out = cli("train", "--resume", run, "--seeds", "3")
     assert out.returncode == 2 and "--seeds cannot change when resuming" in out.stderr
@@ -304,19 +399,34 @@ def test_nan_stops_training_at_its_chunk_and_keeps_the_last_good_checkpoint(tmp_
     """4 envs x 128 steps per iteration: env step 600 falls in iteration 5, so checkpoints after
     iterations 1-4 are good, the NaN is reported at iteration 5 and no later checkpoint is written."""
     jrl.envs.register("NaNAfter-v0", NaNAfter, overwrite=True)
-    with pytest.raises(experiment.NonFiniteError, match=r"became non-finite .* at iteration 5 .*checkpoints/4"):
-        experiment.train("ppo", "NaNAfter-v0", 1, out=tmp_path, total_steps=8 * 512, num_reports=8,
-                         checkpoint_every=512, num_envs=4, num_steps=128, **QUIET)
+    with pytest.raises(
+        experiment.NonFiniteError, match=r"became non-finite .* at iteration 5 .*checkpoints/4"
+    ):
+        experiment.train(
+            "ppo",
+            "NaNAfter-v0",
+            1,
+            out=tmp_path,
+            total_steps=8 * 512,
+            num_reports=8,
+            checkpoint_every=512,
+            num_envs=4,
+            num_steps=128,
+            **QUIET,
+        )
     assert checkpoint.steps(tmp_path)[-1] == 4
 
 
 def test_lifecycle_options_are_checked_before_anything_runs(tmp_path):
-    for kwargs, message in [(dict(checkpoint_every=100), "pass out=DIR"), (dict(log=["jsonl"]), "pass out=DIR"),
-                            (dict(out=tmp_path, eval_every=-1), "eval_every must be >= 0"),
-                            (dict(out=tmp_path, eval_episodes=0), "eval_episodes must be >= 1"),
-                            (dict(out=tmp_path, log=["csvv"]), "Did you mean 'csv'"),
-                            (dict(out=tmp_path, keep_checkpoints=0), "keep_checkpoints must be >= 1"),
-                            (dict(out=tmp_path, stop_at_steps=-1), "stop_at_steps must be >= 0")]:
+    for kwargs, message in [
+        (dict(checkpoint_every=100), "pass out=DIR"),
+        (dict(log=["jsonl"]), "pass out=DIR"),
+        (dict(out=tmp_path, eval_every=-1), "eval_every must be >= 0"),
+        (dict(out=tmp_path, eval_episodes=0), "eval_episodes must be >= 1"),
+        (dict(out=tmp_path, log=["csvv"]), "Did you mean 'csv'"),
+        (dict(out=tmp_path, keep_checkpoints=0), "keep_checkpoints must be >= 1"),
+        (dict(out=tmp_path, stop_at_steps=-1), "stop_at_steps must be >= 0"),
+    ]:
         with pytest.raises(ValueError, match=message):
             experiment.train("ppo", "CartPole-v1", total_steps=2048, **QUIET, **kwargs)
     assert not any(tmp_path.iterdir())
@@ -330,7 +440,18 @@ def test_a_bad_cpu_opt_level_fails_before_the_run_folder_is_written(tmp_path, mo
 
 
 def test_nan_from_the_cli_exits_3_without_a_traceback(tmp_path):
-    out = cli("train", "ppo", "--total-steps", "2048", "--out", tmp_path, "--lr", "1e30", "--max-grad-norm", "1e30")
+    out = cli(
+        "train",
+        "ppo",
+        "--total-steps",
+        "2048",
+        "--out",
+        tmp_path,
+        "--lr",
+        "1e30",
+        "--max-grad-norm",
+        "1e30",
+    )
     assert out.returncode == 3, out.stderr
     assert "became non-finite" in out.stderr and "Traceback" not in out.stderr
 
@@ -339,15 +460,24 @@ def test_nan_from_the_cli_exits_3_without_a_traceback(tmp_path):
 def test_signal_finishes_the_chunk_checkpoints_and_says_how_to_resume(sig, code, tmp_path):
     run = tmp_path / "r"
     env = {**os.environ, "JAX_PLATFORMS": "cpu", "MPLBACKEND": "Agg"}
-    proc = subprocess.Popen(JRL + ["train", "ppo", "--total-steps", "2000000", "--num-reports", "2000",
-                                   "--out", str(run)], stderr=subprocess.PIPE, text=True, env=env)
+    proc = subprocess.Popen(
+        JRL
+        + ["train", "ppo", "--total-steps", "2000000", "--num-reports", "2000", "--out", str(run)],
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
     for line in proc.stderr:  # the first progress line: training has started
         if "steps/s" in line:
             break
     proc.send_signal(sig)
     err = proc.stderr.read()
     assert proc.wait(timeout=300) == code, err
-    assert f"{sig.name} received" in err and f"jrl train --resume {run}" in err and "Traceback" not in err
+    assert (
+        f"{sig.name} received" in err
+        and f"jrl train --resume {run}" in err
+        and "Traceback" not in err
+    )
     steps = checkpoint.steps(run)
     assert steps and 0 < steps[-1] < 2000
     assert (run / "metrics.csv").is_file() and (run / "learning_curve.png").is_file()
@@ -357,14 +487,29 @@ def test_periodic_evaluation_and_eval_and_render_commands(tmp_path):
     """eval_every=2048 with 8192 steps: evaluations after 2048, 4096, 6144 and 8192 steps, logged,
     drawn and written; then `jrl eval` and `jrl render` load the folder."""
     run = tmp_path / "r"
-    res = experiment.train("ppo", "CartPole-v1", 2, out=run, total_steps=8192, num_reports=16, eval_every=2048,
-                           eval_episodes=4, log=["jsonl"], **QUIET)
+    res = experiment.train(
+        "ppo",
+        "CartPole-v1",
+        2,
+        out=run,
+        total_steps=8192,
+        num_reports=16,
+        eval_every=2048,
+        eval_episodes=4,
+        log=["jsonl"],
+        **QUIET,
+    )
     assert [e["env_steps"] for e in res.evals] == [2048, 4096, 6144, 8192]
-    assert all(len(e["returns"]) == 2 and min(e["returns"]) >= 8 for e in res.evals)  # CartPole lasts >= 8 steps
+    assert all(
+        len(e["returns"]) == 2 and min(e["returns"]) >= 8 for e in res.evals
+    )  # CartPole lasts >= 8 steps
     header = (run / "metrics.csv").read_text().splitlines()[0].split(",")
     assert experiment.EVAL_KEY in header
     lines = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
-    assert len(lines) == 2 * 16 and lines[-1]["metrics"][experiment.EVAL_KEY] == res.evals[-1]["returns"][1]
+    assert (
+        len(lines) == 2 * 16
+        and lines[-1]["metrics"][experiment.EVAL_KEY] == res.evals[-1]["returns"][1]
+    )
     summary = json.loads((run / "summary.json").read_text())
     assert summary["evaluations"] == res.evals
 
@@ -373,7 +518,9 @@ def test_periodic_evaluation_and_eval_and_render_commands(tmp_path):
     stats = json.loads((run / "eval.json").read_text())
     returns = np.asarray(stats["returns"])
     assert returns.shape == (2, 6) and stats["policy"] == "greedy"
-    assert stats["mean"] == pytest.approx(returns.mean()) and stats["median"] == pytest.approx(np.median(returns))
+    assert stats["mean"] == pytest.approx(returns.mean()) and stats["median"] == pytest.approx(
+        np.median(returns)
+    )
     flat = np.sort(returns.ravel())
     assert stats["iqm"] == pytest.approx(flat[3:9].mean())  # the middle half of 12 episodes
     assert "IQM" in out.stdout
@@ -406,12 +553,16 @@ def test_evaluation_uses_the_training_normaliser_frozen():
     clipped, with the statistics of the train state, and stepping it does not change them."""
     from jrl import evaluation
 
-    config = experiment.make_config("ppo", "CartPole-v1", total_steps=4096, normalize_observations=True)
+    config = experiment.make_config(
+        "ppo", "CartPole-v1", total_steps=4096, normalize_observations=True
+    )
     env, params = jrl.envs.make("CartPole-v1")
     built = jrl.agents.get("ppo")[0].build(config, env, params)
     state = built.algorithm.init(jax.random.key(0))
     stats = state.env_state.stats
-    stats = stats.replace(mean=jnp.asarray([1.0, -1.0, 0.5, 0.0]), var=jnp.asarray([4.0, 1.0, 0.25, 1e-12]))
+    stats = stats.replace(
+        mean=jnp.asarray([1.0, -1.0, 0.5, 0.0]), var=jnp.asarray([4.0, 1.0, 0.25, 1e-12])
+    )
     normalize = evaluation.observation_normalizer(built.env, state.env_state.replace(stats=stats))
     obs = jnp.asarray([[3.0, 0.0, 0.5, 1.0]])
     expected = np.clip([[2.0 / 2.0, 1.0, 0.0, 1.0 / np.sqrt(1e-12 + 1e-8)]], -10, 10)

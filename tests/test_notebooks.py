@@ -27,13 +27,20 @@ def kernel_env(monkeypatch, tmp_path):
     (nbclient starts the kernel as a subprocess, which inherits ``os.environ``)."""
     spec_dir = tmp_path / "jupyter" / "kernels" / KERNEL_NAME
     spec_dir.mkdir(parents=True)
-    spec = {"argv": [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
-            "display_name": "jrl tests", "language": "python"}
+    spec = {
+        "argv": [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
+        "display_name": "jrl tests",
+        "language": "python",
+    }
     (spec_dir / "kernel.json").write_text(json.dumps(spec))
-    monkeypatch.setenv("JUPYTER_PATH", str(tmp_path / "jupyter") + os.pathsep + os.environ.get("JUPYTER_PATH", ""))
+    monkeypatch.setenv(
+        "JUPYTER_PATH", str(tmp_path / "jupyter") + os.pathsep + os.environ.get("JUPYTER_PATH", "")
+    )
     monkeypatch.setenv("JRL_NOTEBOOK_SMOKE", "1")
     monkeypatch.setenv("MPLBACKEND", "Agg")
-    cache = os.environ.get("JRL_TEST_COMPILE_CACHE")  # share the suite's compilation cache (conftest.py)
+    cache = os.environ.get(
+        "JRL_TEST_COMPILE_CACHE"
+    )  # share the suite's compilation cache (conftest.py)
     if cache:
         monkeypatch.setenv("JAX_COMPILATION_CACHE_DIR", cache)
         monkeypatch.setenv("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0.5")
@@ -47,12 +54,18 @@ def test_notebooks_exist():
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.name for p in NOTEBOOKS])
 def test_notebook_runs(path, kernel_env):
     nb = nbformat.read(path, as_version=4)
-    client = nbclient.NotebookClient(nb, timeout=CELL_TIMEOUT_S, kernel_name=KERNEL_NAME,
-                                     resources={"metadata": {"path": str(path.parent)}})
+    client = nbclient.NotebookClient(
+        nb,
+        timeout=CELL_TIMEOUT_S,
+        kernel_name=KERNEL_NAME,
+        resources={"metadata": {"path": str(path.parent)}},
+    )
     try:
         client.execute()
     except nbclient.exceptions.CellExecutionError as err:  # names the cell and shows its traceback
         pytest.fail(f"{path.name}: a cell raised\n{err}", pytrace=False)
     for i, cell in enumerate(nb.cells):
         errors = [o for o in cell.get("outputs", []) if o.get("output_type") == "error"]
-        assert not errors, f"{path.name} cell {i}: {errors[0].get('ename')}: {errors[0].get('evalue')}"
+        assert not errors, (
+            f"{path.name} cell {i}: {errors[0].get('ename')}: {errors[0].get('evalue')}"
+        )

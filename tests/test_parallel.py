@@ -9,8 +9,10 @@ from jrl import parallel
 
 def test_local_keys_on_one_device():
     key = jax.random.key(7)
-    np.testing.assert_array_equal(jax.random.key_data(parallel.local_keys(key, 3)),
-                                  jax.random.key_data(jax.random.split(key, 3)))
+    np.testing.assert_array_equal(
+        jax.random.key_data(parallel.local_keys(key, 3)),
+        jax.random.key_data(jax.random.split(key, 3)),
+    )
     one = parallel.local_keys(key, 1)  # a single item takes the key itself: no split to pay for
     assert one.shape == (1,)
     np.testing.assert_array_equal(jax.random.key_data(one[0]), jax.random.key_data(key))
@@ -18,11 +20,17 @@ def test_local_keys_on_one_device():
 
 def test_reductions_are_identities_outside_a_sharded_trace():
     x = {"a": jnp.arange(3.0)}
-    assert parallel.current_axis() is None and parallel.axis_size() == 1 and int(parallel.axis_index()) == 0
+    assert (
+        parallel.current_axis() is None
+        and parallel.axis_size() == 1
+        and int(parallel.axis_index()) == 0
+    )
     np.testing.assert_array_equal(parallel.pmean(x)["a"], x["a"])
     np.testing.assert_array_equal(parallel.psum(x)["a"], x["a"])
     np.testing.assert_allclose(parallel.global_mean(jnp.array([1.0, 2.0, 6.0])), 3.0)
-    np.testing.assert_allclose(parallel.global_mean(jnp.array([1.0, 3.0]), jnp.array([3.0, 1.0])), 1.5)
+    np.testing.assert_allclose(
+        parallel.global_mean(jnp.array([1.0, 3.0]), jnp.array([3.0, 1.0])), 1.5
+    )
 
 
 def _gated(x):
@@ -32,7 +40,9 @@ def _gated(x):
 
 
 def test_all_runs_is_the_predicate_outside_the_runs_axis():
-    assert bool(parallel.all_runs(jnp.asarray(True))) and not bool(parallel.all_runs(jnp.asarray(False)))
+    assert bool(parallel.all_runs(jnp.asarray(True))) and not bool(
+        parallel.all_runs(jnp.asarray(False))
+    )
     # plain vmap without the axis: the predicate stays per run (cond becomes a select)
     out = jax.vmap(_gated)(jnp.array([1.0, 3.0]))
     np.testing.assert_array_equal(out, [1.0, 6.0])
@@ -45,7 +55,9 @@ def test_all_runs_reduces_over_the_runs_and_keeps_the_branch():
             return jax.vmap(_gated, axis_name=parallel.RUNS)(xs)
 
     np.testing.assert_array_equal(mapped(jnp.array([3.0, 4.0])), [6.0, 8.0])  # every run ready
-    np.testing.assert_array_equal(mapped(jnp.array([1.0, 4.0])), [1.0, 4.0])  # one is not: none branch
+    np.testing.assert_array_equal(
+        mapped(jnp.array([1.0, 4.0])), [1.0, 4.0]
+    )  # one is not: none branch
     jaxpr = str(jax.make_jaxpr(mapped)(jnp.array([3.0, 4.0])))
     assert "cond[" in jaxpr and "select_n" not in jaxpr  # an unbatched predicate: a real branch
 
@@ -59,8 +71,16 @@ def test_off_policy_gate_is_a_branch_in_the_runner():
 
     module, _ = jrl.agents.get("dqn")
     env, params = jrl.envs.make("CartPole-v1")
-    config = make_config("dqn", "CartPole-v1", total_steps=2_000, num_envs=2, batch_size=8, buffer_size=64,
-                         learning_starts=40, hidden_sizes=(8,))
+    config = make_config(
+        "dqn",
+        "CartPole-v1",
+        total_steps=2_000,
+        num_envs=2,
+        batch_size=8,
+        buffer_size=64,
+        learning_starts=40,
+        hidden_sizes=(8,),
+    )
     built = module.build(config, env, params)
     keys = jax.random.split(jax.random.key(0), 2)
     states = anakin.abstract_states(built.algorithm, keys)

@@ -48,7 +48,15 @@ def _q_next(masked: bool):
 def test_q_lambda_targets_by_hand(jit, masked):
     q_next, mask = _q_next(masked)
     fn = jax.jit(pqn.q_lambda_targets) if jit else pqn.q_lambda_targets
-    targets = fn(q_next, jnp.asarray(_REWARDS), jnp.asarray(_TERMINATED), jnp.asarray(_TRUNCATED), 0.5, 0.5, mask)
+    targets = fn(
+        q_next,
+        jnp.asarray(_REWARDS),
+        jnp.asarray(_TERMINATED),
+        jnp.asarray(_TRUNCATED),
+        0.5,
+        0.5,
+        mask,
+    )
     np.testing.assert_allclose(targets, _EXPECTED, rtol=1e-6)
 
 
@@ -59,7 +67,9 @@ def test_q_lambda_targets_limits():
     one_step = _REWARDS + 0.5 * (1 - _TERMINATED) * _MAX_Q
     np.testing.assert_allclose(pqn.q_lambda_targets(*args, 0.0), one_step, rtol=1e-6)
     # env 0: G3 = 24, G2 = 3 + 12 = 15, G1 = 12, G0 = 1 + 6 = 7; env 1: 1, 1.5, 1, 1.5
-    np.testing.assert_allclose(pqn.q_lambda_targets(*args, 1.0), [[7.0, 1.5], [12.0, 1.0], [15.0, 1.5], [24.0, 1.0]])
+    np.testing.assert_allclose(
+        pqn.q_lambda_targets(*args, 1.0), [[7.0, 1.5], [12.0, 1.0], [15.0, 1.5], [24.0, 1.0]]
+    )
 
 
 def _cartpole(**overrides):
@@ -76,11 +86,19 @@ def test_learn_targets_use_parameters_from_before_the_update():
     t, n = 8, 4
     terminated = jax.random.uniform(keys[2], (t, n)) < 0.2
     truncated = jnp.zeros((t, n), bool).at[3].set(True)
-    batch = Transition(jax.random.normal(keys[0], (t, n, 4)), jax.random.randint(keys[1], (t, n), 0, 2),
-                       jnp.ones((t, n)), terminated, truncated, jax.random.normal(keys[3], (t, n, 4)))
+    batch = Transition(
+        jax.random.normal(keys[0], (t, n, 4)),
+        jax.random.randint(keys[1], (t, n), 0, 2),
+        jnp.ones((t, n)),
+        terminated,
+        truncated,
+        jax.random.normal(keys[3], (t, n, 4)),
+    )
     new_state, metrics = jax.jit(built.agent.learn)(state, batch, jax.random.key(2))
     q_next = built.network.apply(state.params, batch.next_observation)
-    expected = pqn.q_lambda_targets(q_next, 0.1 * batch.reward, batch.terminated, batch.truncated, 0.99, 0.7)
+    expected = pqn.q_lambda_targets(
+        q_next, 0.1 * batch.reward, batch.terminated, batch.truncated, 0.99, 0.7
+    )
     np.testing.assert_allclose(metrics["train/q_target"], expected.mean(), rtol=1e-5)
     assert int(new_state.num_learn_steps) == 1
     changed = jax.tree.map(lambda a, b: bool(jnp.any(a != b)), state.params, new_state.params)
@@ -94,8 +112,16 @@ def test_learn_targets_use_parameters_from_before_the_update():
 
 
 def _masked_agent(epsilon):
-    config = experiment.make_config("pqn", "MaskedProbe-v0", num_envs=4, num_steps=8, num_minibatches=2,
-                                    total_steps=1024, epsilon_start=epsilon, epsilon_end=epsilon)
+    config = experiment.make_config(
+        "pqn",
+        "MaskedProbe-v0",
+        num_envs=4,
+        num_steps=8,
+        num_minibatches=2,
+        total_steps=1024,
+        epsilon_start=epsilon,
+        epsilon_end=epsilon,
+    )
     env, params = jrl_envs.make("MaskedProbe-v0")
     built = pqn.build(config, env, params)
     return built, built.agent.init(jax.random.key(0), built.spec)
@@ -139,8 +165,17 @@ def test_pqn_learns_the_masked_probe():
     invalid reward at -1000, one invalid action would pull an iteration's mean episode return (128
     episodes of 8 steps, each >= 8 * 0.25 = 2 when valid) below 2. It learns to pick the highest
     valid action. 2 seeds, 16,384 steps."""
-    res = jrl.train("pqn", "MaskedProbe-v0", seeds=2, total_steps=16_384, gamma=0.5, reward_scale=1.0,
-                    env_overrides={"invalid_reward": -1000.0}, progress=False, num_reports=1)
+    res = jrl.train(
+        "pqn",
+        "MaskedProbe-v0",
+        seeds=2,
+        total_steps=16_384,
+        gamma=0.5,
+        reward_scale=1.0,
+        env_overrides={"invalid_reward": -1000.0},
+        progress=False,
+        num_reports=1,
+    )
     returns = res.metrics["train/episode_return"]
     assert np.nanmin(returns) >= 2.0, returns
     env, params = jrl_envs.make("MaskedProbe-v0")
@@ -157,17 +192,20 @@ def test_pqn_learns_the_masked_probe():
 # --------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("overrides,message", [
-    ({"num_minibatches": 5}, "num_steps = 64 is not divisible by num_minibatches = 5"),
-    ({"q_lambda": 1.5}, "q_lambda must lie in [0, 1]"),
-    ({"epsilon_end": -0.1}, "epsilon_start/epsilon_end must lie in [0, 1]"),
-    ({"exploration_fraction": 2.0}, "exploration_fraction must lie in [0, 1]"),
-    ({"optimizer": "sgd"}, "optimizer must be 'adam' or 'radam'"),
-    ({"reward_scale": 0.0}, "reward_scale must be positive"),
-    ({"num_epochs": 0}, "num_epochs must be positive"),
-    ({"total_steps": 100}, "less than one iteration"),
-    ({"learning_rate": -1.0}, "learning_rate must be positive"),
-])
+@pytest.mark.parametrize(
+    "overrides,message",
+    [
+        ({"num_minibatches": 5}, "num_steps = 64 is not divisible by num_minibatches = 5"),
+        ({"q_lambda": 1.5}, "q_lambda must lie in [0, 1]"),
+        ({"epsilon_end": -0.1}, "epsilon_start/epsilon_end must lie in [0, 1]"),
+        ({"exploration_fraction": 2.0}, "exploration_fraction must lie in [0, 1]"),
+        ({"optimizer": "sgd"}, "optimizer must be 'adam' or 'radam'"),
+        ({"reward_scale": 0.0}, "reward_scale must be positive"),
+        ({"num_epochs": 0}, "num_epochs must be positive"),
+        ({"total_steps": 100}, "less than one iteration"),
+        ({"learning_rate": -1.0}, "learning_rate must be positive"),
+    ],
+)
 def test_config_validation(overrides, message):
     with pytest.raises(ValueError) as err:
         experiment.make_config("pqn", "CartPole-v1", **overrides)
@@ -187,9 +225,20 @@ def test_registry_and_discrete_only():
 
 
 def test_train_writes_run_folder_with_sweep(tmp_path):
-    res = jrl.train("pqn", "CartPole-v1", seeds=2, total_steps=8 * 16 * 4, num_envs=8, num_steps=16,
-                    num_minibatches=4, exploration_fraction=0.5, sweep={"q_lambda": [0.0, 0.9]}, progress=False,
-                    num_reports=2, out=tmp_path / "run")
+    res = jrl.train(
+        "pqn",
+        "CartPole-v1",
+        seeds=2,
+        total_steps=8 * 16 * 4,
+        num_envs=8,
+        num_steps=16,
+        num_minibatches=4,
+        exploration_fraction=0.5,
+        sweep={"q_lambda": [0.0, 0.9]},
+        progress=False,
+        num_reports=2,
+        out=tmp_path / "run",
+    )
     assert res.num_runs == 4
     np.testing.assert_array_equal(res.env_steps, np.arange(1, 5) * 128)
     assert np.isfinite(res.metrics["train/loss"]).all()
@@ -200,14 +249,24 @@ def test_train_writes_run_folder_with_sweep(tmp_path):
 
 def test_cli_help_lists_every_field():
     env = {**os.environ, "JAX_PLATFORMS": "cpu"}
-    out = subprocess.run([sys.executable, "-m", "jrl.cli", "train", "pqn", "--help"], capture_output=True,
-                         text=True, timeout=300, env=env, check=False)
+    out = subprocess.run(
+        [sys.executable, "-m", "jrl.cli", "train", "pqn", "--help"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env,
+        check=False,
+    )
     assert out.returncode == 0, out.stderr
     text = " ".join(out.stdout.split())
     for field in dataclasses.fields(pqn.PQNConfig):
         assert "--" + field.name.replace("_", "-") in text, field.name
-    for doc in ["Q(lambda) trace parameter", "Fraction of the iterations over which epsilon decays",
-                "LayerNorm after every hidden layer", "Rewards are multiplied by this"]:
+    for doc in [
+        "Q(lambda) trace parameter",
+        "Fraction of the iterations over which epsilon decays",
+        "LayerNorm after every hidden layer",
+        "Rewards are multiplied by this",
+    ]:
         assert doc in text, doc
 
 
@@ -223,10 +282,21 @@ def test_sharded_two_devices_equal_one_device():
         " jax.tree.leaves(b.final_params)))\n"
         "s = max(float(np.abs(x[0] - x[1]).max()) for x in jax.tree.leaves(a.final_params))\n"
         "assert d <= 1e-5 and s > 1e-3, (d, s)\n"
-        "print('OK', d)\n")
-    env = {**os.environ, "JAX_PLATFORMS": "cpu", "XLA_FLAGS": "--xla_force_host_platform_device_count=2"}
-    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=600, env=env,
-                         check=False)
+        "print('OK', d)\n"
+    )
+    env = {
+        **os.environ,
+        "JAX_PLATFORMS": "cpu",
+        "XLA_FLAGS": "--xla_force_host_platform_device_count=2",
+    }
+    out = subprocess.run(
+        [sys.executable, "-c", script],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=env,
+        check=False,
+    )
     assert out.returncode == 0 and "OK" in out.stdout, out.stderr[-3000:]
 
 
@@ -239,7 +309,9 @@ def test_sharded_two_devices_equal_one_device():
 def test_pqn_cartpole_400():
     """PQN, the CartPole-v1 defaults (16 envs x 64 steps, 4 epochs x 16 minibatches), 4 seeds,
     131,072 steps (128 iterations); about 25 s with compile on the 2-core CI machine."""
-    res = jrl.train("pqn", "CartPole-v1", seeds=4, total_steps=131_072, progress=False, num_reports=4)
+    res = jrl.train(
+        "pqn", "CartPole-v1", seeds=4, total_steps=131_072, progress=False, num_reports=4
+    )
     final = res.final_returns()
     assert final.mean() >= 400, (final, res.summary())
 
@@ -249,8 +321,16 @@ def test_pqn_truncation_probe():
     """Reward 1 forever, truncated (never terminated) every 20 steps: Q(s, a) = 1/(1-gamma) for every
     state and action. 2 seeds, 40,960 steps (reward_scale 1 so the values are the textbook ones)."""
     gamma = 0.9
-    res = jrl.train("pqn", "TruncationProbe-v0", seeds=2, total_steps=40_960, gamma=gamma, reward_scale=1.0,
-                    progress=False, num_reports=1)
+    res = jrl.train(
+        "pqn",
+        "TruncationProbe-v0",
+        seeds=2,
+        total_steps=40_960,
+        gamma=gamma,
+        reward_scale=1.0,
+        progress=False,
+        num_reports=1,
+    )
     env, params = jrl_envs.make("TruncationProbe-v0")
     built = pqn.build(res.config, env, params)
     obs = jnp.arange(20, dtype=jnp.float32)[:, None] / 20.0  # every state of an episode

@@ -14,7 +14,13 @@ from jrl.env import Environment
 from jrl.envs import registry
 from jrl.wrappers import CheckActions, TimeLimit
 
-BUILTIN_IDS = ["Acrobot-v1", "CartPole-v1", "MountainCar-v0", "MountainCarContinuous-v0", "Pendulum-v1"]
+BUILTIN_IDS = [
+    "Acrobot-v1",
+    "CartPole-v1",
+    "MountainCar-v0",
+    "MountainCarContinuous-v0",
+    "Pendulum-v1",
+]
 
 
 @struct.dataclass
@@ -71,7 +77,14 @@ def ids():
 
 
 def test_public_api():
-    assert set(jrl.envs.__all__) == {"EnvSpec", "UnknownEnvError", "list", "make", "register", "spec"}
+    assert set(jrl.envs.__all__) == {
+        "EnvSpec",
+        "UnknownEnvError",
+        "list",
+        "make",
+        "register",
+        "spec",
+    }
     for name in jrl.envs.__all__:
         assert hasattr(jrl.envs, name)
 

@@ -41,7 +41,11 @@ def test_cartpole_frames_are_the_states_of_the_episode(cartpole_episode):
     assert 5 <= length <= 15
     assert ret == float(length)  # reward 1 per step, the terminating one included
     h, w = env.unwrapped.render_shape
-    assert isinstance(frames, np.ndarray) and frames.dtype == np.uint8 and frames.shape == (length + 1, h, w, 3)
+    assert (
+        isinstance(frames, np.ndarray)
+        and frames.dtype == np.uint8
+        and frames.shape == (length + 1, h, w, 3)
+    )
     # The same episode as episode_returns plays with this key.
     ref_ret, ref_len = episode_returns(push_left, env, key, 1, params)
     assert (ret, length) == (float(ref_ret[0]), int(ref_len[0]))
@@ -56,7 +60,9 @@ def test_cartpole_frames_are_the_states_of_the_episode(cartpole_episode):
     for t in range(1, length + 1):
         state, ts = step(state)
         assert bool(ts.terminated[0]) == (t == length)
-        assert np.abs(frames[t].astype(int) - np.asarray(draw(state))).max() <= 1  # vmapped vs single render
+        assert (
+            np.abs(frames[t].astype(int) - np.asarray(draw(state))).max() <= 1
+        )  # vmapped vs single render
     assert not np.array_equal(frames[-1], frames[-2])
 
 
@@ -64,7 +70,9 @@ def test_gif_round_trip_keeps_every_frame(cartpole_episode, tmp_path):
     *_, frames, _, _ = cartpole_episode
     path = write_video(frames, tmp_path / "videos" / "cartpole.gif", fps=25)  # creates the folder
     assert path == tmp_path / "videos" / "cartpole.gif"
-    assert sorted(p.name for p in path.parent.iterdir()) == ["cartpole.gif"]  # no temporary file left
+    assert sorted(p.name for p in path.parent.iterdir()) == [
+        "cartpole.gif"
+    ]  # no temporary file left
     back = iio.imread(path, index=None)
     assert back.shape == frames.shape
     assert np.abs(back.astype(int) - frames).mean() < 1.0  # GIF palettes are lossy in general
@@ -185,12 +193,14 @@ def test_mp4_without_imageio_ffmpeg(tmp_path, monkeypatch):
     assert not (tmp_path / "out").exists()
 
 
-@pytest.mark.filterwarnings("ignore:os.fork:RuntimeWarning")  # ffmpeg runs as a subprocess (fork + exec)
+@pytest.mark.filterwarnings(
+    "ignore:os.fork:RuntimeWarning"
+)  # ffmpeg runs as a subprocess (fork + exec)
 def test_mp4_round_trip(tmp_path):
     pytest.importorskip("imageio_ffmpeg")
     frames = np.zeros((12, 37, 51, 3), np.uint8)  # odd sizes: padded to 38 x 52 for yuv420p
     for t in range(12):
-        frames[t, :, 3 * t: 3 * t + 4] = 255
+        frames[t, :, 3 * t : 3 * t + 4] = 255
     path = write_video(frames, tmp_path / "a.mp4", fps=24)
     back = iio.imread(path, plugin="FFMPEG", index=None)
     assert back.shape == (12, 38, 52, 3)

@@ -50,10 +50,20 @@ def test_record_rejects_metrics_not_of_shape_runs():
 
 
 def test_summarize_skips_nan_runs_and_all_nan_metrics():
-    rec = Record(1, 100, {"a": np.array([1.0, NAN, 4.0]), "b": np.full(3, NAN), "c": np.array([-2.0, 0.5, 0.5])},
-                 [{"run": r} for r in range(3)])
-    assert summarize(rec) == {"a/mean": 2.5, "a/min": 1.0, "a/max": 4.0,
-                              "c/mean": -1.0 / 3.0, "c/min": -2.0, "c/max": 0.5}
+    rec = Record(
+        1,
+        100,
+        {"a": np.array([1.0, NAN, 4.0]), "b": np.full(3, NAN), "c": np.array([-2.0, 0.5, 0.5])},
+        [{"run": r} for r in range(3)],
+    )
+    assert summarize(rec) == {
+        "a/mean": 2.5,
+        "a/min": 1.0,
+        "a/max": 4.0,
+        "c/mean": -1.0 / 3.0,
+        "c/min": -2.0,
+        "c/max": 0.5,
+    }
 
 
 # ------------------------------------------------------------------------------------------- CSV
@@ -78,10 +88,16 @@ def test_csv_nan_and_missing_metric(tmp_path):
     path = tmp_path / "metrics.csv"
     sink = CSVSink(path)
     sink.write(record(1, [NAN, 1.0], [NAN, float("inf")]))
-    sink.write(Record(2, 200, {"train/loss": np.array([2.0, NAN], np.float32)}, RUNS))  # no eval/return
+    sink.write(
+        Record(2, 200, {"train/loss": np.array([2.0, NAN], np.float32)}, RUNS)
+    )  # no eval/return
     sink.close()
-    assert lines(path)[1:] == ["0,0,0.0003,1,100,nan,nan", "1,1,0.001,1,100,inf,1.0",
-                               "0,0,0.0003,2,200,,2.0", "1,1,0.001,2,200,,nan"]
+    assert lines(path)[1:] == [
+        "0,0,0.0003,1,100,nan,nan",
+        "1,1,0.001,1,100,inf,1.0",
+        "0,0,0.0003,2,200,,2.0",
+        "1,1,0.001,2,200,,nan",
+    ]
     assert math.isnan(float(lines(path)[1].split(",")[-1]))
 
 
@@ -99,7 +115,14 @@ def test_csv_new_metric_name_is_an_error_and_writes_nothing(tmp_path):
 def test_csv_run_keys_must_not_clash_or_differ(tmp_path):
     sink = CSVSink(tmp_path / "metrics.csv")
     with pytest.raises(ValueError, match="clash"):
-        sink.write(record(1, [1.0, 2.0], [3.0, 4.0], runs=({"run": 0, "iteration": 5}, {"run": 1, "iteration": 5})))
+        sink.write(
+            record(
+                1,
+                [1.0, 2.0],
+                [3.0, 4.0],
+                runs=({"run": 0, "iteration": 5}, {"run": 1, "iteration": 5}),
+            )
+        )
     with pytest.raises(ValueError, match="same identity keys"):
         sink.write(record(1, [1.0, 2.0], [3.0, 4.0], runs=({"run": 0, "seed": 0}, {"run": 1})))
     sink.close()
@@ -116,8 +139,13 @@ def test_csv_resume_keeps_rows_up_to_k_then_appends(tmp_path):
     header = lines(path)[0]
 
     sink = CSVSink(path, resume_from_iteration=2)
-    assert lines(path) == [header, "0,0,0.0003,1,100,-1.0,1.0", "1,1,0.001,1,100,-10.0,10.0",
-                           "0,0,0.0003,2,200,-2.0,2.0", "1,1,0.001,2,200,-20.0,20.0"]
+    assert lines(path) == [
+        header,
+        "0,0,0.0003,1,100,-1.0,1.0",
+        "1,1,0.001,1,100,-10.0,10.0",
+        "0,0,0.0003,2,200,-2.0,2.0",
+        "1,1,0.001,2,200,-20.0,20.0",
+    ]
     assert not list(tmp_path.glob("*.tmp"))  # the temporary file was renamed over the original
     sink.write(record(3, [7.0, 8.0], [NAN, 9.0]))
     sink.close()
@@ -157,10 +185,22 @@ def test_jsonl_objects_with_null_for_non_finite(tmp_path):
     sink.close()
     assert "NaN" not in path.read_text() and "Infinity" not in path.read_text()
     assert objects == [
-        {"iteration": 1, "env_steps": 100, "run": 0, "seed": 0, "learning_rate": 3e-4,
-         "metrics": {"train/loss": 0.5, "eval/return": None}},
-        {"iteration": 1, "env_steps": 100, "run": 1, "seed": 1, "learning_rate": 1e-3,
-         "metrics": {"train/loss": 0.1, "eval/return": None}},  # float32 0.1 written as 0.1
+        {
+            "iteration": 1,
+            "env_steps": 100,
+            "run": 0,
+            "seed": 0,
+            "learning_rate": 3e-4,
+            "metrics": {"train/loss": 0.5, "eval/return": None},
+        },
+        {
+            "iteration": 1,
+            "env_steps": 100,
+            "run": 1,
+            "seed": 1,
+            "learning_rate": 1e-3,
+            "metrics": {"train/loss": 0.1, "eval/return": None},
+        },  # float32 0.1 written as 0.1
     ]
     assert list(objects[0]) == ["iteration", "env_steps", "run", "seed", "learning_rate", "metrics"]
 
@@ -171,8 +211,14 @@ def test_jsonl_numpy_run_identity_values(tmp_path):
     runs = [{"run": np.int64(0), "gamma": np.float32(0.99), "clip": np.float64(NAN)}]
     sink.write(Record(1, 100, {"a": np.array([2.5])}, runs))
     sink.close()
-    assert json.loads(path.read_text()) == {"iteration": 1, "env_steps": 100, "run": 0, "gamma": 0.99,
-                                            "clip": None, "metrics": {"a": 2.5}}
+    assert json.loads(path.read_text()) == {
+        "iteration": 1,
+        "env_steps": 100,
+        "run": 0,
+        "gamma": 0.99,
+        "clip": None,
+        "metrics": {"a": 2.5},
+    }
 
 
 def test_jsonl_resume_keeps_lines_up_to_k_then_appends(tmp_path):
@@ -184,11 +230,23 @@ def test_jsonl_resume_keeps_lines_up_to_k_then_appends(tmp_path):
     with open(path, "a") as f:
         f.write('{"iteration": 4, "env_st')  # cut short by a crash
     sink = JSONLSink(path, resume_from_iteration=2)
-    assert [(o["iteration"], o["run"]) for o in map(json.loads, lines(path))] == [(1, 0), (1, 1), (2, 0), (2, 1)]
+    assert [(o["iteration"], o["run"]) for o in map(json.loads, lines(path))] == [
+        (1, 0),
+        (1, 1),
+        (2, 0),
+        (2, 1),
+    ]
     sink.write(record(3, [7.0, 8.0], [NAN, 9.0]))
     sink.close()
     objects = [json.loads(line) for line in lines(path)]
-    assert [(o["iteration"], o["run"]) for o in objects] == [(1, 0), (1, 1), (2, 0), (2, 1), (3, 0), (3, 1)]
+    assert [(o["iteration"], o["run"]) for o in objects] == [
+        (1, 0),
+        (1, 1),
+        (2, 0),
+        (2, 1),
+        (3, 0),
+        (3, 1),
+    ]
     assert objects[4]["metrics"] == {"train/loss": 7.0, "eval/return": None}
     assert objects[1]["metrics"] == {"train/loss": 10.0, "eval/return": -10.0}
 
@@ -204,11 +262,13 @@ def read_events(path):
 
     data, events, at = Path(path).read_bytes(), [], 0
     while at < len(data):
-        header = data[at:at + 8]
+        header = data[at : at + 8]
         (length,) = struct.unpack("<Q", header)
-        assert struct.unpack("<I", data[at + 8:at + 12])[0] == masked_crc32c(header)
-        payload = data[at + 12:at + 12 + length]
-        assert struct.unpack("<I", data[at + 12 + length:at + 16 + length])[0] == masked_crc32c(payload)
+        assert struct.unpack("<I", data[at + 8 : at + 12])[0] == masked_crc32c(header)
+        payload = data[at + 12 : at + 12 + length]
+        assert struct.unpack("<I", data[at + 12 + length : at + 16 + length])[0] == masked_crc32c(
+            payload
+        )
         event = event_pb2.Event()
         event.ParseFromString(payload)
         events.append(event)
@@ -230,9 +290,11 @@ def scalars(events):
 
 
 def three_records():
-    return [record(1, [1.0, 3.0], [0.5, 0.25]),
-            record(2, [NAN, 2.0], [-1.0, 1.5]),
-            record(3, [NAN, NAN], [4.0, 8.0])]  # train/loss: no run has a value
+    return [
+        record(1, [1.0, 3.0], [0.5, 0.25]),
+        record(2, [NAN, 2.0], [-1.0, 1.5]),
+        record(3, [NAN, NAN], [4.0, 8.0]),
+    ]  # train/loss: no run has a value
 
 
 def test_tensorboard_mean_min_max_at_env_steps(tmp_path):
@@ -290,7 +352,9 @@ def test_tensorboard_resume_purges_steps_after_the_checkpoint(tmp_path):
 
 def test_wandb_missing_asks_for_the_extra(monkeypatch):
     monkeypatch.setitem(sys.modules, "wandb", None)  # `import wandb` fails, installed or not
-    with pytest.raises(ImportError, match=re.escape("the wandb sink needs `pip install jrl[wandb]`")):
+    with pytest.raises(
+        ImportError, match=re.escape("the wandb sink needs `pip install jrl[wandb]`")
+    ):
         WandbSink(project="p")
 
 
@@ -324,8 +388,14 @@ def test_wandb_logs_the_summary_at_env_steps(fake_wandb):
     assert run.init == {"project": "p", "name": "r", "config": {"lr": 0.1}, "mode": "offline"}
     assert run.finished == 1
     assert [step for step, _ in run.logged] == [100, 200, 300]
-    assert run.logged[1][1] == {"train/loss/mean": 2.0, "train/loss/min": 2.0, "train/loss/max": 2.0,
-                                "eval/return/mean": 0.25, "eval/return/min": -1.0, "eval/return/max": 1.5}
+    assert run.logged[1][1] == {
+        "train/loss/mean": 2.0,
+        "train/loss/min": 2.0,
+        "train/loss/max": 2.0,
+        "eval/return/mean": 0.25,
+        "eval/return/min": -1.0,
+        "eval/return/max": 1.5,
+    }
     assert set(run.logged[2][1]) == {"eval/return/mean", "eval/return/min", "eval/return/max"}
 
 
@@ -459,9 +529,13 @@ def test_multisink_fans_out_and_closes_all_even_if_one_raises():
 
 
 def test_make_sinks_unknown_name_lists_the_valid_ones_and_a_close_match(tmp_path):
-    with pytest.raises(ValueError, match=re.escape(
+    with pytest.raises(
+        ValueError,
+        match=re.escape(
             "unknown sink 'tensorbord'; valid sinks: csv, jsonl, tensorboard, wandb. "
-            "Did you mean 'tensorboard'?")):
+            "Did you mean 'tensorboard'?"
+        ),
+    ):
         make_sinks(["csv", "tensorbord"], tmp_path / "out", runs=RUNS, config={})
     assert not (tmp_path / "out").exists()  # checked before anything is opened
     with pytest.raises(ValueError, match="more than once"):
@@ -487,8 +561,14 @@ def test_make_sinks_resume(tmp_path):
     for rec in three_records():
         sink.write(rec)
     sink.close()
-    sink = make_sinks(["csv", "jsonl", "tensorboard"], tmp_path, runs=RUNS, config={},
-                      resume_from_iteration=1, resume_from_step=100)
+    sink = make_sinks(
+        ["csv", "jsonl", "tensorboard"],
+        tmp_path,
+        runs=RUNS,
+        config={},
+        resume_from_iteration=1,
+        resume_from_step=100,
+    )
     sink.close()
     assert len(lines(tmp_path / "metrics.csv")) == 1 + 2
     assert len(lines(tmp_path / "metrics.jsonl")) == 2
@@ -501,11 +581,25 @@ def test_make_sinks_wandb(tmp_path, fake_wandb):
     sink.write(record(1, [1.0, 3.0], [0.5, 0.25]))
     sink.close()
     (run,) = fake_wandb.runs
-    assert run.init == {"project": None, "name": "ppo-cartpole", "dir": str(out),
-                        "config": {"agent": "ppo", "runs": [dict(r) for r in RUNS]}}
-    assert run.logged == [(100, {"train/loss/mean": 2.0, "train/loss/min": 1.0, "train/loss/max": 3.0,
-                                 "eval/return/mean": 0.375, "eval/return/min": 0.25,
-                                 "eval/return/max": 0.5})]
+    assert run.init == {
+        "project": None,
+        "name": "ppo-cartpole",
+        "dir": str(out),
+        "config": {"agent": "ppo", "runs": [dict(r) for r in RUNS]},
+    }
+    assert run.logged == [
+        (
+            100,
+            {
+                "train/loss/mean": 2.0,
+                "train/loss/min": 1.0,
+                "train/loss/max": 3.0,
+                "eval/return/mean": 0.375,
+                "eval/return/min": 0.25,
+                "eval/return/max": 0.5,
+            },
+        )
+    ]
 
 
 def test_make_sinks_closes_what_it_opened_when_one_fails(tmp_path, monkeypatch):
@@ -525,7 +619,11 @@ def test_make_sinks_closes_what_it_opened_when_one_fails(tmp_path, monkeypatch):
 
 
 def test_sinks_satisfy_the_protocol(tmp_path):
-    for sink in (CSVSink(tmp_path / "a.csv"), JSONLSink(tmp_path / "a.jsonl"), MultiSink([]),
-                 ThreadedSink(ListSink())):
+    for sink in (
+        CSVSink(tmp_path / "a.csv"),
+        JSONLSink(tmp_path / "a.jsonl"),
+        MultiSink([]),
+        ThreadedSink(ListSink()),
+    ):
         assert isinstance(sink, sinks.Sink)
         sink.close()

@@ -53,13 +53,25 @@ def digest(tree) -> str:
 def fingerprint(result) -> dict:
     """What the snapshot keeps of a run: the final parameters' checksum and the last
     metrics row of every run (floats as exact hex strings, NaN included)."""
-    last = {k: [float(v).hex() for v in np.asarray(m[:, -1], np.float64)] for k, m in sorted(result.metrics.items())}
+    last = {
+        k: [float(v).hex() for v in np.asarray(m[:, -1], np.float64)]
+        for k, m in sorted(result.metrics.items())
+    }
     return {"params_sha256": digest(result.final_params), "last_metrics": last}
 
 
 def run_case(agent: str, out: Path | None = None, **kw):
-    return experiment.train(agent, "CartPole-v1", 2, seed=3, num_reports=4, progress=False, out=out,
-                            **CASES[agent], **kw)
+    return experiment.train(
+        agent,
+        "CartPole-v1",
+        2,
+        seed=3,
+        num_reports=4,
+        progress=False,
+        out=out,
+        **CASES[agent],
+        **kw,
+    )
 
 
 @pytest.mark.parametrize("agent", sorted(CASES))

@@ -19,16 +19,22 @@ KEYS = jax.random.split(jax.random.key(0), 2000)
 SPACES = {
     "discrete": Discrete(5),
     # three dims in [-2, 3], then per-dimension bounds
-    "box_bounded": Box(np.array([-2.0, -2.0, -2.0, -1.0, 0.0, 10.0]), np.array([3.0, 3.0, 3.0, 1.0, 0.5, 20.0])),
+    "box_bounded": Box(
+        np.array([-2.0, -2.0, -2.0, -1.0, 0.0, 10.0]), np.array([3.0, 3.0, 3.0, 1.0, 0.5, 20.0])
+    ),
     # bounded, half-bounded below, half-bounded above, unbounded
     "box_mixed": Box(np.array([-1.0, 0.0, -np.inf, -np.inf]), np.array([1.0, np.inf, 5.0, np.inf])),
     "box_huge": Box(-F32_MAX, F32_MAX, (3,)),
     "box_uint8_image": Box(0, 255, (4, 4, 3), jnp.uint8),
     # integers in [-1, 1] (3 dims) and in [2, inf) (2 dims)
-    "box_int": Box(np.array([-1, -1, -1, 2, 2]), np.array([1, 1, 1, np.inf, np.inf]), dtype=jnp.int32),
+    "box_int": Box(
+        np.array([-1, -1, -1, 2, 2]), np.array([1, 1, 1, np.inf, np.inf]), dtype=jnp.int32
+    ),
     "multidiscrete": MultiDiscrete([2, 3, 7]),
     "tuple": Tuple([Discrete(3, dtype=jnp.uint8), Box(0.0, 1.0, ()), Box(-np.inf, np.inf, (2, 2))]),
-    "dict": Dict({"pos": Box(-1.0, 1.0, (2,)), "inner": Tuple([Discrete(4), MultiDiscrete([2, 2])])}),
+    "dict": Dict(
+        {"pos": Box(-1.0, 1.0, (2,)), "inner": Tuple([Discrete(4), MultiDiscrete([2, 2])])}
+    ),
 }
 
 
@@ -113,7 +119,9 @@ def test_box_bounded_sample_is_uniform_over_the_interval():
     assert xs.min() >= -2.0 and xs.max() <= 3.0
     assert xs.min() < -1.9 and xs.max() > 2.9  # reaches both ends
     np.testing.assert_allclose(xs.mean(), 0.5, atol=0.1)  # uniform mean (low + high) / 2
-    np.testing.assert_allclose(xs.var(), 25.0 / 12.0, rtol=0.1)  # uniform variance (high - low)^2 / 12
+    np.testing.assert_allclose(
+        xs.var(), 25.0 / 12.0, rtol=0.1
+    )  # uniform variance (high - low)^2 / 12
 
 
 def test_box_per_dimension_bounds_respected():
@@ -167,11 +175,17 @@ def test_box_uint8_image_sample():
 def test_tuple_and_dict_sample_structure():
     t = jax.tree.map(lambda l: l[0], _vsample("tuple"))
     assert isinstance(t, tuple) and len(t) == 3
-    assert t[0].shape == () and t[0].dtype == jnp.uint8 and t[1].shape == () and t[2].shape == (2, 2)
+    assert (
+        t[0].shape == () and t[0].dtype == jnp.uint8 and t[1].shape == () and t[2].shape == (2, 2)
+    )
     d = jax.tree.map(lambda l: l[0], _vsample("dict"))
     assert isinstance(d, dict) and set(d) == {"pos", "inner"}
     assert d["pos"].shape == (2,) and d["pos"].dtype == jnp.float32
-    assert isinstance(d["inner"], tuple) and d["inner"][0].dtype == jnp.int32 and d["inner"][1].shape == (2,)
+    assert (
+        isinstance(d["inner"], tuple)
+        and d["inner"][0].dtype == jnp.int32
+        and d["inner"][1].shape == (2,)
+    )
 
 
 def test_dict_sample_does_not_depend_on_key_insertion_order():
@@ -209,7 +223,11 @@ CONTAINS_CASES = [
     (Box(0.0, np.inf, ()), jnp.asarray(-1e-3), False),
     (Box(0.0, np.inf, ()), jnp.asarray(7.0), True),
     (Box(np.array([0.0, 5.0]), np.array([1.0, 6.0])), jnp.asarray([0.5, 5.5]), True),
-    (Box(np.array([0.0, 5.0]), np.array([1.0, 6.0])), jnp.asarray([5.5, 0.5]), False),  # per-dim bounds
+    (
+        Box(np.array([0.0, 5.0]), np.array([1.0, 6.0])),
+        jnp.asarray([5.5, 0.5]),
+        False,
+    ),  # per-dim bounds
     (Box(0, 255, (2, 2), jnp.uint8), jnp.full((2, 2), 255, jnp.uint8), True),
     (Box(0, 255, (2, 2), jnp.uint8), jnp.full((2, 2), 256, jnp.int32), False),
     (Box(0, 255, (2, 2), jnp.uint8), jnp.zeros((2, 3), jnp.uint8), False),
@@ -223,11 +241,22 @@ CONTAINS_CASES = [
     (Tuple([Discrete(2), Box(0.0, 1.0, (1,))]), (jnp.asarray(2), jnp.asarray([0.5])), False),
     (Tuple([Discrete(2), Box(0.0, 1.0, (1,))]), (jnp.asarray(1), jnp.asarray([1.5])), False),
     (Tuple([Discrete(2), Box(0.0, 1.0, (1,))]), (jnp.asarray(1),), False),  # wrong length
-    (Dict({"a": Discrete(2), "b": Box(0.0, 1.0, ())}), {"a": jnp.asarray(1), "b": jnp.asarray(0.5)}, True),
-    (Dict({"a": Discrete(2), "b": Box(0.0, 1.0, ())}), {"a": jnp.asarray(1), "b": jnp.asarray(2.0)}, False),
+    (
+        Dict({"a": Discrete(2), "b": Box(0.0, 1.0, ())}),
+        {"a": jnp.asarray(1), "b": jnp.asarray(0.5)},
+        True,
+    ),
+    (
+        Dict({"a": Discrete(2), "b": Box(0.0, 1.0, ())}),
+        {"a": jnp.asarray(1), "b": jnp.asarray(2.0)},
+        False,
+    ),
     (Dict({"a": Discrete(2), "b": Box(0.0, 1.0, ())}), {"a": jnp.asarray(1)}, False),  # missing key
-    (Dict({"a": Discrete(2), "b": Box(0.0, 1.0, ())}),
-     {"a": jnp.asarray(1), "b": jnp.asarray(0.5), "c": jnp.asarray(0)}, False),  # extra key
+    (
+        Dict({"a": Discrete(2), "b": Box(0.0, 1.0, ())}),
+        {"a": jnp.asarray(1), "b": jnp.asarray(0.5), "c": jnp.asarray(0)},
+        False,
+    ),  # extra key
     (Dict({"a": Discrete(2)}), (jnp.asarray(1),), False),  # not a mapping
 ]
 
@@ -235,8 +264,11 @@ CONTAINS_CASES = [
 @functools.lru_cache(maxsize=None)
 def _contains_jitted():
     """``contains`` of every case in CONTAINS_CASES, in one compiled program."""
-    return jax.device_get(jax.jit(lambda xs: [sp.contains(x) for (sp, _, _), x in zip(CONTAINS_CASES, xs)])(
-        [x for _, x, _ in CONTAINS_CASES]))
+    return jax.device_get(
+        jax.jit(lambda xs: [sp.contains(x) for (sp, _, _), x in zip(CONTAINS_CASES, xs)])(
+            [x for _, x, _ in CONTAINS_CASES]
+        )
+    )
 
 
 @pytest.mark.parametrize("case", range(len(CONTAINS_CASES)))
@@ -256,7 +288,9 @@ def test_contains_vmapped_mixes_true_and_false():
     xs = jnp.asarray([[0.5, 0.5], [1.5, 0.5], [0.0, 1.0], [0.2, -0.1]])
     np.testing.assert_array_equal(jax.jit(jax.vmap(space.contains))(xs), [True, False, True, False])
     d = Discrete(4)
-    np.testing.assert_array_equal(jax.vmap(d.contains)(jnp.asarray([-1, 0, 3, 4])), [False, True, True, False])
+    np.testing.assert_array_equal(
+        jax.vmap(d.contains)(jnp.asarray([-1, 0, 3, 4])), [False, True, True, False]
+    )
 
 
 def test_empty_tuple_and_dict_contain_their_only_element():
@@ -322,7 +356,9 @@ def test_constructor_errors():
 
 
 def test_zeros_like_space():
-    z = zeros_like_space(Dict({"a": Box(0, 255, (2, 2), jnp.uint8), "b": Tuple([Discrete(3), Box(-1.0, 1.0, (3,))])}))
+    z = zeros_like_space(
+        Dict({"a": Box(0, 255, (2, 2), jnp.uint8), "b": Tuple([Discrete(3), Box(-1.0, 1.0, (3,))])})
+    )
     assert z["a"].shape == (2, 2) and z["a"].dtype == jnp.uint8
     assert z["b"][0].shape == () and z["b"][0].dtype == jnp.int32
     assert z["b"][1].shape == (3,) and z["b"][1].dtype == jnp.float32

@@ -81,7 +81,9 @@ class Toy(Environment):
 
     def reset_env(self, key, params):
         bits = jax.random.key_data(key)
-        state = ToyState(jnp.zeros((), jnp.int32), jnp.asarray(params.start, jnp.float32), bits, bits)
+        state = ToyState(
+            jnp.zeros((), jnp.int32), jnp.asarray(params.start, jnp.float32), bits, bits
+        )
         return state, self._obs(state.t, state.pos)
 
     def step_env(self, key, state, action, params):
@@ -98,7 +100,9 @@ class Toy(Environment):
             return spaces.Box(-np.inf, np.inf, (2,))
         if self.obs_kind == "grid":
             return spaces.Box(0.0, np.inf, (2, 3))
-        return spaces.Dict({"z": spaces.Box(-np.inf, np.inf, (1,)), "a": spaces.Box(0.0, np.inf, (2,))})
+        return spaces.Dict(
+            {"z": spaces.Box(-np.inf, np.inf, (1,)), "a": spaces.Box(0.0, np.inf, (2,))}
+        )
 
     def action_space(self, params=None):
         return spaces.Discrete(3) if self.discrete else spaces.Box(0.0, 4.0, (1,))
@@ -135,7 +139,9 @@ def rollout(env, actions, params=None, jit=False, seed=0, state=None):
         states.append(state)
         tss.append(ts)
     for k, a in zip(keys[1:], actions):
-        state, ts = step(k, state, jnp.asarray(a, jnp.int32 if env.unwrapped.discrete else jnp.float32), params)
+        state, ts = step(
+            k, state, jnp.asarray(a, jnp.int32 if env.unwrapped.discrete else jnp.float32), params
+        )
         states.append(state)
         tss.append(ts)
     return states, tss
@@ -167,7 +173,9 @@ JIT = pytest.mark.parametrize("jit", [False, True], ids=["eager", "jit"])
 def test_toy_env_counts():
     env = Toy()
     states, tss = rollout(env, [[1.0], [2.0]], P(start=0.5))
-    np.testing.assert_array_equal(stack(tss, lambda t: t.observation), [[0, 0.5], [1, 1.5], [2, 3.5]])
+    np.testing.assert_array_equal(
+        stack(tss, lambda t: t.observation), [[0, 0.5], [1, 1.5], [2, 3.5]]
+    )
     np.testing.assert_array_equal(stack(tss, lambda t: t.reward), [0, 1, 2])
     assert not stack(tss, lambda t: t.truncated).any()
 
@@ -181,7 +189,9 @@ def test_toy_env_counts():
 def test_time_limit_truncates_exactly_at_the_limit(jit):
     env = TimeLimit(Toy(), max_episode_steps=4)
     states, tss = rollout(env, [[0.0]] * 4, P(terminate_at=100), jit=jit)
-    np.testing.assert_array_equal(stack(tss, lambda t: t.truncated), [False, False, False, False, True])
+    np.testing.assert_array_equal(
+        stack(tss, lambda t: t.truncated), [False, False, False, False, True]
+    )
     np.testing.assert_array_equal(stack(tss, lambda t: t.terminated), [False] * 5)
     np.testing.assert_array_equal([int(s.time) for s in states], [0, 1, 2, 3, 4])
     np.testing.assert_array_equal(stack(tss, lambda t: t.observation[0]), [0, 1, 2, 3, 4])
@@ -204,7 +214,9 @@ def test_time_limit_resets_with_auto_reset():
     np.testing.assert_array_equal(stack(tss, lambda t: t.terminated), [0] * 8)
     np.testing.assert_array_equal([int(s.time) for s in states], [0, 1, 2, 0, 1, 2, 0, 1])
     np.testing.assert_array_equal(stack(tss, lambda t: t.observation[0]), [0, 1, 2, 0, 1, 2, 0, 1])
-    np.testing.assert_array_equal(stack(tss, lambda t: t.info[FINAL_OBSERVATION][0]), [0, 1, 2, 3, 1, 2, 3, 1])
+    np.testing.assert_array_equal(
+        stack(tss, lambda t: t.info[FINAL_OBSERVATION][0]), [0, 1, 2, 3, 1, 2, 3, 1]
+    )
 
 
 def test_time_limit_over_a_batch():
@@ -232,8 +244,12 @@ def test_auto_reset_unbatched(jit):
     final = stack(tss, lambda t: t.info[FINAL_OBSERVATION])
     # reset, 1, 2, 3 (done: the new episode's first observation), 1, 2
     np.testing.assert_array_equal(obs, [[0, 0.5], [1, 1.5], [2, 2.5], [0, 0.5], [1, 1.5], [2, 2.5]])
-    np.testing.assert_array_equal(final, [[0, 0.5], [1, 1.5], [2, 2.5], [3, 3.5], [1, 1.5], [2, 2.5]])
-    np.testing.assert_array_equal(stack(tss, lambda t: t.reward), [0, 1, 2, 3, 1, 2])  # finished step's reward
+    np.testing.assert_array_equal(
+        final, [[0, 0.5], [1, 1.5], [2, 2.5], [3, 3.5], [1, 1.5], [2, 2.5]]
+    )
+    np.testing.assert_array_equal(
+        stack(tss, lambda t: t.reward), [0, 1, 2, 3, 1, 2]
+    )  # finished step's reward
     np.testing.assert_array_equal(stack(tss, lambda t: t.terminated), [0, 0, 0, 1, 0, 0])
     np.testing.assert_array_equal(stack(tss, lambda t: t.truncated), [0] * 6)
     np.testing.assert_array_equal([int(s.t) for s in states], [0, 1, 2, 0, 1, 2])
@@ -244,14 +260,32 @@ def test_auto_reset_unbatched(jit):
 
 # Per-env expectations for terminate_at=[2, 3], start=[0, 10], action 1 on every step.
 BATCH_PARAMS = dict(terminate_at=[2, 3], start=[0.0, 10.0])
-BATCH_OBS = [[[0, 0], [0, 10]], [[1, 1], [1, 11]], [[0, 0], [2, 12]], [[1, 1], [0, 10]], [[0, 0], [1, 11]]]
-BATCH_FINAL = [[[0, 0], [0, 10]], [[1, 1], [1, 11]], [[2, 2], [2, 12]], [[1, 1], [3, 13]], [[2, 2], [1, 11]]]
+BATCH_OBS = [
+    [[0, 0], [0, 10]],
+    [[1, 1], [1, 11]],
+    [[0, 0], [2, 12]],
+    [[1, 1], [0, 10]],
+    [[0, 0], [1, 11]],
+]
+BATCH_FINAL = [
+    [[0, 0], [0, 10]],
+    [[1, 1], [1, 11]],
+    [[2, 2], [2, 12]],
+    [[1, 1], [3, 13]],
+    [[2, 2], [1, 11]],
+]
 BATCH_REWARD = [[0, 0], [1, 1], [2, 2], [1, 3], [2, 1]]
 BATCH_TERM = [[0, 0], [0, 0], [1, 0], [0, 1], [1, 0]]
 
 
-@pytest.mark.parametrize("order,jit", [("autoreset_inside_vmap", False), ("autoreset_inside_vmap", True),
-                                       ("autoreset_outside_vmap", True)])
+@pytest.mark.parametrize(
+    "order,jit",
+    [
+        ("autoreset_inside_vmap", False),
+        ("autoreset_inside_vmap", True),
+        ("autoreset_outside_vmap", True),
+    ],
+)
 def test_auto_reset_batched(order, jit):
     if order == "autoreset_inside_vmap":
         env = VmapEnv(AutoReset(Toy()), 2, batched_params=True)
@@ -262,7 +296,9 @@ def test_auto_reset_batched(order, jit):
     np.testing.assert_array_equal(stack(tss, lambda t: t.info[FINAL_OBSERVATION]), BATCH_FINAL)
     np.testing.assert_array_equal(stack(tss, lambda t: t.reward), BATCH_REWARD)
     np.testing.assert_array_equal(stack(tss, lambda t: t.terminated), BATCH_TERM)
-    np.testing.assert_array_equal(np.stack([s.t for s in states]), [[0, 0], [1, 1], [0, 2], [1, 0], [0, 1]])
+    np.testing.assert_array_equal(
+        np.stack([s.t for s in states]), [[0, 0], [1, 1], [0, 2], [1, 0], [0, 1]]
+    )
 
 
 def _random_rollout(env, params, steps, key):
@@ -283,8 +319,11 @@ def _rollout_fn(env, params, steps):
 
 
 # Per-env episode lengths 1..5 and goals reached at random times: many envs finish on the same step.
-SPARSE_PARAMS = dict(terminate_at=[1 + i % 5 for i in range(24)], goal=[1.0 + (i % 7) / 2 for i in range(24)],
-                     start=[float(i) / 10 for i in range(24)])
+SPARSE_PARAMS = dict(
+    terminate_at=[1 + i % 5 for i in range(24)],
+    goal=[1.0 + (i % 7) / 2 for i in range(24)],
+    start=[float(i) / 10 for i in range(24)],
+)
 
 
 @pytest.mark.parametrize("chunk", [1, 3, 24])
@@ -299,7 +338,9 @@ def test_sparse_auto_reset_equals_the_per_env_reset(chunk):
     key = jax.random.key(0)
     want, got = _rollout_fn(dense, params, 30)(key), _rollout_fn(sparse, params, 30)(key)
     done = np.asarray(want[1].done)
-    assert done.sum(axis=1).max() >= 5 and done.sum() > 100  # several resets per step, in many steps
+    assert (
+        done.sum(axis=1).max() >= 5 and done.sum() > 100
+    )  # several resets per step, in many steps
     jax.tree.map(np.testing.assert_array_equal, got, want)
 
 
@@ -354,22 +395,39 @@ def test_episode_statistics_across_episodes_of_different_lengths(jit):
     # until t=4 (return 1+2+3+4=10); ep 3 jumps to pos 3 at t=1 (return 1); then one more step.
     actions = [[1.0]] * 3 + [[0.0]] * 4 + [[3.0]] + [[0.0]]
     states, tss = rollout(env, actions, P(terminate_at=4, goal=2.5), jit=jit)
-    np.testing.assert_array_equal(stack(tss, lambda t: t.info[EPISODE_RETURN]), [0, 0, 0, 6, 0, 0, 0, 10, 1, 0])
-    np.testing.assert_array_equal(stack(tss, lambda t: t.info[EPISODE_LENGTH]), [0, 0, 0, 3, 0, 0, 0, 4, 1, 0])
-    np.testing.assert_array_equal(stack(tss, lambda t: t.info[EPISODE_DONE]), [0, 0, 0, 1, 0, 0, 0, 1, 1, 0])
-    assert tss[0].info[EPISODE_RETURN].dtype == jnp.float32 and tss[0].info[EPISODE_LENGTH].dtype == jnp.int32
+    np.testing.assert_array_equal(
+        stack(tss, lambda t: t.info[EPISODE_RETURN]), [0, 0, 0, 6, 0, 0, 0, 10, 1, 0]
+    )
+    np.testing.assert_array_equal(
+        stack(tss, lambda t: t.info[EPISODE_LENGTH]), [0, 0, 0, 3, 0, 0, 0, 4, 1, 0]
+    )
+    np.testing.assert_array_equal(
+        stack(tss, lambda t: t.info[EPISODE_DONE]), [0, 0, 0, 1, 0, 0, 0, 1, 1, 0]
+    )
+    assert (
+        tss[0].info[EPISODE_RETURN].dtype == jnp.float32
+        and tss[0].info[EPISODE_LENGTH].dtype == jnp.int32
+    )
     after_7 = states[7]
-    assert (int(after_7.num_episodes), float(after_7.last_return), int(after_7.last_length)) == (2, 10.0, 4)
+    assert (int(after_7.num_episodes), float(after_7.last_return), int(after_7.last_length)) == (
+        2,
+        10.0,
+        4,
+    )
     last = states[-1]
     assert int(last.num_episodes) == 3
     assert float(last.last_return) == 1.0 and int(last.last_length) == 1
     assert float(last.episode_return) == 1.0 and int(last.episode_length) == 1  # running episode
     assert int(last.total_steps) == 9
-    np.testing.assert_array_equal([float(s.episode_return) for s in states], [0, 1, 3, 0, 1, 3, 6, 0, 0, 1])
+    np.testing.assert_array_equal(
+        [float(s.episode_return) for s in states], [0, 1, 3, 0, 1, 3, 6, 0, 0, 1]
+    )
 
 
-@pytest.mark.parametrize("order,jit", [("stats_inside_vmap", False), ("stats_inside_vmap", True),
-                                       ("stats_outside_vmap", True)])
+@pytest.mark.parametrize(
+    "order,jit",
+    [("stats_inside_vmap", False), ("stats_inside_vmap", True), ("stats_outside_vmap", True)],
+)
 def test_episode_statistics_batch_finishing_at_different_times(order, jit):
     if order == "stats_inside_vmap":
         env = VmapEnv(EpisodeStatistics(AutoReset(Toy())), 2, batched_params=True)
@@ -377,12 +435,18 @@ def test_episode_statistics_batch_finishing_at_different_times(order, jit):
         env = EpisodeStatistics(AutoReset(VmapEnv(Toy(), 2, batched_params=True)))
     states, tss = rollout(env, [[[0.0], [0.0]]] * 7, P(terminate_at=[2, 3]), jit=jit)
     # env 0 finishes (return 1+2=3) at steps 2, 4, 6; env 1 (return 1+2+3=6) at steps 3, 6.
-    np.testing.assert_array_equal(stack(tss, lambda t: t.info[EPISODE_RETURN])[1:],
-                                  [[0, 0], [3, 0], [0, 6], [3, 0], [0, 0], [3, 6], [0, 0]])
-    np.testing.assert_array_equal(stack(tss, lambda t: t.info[EPISODE_LENGTH])[1:],
-                                  [[0, 0], [2, 0], [0, 3], [2, 0], [0, 0], [2, 3], [0, 0]])
-    np.testing.assert_array_equal(stack(tss, lambda t: t.info[EPISODE_DONE])[1:],
-                                  [[0, 0], [1, 0], [0, 1], [1, 0], [0, 0], [1, 1], [0, 0]])
+    np.testing.assert_array_equal(
+        stack(tss, lambda t: t.info[EPISODE_RETURN])[1:],
+        [[0, 0], [3, 0], [0, 6], [3, 0], [0, 0], [3, 6], [0, 0]],
+    )
+    np.testing.assert_array_equal(
+        stack(tss, lambda t: t.info[EPISODE_LENGTH])[1:],
+        [[0, 0], [2, 0], [0, 3], [2, 0], [0, 0], [2, 3], [0, 0]],
+    )
+    np.testing.assert_array_equal(
+        stack(tss, lambda t: t.info[EPISODE_DONE])[1:],
+        [[0, 0], [1, 0], [0, 1], [1, 0], [0, 0], [1, 1], [0, 0]],
+    )
     last = states[-1]
     np.testing.assert_array_equal(last.num_episodes, [3, 2])
     np.testing.assert_array_equal(last.last_return, [3, 6])
@@ -411,9 +475,18 @@ def test_episode_statistics_batch_finishing_at_different_times(order, jit):
         (lambda: VmapEnv(EpisodeStatistics(VmapEnv(Toy(), 2)), 3), "VmapEnv applied twice"),
         (lambda: VmapEnv(Toy(), 0), "positive"),
     ],
-    ids=["timelimit_over_autoreset", "timelimit_over_stats", "autoreset_over_stats", "autoreset_twice",
-         "autoreset_twice_indirect", "framestack_over_autoreset", "framestack_over_vmap", "vmap_twice",
-         "vmap_twice_indirect", "vmap_zero"],
+    ids=[
+        "timelimit_over_autoreset",
+        "timelimit_over_stats",
+        "autoreset_over_stats",
+        "autoreset_twice",
+        "autoreset_twice_indirect",
+        "framestack_over_autoreset",
+        "framestack_over_vmap",
+        "vmap_twice",
+        "vmap_twice_indirect",
+        "vmap_zero",
+    ],
 )
 def test_wrong_orders_raise_at_construction(build, match):
     with pytest.raises(ValueError, match=match):
@@ -446,7 +519,9 @@ def test_vmap_env_splits_keys_per_env():
     assert len({tuple(b) for b in np.asarray(state.reset_bits).tolist()}) == 3  # all different
     step_key = jax.random.key(8)
     state, _ = jax.jit(env.step)(step_key, state, jnp.ones((3, 1)))
-    np.testing.assert_array_equal(state.step_bits, jax.random.key_data(jax.random.split(step_key, 3)))
+    np.testing.assert_array_equal(
+        state.step_bits, jax.random.key_data(jax.random.split(step_key, 3))
+    )
     # Spaces stay those of one env.
     assert env.observation_space() == Toy().observation_space()
     assert env.action_space() == Toy().action_space()
@@ -539,9 +614,15 @@ def test_normalize_observation_statistics_and_output(jit):
         np.testing.assert_allclose(stats.var, var, rtol=1e-4)
         np.testing.assert_allclose(stats.count, count, rtol=1e-6)
         # Normalised with the statistics that include this step's observations.
-        np.testing.assert_allclose(tss[t].observation, (raw_obs[t] - mean) / np.sqrt(var + 1e-8), rtol=1e-4, atol=1e-4)
-        np.testing.assert_allclose(tss[t].info[FINAL_OBSERVATION], (raw_final[t] - mean) / np.sqrt(var + 1e-8),
-                                   rtol=1e-4, atol=1e-4)
+        np.testing.assert_allclose(
+            tss[t].observation, (raw_obs[t] - mean) / np.sqrt(var + 1e-8), rtol=1e-4, atol=1e-4
+        )
+        np.testing.assert_allclose(
+            tss[t].info[FINAL_OBSERVATION],
+            (raw_final[t] - mean) / np.sqrt(var + 1e-8),
+            rtol=1e-4,
+            atol=1e-4,
+        )
     # After the reset alone: count = 3 + 1e-4, mean ~ the mean of the three starts.
     np.testing.assert_allclose(states[0].stats.mean, [0.0, 2.0 / 3.0], atol=1e-4)
     np.testing.assert_allclose(states[0].stats.count, 3.0001, rtol=1e-6)
@@ -580,11 +661,17 @@ def test_normalize_observation_freeze():
     # The same observations as unfrozen, normalised with the frozen statistics.
     raw_obs, raw_final = _raw_observations()
     mean, std = np.asarray(frozen.stats.mean), np.sqrt(np.asarray(frozen.stats.var) + 1e-8)
-    np.testing.assert_allclose(ftss[-1].observation, (raw_obs[-1] - mean) / std, rtol=1e-4, atol=1e-5)
-    np.testing.assert_allclose(ftss[-1].info[FINAL_OBSERVATION], (raw_final[-1] - mean) / std, rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(
+        ftss[-1].observation, (raw_obs[-1] - mean) / std, rtol=1e-4, atol=1e-5
+    )
+    np.testing.assert_allclose(
+        ftss[-1].info[FINAL_OBSERVATION], (raw_final[-1] - mean) / std, rtol=1e-4, atol=1e-5
+    )
     assert not np.allclose(ftss[-1].observation, tss[-1].observation)
     # Unfreezing resumes the updates.
-    tstates, _ = rollout(NORM_ENV, NORM_ACTIONS[:1], params, jit=True, state=freeze(fstates[-1], False))
+    tstates, _ = rollout(
+        NORM_ENV, NORM_ACTIONS[:1], params, jit=True, state=freeze(fstates[-1], False)
+    )
     assert float(tstates[-1].stats.count) == pytest.approx(float(frozen.stats.count) + 3)
 
 
@@ -600,7 +687,9 @@ def test_copy_statistics_into_a_state_of_another_batch_size():
     assert out.env_state.t.shape == (5,)  # the evaluation env's own state is kept
     np.testing.assert_array_equal(out.env_state.pos, [2.0] * 5)
     _, ts = evaluation.step(jax.random.key(2), out, jnp.ones((5, 1)), P(start=2.0))
-    expected = (np.array([1.0, 3.0]) - np.asarray(src.stats.mean)) / np.sqrt(np.asarray(src.stats.var) + 1e-8)
+    expected = (np.array([1.0, 3.0]) - np.asarray(src.stats.mean)) / np.sqrt(
+        np.asarray(src.stats.var) + 1e-8
+    )
     np.testing.assert_allclose(ts.observation, np.broadcast_to(expected, (5, 2)), rtol=1e-5)
 
 
@@ -638,8 +727,12 @@ def test_normalize_observation_axis_name_merges_devices():
         assert not np.allclose(prior_stats(half.reshape(-1, 2))[0], mean, rtol=1e-3)
 
     env = NormalizeObservation(VmapEnv(Toy(), 2, batched_params=True), axis_name="d")
-    params = ToyParams(terminate_at=jnp.full((2, 2), 100), goal=jnp.full((2, 2), 1e6),
-                       reward_scale=jnp.ones((2, 2)), start=jnp.asarray(starts.reshape(2, 2), jnp.float32))
+    params = ToyParams(
+        terminate_at=jnp.full((2, 2), 100),
+        goal=jnp.full((2, 2), 1e6),
+        reward_scale=jnp.ones((2, 2)),
+        start=jnp.asarray(starts.reshape(2, 2), jnp.float32),
+    )
     reset = jax.jit(jax.vmap(env.reset, axis_name="d"))
     step = jax.jit(jax.vmap(env.step, axis_name="d"))
     state, ts = reset(jax.random.split(jax.random.key(0), 2), params)
@@ -649,7 +742,9 @@ def test_normalize_observation_axis_name_merges_devices():
         np.testing.assert_allclose(state.stats.mean[d], mean, rtol=1e-5)
         np.testing.assert_allclose(state.stats.var[d], var, rtol=1e-5)
         np.testing.assert_allclose(state.stats.count[d], count, rtol=1e-6)
-    np.testing.assert_allclose(ts.observation.reshape(4, 2), (raw[-1] - mean) / np.sqrt(var + 1e-8), rtol=1e-4)
+    np.testing.assert_allclose(
+        ts.observation.reshape(4, 2), (raw[-1] - mean) / np.sqrt(var + 1e-8), rtol=1e-4
+    )
 
 
 # ---------------------------------------------------------------------------
@@ -677,7 +772,9 @@ def test_normalize_reward(jit):
     # The first return has (almost) no spread, so the first scaled reward is clipped; later ones are not.
     assert float(tss[1].reward) == 10.0 and 0.0 < float(tss[7].reward) < 1.0
     # The running return is zeroed after a done step.
-    np.testing.assert_allclose([float(s.discounted_return) for s in states], [0, 1, 2.9, 0, 1, 2.9, 0, 1], rtol=1e-6)
+    np.testing.assert_allclose(
+        [float(s.discounted_return) for s in states], [0, 1, 2.9, 0, 1, 2.9, 0, 1], rtol=1e-6
+    )
 
 
 def test_normalize_reward_resets_at_truncation_and_clips():
@@ -699,10 +796,13 @@ def test_normalize_reward_frozen():
     var = float(frozen.stats.var)
     for s in fstates:
         assert float(s.stats.var) == var and float(s.stats.count) == float(frozen.stats.count)
-    np.testing.assert_allclose([float(t.reward) for t in ftss], np.array([3.0, 1.0, 2.0]) / np.sqrt(var + 1e-8),
-                               rtol=1e-6)
+    np.testing.assert_allclose(
+        [float(t.reward) for t in ftss], np.array([3.0, 1.0, 2.0]) / np.sqrt(var + 1e-8), rtol=1e-6
+    )
     # the running return keeps being tracked while frozen
-    np.testing.assert_allclose([float(s.discounted_return) for s in fstates], [0, 1, 2.9], rtol=1e-6)
+    np.testing.assert_allclose(
+        [float(s.discounted_return) for s in fstates], [0, 1, 2.9], rtol=1e-6
+    )
 
 
 def test_normalize_reward_batch_statistics():
@@ -712,7 +812,9 @@ def test_normalize_reward_batch_statistics():
     np.testing.assert_allclose(states[-1].discounted_return, [2.9, 8.7], rtol=1e-6)
     _, var, _ = prior_stats(np.array([[1.0], [3.0], [2.9], [8.7]]))
     np.testing.assert_allclose(states[-1].stats.var, var[0], rtol=1e-5)
-    np.testing.assert_allclose(tss[-1].reward, np.array([2.0, 6.0]) / np.sqrt(var[0] + 1e-8), rtol=1e-5)
+    np.testing.assert_allclose(
+        tss[-1].reward, np.array([2.0, 6.0]) / np.sqrt(var[0] + 1e-8), rtol=1e-5
+    )
 
 
 def test_normalize_reward_rejects_bad_gamma():
@@ -729,7 +831,9 @@ def test_clip_action():
     env = ClipAction(Toy())
     assert env.action_space() == spaces.Box(0.0, 4.0, (1,))
     _, tss = rollout(env, [[7.0], [-3.0], [1.5]], P(terminate_at=100))
-    np.testing.assert_array_equal(stack(tss, lambda t: t.observation[1]), [0, 4, 4, 5.5])  # +4, +0, +1.5
+    np.testing.assert_array_equal(
+        stack(tss, lambda t: t.observation[1]), [0, 4, 4, 5.5]
+    )  # +4, +0, +1.5
     with pytest.raises(TypeError, match="Box"):
         ClipAction(Toy(discrete=True))
 
@@ -740,7 +844,9 @@ def test_rescale_action(jit):
     assert env.action_space() == spaces.Box(-1.0, 1.0, (1,))
     assert env.env.action_space() == spaces.Box(0.0, 4.0, (1,))
     _, tss = rollout(env, [[-1.0], [0.0], [0.5], [1.0]], P(terminate_at=100), jit=jit)
-    np.testing.assert_allclose(stack(tss, lambda t: t.observation[1]), [0, 0, 2, 5, 9])  # +0, +2, +3, +4
+    np.testing.assert_allclose(
+        stack(tss, lambda t: t.observation[1]), [0, 0, 2, 5, 9]
+    )  # +0, +2, +3, +4
     env = RescaleAction(Toy(), min_action=0.0, max_action=10.0)  # a -> 0.4 a
     _, tss = rollout(env, [[5.0]], P(terminate_at=100), jit=jit)
     np.testing.assert_allclose(tss[1].observation[1], 2.0)
@@ -848,8 +954,12 @@ def test_flatten_observation_batched_and_final_observation():
     env = FlattenObservation(AutoReset(VmapEnv(Toy("grid"), 2)))
     _, tss = rollout(env, [[[0.0], [0.0]]] * 3, P(terminate_at=3))
     assert tss[0].observation.shape == (2, 6)
-    np.testing.assert_array_equal(tss[3].observation, np.broadcast_to(np.arange(6.0), (2, 6)))  # reset
-    np.testing.assert_array_equal(tss[3].info[FINAL_OBSERVATION], np.broadcast_to(30.0 + np.arange(6), (2, 6)))
+    np.testing.assert_array_equal(
+        tss[3].observation, np.broadcast_to(np.arange(6.0), (2, 6))
+    )  # reset
+    np.testing.assert_array_equal(
+        tss[3].info[FINAL_OBSERVATION], np.broadcast_to(30.0 + np.arange(6), (2, 6))
+    )
     np.testing.assert_array_equal(tss[2].info[FINAL_OBSERVATION], tss[2].observation)
 
 
@@ -904,8 +1014,17 @@ def test_frame_stack_errors():
 
 def test_wrap_for_training_order():
     base = TimeLimit(Toy(), 5)
-    env = wrap_for_training(base, 4, normalize_observation=True, normalize_reward=True, gamma=0.5, axis_name="d")
-    assert env.wrappers == (NormalizeReward, NormalizeObservation, EpisodeStatistics, AutoReset, VmapEnv, TimeLimit)
+    env = wrap_for_training(
+        base, 4, normalize_observation=True, normalize_reward=True, gamma=0.5, axis_name="d"
+    )
+    assert env.wrappers == (
+        NormalizeReward,
+        NormalizeObservation,
+        EpisodeStatistics,
+        AutoReset,
+        VmapEnv,
+        TimeLimit,
+    )
     assert env.num_envs == 4 and isinstance(env.unwrapped, Toy)
     assert env.gamma == 0.5 and env.axis_name == "d" and env.env.axis_name == "d"
     assert wrap_for_training(base, None).wrappers == (EpisodeStatistics, AutoReset, TimeLimit)
@@ -915,8 +1034,13 @@ def test_wrap_for_training_order():
 
 
 def test_wrap_for_training_runs_under_scan():
-    env = wrap_for_training(TimeLimit(Toy(), 2), 3, normalize_observation=True, normalize_reward=True,
-                            batched_params=True)
+    env = wrap_for_training(
+        TimeLimit(Toy(), 2),
+        3,
+        normalize_observation=True,
+        normalize_reward=True,
+        batched_params=True,
+    )
     params = P(terminate_at=[1, 3, 100])
 
     @jax.jit
@@ -931,12 +1055,15 @@ def test_wrap_for_training_runs_under_scan():
 
     state, tss = run(jax.random.key(0))
     # env 0 terminates every step, env 1 is truncated at 2 steps, env 2 too.
-    np.testing.assert_array_equal(tss.info[EPISODE_DONE], [[1, 0, 0], [1, 1, 1], [1, 0, 0], [1, 1, 1]])
+    np.testing.assert_array_equal(
+        tss.info[EPISODE_DONE], [[1, 0, 0], [1, 1, 1], [1, 0, 0], [1, 1, 1]]
+    )
     np.testing.assert_array_equal(tss.terminated, [[1, 0, 0], [1, 0, 0], [1, 0, 0], [1, 0, 0]])
     np.testing.assert_array_equal(tss.truncated, [[0, 0, 0], [0, 1, 1], [0, 0, 0], [0, 1, 1]])
-    np.testing.assert_array_equal(tss.info[EPISODE_RETURN], [[1, 0, 0], [1, 3, 3], [1, 0, 0], [1, 3, 3]])
+    np.testing.assert_array_equal(
+        tss.info[EPISODE_RETURN], [[1, 0, 0], [1, 3, 3], [1, 0, 0], [1, 3, 3]]
+    )
     # Both normalisers are frozen by one call, found through the chain.
     frozen = freeze(state)
     assert bool(frozen.frozen) and bool(frozen.env_state.frozen)
     assert not bool(state.frozen) and not bool(state.env_state.frozen)
-

@@ -38,8 +38,19 @@ from jrl import parallel
 from jrl.loops import Algorithm
 from jrl.types import PyTree
 
-__all__ = ["Report", "RunResult", "abstract_states", "check_memory", "chunk_lengths", "first_device", "init_runs",
-           "make_mesh", "place", "run", "set_hparams"]
+__all__ = [
+    "Report",
+    "RunResult",
+    "abstract_states",
+    "check_memory",
+    "chunk_lengths",
+    "first_device",
+    "init_runs",
+    "make_mesh",
+    "place",
+    "run",
+    "set_hparams",
+]
 
 
 @dataclasses.dataclass
@@ -71,7 +82,9 @@ class RunResult:
     run_seconds: float  # time executing chunks (excludes compile)
     env_steps_per_run: int  # env steps per run done by this call
     num_runs: int
-    sharded_state: PyTree = None  # with a mesh: the full state, leading axes [D, R] (what a resume needs)
+    sharded_state: PyTree = (
+        None  # with a mesh: the full state, leading axes [D, R] (what a resume needs)
+    )
     iterations: int = 0  # iterations done per run at the end (start_iteration included; < num_iterations if stopped)
 
     @property
@@ -145,14 +158,18 @@ def init_runs(algorithm: Algorithm, keys: jax.Array) -> PyTree:
     return _stacked_init(algorithm.init).lower(keys).compile(compiler_options())(keys)
 
 
-def abstract_states(algorithm: Algorithm, keys: jax.Array, num_devices: int | None = None) -> PyTree:
+def abstract_states(
+    algorithm: Algorithm, keys: jax.Array, num_devices: int | None = None
+) -> PyTree:
     """Shapes and dtypes (``ShapeDtypeStruct``s) of the stacked train states ``run``
     starts from: ``[R, ...]``, or ``[D, R, ...]`` for a run sharded over ``num_devices``
     (the algorithm built for that many devices). Nothing is allocated."""
     states = _stacked_init(algorithm.init).eval_shape(keys)
     if num_devices is None:
         return states
-    return jax.tree.map(lambda x: jax.ShapeDtypeStruct((int(num_devices),) + x.shape, x.dtype), states)
+    return jax.tree.map(
+        lambda x: jax.ShapeDtypeStruct((int(num_devices),) + x.shape, x.dtype), states
+    )
 
 
 def place(states: PyTree, mesh: Mesh | None = None) -> PyTree:
@@ -178,10 +195,12 @@ def check_memory(algorithm: Algorithm, keys: jax.Array, mesh: Mesh | None = None
     need, avail = per_run * copies, buffers.available_memory_bytes(local[0])
     if avail is not None and need > avail:
         gib = float(2**30)
-        raise MemoryError(f"the train states need {need / gib:.2f} GiB ({keys.shape[0]} runs x "
-                          f"{per_run / gib:.3f} GiB{'' if copies == keys.shape[0] else f' x {len(local)} devices'}), "
-                          f"only {avail / gib:.2f} GiB free on {local[0].platform}; use fewer seeds, smaller replay "
-                          "buffers or more devices")
+        raise MemoryError(
+            f"the train states need {need / gib:.2f} GiB ({keys.shape[0]} runs x "
+            f"{per_run / gib:.3f} GiB{'' if copies == keys.shape[0] else f' x {len(local)} devices'}), "
+            f"only {avail / gib:.2f} GiB free on {local[0].platform}; use fewer seeds, smaller replay "
+            "buffers or more devices"
+        )
 
 
 def make_mesh(num_devices: int | None = None) -> Mesh:
@@ -192,15 +211,19 @@ def make_mesh(num_devices: int | None = None) -> Mesh:
     if n < 1:
         raise ValueError(f"devices must be >= 1, got {n}")
     if n > len(devices):
-        raise ValueError(f"{n} devices requested but only {len(devices)} available "
-                         f"({devices[0].platform}); on CPU, XLA_FLAGS=--xla_force_host_platform_device_count={n} "
-                         "set before jax starts gives fake devices")
+        raise ValueError(
+            f"{n} devices requested but only {len(devices)} available "
+            f"({devices[0].platform}); on CPU, XLA_FLAGS=--xla_force_host_platform_device_count={n} "
+            "set before jax starts gives fake devices"
+        )
     return Mesh(np.asarray(devices[:n]), (parallel.AXIS,))
 
 
 def _sharded(mesh: Mesh, fn, in_spec, out_spec, donate: bool = False):
-    return jax.jit(jax.shard_map(fn, mesh=mesh, in_specs=in_spec, out_specs=out_spec, check_vma=False),
-                   donate_argnums=0 if donate else ())
+    return jax.jit(
+        jax.shard_map(fn, mesh=mesh, in_specs=in_spec, out_specs=out_spec, check_vma=False),
+        donate_argnums=0 if donate else (),
+    )
 
 
 def _init_sharded(algorithm: Algorithm, keys: jax.Array, mesh: Mesh) -> PyTree:
@@ -208,14 +231,21 @@ def _init_sharded(algorithm: Algorithm, keys: jax.Array, mesh: Mesh) -> PyTree:
         states = jax.lax.map(algorithm.init, jax.random.wrap_key_data(key_data))
         return jax.tree.map(lambda x: x[None], states)
 
-    key_data = jax.make_array_from_process_local_data(NamedSharding(mesh, P()), np.asarray(jax.random.key_data(keys)))
+    key_data = jax.make_array_from_process_local_data(
+        NamedSharding(mesh, P()), np.asarray(jax.random.key_data(keys))
+    )
     with parallel.device_axis(parallel.AXIS, mesh.devices.size):
-        program = _sharded(mesh, init, P(), P(parallel.AXIS)).lower(key_data).compile(compiler_options(_platform(mesh)))
+        program = (
+            _sharded(mesh, init, P(), P(parallel.AXIS))
+            .lower(key_data)
+            .compile(compiler_options(_platform(mesh)))
+        )
     return program(key_data)
 
 
 def first_device(tree: PyTree) -> PyTree:
     """Device 0's slice of a ``[D, ...]`` sharded tree (works across processes)."""
+
     def take(x):
         if isinstance(x, jax.Array) and not x.is_fully_addressable:
             return x.addressable_shards[0].data[0]
@@ -238,7 +268,9 @@ def _make_chunk(algorithm: Algorithm, length: int, mesh: Mesh | None = None):
         states, metrics = chunk(jax.tree.map(lambda x: x[0], states))
         return jax.tree.map(lambda x: x[None], (states, metrics))
 
-    return _sharded(mesh, sharded_chunk, P(parallel.AXIS), (P(parallel.AXIS), P(parallel.AXIS)), donate=True)
+    return _sharded(
+        mesh, sharded_chunk, P(parallel.AXIS), (P(parallel.AXIS), P(parallel.AXIS)), donate=True
+    )
 
 
 def chunk_lengths(num_iterations: int, num_reports: int) -> list[int]:
@@ -303,25 +335,36 @@ def run(
     num_runs = int(keys.shape[0])
     check_memory(algorithm, keys, mesh)
     if initial_state is not None:
-        states = jax.tree.map(jnp.copy, initial_state)  # the chunks donate their input: keep the caller's
+        states = jax.tree.map(
+            jnp.copy, initial_state
+        )  # the chunks donate their input: keep the caller's
     elif mesh is None:
         states = init_runs(algorithm, keys)
     else:
         states = _init_sharded(algorithm, keys, mesh)
     states = set_hparams(states, hparams or {})
-    axis = parallel.device_axis(parallel.AXIS, mesh.devices.size) if mesh is not None else contextlib.nullcontext()
+    axis = (
+        parallel.device_axis(parallel.AXIS, mesh.devices.size)
+        if mesh is not None
+        else contextlib.nullcontext()
+    )
 
     schedule = chunk_lengths(num_iterations, num_reports)
     ends = np.cumsum(schedule)
     if start_iteration != 0 and start_iteration not in ends:
-        raise ValueError(f"start_iteration {start_iteration} is not a chunk boundary of {num_iterations} "
-                         f"iterations in {num_reports} reports (boundaries: {ends.tolist()})")
+        raise ValueError(
+            f"start_iteration {start_iteration} is not a chunk boundary of {num_iterations} "
+            f"iterations in {num_reports} reports (boundaries: {ends.tolist()})"
+        )
     lengths = [n for n, end in zip(schedule, ends) if end > start_iteration]
 
     t0 = time.perf_counter()
     with axis:
         options = compiler_options(_platform(mesh))
-        compiled = {n: _make_chunk(algorithm, n, mesh).lower(states).compile(options) for n in sorted(set(lengths))}
+        compiled = {
+            n: _make_chunk(algorithm, n, mesh).lower(states).compile(options)
+            for n in sorted(set(lengths))
+        }
     compile_seconds = time.perf_counter() - t0
 
     history: list[dict[str, np.ndarray]] = []
@@ -342,14 +385,33 @@ def run(
             elapsed = time.perf_counter() - t_start
             steps_now = (done - start_iteration) * algorithm.env_steps_per_step
             latest = {k: np.asarray(v[-1]) for k, v in metrics.items()}
-            on_report(Report(done, num_iterations, done * algorithm.env_steps_per_step, elapsed,
-                             steps_now * num_runs / max(elapsed, 1e-9), latest, start_iteration))
+            on_report(
+                Report(
+                    done,
+                    num_iterations,
+                    done * algorithm.env_steps_per_step,
+                    elapsed,
+                    steps_now * num_runs / max(elapsed, 1e-9),
+                    latest,
+                    start_iteration,
+                )
+            )
     jax.block_until_ready(states)
     run_seconds = time.perf_counter() - t_start
     if history:
-        merged = {k: np.concatenate([h[k] for h in history], axis=0).T for k in history[0]}  # [R, iters]
+        merged = {
+            k: np.concatenate([h[k] for h in history], axis=0).T for k in history[0]
+        }  # [R, iters]
     else:
         merged = {}
     final = states if mesh is None else first_device(states)
-    return RunResult(merged, final, compile_seconds, run_seconds, (done - start_iteration) * algorithm.env_steps_per_step,
-                     num_runs, None if mesh is None else states, iterations=done)
+    return RunResult(
+        merged,
+        final,
+        compile_seconds,
+        run_seconds,
+        (done - start_iteration) * algorithm.env_steps_per_step,
+        num_runs,
+        None if mesh is None else states,
+        iterations=done,
+    )
