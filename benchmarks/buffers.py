@@ -244,7 +244,8 @@ def make_runner(
 def measure(
     add_batch: int, iterations: int, rounds: int, seed: int, breakdown: bool
 ) -> list[Runner]:
-    """Builds every unit, then times them in interleaved rounds (order reversed every other round)."""
+    """Builds every unit, then times them in interleaved rounds (order reversed every other
+    round)."""
     units = [(kind, FULL) for kind in ("uniform", "prioritized")]
     if breakdown:
         units += [(kind, ops) for kind in ("uniform", "prioritized") for ops in BREAKDOWN[kind]]
@@ -272,8 +273,8 @@ def table(rows: list[dict[str, Any]]) -> str:
     uniform = next(r for r in full if r["name"] == "uniform")
     lines = [
         (
-            "| buffer | µs per step | items added/s | samples/s | time vs uniform | CPU time vs uniform "
-            "| median round / best | full-size copies | compile s |"
+            "| buffer | µs per step | items added/s | samples/s | time vs uniform "
+            "| CPU time vs uniform | median round / best | full-size copies | compile s |"
         ),
         "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
@@ -288,7 +289,8 @@ def table(rows: list[dict[str, Any]]) -> str:
 
 
 def breakdown_table(rows: list[dict[str, Any]]) -> str:
-    """Each part of the step timed alone, their sum, and the full step (empty without breakdown rows)."""
+    """Each part of the step timed alone, their sum, and the full step (empty without breakdown
+    rows)."""
     parts = [r for r in rows if not r["full"]]
     if not parts:
         return ""
@@ -297,7 +299,8 @@ def breakdown_table(rows: list[dict[str, Any]]) -> str:
         mine = [r for r in parts if r["name"].startswith(kind + ":")]
         for r in mine:
             lines.append(
-                f"| {kind} | {r['name'].split(': ', 1)[1]} | {r['us_per_step']:.1f} | {r['copies']} |"
+                f"| {kind} | {r['name'].split(': ', 1)[1]} | {r['us_per_step']:.1f} "
+                f"| {r['copies']} |"
             )
         full = next(r for r in rows if r["full"] and r["name"] == kind)
         lines.append(f"| {kind} | sum of the parts | {sum(r['us_per_step'] for r in mine):.1f} | |")
@@ -345,8 +348,9 @@ def copies_note(rows: list[dict[str, Any]]) -> str:
             else "full-size arrays (" + ", ".join(r["copy_shapes"]) + ")"
         )
         notes.append(
-            f"The compiled {name} step holds {r['copies']} HLO `copy` instruction(s) of {what}, made"
-            f" on every step: XLA does not update it in place when the step combines the parts.{alone}"
+            f"The compiled {name} step holds {r['copies']} HLO `copy` instruction(s) of {what},"
+            " made on every step: XLA does not update it in place when the step combines the"
+            f" parts.{alone}"
         )
     return " ".join(notes)
 

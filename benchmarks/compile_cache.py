@@ -79,7 +79,8 @@ def main(argv=None) -> None:
     table = "\n".join(
         ["| run | cache | compile s | run s | cache size |", "|---:|---|---:|---:|---:|"]
         + [
-            f"| {i} | {'empty (fills it)' if i == 1 else 'filled'} | {c:.2f} | {r:.2f} | {sz / 2**20:.1f} MiB |"
+            f"| {i} | {'empty (fills it)' if i == 1 else 'filled'} | {c:.2f} | {r:.2f} "
+            f"| {sz / 2**20:.1f} MiB |"
             for i, c, r, sz in rows
         ]
     )

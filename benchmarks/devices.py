@@ -89,7 +89,8 @@ def main() -> None:
     for name, _, _ in rows:
         r = results[name]
         lines.append(
-            f"| {name} | {r['compile']:.1f} | {r['run']:.2f} | {r['sps']:,.0f} | {r['sps'] / base:.2f}x |"
+            f"| {name} | {r['compile']:.1f} | {r['run']:.2f} | {r['sps']:,.0f} "
+            f"| {r['sps'] / base:.2f}x |"
         )
     table = "\n".join(lines)
     load = os.getloadavg()[0]
@@ -97,11 +98,13 @@ def main() -> None:
 
     text = (
         f"{HEADING}\n\nPPO CartPole-v1, 16 envs x 128 steps, 4 seeds vmapped, "
-        f"{steps:,} steps per seed, best of {1 if a.quick else a.repeats} runs (compile excluded). Reproduce with:\n\n"
-        f"    python benchmarks/devices.py --write\n\nMeasured {time.strftime('%Y-%m-%d')}, 2-core CPU, "
+        f"{steps:,} steps per seed, best of {1 if a.quick else a.repeats} runs (compile excluded). "
+        "Reproduce with:\n\n"
+        "    python benchmarks/devices.py --write\n\n"
+        f"Measured {time.strftime('%Y-%m-%d')}, 2-core CPU, "
         f"jax {jax.__version__}, load average {load:.1f} at the end.\n\n{table}\n\n"
-        "The sharded program on one device measures the shard_map path's overhead (target <= 5%). Two fake "
-        "devices can use both cores; more share the same two cores.\n"
+        "The sharded program on one device measures the shard_map path's overhead (target <= 5%). "
+        "Two fake devices can use both cores; more share the same two cores.\n"
     )
     print(text)
     if a.write:

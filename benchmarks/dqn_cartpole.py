@@ -132,8 +132,8 @@ SB3_CONFIG = {
 }
 SB3_NET_ARCH = [120, 84]
 
-# PureJaxRL, same configuration, 1 seed, measured earlier on this machine (cited by the issue); shown only
-# when PureJaxRL itself is not run side by side (--purejaxrl).
+# PureJaxRL, same configuration, 1 seed, measured earlier on this machine (cited by the issue);
+# shown only when PureJaxRL itself is not run side by side (--purejaxrl).
 REFERENCE = {"compile": 2.4, "run": 11.0, "steps_per_second": 45_000}
 
 
@@ -143,7 +143,8 @@ REFERENCE = {"compile": 2.4, "run": 11.0, "steps_per_second": 45_000}
 
 
 def chunk_values(values: list[float | None], num_chunks: int) -> list[tuple[int, float | None]]:
-    """(end index, mean of the non-missing values) of ``num_chunks`` near-equal chunks of ``values``."""
+    """(end index, mean of the non-missing values) of ``num_chunks`` near-equal chunks of
+    ``values``."""
     n = len(values)
     out = []
     for c in range(num_chunks):
@@ -259,7 +260,8 @@ def worker_purejaxrl(
         warnings.simplefilter("ignore", UserWarning)
         out, times = compile_and_run(jax.jit(jax.vmap(dqn.make_train(config))), keys)
     wall = time.perf_counter() - t_start
-    # "returns": per step, the mean over the envs of each env's latest finished return (0 before any)
+    # "returns": per step, the mean over the envs of each env's latest finished return
+    # (0 before any)
     per_step = np.asarray(out["metrics"]["returns"], np.float64).mean(
         axis=0
     )  # [steps], mean over seeds
@@ -448,7 +450,8 @@ def make_tables(rows: dict[tuple[str, int], dict | str], jrl_seeds: list[int], q
     if not quick and not isinstance(rows.get(("purejaxrl", 1)), dict):
         ref = REFERENCE
         lines.append(
-            f"| PureJaxRL (reference, cited) | 1 | {CONFIG['total_steps']:,} | ~{ref['compile']} | – | "
+            f"| PureJaxRL (reference, cited) | 1 | {CONFIG['total_steps']:,} "
+            f"| ~{ref['compile']} | – | "
             f"~{ref['run']:.0f} | ~{_rate(ref['steps_per_second'])} | ~{ref['run']:.0f} | – | – |"
         )
     keys = [(lib, s) for s in jrl_seeds for lib in ("jrl", "purejaxrl")] + [("sb3", 1)]
@@ -469,7 +472,8 @@ def make_tables(rows: dict[tuple[str, int], dict | str], jrl_seeds: list[int], q
         init = "(in compile)" if key[0] == "purejaxrl" else f"{r['init']:.1f}"
         lines.append(
             f"| {name} | {key[1]} | {r['steps_per_run']:,} | {compile_txt} | {init} | "
-            f"{r['run']:.1f} | {rate} | {r['run'] / key[1]:.2f} | {reach} | {_f(r.get('final_return'))} |"
+            f"{r['run']:.1f} | {rate} | {r['run'] / key[1]:.2f} | {reach} "
+            f"| {_f(r.get('final_return'))} |"
         )
 
     ratios = []
@@ -480,17 +484,20 @@ def make_tables(rows: dict[tuple[str, int], dict | str], jrl_seeds: list[int], q
             tj, tx = time_to_target(j), time_to_target(x)
             ratios.append(
                 f"- jrl / PureJaxRL, {s} seed{'s' if s > 1 else ''} (side by side): "
-                f"**steps/s {j['steps_per_second'] / x['steps_per_second']:.2f}x** (> 1: jrl faster), "
+                f"**steps/s {j['steps_per_second'] / x['steps_per_second']:.2f}x** "
+                "(> 1: jrl faster), "
                 f"run time {j['run'] / x['run']:.2f}x, compile (jrl: compile + init) "
                 f"{(j['compile'] + j['init']) / x['compile']:.2f}x, compile + init + run "
-                f"{(j['compile'] + j['init'] + j['run']) / (x['compile'] + x['run']):.2f}x, time to 475 "
+                f"{(j['compile'] + j['init'] + j['run']) / (x['compile'] + x['run']):.2f}x, "
+                "time to 475 "
                 + (f"{tj / tx:.2f}x" if tj is not None and tx is not None else "–")
                 + " (times: < 1, jrl takes less)."
             )
     if isinstance(j1, dict):
         if not quick and not isinstance(rows.get(("purejaxrl", 1)), dict):
             ratios.append(
-                f"- jrl (1 seed) / PureJaxRL reference: compile {j1['compile'] / REFERENCE['compile']:.2f}x, "
+                "- jrl (1 seed) / PureJaxRL reference: "
+                f"compile {j1['compile'] / REFERENCE['compile']:.2f}x, "
                 f"run {j1['run'] / REFERENCE['run']:.2f}x (times; < 1: jrl takes less), "
                 f"steps/s {j1['steps_per_second'] / REFERENCE['steps_per_second']:.2f}x "
                 "(against a cited number, not a side-by-side measurement)."
@@ -503,15 +510,19 @@ def make_tables(rows: dict[tuple[str, int], dict | str], jrl_seeds: list[int], q
             )
             if learning:
                 txt += (
-                    f", **{j1['steps_per_second'] / learning:.0f}x** over its learning phase (the fairer one: "
-                    f"jrl's run is {1 - CONFIG['learning_starts'] / j1['steps_per_run']:.0%} learning phase, "
-                    f"SB3's short run only {1 - SB3_CONFIG['learning_starts'] / sb3['steps_per_run']:.0%})"
+                    f", **{j1['steps_per_second'] / learning:.0f}x** over its learning phase "
+                    "(the fairer one: "
+                    f"jrl's run is {1 - CONFIG['learning_starts'] / j1['steps_per_run']:.0%} "
+                    "learning phase, "
+                    "SB3's short run only "
+                    f"{1 - SB3_CONFIG['learning_starts'] / sb3['steps_per_run']:.0%})"
                 )
             ratios.append(txt + ".")
         j4 = rows.get(("jrl", 4))
         if isinstance(j4, dict):
             ratios.append(
-                f"- jrl, 4 vmapped seeds vs 1: {j4['steps_per_second'] / j1['steps_per_second']:.2f}x "
+                "- jrl, 4 vmapped seeds vs 1: "
+                f"{j4['steps_per_second'] / j1['steps_per_second']:.2f}x "
                 "the env steps/s (summed over seeds)."
             )
     return "\n".join(lines) + ("\n\n" + "\n".join(ratios) if ratios else "")
@@ -584,10 +595,14 @@ per seed. jrl runs 1 seed, and 4 seeds vmapped in one program. To reproduce:
 
     {command}
 
-Measured {datetime.date.today().isoformat()} on {cpu_model()} ({os.cpu_count()}-core CPU, shared), Python
-{platform.python_version()}, jax {jax.__version__}{pj_versions}{sb3_versions}. jrl at commit {_git_commit()}.
-Each configuration ran {repeats} time{"s" if repeats != 1 else ""} in fresh processes, alternating the libraries;
-compile and run are each the best of those runs. Other jobs were using the machine: the 1-minute load average was {load_txt}
+Measured {datetime.date.today().isoformat()} on {cpu_model()} \
+({os.cpu_count()}-core CPU, shared), Python
+{platform.python_version()}, jax {jax.__version__}{pj_versions}{sb3_versions}. \
+jrl at commit {_git_commit()}.
+Each configuration ran {repeats} time{"s" if repeats != 1 else ""} in fresh processes, \
+alternating the libraries;
+compile and run are each the best of those runs. Other jobs were using the machine: \
+the 1-minute load average was {load_txt}
 at the starts of the runs (2 cores), so the wall times are noisy.
 {skipped}
 - **jrl config**: `jrl.train("dqn", "CartPole-v1", num_envs=10, steps_per_iteration=1,
@@ -597,7 +612,8 @@ at the starts of the runs (2 cores), so the wall times are noisy.
   loss="mse", max_grad_norm=0.0, adam_eps=1e-8)`: one iteration is one step of the 10 envs and
   one update, so the target copy every 50 updates is every 500 env steps; `max_grad_norm=0`
   turns gradient clipping off, as in PureJaxRL (and with it the `train/grad_norm` metric; the clip's
-  global reduction cost 9-12% of an iteration with 1 seed and about 1% with 4, measured as paired ratios
+  global reduction cost 9-12% of an iteration with 1 seed and about 1% with 4, measured as \
+paired ratios
   by `python benchmarks/dqn_clip_ab.py [--seeds 4]`), and Adam's eps is PureJaxRL's (optax's
   default; with jrl's default 1e-5, 4 seeds first reached 475 at 355k env steps instead of 235k).
   Differences from PureJaxRL left in place: jrl's loss is 0.5 x TD^2 (PureJaxRL: TD^2; the same
@@ -622,7 +638,8 @@ at the starts of the runs (2 cores), so the wall times are noisy.
   newer jax removed, is pointed at `jax.tree.map`. Its learn step is a `lax.cond` on an
   unbatched step counter, so even under `vmap` it skips the updates before learning_starts
   (2% of this run). jrl's gate does the same under its runner's `vmap`: the per-run counter
-  is reduced over the runs (`parallel.all_runs`). The issue also cites PureJaxRL as "about 2.4 s compile
+  is reduced over the runs (`parallel.all_runs`). The issue also cites PureJaxRL as \
+"about 2.4 s compile
   and 11 s run, ~45 k steps/s", measured earlier on this machine with another jax version;
   that row is shown only when PureJaxRL is not run.
 - **PureJaxRL's vmapped seeds share one random stream** (the same initial network,
@@ -754,7 +771,8 @@ def main(argv=None) -> None:
                     sb3_note = f"the SB3 worker failed: {r}"
             else:
                 print(
-                    f"{lib:9s} seeds={seeds} repeat {rep + 1}: compile {r['compile']:5.2f} s run {r['run']:6.2f} s "
+                    f"{lib:9s} seeds={seeds} repeat {rep + 1}: compile {r['compile']:5.2f} s "
+                    f"run {r['run']:6.2f} s "
                     f"{r['steps_per_second']:9,.0f} steps/s final {_f(r['final_return'])} "
                     f"reached {r['reached_steps']} load {r['load']:.1f}",
                     file=sys.stderr,

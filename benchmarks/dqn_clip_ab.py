@@ -64,8 +64,10 @@ def main() -> None:
         ordered = sorted(times)
         ratio = statistics.median(t / b for t, b in zip(times, base))
         print(
-            f"{name:12s} seeds={args.seeds}: min {ordered[0] / args.chunk * 1e6:7.1f} us/iteration, "
-            f"p10 {ordered[len(ordered) // 10] / args.chunk * 1e6:7.1f}, median paired ratio vs no clipping "
+            f"{name:12s} seeds={args.seeds}: "
+            f"min {ordered[0] / args.chunk * 1e6:7.1f} us/iteration, "
+            f"p10 {ordered[len(ordered) // 10] / args.chunk * 1e6:7.1f}, "
+            "median paired ratio vs no clipping "
             f"{ratio:.3f}"
         )
 

@@ -43,7 +43,8 @@ def main() -> None:
         )
         print(
             f"| {seeds} | {a.envs} | {res.compile_seconds:.1f} | {res.run_seconds:.2f} | "
-            f"{res.steps_per_second:,.0f} | {res.final_returns().mean():.1f} |  (wall {time.perf_counter() - t:.0f}s)",
+            f"{res.steps_per_second:,.0f} | {res.final_returns().mean():.1f} |  "
+            f"(wall {time.perf_counter() - t:.0f}s)",
             flush=True,
         )
 

@@ -32,7 +32,8 @@ The interpreter needs jrl and PureJaxRL's dependencies (gymnax 0.0.x with its
 Usage::
 
     /work/venv-rejax/bin/python benchmarks/paired.py            # both agents, prints only
-    /work/venv-rejax/bin/python benchmarks/paired.py --write    # and puts the section in BENCHMARKS.md
+    /work/venv-rejax/bin/python benchmarks/paired.py --write    # and puts the section in
+                                                                #   BENCHMARKS.md
     /work/venv-rejax/bin/python benchmarks/paired.py --agents dqn --dqn-seeds 4 --rounds 20
 """
 
@@ -264,14 +265,16 @@ def attempt(
         if event["event"] == "compiled":
             entries[event["name"]] = event
             print(
-                f"  {agent} x{seeds} {event['name']}: compiled in {event['compile']:.1f} s, first run "
+                f"  {agent} x{seeds} {event['name']}: compiled in {event['compile']:.1f} s, "
+                "first run "
                 f"{event['first']:.2f} s",
                 flush=True,
             )
         else:
             times.append((event["jrl"], event["PureJaxRL"]))
             print(
-                f"  {agent} x{seeds} round {done + event['round']}: jrl {event['jrl']:.2f} s, PureJaxRL "
+                f"  {agent} x{seeds} round {done + event['round']}: jrl {event['jrl']:.2f} s, "
+                "PureJaxRL "
                 f"{event['PureJaxRL']:.2f} s, ratio {event['PureJaxRL'] / event['jrl']:.3f}",
                 flush=True,
             )
@@ -348,15 +351,18 @@ def section(results: list[dict], command: str) -> str:
             tj = statistics.median(t for t, _ in r["times"])
             tp = statistics.median(t for _, t in r["times"])
             rows.append(
-                f"| {name} | {j['steps']:,} | {r['rounds']} of {r['asked']} | {tj:.2f} | {tp:.2f} | "
+                f"| {name} | {j['steps']:,} | {r['rounds']} of {r['asked']} | {tj:.2f} "
+                f"| {tp:.2f} | "
                 f"{steps / tj / 1e3:.0f} k | {steps / tp / 1e3:.0f} k | **{r['ratio']:.2f}x** "
                 f"({r['p10']:.2f}-{r['p90']:.2f}) | {r['jrl_faster']}/{r['rounds']} | "
-                f"{j['compile']:.1f} / {p['compile']:.1f} | {j['final_return']:.0f} / {p['final_return']:.0f} |"
+                f"{j['compile']:.1f} / {p['compile']:.1f} "
+                f"| {j['final_return']:.0f} / {p['final_return']:.0f} |"
             )
         if r["stopped"]:
             times = "once" if r["stops"] == 1 else f"{r['stops']} times"
             notes.append(
-                f"- {LABELS[r['agent']]} with {r['seeds']} seed{'s' if r['seeds'] > 1 else ''}: a process "
+                f"- {LABELS[r['agent']]} with {r['seeds']} seed{'s' if r['seeds'] > 1 else ''}: "
+                "a process "
                 f"stopped {times}, {r['rounds']} of {r['asked']} rounds measured: {r['stopped']}"
             )
     versions = ", ".join(
@@ -382,7 +388,9 @@ docstring):
 
 {measured_on()} {versions}.
 
-| agent | seeds | env steps per seed | rounds | jrl s (median) | PureJaxRL s (median) | jrl steps/s | PureJaxRL steps/s | speed ratio (p10-p90) | rounds jrl faster | compile s jrl / PureJaxRL | final return jrl / PureJaxRL |
+| agent | seeds | env steps per seed | rounds | jrl s (median) | PureJaxRL s (median) \
+| jrl steps/s | PureJaxRL steps/s | speed ratio (p10-p90) | rounds jrl faster \
+| compile s jrl / PureJaxRL | final return jrl / PureJaxRL |
 |---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|
 """
         + "\n".join(rows)
@@ -490,7 +498,8 @@ def main(argv=None) -> None:
             r = results[-1]
             if r["times"]:
                 print(
-                    f"{agent} x{seeds}: speed ratio {r['ratio']:.3f} ({r['p10']:.3f}-{r['p90']:.3f}), jrl faster "
+                    f"{agent} x{seeds}: speed ratio {r['ratio']:.3f} "
+                    f"({r['p10']:.3f}-{r['p90']:.3f}), jrl faster "
                     f"in {r['jrl_faster']}/{r['rounds']} rounds",
                     flush=True,
                 )

@@ -55,7 +55,8 @@ run side by side.
 Usage::
 
     python benchmarks/ppo_cartpole.py             # full run, writes BENCHMARKS.md
-    python benchmarks/ppo_cartpole.py --quick     # smoke run (fewer steps, 1 and 4 seeds), prints only
+    python benchmarks/ppo_cartpole.py --quick     # smoke run (fewer steps, 1 and 4 seeds),
+                                                  #   prints only
 """
 
 from __future__ import annotations
@@ -107,8 +108,8 @@ CONFIG = {
     "activation": "tanh",
 }
 
-# PureJaxRL, same configuration, as cited by the issue ("measured earlier on this machine", seconds);
-# shown only when PureJaxRL itself is not run side by side (--purejaxrl).
+# PureJaxRL, same configuration, as cited by the issue ("measured earlier on this machine",
+# seconds); shown only when PureJaxRL itself is not run side by side (--purejaxrl).
 REFERENCE = {1: {"compile": 3.4, "run": 3.3}, 16: {"run_per_seed": 2.3}}
 
 
@@ -196,7 +197,8 @@ def worker_jrl(seeds: int, total_steps: int, num_reports: int, seed: int) -> dic
 
 
 def purejaxrl_config(total_steps: int) -> dict:
-    """``CONFIG`` in the keys of PureJaxRL's ``purejaxrl/ppo.py`` (its ``__main__`` config, DEBUG off)."""
+    """``CONFIG`` in the keys of PureJaxRL's ``purejaxrl/ppo.py`` (its ``__main__`` config, DEBUG
+    off)."""
     c = CONFIG
     return {
         "LR": c["learning_rate"],
@@ -454,8 +456,8 @@ def make_tables(rows: dict[tuple[str, int], dict], seeds_list: list[int], quick:
     reference is listed only for the seed counts where PureJaxRL was not run."""
     lines = [
         (
-            "| library | seeds | compile s | compile CPU s | init s | run s | steps/s | run s / seed "
-            "| time to 475 s (iteration) | final return |"
+            "| library | seeds | compile s | compile CPU s | init s | run s | steps/s "
+            "| run s / seed | time to 475 s (iteration) | final return |"
         ),
         "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
@@ -490,13 +492,14 @@ def make_tables(rows: dict[tuple[str, int], dict], seeds_list: list[int], quick:
             init = _f(r.get("init")) if lib == "jrl" else "(in compile)"
             lines.append(
                 f"| {lib} | {seeds} | {r['compile']:.1f} | {_f(r.get('compile_cpu'))} | {init} | "
-                f"{r['run']:.1f} | {_rate(r['steps_per_run'] * seeds / r['run'])} | {r['run'] / seeds:.2f} | "
+                f"{r['run']:.1f} | {_rate(r['steps_per_run'] * seeds / r['run'])} "
+                f"| {r['run'] / seeds:.2f} | "
                 f"{reach} | {_f(r.get('final_return'))} |"
             )
 
     ratio = [
-        "| seeds | jrl vs | steps/s (> 1: jrl faster) | run s per seed | compile (jrl: compile + init) "
-        "| compile + init + run | time to 475 |",
+        "| seeds | jrl vs | steps/s (> 1: jrl faster) | run s per seed "
+        "| compile (jrl: compile + init) | compile + init + run | time to 475 |",
         "|---:|---|---:|---:|---:|---:|---:|",
     ]
     for seeds in seeds_list:
@@ -520,7 +523,8 @@ def make_tables(rows: dict[tuple[str, int], dict], seeds_list: list[int], quick:
             run_ref = _ref_run(ref, seeds)
             comp = f"{(j['compile'] + init) / ref['compile']:.2f}x" if "compile" in ref else "–"
             ratio.append(
-                f"| {seeds} | PureJaxRL (cited) | {run_ref / j['run']:.2f}x | {j['run'] / run_ref:.2f}x | "
+                f"| {seeds} | PureJaxRL (cited) | {run_ref / j['run']:.2f}x "
+                f"| {j['run'] / run_ref:.2f}x | "
                 f"{comp} | – | – |"
             )
     return (
@@ -660,7 +664,8 @@ def main(argv=None) -> None:
                         print(f"{name:14s} seeds={seeds:3d} repeat {rep + 1}: {r}", file=sys.stderr)
                     else:
                         print(
-                            f"{name:14s} seeds={seeds:3d} repeat {rep + 1}: compile {r['compile']:6.2f} s "
+                            f"{name:14s} seeds={seeds:3d} repeat {rep + 1}: "
+                            f"compile {r['compile']:6.2f} s "
                             f"(cpu {_f(r.get('compile_cpu'), '{:.2f}')}) run {r['run']:7.2f} s "
                             f"wall {r['wall']:6.1f} s reached {r['reached']} load {load:.2f}",
                             file=sys.stderr,
@@ -775,7 +780,8 @@ program. To reproduce:
     python benchmarks/ppo_cartpole.py{steps}
 
 Measured {date} on {cpu_model()} ({os.cpu_count()}-core CPU, shared),
-Python {platform.python_version()}, jax {jax.__version__}{versions}. Other jobs were using the machine:
+Python {platform.python_version()}, jax {jax.__version__}{versions}. \
+Other jobs were using the machine:
 the 1-minute load average was {load_txt} during the runs (2 cores; the benchmark itself
 accounts for about 1 to 2 of it), so the wall times are noisy. jrl at commit {commit}.
 Each configuration ran {repeats_txt} in fresh processes, alternating the libraries. Compile and run

@@ -1,6 +1,7 @@
 """Worker for tests/test_distributed.py (run as a script in a subprocess).
 
-    python tests/dist_worker.py OUT.npz AGENT DEVICES [--fake-devices N] [--process-id I --num-processes P --coordinator A]
+    python tests/dist_worker.py OUT.npz AGENT DEVICES [--fake-devices N]
+        [--process-id I --num-processes P --coordinator A]
 
 Trains AGENT for a few iterations with the same global batch whatever the
 device count and saves the final parameters of every run.

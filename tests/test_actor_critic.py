@@ -335,8 +335,8 @@ def test_runner_compiles_init_and_chunks_with_its_options(monkeypatch):
 
 @pytest.mark.parametrize("agent", ["ppo", "dqn"])
 def test_init_values_do_not_depend_on_the_cpu_opt_level(agent):
-    """The runner's init (LLVM level 2 on CPU) gives bitwise the train states of XLA's default build,
-    so a run's starting point does not move with JRL_CPU_OPT_LEVEL."""
+    """The runner's init (LLVM level 2 on CPU) gives bitwise the train states of XLA's default
+    build, so a run's starting point does not move with JRL_CPU_OPT_LEVEL."""
     env, params = jrl.envs.make("CartPole-v1")
     module, _ = jrl_agents.get(agent)
     built = module.build(

@@ -64,9 +64,10 @@ def test_a_directory_chosen_for_jax_is_kept(tmp_path):
 
 TRAIN = """
 import json, jax, jrl
-jax.numpy.ones(3) + 1  # an eager op compiles (and initialises JAX's cache) before train() turns it on
-r = jrl.train("ppo", "CartPole-v1", total_steps=2048, num_envs=4, num_steps=32, progress=False, num_reports=1,
-              compile_cache=%r)
+# an eager op compiles (and initialises JAX's cache) before train() turns it on
+jax.numpy.ones(3) + 1
+r = jrl.train("ppo", "CartPole-v1", total_steps=2048, num_envs=4, num_steps=32, progress=False,
+              num_reports=1, compile_cache=%r)
 print(json.dumps({"compile": r.compile_seconds}))
 """
 

@@ -1,4 +1,5 @@
-"""Hand-computed values for jrl.distributional (C51 projection, QR-DQN loss), with and without jit."""
+"""Hand-computed values for jrl.distributional (C51 projection, QR-DQN loss), with and without
+jit."""
 
 import math
 
@@ -59,7 +60,8 @@ def test_support_values_and_errors():
 @JIT
 def test_projection_shift_exactly_onto_atoms(jit):
     atoms = dist.support(5, 0.0, 4.0)  # [0, 1, 2, 3, 4], dz = 1
-    # r = 1, discount = 1: atoms move to [1, 2, 3, 4, 5]; the mass of z=4 (zero here) would clip to 4.
+    # r = 1, discount = 1: atoms move to [1, 2, 3, 4, 5]; the mass of z=4 (zero here) would clip
+    # to 4.
     # Each lands exactly on an atom: m = [0, p0, p1, p2, p3 + p4] = [0, .1, .2, .3, .4]
     out = project([[0.1, 0.2, 0.3, 0.4, 0.0]], [1.0], [1.0], atoms, jit)
     np.testing.assert_allclose(out, [[0.0, 0.1, 0.2, 0.3, 0.4]], atol=1e-6)
@@ -89,7 +91,8 @@ def test_projection_clips_at_both_edges(jit):
     # row 1: r = +5: every shifted atom (4, 5, 6) clips to v_max = 1 -> [0, 0, 1]
     # row 2: r = 0, discount = 2: shifted [-2, 0, 2] -> clipped [-1, 0, 1] -> p unchanged
     # row 3: r = .5, discount = 1: shifted [-.5, .5, 1.5 -> 1]
-    #   -.5 -> atoms -1 and 0 get .5 * .2 = .1 each; .5 -> atoms 0 and 1 get .5 * .3 = .15 each; 1 gets .5
+    #   -.5 -> atoms -1 and 0 get .5 * .2 = .1 each;
+    #   .5 -> atoms 0 and 1 get .5 * .3 = .15 each; 1 gets .5
     #   m = [.1, .1 + .15, .15 + .5] = [.1, .25, .65]
     out = project([p] * 4, [-5.0, 5.0, 0.0, 0.5], [1.0, 1.0, 2.0, 1.0], atoms, jit)
     np.testing.assert_allclose(out, [[1, 0, 0], [0, 0, 1], p, [0.1, 0.25, 0.65]], atol=1e-6)
@@ -227,10 +230,12 @@ def test_quantile_huber_loss_by_hand(jit):
     #   i=0: mean(.25 * .125, .25 * 2.5) = (.03125 + .625) / 2 = .328125
     #   i=1: mean(.25 * .125, .75 * 1.5) = (.03125 + 1.125) / 2 = .578125      sum = .90625
     np.testing.assert_allclose(fn(QUANTILES, TARGETS, TAUS, 1.0), [0.90625], rtol=1e-6)
-    # kappa = 0 (pinball): i=0: (.25 * .5 + .25 * 3) / 2 = .4375 ; i=1: (.25 * .5 + .75 * 2) / 2 = .8125 ; sum 1.25
+    # kappa = 0 (pinball):
+    #   i=0: (.25 * .5 + .25 * 3) / 2 = .4375 ; i=1: (.25 * .5 + .75 * 2) / 2 = .8125 ; sum 1.25
     np.testing.assert_allclose(fn(QUANTILES, TARGETS, TAUS, 0.0), [1.25], rtol=1e-6)
     # kappa = 2: H_2(u) / 2 = u^2 / 4 for |u| <= 2 else |u| - 1 -> [.0625, 2] and [.0625, 1]
-    #   i=0: (.25 * .0625 + .25 * 2) / 2 = .2578125 ; i=1: (.25 * .0625 + .75 * 1) / 2 = .3828125 ; sum .640625
+    #   i=0: (.25 * .0625 + .25 * 2) / 2 = .2578125
+    #   i=1: (.25 * .0625 + .75 * 1) / 2 = .3828125 ; sum .640625
     np.testing.assert_allclose(fn(QUANTILES, TARGETS, TAUS, 2.0), [0.640625], rtol=1e-6)
     # default kappa is 1; a batch of two identical rows gives two identical losses
     np.testing.assert_allclose(
@@ -246,7 +251,8 @@ def test_quantile_huber_loss_kappa_traced_under_vmap():
 
 @pytest.mark.parametrize(("kappa", "expected"), [(1.0, [-0.1875, -0.3125]), (0.0, [-0.25, -0.25])])
 def test_quantile_huber_loss_gradients_by_hand(kappa, expected):
-    # d rho / d quantile_i = -|tau_i - 1{u<0}| * H'_kappa(u) / kappa, H'/kappa = clip(u / kappa, -1, 1) (sign(u) at 0)
+    # d rho / d quantile_i = -|tau_i - 1{u<0}| * H'_kappa(u) / kappa,
+    #   H'/kappa = clip(u / kappa, -1, 1) (sign(u) at 0)
     # kappa = 1: i=0: -(.25 * .5 + .25 * 1) / 2 = -.1875 ; i=1: -(.25 * -.5 + .75 * 1) / 2 = -.3125
     # kappa = 0: i=0: -(.25 + .25) / 2 = -.25 ; i=1: -(-.25 + .75) / 2 = -.25
     g_q = jax.grad(lambda q: dist.quantile_huber_loss(q, TARGETS, TAUS, kappa).sum())(QUANTILES)

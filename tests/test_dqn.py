@@ -53,7 +53,8 @@ def test_double_q_target_by_hand(jit):
 
 
 def test_nstep_target_truncation_bootstraps():
-    """n=3: a truncation inside the window stops the sum and bootstraps from the final observation."""
+    """n=3: a truncation inside the window stops the sum and bootstraps from the final
+    observation."""
     gamma = 0.5
     acc = buffers.nstep_accumulator(3, gamma)
 
@@ -210,7 +211,8 @@ def test_off_policy_loop_counts_and_determinism():
 
 
 def test_prioritized_dueling_nstep_sweep_runs(tmp_path):
-    """Every flag together, with a sweep over a DQN hparam, in one program; the run folder is written."""
+    """Every flag together, with a sweep over a DQN hparam, in one program; the run folder is
+    written."""
     res = jrl.train(
         "dqn",
         "CartPole-v1",
@@ -285,11 +287,12 @@ def test_sharded_two_devices_runs(tmp_path):
 
     script = (
         "import jax, numpy as np, jrl\n"
-        "res = jrl.train('dqn', 'CartPole-v1', seeds=2, devices=2, total_steps=1024, learning_starts=256,"
-        " num_envs=4, steps_per_iteration=8, buffer_size=500, batch_size=32, prioritized=True, n_step=2,"
-        " progress=False, num_reports=2)\n"
+        "res = jrl.train('dqn', 'CartPole-v1', seeds=2, devices=2, total_steps=1024,"
+        " learning_starts=256, num_envs=4, steps_per_iteration=8, buffer_size=500, batch_size=32,"
+        " prioritized=True, n_step=2, progress=False, num_reports=2)\n"
         "assert np.isfinite(res.metrics['train/loss']).all(), res.metrics['train/loss']\n"
-        "assert int(res.metrics['train/env_steps'][0, -1]) == 1024 + 4, res.metrics['train/env_steps']\n"
+        "assert int(res.metrics['train/env_steps'][0, -1]) == 1024 + 4,"
+        " res.metrics['train/env_steps']\n"
         "print('OK')\n"
     )
     env = {

@@ -21,8 +21,8 @@ def test_truncation_probe_episodes_return_their_length():
 
 
 def test_episodes_of_different_lengths_stop_counting_when_they_end():
-    """CartPole pushed left every step: each env falls after its own number of steps (reward 1 each);
-    nothing is counted after an env's first episode ends."""
+    """CartPole pushed left every step: each env falls after its own number of steps (reward 1
+    each); nothing is counted after an env's first episode ends."""
     env, params = jrl_envs.make("CartPole-v1")
     ret, length = episode_returns(
         lambda o, k: jnp.zeros(o.shape[0], jnp.int32), env, jax.random.key(3), 16, params

@@ -68,7 +68,10 @@ def table():
 
 
 def test_table_parses_known_rows():
-    text = "```\n  types.py spaces.py        layer 1 (x)\n  run/anakin.py   layer 7\n  names.py  any layer\n```"
+    text = (
+        "```\n  types.py spaces.py        layer 1 (x)\n  run/anakin.py   layer 7\n"
+        "  names.py  any layer\n```"
+    )
     assert layer_table(text) == {"types": 1, "spaces": 1, "run.anakin": 7}
 
 
@@ -107,7 +110,8 @@ def test_core_imports_only_its_own_layer_or_above(table):
                 continue
             if theirs > mine:
                 bad.append(
-                    f"jrl/{path.relative_to(ROOT / 'jrl')} (layer {mine}) imports jrl.{dep} (layer {theirs})"
+                    f"jrl/{path.relative_to(ROOT / 'jrl')} (layer {mine}) imports jrl.{dep} "
+                    f"(layer {theirs})"
                 )
     assert not bad, "\n".join(bad)
 

@@ -45,7 +45,8 @@ def test_a2c_cartpole_400():
 
 @pytest.mark.parametrize("agent", ["ppo", "a2c"])
 def test_truncation_probe(agent):
-    """Reward 1 forever, truncated (never terminated) every 20 steps: V(s) = 1/(1-gamma) everywhere."""
+    """Reward 1 forever, truncated (never terminated) every 20 steps: V(s) = 1/(1-gamma)
+    everywhere."""
     gamma = 0.9
     res = jrl.train(
         agent,
@@ -123,7 +124,8 @@ def test_sweep_learning_rate_in_one_program():
     ],
 )
 def test_value_based_thresholds(agent, env_id, seeds, steps, threshold):
-    """The env's preset with ``steps`` env steps per seed (the budgets keep the family near 6 CI minutes)."""
+    """The env's preset with ``steps`` env steps per seed (the budgets keep the family near 6 CI
+    minutes)."""
     res = jrl.train(agent, env_id, seeds=seeds, total_steps=steps, progress=False, num_reports=4)
     final = res.final_returns()
     assert final.mean() >= threshold, (final, res.summary())

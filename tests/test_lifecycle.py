@@ -265,7 +265,8 @@ def test_checkpointer_keeps_the_last_k_and_ignores_an_unfinished_save(tmp_path):
         ck.save(step, states, {}, {})
     ck.close()
     assert checkpoint.steps(tmp_path) == [2, 3]
-    # a save killed half-way leaves orbax's temporary folder (and maybe a step folder without its items)
+    # a save killed half-way leaves orbax's temporary folder (and maybe a step folder without its
+    # items)
     shutil.copytree(
         tmp_path / "checkpoints" / "3", tmp_path / "checkpoints" / "4.orbax-checkpoint-tmp-99"
     )
@@ -397,7 +398,8 @@ class NaNAfter(Environment):
 
 def test_nan_stops_training_at_its_chunk_and_keeps_the_last_good_checkpoint(tmp_path):
     """4 envs x 128 steps per iteration: env step 600 falls in iteration 5, so checkpoints after
-    iterations 1-4 are good, the NaN is reported at iteration 5 and no later checkpoint is written."""
+    iterations 1-4 are good, the NaN is reported at iteration 5 and no later checkpoint is
+    written."""
     jrl.envs.register("NaNAfter-v0", NaNAfter, overwrite=True)
     with pytest.raises(
         experiment.NonFiniteError, match=r"became non-finite .* at iteration 5 .*checkpoints/4"
@@ -549,8 +551,9 @@ def test_every_agent_has_a_greedy_and_a_stochastic_evaluation_policy(agent):
 
 
 def test_evaluation_uses_the_training_normaliser_frozen():
-    """PPO with observation normalisation: the evaluation policy sees (obs - mean) / sqrt(var + eps),
-    clipped, with the statistics of the train state, and stepping it does not change them."""
+    """PPO with observation normalisation: the evaluation policy sees
+    (obs - mean) / sqrt(var + eps), clipped, with the statistics of the train state, and stepping
+    it does not change them."""
     from jrl import evaluation
 
     config = experiment.make_config(

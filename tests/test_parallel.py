@@ -63,7 +63,8 @@ def test_all_runs_reduces_over_the_runs_and_keeps_the_branch():
 
 
 def test_off_policy_gate_is_a_branch_in_the_runner():
-    """DQN's learning_starts gate stays a cond in the runner's vmapped chunk (no update computed before it)."""
+    """DQN's learning_starts gate stays a cond in the runner's vmapped chunk (no update computed
+    before it)."""
     import jrl.agents
     import jrl.envs
     from jrl.experiment import make_config

@@ -1,4 +1,5 @@
-"""PQN: Q(lambda) targets by hand, masked epsilon-greedy, config checks, runs, learning, truncation."""
+"""PQN: Q(lambda) targets by hand, masked epsilon-greedy, config checks, runs, learning,
+truncation."""
 
 import dataclasses
 import os
@@ -28,16 +29,19 @@ _MAX_Q = np.array([[10.0, 8.0], [20.0, 100.0], [30.0, 6.0], [40.0, 100.0]])
 _REWARDS = np.array([[1.0, 1.0], [2.0, 1.0], [3.0, 1.0], [4.0, 1.0]])
 _TERMINATED = np.array([[False, False], [False, True], [False, False], [False, True]])
 _TRUNCATED = np.array([[False, False], [True, False], [False, False], [False, False]])
-# G_t = r_t + g (1 - term_t) [(1 - l) m_t + l next_t], next_t = m_t if done_t or t = T-1 else G_{t+1}
+# G_t = r_t + g (1 - term_t) [(1 - l) m_t + l next_t],
+#   next_t = m_t if done_t or t = T-1 else G_{t+1}
 # env 0: G3 = 4 + .5 * 40 = 24 (last step)      G2 = 3 + .5 (.5 * 30 + .5 * 24) = 16.5 (mid-rollout)
-#        G1 = 2 + .5 * 20 = 12 (truncated)      G0 = 1 + .5 (.5 * 10 + .5 * 12) = 6.5 (chain cut after G1)
+#        G1 = 2 + .5 * 20 = 12 (truncated)      G0 = 1 + .5 (.5 * 10 + .5 * 12) = 6.5
+#                                                 (chain cut after G1)
 # env 1: G3 = 1 (terminated)                    G2 = 1 + .5 (.5 * 6 + .5 * 1) = 2.75
 #        G1 = 1 (terminated)                    G0 = 1 + .5 (.5 * 8 + .5 * 1) = 3.25
 _EXPECTED = np.array([[6.5, 3.25], [12.0, 1.0], [16.5, 2.75], [24.0, 1.0]])
 
 
 def _q_next(masked: bool):
-    """[T, N, 3] action values whose (valid) max is _MAX_Q; action 2 is the best but invalid when masked."""
+    """[T, N, 3] action values whose (valid) max is _MAX_Q; action 2 is the best but invalid when
+    masked."""
     q = np.stack([_MAX_Q - 1.0, _MAX_Q, _MAX_Q + 1000.0 if masked else _MAX_Q - 5.0], axis=-1)
     mask = np.broadcast_to(np.array([True, True, False]), q.shape)
     return jnp.asarray(q, jnp.float32), (jnp.asarray(mask) if masked else None)
@@ -61,7 +65,8 @@ def test_q_lambda_targets_by_hand(jit, masked):
 
 
 def test_q_lambda_targets_limits():
-    """lambda = 0: one-step Q-learning targets; lambda = 1: discounted returns cut at episode ends."""
+    """lambda = 0: one-step Q-learning targets; lambda = 1: discounted returns cut at episode
+    ends."""
     q_next, _ = _q_next(False)
     args = (q_next, jnp.asarray(_REWARDS), jnp.asarray(_TERMINATED), jnp.asarray(_TRUNCATED), 0.5)
     one_step = _REWARDS + 0.5 * (1 - _TERMINATED) * _MAX_Q
@@ -144,7 +149,8 @@ def test_act_never_picks_a_masked_action():
         assert (actions == a).any()
         lone = mask[:, a] & (mask.sum(axis=1) == 1)
         assert lone.any() and (actions[lone] == a).all()
-    # with epsilon 0, the argmax over the valid actions; the unmasked argmax is invalid in every other row
+    # with epsilon 0, the argmax over the valid actions; the unmasked argmax is invalid in every
+    # other row
     built, state = _masked_agent(0.0)
     q = np.asarray(built.network.apply(state.params, obs[OBSERVATION]))
     rows, best = np.arange(len(q)), np.argmax(q, axis=1)
@@ -274,8 +280,8 @@ def test_sharded_two_devices_equal_one_device():
     """The same global batch on 1 and on 2 (fake CPU) devices ends with the same parameters."""
     script = (
         "import jax, numpy as np, jrl\n"
-        "kw = dict(seeds=2, total_steps=4 * 16 * 3, num_envs=4, num_steps=16, num_minibatches=4, progress=False,"
-        " num_reports=1)\n"
+        "kw = dict(seeds=2, total_steps=4 * 16 * 3, num_envs=4, num_steps=16, num_minibatches=4,"
+        " progress=False, num_reports=1)\n"
         "a = jrl.train('pqn', 'CartPole-v1', **kw)\n"
         "b = jrl.train('pqn', 'CartPole-v1', devices=2, **kw)\n"
         "d = max(float(np.abs(x - y).max()) for x, y in zip(jax.tree.leaves(a.final_params),"
@@ -318,8 +324,9 @@ def test_pqn_cartpole_400():
 
 @pytest.mark.learning
 def test_pqn_truncation_probe():
-    """Reward 1 forever, truncated (never terminated) every 20 steps: Q(s, a) = 1/(1-gamma) for every
-    state and action. 2 seeds, 40,960 steps (reward_scale 1 so the values are the textbook ones)."""
+    """Reward 1 forever, truncated (never terminated) every 20 steps: Q(s, a) = 1/(1-gamma) for
+    every state and action. 2 seeds, 40,960 steps (reward_scale 1 so the values are the textbook
+    ones)."""
     gamma = 0.9
     res = jrl.train(
         "pqn",

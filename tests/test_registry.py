@@ -64,7 +64,8 @@ class NoParams(Count):
 
 @pytest.fixture
 def ids():
-    """Registers test ids through this fixture and removes them afterwards (the registry is global)."""
+    """Registers test ids through this fixture and removes them afterwards (the registry is
+    global)."""
     made = []
 
     def reg(id, *args, **kwargs):

@@ -1,5 +1,6 @@
 """Metric sinks: the exact text of the CSV and JSONL files, TensorBoard events read back from the
-event file's bytes, resume truncation, the threaded and fan-out wrappers, and construction by name."""
+event file's bytes, resume truncation, the threaded and fan-out wrappers, and construction by
+name."""
 
 import json
 import math
@@ -31,7 +32,8 @@ RUNS = ({"run": 0, "seed": 0, "learning_rate": 3e-4}, {"run": 1, "seed": 1, "lea
 
 
 def record(iteration, loss, ret, runs=RUNS, **extra):
-    """A record of the two RUNS at ``iteration`` (``env_steps = 100 * iteration``); ``loss`` is float32."""
+    """A record of the two RUNS at ``iteration`` (``env_steps = 100 * iteration``); ``loss`` is
+    float32."""
     metrics = {"train/loss": np.array(loss, np.float32), "eval/return": np.array(ret, np.float64)}
     metrics.update({k: np.array(v) for k, v in extra.items()})
     return Record(iteration=iteration, env_steps=100 * iteration, metrics=metrics, runs=runs)

@@ -95,7 +95,8 @@ OLD_CASES = ("ppo", "a2c", "dqn", "pqn")
 
 
 def write_old_run(agent: str) -> None:
-    """An interrupted run folder (a checkpoint at half the run), as the code of the day writes it."""
+    """An interrupted run folder (a checkpoint at half the run), as the code of the day
+    writes it."""
     out = OLD_RUNS / agent
     shutil.rmtree(out, ignore_errors=True)
     with pytest.raises(experiment.TrainingInterrupted):

@@ -122,7 +122,8 @@ _JITTED: dict = {}
 
 
 def _jitted(env):
-    """``jit(env.reset), jit(env.step)``, compiled once per env object (compiling is the slow part)."""
+    """``jit(env.reset), jit(env.step)``, compiled once per env object (compiling is the slow
+    part)."""
     if env not in _JITTED:
         _JITTED[env] = (jax.jit(env.reset), jax.jit(env.step))
     return _JITTED[env]
@@ -302,7 +303,8 @@ def test_auto_reset_batched(order, jit):
 
 
 def _random_rollout(env, params, steps, key):
-    """``steps`` steps of ``env`` with random actions in [0, 1] from ``key``: stacked (states, timesteps)."""
+    """``steps`` steps of ``env`` with random actions in [0, 1] from ``key``: stacked
+    (states, timesteps)."""
     state, ts = env.reset(jax.random.fold_in(key, 0), params)
 
     def body(carry, t):
@@ -328,9 +330,9 @@ SPARSE_PARAMS = dict(
 
 @pytest.mark.parametrize("chunk", [1, 3, 24])
 def test_sparse_auto_reset_equals_the_per_env_reset(chunk):
-    """AutoReset outside VmapEnv resets only the finished envs, ``chunk`` at a time (chunk=1: up to 24
-    passes of its loop on one step), and gives bit-identical states and timesteps to AutoReset inside
-    VmapEnv, which resets every env every step and keeps the finished ones' resets."""
+    """AutoReset outside VmapEnv resets only the finished envs, ``chunk`` at a time (chunk=1: up to
+    24 passes of its loop on one step), and gives bit-identical states and timesteps to AutoReset
+    inside VmapEnv, which resets every env every step and keeps the finished ones' resets."""
     params = P(**SPARSE_PARAMS)
     dense = VmapEnv(AutoReset(Toy()), 24, batched_params=True)
     sparse = AutoReset(VmapEnv(Toy(), 24, batched_params=True), sparse_from=1, chunk=chunk)
@@ -716,7 +718,8 @@ def test_copy_statistics_rejects_different_chains():
 
 
 def test_normalize_observation_axis_name_merges_devices():
-    """Two halves of a batch under ``vmap(axis_name="d")`` share the statistics of the whole batch."""
+    """Two halves of a batch under ``vmap(axis_name="d")`` share the statistics of the whole
+    batch."""
     starts = np.array([0.0, 1.0, 5.0, 9.0])
     actions = np.random.default_rng(1).uniform(0.0, 4.0, size=(3, 4, 1)).astype(np.float32)
     # By hand: observations [t, start + sum of actions so far] of all 4 envs at t = 0..3.
@@ -769,7 +772,8 @@ def test_normalize_reward(jit):
         np.testing.assert_allclose(states[t].stats.count, count, rtol=1e-6)
         scaled = np.clip(REWARDS[t - 1] / np.sqrt(var[0] + 1e-8), -10.0, 10.0)  # default clip 10
         np.testing.assert_allclose(tss[t].reward, scaled, rtol=1e-5)
-    # The first return has (almost) no spread, so the first scaled reward is clipped; later ones are not.
+    # The first return has (almost) no spread, so the first scaled reward is clipped; later ones
+    # are not.
     assert float(tss[1].reward) == 10.0 and 0.0 < float(tss[7].reward) < 1.0
     # The running return is zeroed after a done step.
     np.testing.assert_allclose(
