@@ -1,65 +1,130 @@
 """Agents built from jrl's parts, and their registry.
 
-Each agent module defines a frozen ``Config`` dataclass (``PPOConfig``...),
-per-environment ``PRESETS``, ``SWEEPABLE`` (the config fields that may take
-several values in one compiled program) and ``build(config, env,
-env_params, num_devices=1) -> Built``. One module may serve several agent
-names with config subclasses that change defaults (``c51``, ``qrdqn`` and
-``rainbow`` are DQN configs); such a class carries its own ``PRESETS``.
+An agent is one module with a frozen config dataclass and a ``build``
+function, registered under a name (see ``docs/writing-an-agent.md``):
+
+- the config class extends a base of :mod:`jrl.config` (``AgentConfig``,
+  ``RolloutConfig``, ``ReplayConfig``) and carries ``PRESETS`` (env id ->
+  overrides) and ``HPARAMS`` (its traced hyperparameter dataclass, whose
+  fields are the sweepable config fields);
+- ``build(config, env, env_params, num_devices=1) -> jrl.builders.Built``.
+
+One module may serve several names with config subclasses that only change
+defaults (``c51``, ``qrdqn`` and ``rainbow`` are DQN configs). Built-in
+agents are listed in :data:`BUILTIN` as ``"module:ConfigClass"`` and
+imported when first used; :func:`register` adds an agent from user code.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
-from types import ModuleType
+import sys
+from typing import Any, Callable
 
 from jrl import names as _names
 
-AGENTS: dict[str, tuple[str, str]] = {
-    "ppo": ("jrl.agents.ppo", "PPOConfig"),
-    "a2c": ("jrl.agents.a2c", "A2CConfig"),
-    "dqn": ("jrl.agents.dqn", "DQNConfig"),
-    "c51": ("jrl.agents.dqn", "C51Config"),
-    "qrdqn": ("jrl.agents.dqn", "QRDQNConfig"),
-    "rainbow": ("jrl.agents.dqn", "RainbowConfig"),
-    "pqn": ("jrl.agents.pqn", "PQNConfig"),
+__all__ = ["AgentEntry", "BUILTIN", "UnknownAgentError", "get", "names", "register", "summary"]
+
+BUILTIN: dict[str, str] = {
+    "ppo": "jrl.agents.ppo:PPOConfig",
+    "a2c": "jrl.agents.a2c:A2CConfig",
+    "dqn": "jrl.agents.dqn:DQNConfig",
+    "c51": "jrl.agents.dqn:C51Config",
+    "qrdqn": "jrl.agents.dqn:QRDQNConfig",
+    "rainbow": "jrl.agents.dqn:RainbowConfig",
+    "pqn": "jrl.agents.pqn:PQNConfig",
 }
-"""Agent name -> (module, config class name)."""
+"""Built-in agent name -> ``"module:ConfigClass"``; the module defines ``build``."""
+
+
+@dataclasses.dataclass(frozen=True)
+class AgentEntry:
+    """A registered agent: its config class and its ``build`` function."""
+
+    name: str
+    config_cls: type
+    build: Callable[..., Any]
+
+    @property
+    def sweepable(self) -> tuple[str, ...]:
+        """Config fields that can take several values in one compiled program."""
+        return self.config_cls.sweepable()
+
+
+_ENTRIES: dict[str, AgentEntry] = {}
 
 
 class UnknownAgentError(KeyError, ValueError):
     """An agent name that is not registered; the message lists close matches."""
 
     def __init__(self, name: str):
-        hint = _names.did_you_mean(name, list(AGENTS), cutoff=0.4)
-        self.message = f"unknown agent {name!r}.{hint} Available: {', '.join(sorted(AGENTS))}."
+        hint = _names.did_you_mean(name, names(), cutoff=0.4)
+        self.message = f"unknown agent {name!r}.{hint} Available: {', '.join(names())}."
         super().__init__(self.message)
 
     def __str__(self) -> str:
         return self.message
 
 
-def get(name: str) -> tuple[ModuleType, type]:
-    """The agent's module and its config class."""
-    if name not in AGENTS:
+def register(
+    name: str, config_cls: type, build: Callable[..., Any], overwrite: bool = False
+) -> AgentEntry:
+    """Registers an agent under ``name`` (``jrl train NAME`` and ``jrl.train(NAME, ...)``).
+
+    ``config_cls`` is a frozen dataclass extending :class:`jrl.config.AgentConfig`;
+    ``build(config, env, env_params, num_devices=1)`` returns a :class:`jrl.builders.Built`.
+    Refuses a name already taken unless ``overwrite``."""
+    from jrl.config import AgentConfig
+
+    if not (isinstance(config_cls, type) and issubclass(config_cls, AgentConfig)):
+        raise TypeError(
+            f"config_cls must be a subclass of jrl.config.AgentConfig, got {config_cls!r}"
+        )
+    if not dataclasses.is_dataclass(config_cls):
+        raise TypeError(f"{config_cls.__name__} must be a dataclass")
+    if not callable(build):
+        raise TypeError(f"build must be callable, got {build!r}")
+    if not overwrite and name in names():
+        raise ValueError(
+            f"agent {name!r} is already registered (pass overwrite=True to replace it)"
+        )
+    entry = AgentEntry(name, config_cls, build)
+    _ENTRIES[name] = entry
+    return entry
+
+
+def get(name: str) -> AgentEntry:
+    """The registered agent ``name`` (built-in agents are imported on first use)."""
+    if name in _ENTRIES:
+        return _ENTRIES[name]
+    if name not in BUILTIN:
         raise UnknownAgentError(name)
-    module_name, config_name = AGENTS[name]
+    module_name, config_name = BUILTIN[name].split(":")
     module = importlib.import_module(module_name)
-    return module, getattr(module, config_name)
+    entry = AgentEntry(name, getattr(module, config_name), module.build)
+    _ENTRIES[name] = entry
+    return entry
 
 
 def summary(name: str) -> str:
     """One line describing the agent: its module's docstring for the first name registered
-    for that module, else its config class's docstring."""
-    module, config_cls = get(name)
-    first = next(n for n, (m, _) in AGENTS.items() if m == AGENTS[name][0])
-    doc = module.__doc__ if name == first else config_cls.__doc__
+    with that module's ``build``, else its config class's docstring."""
+    entry = get(name)
+    module = entry.build.__module__
+    order = list(BUILTIN) + [n for n in _ENTRIES if n not in BUILTIN]
+    first = next(n for n in order if _module_of(n) == module)
+    doc = sys.modules[module].__doc__ if name == first else entry.config_cls.__doc__
     return (doc or name).strip().splitlines()[0]
+
+
+def _module_of(name: str) -> str:
+    """The module defining ``name``'s build, without importing a built-in agent."""
+    if name in _ENTRIES:
+        return _ENTRIES[name].build.__module__
+    return BUILTIN[name].split(":")[0]
 
 
 def names() -> list[str]:
     """Registered agent names."""
-    return sorted(AGENTS)
-
-
-__all__ = ["AGENTS", "UnknownAgentError", "get", "names", "summary"]
+    return sorted(set(BUILTIN) | set(_ENTRIES))

@@ -9,54 +9,41 @@ Everything else is shared with PPO in :mod:`jrl.actor_critic`.
 from __future__ import annotations
 
 import dataclasses
-from typing import Annotated
+from typing import ClassVar
 
-import tyro
-
-from jrl.actor_critic import SWEEPABLE, ActorCriticConfig, ActorCriticHParams, Minibatch
+from jrl.actor_critic import ActorCriticConfig, ActorCriticHParams, Minibatch
 from jrl.builders import Built, build_on_policy
+from jrl.config import LearningRate
 from jrl.losses import policy_gradient_loss, value_loss
 
-__all__ = ["A2CConfig", "PRESETS", "SWEEPABLE", "a2c_loss", "build"]
+__all__ = ["A2CConfig", "a2c_loss", "build"]
 
 
 @dataclasses.dataclass(frozen=True)
 class A2CConfig(ActorCriticConfig):
     """A2C settings: one epoch, one minibatch, short rollouts from many envs."""
 
+    PRESETS: ClassVar[dict[str, dict]] = {
+        "CartPole-v1": {},
+        "Acrobot-v1": {},
+        "Pendulum-v1": {
+            "normalize_observations": True,
+            "normalize_rewards": True,
+            "gamma": 0.95,
+            "gae_lambda": 0.9,
+        },
+    }
+    RETIRED_FIELDS: ClassVar[tuple[str, ...]] = (
+        "clip_eps",
+        "clip_value",
+    )  # older records: PPO's, unused
+
     num_envs: int = 16
-    """Parallel environments per seed."""
     num_steps: int = 8
-    """Steps collected from each env per iteration (rollout length T)."""
     num_epochs: int = 1
-    """Passes over each rollout (1 for A2C)."""
     num_minibatches: int = 1
-    """Minibatches per pass (1 for A2C)."""
-    learning_rate: Annotated[float, tyro.conf.arg(aliases=("--lr",))] = 2e-3
-    """Optimizer step size (sweepable)."""
-    optimizer: str = "adam"
-    """'adam' or 'rmsprop'."""
-    gae_lambda: float = 0.95
-    """GAE lambda; 1.0 gives n-step returns (sweepable)."""
+    learning_rate: LearningRate = 2e-3
     ent_coef: float = 0.0
-    """Entropy bonus coefficient (sweepable)."""
-    normalize_advantages: bool = True
-    """Normalise advantages over the batch."""
-    clip_value: bool = False
-    """Unused by A2C (no value clipping)."""
-
-
-PRESETS: dict[str, dict] = {
-    "CartPole-v1": {},
-    "Acrobot-v1": {},
-    "Pendulum-v1": {
-        "normalize_observations": True,
-        "normalize_rewards": True,
-        "gamma": 0.95,
-        "gae_lambda": 0.9,
-    },
-}
-"""Per-environment overrides of the defaults."""
 
 
 def a2c_loss(dist, values, entropy, mb: Minibatch, hp: ActorCriticHParams):

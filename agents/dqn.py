@@ -27,23 +27,22 @@ same as a linear decay over env steps from ``learning_starts`` on.
 from __future__ import annotations
 
 import dataclasses
-from typing import Annotated, Callable, ClassVar, NamedTuple
+from typing import Callable, ClassVar, NamedTuple
 
 import jax
 import jax.numpy as jnp
 import optax
-import tyro
 from flax import struct
 
 from jrl import buffers, distributional, networks, parallel
-from jrl import config as cfg
-from jrl.builders import Built
-from jrl.agent import Agent, EnvSpec
-from jrl.loops import PRIORITIES, off_policy
-from jrl.optim import grad_norm_metric, linear_schedule, make_optimizer
+from jrl.agent import Agent, EnvSpec, Learned
+from jrl.builders import Built, training_env
+from jrl.config import Check, EpsilonGreedyConfig, ReplayConfig
 from jrl.distributions import epsilon_greedy, masked_argmax
+from jrl.learner import apply_gradients, scheduled_lr
+from jrl.loops import ReplaySchedule, off_policy
+from jrl.optim import grad_norm_metric, linear_schedule, make_optimizer
 from jrl.types import PyTree, split_action_mask
-from jrl.wrappers import wrap_for_training
 
 __all__ = [
     "C51Config",
@@ -51,16 +50,15 @@ __all__ = [
     "DQNHParams",
     "DQNState",
     "Head",
-    "PRESETS",
     "QRDQNConfig",
     "RainbowConfig",
-    "SWEEPABLE",
     "build",
     "categorical_head",
     "greedy_next_actions",
     "make_dqn",
     "q_targets",
     "quantile_head",
+    "replay_buffer",
     "scalar_head",
     "update_target",
 ]
@@ -76,10 +74,6 @@ class DQNHParams:
     epsilon_end: jax.Array
     exploration_fraction: jax.Array
     tau: jax.Array
-
-
-SWEEPABLE = tuple(f.name for f in dataclasses.fields(DQNHParams))
-"""Config fields that can take several values in one compiled program."""
 
 
 @struct.dataclass
@@ -180,20 +174,9 @@ def quantile_head(num_quantiles: int, kappa: float = 1.0) -> Head:
     return Head(num_quantiles, lambda out: out.mean(axis=-1), loss_fn)
 
 
-def make_dqn(
-    network: networks.QNetwork,
-    hparams: DQNHParams,
-    *,
-    total_updates: int,
-    double_q: bool = True,
-    head: Head | None = None,
-    max_grad_norm: float = 10.0,
-    target_update_interval: int = 1,
-    anneal_lr: bool = False,
-    adam_eps: float = 1e-5,
-) -> Agent:
+def make_dqn(network: networks.QNetwork, config: DQNConfig, head: Head | None = None) -> Agent:
     """The DQN-family agent: ``learn`` takes a :class:`jrl.buffers.Sample` of ``NStepTransition``s
-    and returns the new priorities under :data:`jrl.loops.PRIORITIES`.
+    and returns the new priorities in :attr:`jrl.agent.Learned.priorities`.
 
     ``head`` picks DQN (:func:`scalar_head`, the default), C51 or QR-DQN. With
     a noisy network (``network.noisy``) ``act`` and ``learn`` draw fresh
@@ -202,8 +185,9 @@ def make_dqn(
     (:func:`jrl.types.split_action_mask`) restrict exploration, the greedy
     action and the bootstrap action to valid actions.
     """
+    hparams, total_updates, double_q = config.hparams(), max(config.num_updates, 1), config.double_q
     head = head or scalar_head()
-    tx = make_optimizer("adam", max_grad_norm, eps=adam_eps)
+    tx = make_optimizer("adam", config.max_grad_norm, eps=config.adam_eps)
     noisy = bool(getattr(network, "noisy", False))
 
     def apply(params, obs, key=None):
@@ -265,31 +249,29 @@ def make_dqn(
         q = head.q_values(taken[:, None])[:, 0]
         return jnp.mean(weights * per_item), (priority, q)
 
-    def learn(state: DQNState, sample: buffers.Sample, key):
+    def learn(state: DQNState, sample: buffers.Sample, key) -> Learned:
         hp = state.hparams
         (value, (priority, q)), grads = jax.value_and_grad(loss_fn, has_aux=True)(
             state.params, state.target_params, sample.items, sample.weights, key
         )
         grads = parallel.pmean(grads)  # equal batch per device: the global mean gradient
-        updates, opt_state = tx.update(grads, state.opt_state, state.params)
-        lr = hp.learning_rate * (
-            linear_schedule(state.num_updates, 1.0, 0.0, total_updates) if anneal_lr else 1.0
-        )
-        params = optax.apply_updates(state.params, jax.tree.map(lambda u: -lr * u, updates))
+        lr = scheduled_lr(hp.learning_rate, state.num_updates, total_updates, config.anneal_lr)
+        params, opt_state = apply_gradients(tx, state.params, state.opt_state, grads, lr)
         num_updates = state.num_updates + 1
         target_params = update_target(
-            state.target_params, params, num_updates, target_update_interval, hp.tau
+            state.target_params, params, num_updates, config.target_update_interval, hp.tau
         )
         metrics = parallel.pmean(
             {"train/loss": value, "train/q": q.mean(), "train/priority": priority.mean()}
         )
         metrics = {
             **metrics,
-            **grad_norm_metric(grads, max_grad_norm),
+            **grad_norm_metric(grads, config.max_grad_norm),
             "train/epsilon": epsilon(state),
-            PRIORITIES: priority,
         }
-        return DQNState(params, target_params, opt_state, hp, num_updates), metrics
+        return Learned(
+            DQNState(params, target_params, opt_state, hp, num_updates), metrics, priority
+        )
 
     return Agent(init=init, act=act, learn=learn, policy=policy)
 
@@ -316,30 +298,25 @@ update of 128 per 10 env steps, a buffer of 1e4, the target copied every 500 env
 double Q, a dueling head, 3-step returns, lr 1e-3 annealed and 1e5 steps; measured in tests/test_learning.py."""
 
 
+DISTRIBUTIONS = ("none", "categorical", "quantile")
+
+
 @dataclasses.dataclass(frozen=True)
-class DQNConfig:
+class DQNConfig(EpsilonGreedyConfig, ReplayConfig):
     """DQN settings: 8 envs x 4 steps, then 2 updates of 128 (replay ratio 8), Double DQN."""
 
+    HPARAMS: ClassVar[type] = DQNHParams
+    PRESETS: ClassVar[dict[str, dict]] = {
+        "CartPole-v1": CLASSIC_CONTROL,
+        "Acrobot-v1": CLASSIC_CONTROL,
+    }
+
     total_steps: int = 200_000
-    """Environment steps to train for, summed over envs (per seed)."""
     num_envs: int = 8
-    """Parallel environments per seed."""
-    steps_per_iteration: int = 4
-    """Steps collected from each env per iteration, before the updates."""
-    updates_per_iteration: int = 2
-    """Gradient updates per iteration (replay ratio = updates * batch_size / (steps_per_iteration * num_envs))."""
-    batch_size: int = 128
-    """Transitions per update (summed over devices; divisible by the number of devices)."""
-    buffer_size: int = 50_000
-    """Replay capacity per seed (summed over devices: each holds buffer_size / devices items of its own envs)."""
-    learning_starts: int = 10_000
-    """Env steps collected (all envs) before updates begin."""
-    learning_rate: Annotated[float, tyro.conf.arg(aliases=("--lr",))] = 2.5e-4
-    """Adam step size (sweepable)."""
     anneal_lr: bool = False
-    """Decay the learning rate linearly to 0 over the updates."""
-    gamma: float = 0.99
-    """Discount factor in [0, 1] (sweepable)."""
+    max_grad_norm: float = 10.0
+    hidden_sizes: tuple[int, ...] = (128, 128)
+    activation: str = "relu"
     n_step: int = 1
     """Steps summed in the return before bootstrapping (n-step DQN)."""
     double_q: bool = True
@@ -356,16 +333,12 @@ class DQNConfig:
     """Updates between target-network updates."""
     tau: float = 1.0
     """Target update rate: target <- tau * online + (1 - tau) * target (1 = hard copy) (sweepable)."""
-    epsilon_start: float = 1.0
-    """Initial exploration rate (sweepable)."""
-    epsilon_end: float = 0.01
-    """Final exploration rate (sweepable)."""
-    exploration_fraction: float = 0.2
-    """Fraction of the updates over which epsilon decays linearly (sweepable)."""
     loss: str = "mse"
-    """TD loss of the scalar head: 'mse' (0.5 * TD^2) or 'huber' (diverged on CartPole in our runs, see the notes)."""
+    """TD loss of the scalar head: 'mse' (0.5 * TD^2) or 'huber' (diverged on CartPole in our
+    runs, see the notes)."""
     distribution: str = "none"
-    """Return distribution: 'none' (a Q-value per action), 'categorical' (C51) or 'quantile' (QR-DQN)."""
+    """Return distribution: 'none' (a Q-value per action), 'categorical' (C51) or 'quantile'
+    (QR-DQN)."""
     num_atoms: int = 51
     """Atoms of the categorical distribution, or quantiles of the quantile one."""
     v_min: float = -10.0
@@ -376,102 +349,48 @@ class DQNConfig:
     """Huber threshold of the quantile loss (0: the plain quantile loss)."""
     noisy: bool = False
     """Factorised Gaussian noisy output layers (exploration by parameter noise; set epsilon to 0)."""
-    max_grad_norm: float = 10.0
-    """Global-norm gradient clipping threshold (0: no clipping, and no train/grad_norm metric)."""
     adam_eps: float = 1e-5
     """Adam's epsilon, the floor of its update's denominator (PureJaxRL's DQN uses optax's 1e-8)."""
-    hidden_sizes: tuple[int, ...] = (128, 128)
-    """Hidden layer widths of the Q-network MLP."""
-    activation: str = "relu"
-    """Hidden activation: tanh, relu, gelu, silu or elu."""
-
-    @property
-    def steps_per_step(self) -> int:
-        """Env steps per iteration (per seed): num_envs * steps_per_iteration."""
-        return self.num_envs * self.steps_per_iteration
-
-    @property
-    def num_iterations(self) -> int:
-        """Iterations (collect + update) in a run: total_steps // (num_envs * steps_per_iteration)."""
-        return self.total_steps // self.steps_per_step
 
     @property
     def num_updates(self) -> int:
         """Gradient updates in a run: ``updates_per_iteration`` in every iteration whose env-step
         count (the ``n_step - 1`` warm-up steps per env included) has reached ``learning_starts``."""
         warm_up = (self.n_step - 1) * self.num_envs
-        first = max(-(-(self.learning_starts - warm_up) // self.steps_per_step), 1)  # 1-based
+        per_iteration = self.env_steps_per_iteration
+        first = max(-(-(self.learning_starts - warm_up) // per_iteration), 1)  # 1-based
         return max(self.num_iterations - first + 1, 0) * self.updates_per_iteration
 
-    def validate(self) -> None:
-        """Raises ValueError naming the first inconsistent or out-of-range field."""
-        cfg.check(
-            cfg.common_checks(self)
-            + [
-                (
-                    self.steps_per_iteration > 0,
-                    f"steps_per_iteration must be positive, got {self.steps_per_iteration}",
-                ),
-                (
-                    self.updates_per_iteration > 0,
-                    f"updates_per_iteration must be positive, got {self.updates_per_iteration}",
-                ),
-                (self.batch_size > 0, f"batch_size must be positive, got {self.batch_size}"),
-                (self.n_step > 0, f"n_step must be positive, got {self.n_step}"),
-                (
-                    self.total_steps >= self.steps_per_step,
-                    f"total_steps = {self.total_steps} is less than one iteration "
-                    f"(num_envs * steps_per_iteration = {self.steps_per_step})",
-                ),
-                (
-                    self.learning_starts >= 0,
-                    f"learning_starts must be >= 0, got {self.learning_starts}",
-                ),
-                (
-                    self.learning_starts < self.total_steps,
-                    f"learning_starts = {self.learning_starts} leaves no updates within total_steps = {self.total_steps}",
-                ),
-                (
-                    self.buffer_size >= max(self.batch_size, self.num_envs),
-                    f"buffer_size = {self.buffer_size} must be at least batch_size and num_envs",
-                ),
-                (
-                    0.0 <= self.epsilon_end <= 1.0 and 0.0 <= self.epsilon_start <= 1.0,
-                    f"epsilon_start/epsilon_end must lie in [0, 1], got {self.epsilon_start}/{self.epsilon_end}",
-                ),
-                (
-                    0.0 <= self.exploration_fraction <= 1.0,
-                    f"exploration_fraction must lie in [0, 1], got {self.exploration_fraction}",
-                ),
-                (0.0 < self.tau <= 1.0, f"tau must lie in (0, 1], got {self.tau}"),
-                (
-                    self.target_update_interval > 0,
-                    f"target_update_interval must be positive, got {self.target_update_interval}",
-                ),
-                (
-                    self.per_alpha >= 0 and 0.0 <= self.per_beta <= 1.0,
-                    f"per_alpha must be >= 0 and per_beta in [0, 1], got {self.per_alpha}/{self.per_beta}",
-                ),
-                (
-                    self.loss in ("huber", "mse"),
-                    f"loss must be 'huber' or 'mse', got {self.loss!r}",
-                ),
-                (
-                    self.distribution in DISTRIBUTIONS,
-                    f"distribution must be one of {', '.join(map(repr, DISTRIBUTIONS))}, got {self.distribution!r}",
-                ),
-                (
-                    self.num_atoms >= 2 or self.distribution == "none",
-                    f"num_atoms must be at least 2, got {self.num_atoms}",
-                ),
-                (
-                    self.v_min < self.v_max,
-                    f"v_min must be below v_max, got {self.v_min} >= {self.v_max}",
-                ),
-                (self.kappa >= 0, f"kappa must be >= 0, got {self.kappa}"),
-                (self.adam_eps > 0, f"adam_eps must be positive, got {self.adam_eps}"),
-            ]
-        )
+    def checks(self) -> list[Check]:
+        return super().checks() + [
+            (self.n_step > 0, f"n_step must be positive, got {self.n_step}"),
+            (0.0 < self.tau <= 1.0, f"tau must lie in (0, 1], got {self.tau}"),
+            (
+                self.target_update_interval > 0,
+                f"target_update_interval must be positive, got {self.target_update_interval}",
+            ),
+            (
+                self.per_alpha >= 0 and 0.0 <= self.per_beta <= 1.0,
+                "per_alpha must be >= 0 and per_beta in [0, 1], got "
+                f"{self.per_alpha}/{self.per_beta}",
+            ),
+            (self.loss in ("huber", "mse"), f"loss must be 'huber' or 'mse', got {self.loss!r}"),
+            (
+                self.distribution in DISTRIBUTIONS,
+                f"distribution must be one of {', '.join(map(repr, DISTRIBUTIONS))}, "
+                f"got {self.distribution!r}",
+            ),
+            (
+                self.num_atoms >= 2 or self.distribution == "none",
+                f"num_atoms must be at least 2, got {self.num_atoms}",
+            ),
+            (
+                self.v_min < self.v_max,
+                f"v_min must be below v_max, got {self.v_min} >= {self.v_max}",
+            ),
+            (self.kappa >= 0, f"kappa must be >= 0, got {self.kappa}"),
+            (self.adam_eps > 0, f"adam_eps must be positive, got {self.adam_eps}"),
+        ]
 
     def head(self) -> Head:
         """The value head this config asks for."""
@@ -481,31 +400,17 @@ class DQNConfig:
             return quantile_head(self.num_atoms, self.kappa)
         return scalar_head(self.loss)
 
-    def hparams(self) -> DQNHParams:
-        """The sweepable fields as traced-ready float32 scalars."""
-        return cfg.hparams_from(self, DQNHParams)
-
-    PRESETS: ClassVar[dict[str, dict]] = {
-        "CartPole-v1": CLASSIC_CONTROL,
-        "Acrobot-v1": CLASSIC_CONTROL,
-    }
-    """Per-environment overrides of the defaults."""
-
-
-DISTRIBUTIONS = ("none", "categorical", "quantile")
-
 
 @dataclasses.dataclass(frozen=True)
 class C51Config(DQNConfig):
     """C51: DQN with a categorical return distribution on 51 atoms (Bellemare et al., 2017)."""
 
-    distribution: str = "categorical"
-    """Return distribution: 'none' (a Q-value per action), 'categorical' (C51) or 'quantile' (QR-DQN)."""
-
     PRESETS: ClassVar[dict[str, dict]] = {
         "CartPole-v1": {**CLASSIC_CONTROL, "v_min": 0.0, "v_max": 100.0},
         "Acrobot-v1": {**CLASSIC_CONTROL, "v_min": -100.0, "v_max": 0.0},
     }
+
+    distribution: str = "categorical"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -513,44 +418,28 @@ class QRDQNConfig(DQNConfig):
     """QR-DQN: DQN with 32 return quantiles and the quantile Huber loss (Dabney et al., 2018)."""
 
     distribution: str = "quantile"
-    """Return distribution: 'none' (a Q-value per action), 'categorical' (C51) or 'quantile' (QR-DQN)."""
     num_atoms: int = 32
-    """Atoms of the categorical distribution, or quantiles of the quantile one."""
-
-    PRESETS: ClassVar[dict[str, dict]] = DQNConfig.PRESETS
 
 
 @dataclasses.dataclass(frozen=True)
 class RainbowConfig(DQNConfig):
-    """Rainbow (Hessel et al., 2018): double Q, dueling, 3-step, prioritised replay, noisy nets and C51.
+    """Rainbow (Hessel et al., 2018): double Q, dueling, 3-step, prioritised replay, noisy nets
+    and C51.
 
     All six are defaults of the one DQN agent, not a separate implementation."""
-
-    n_step: int = 3
-    """Steps summed in the return before bootstrapping (n-step DQN)."""
-    dueling: bool = True
-    """Dueling value/advantage head."""
-    prioritized: bool = True
-    """Proportional prioritised replay (sum tree)."""
-    per_beta: float = 0.4
-    """Initial importance-sampling exponent, annealed linearly to 1 over the updates."""
-    distribution: str = "categorical"
-    """Return distribution: 'none' (a Q-value per action), 'categorical' (C51) or 'quantile' (QR-DQN)."""
-    noisy: bool = True
-    """Factorised Gaussian noisy output layers (exploration by parameter noise; set epsilon to 0)."""
-    epsilon_start: float = 0.0
-    """Initial exploration rate (sweepable)."""
-    epsilon_end: float = 0.0
-    """Final exploration rate (sweepable)."""
 
     PRESETS: ClassVar[dict[str, dict]] = {
         "CartPole-v1": {**CLASSIC_CONTROL, "epsilon_end": 0.0, "v_min": 0.0, "v_max": 100.0},
         "Acrobot-v1": {**CLASSIC_CONTROL, "epsilon_end": 0.0, "v_min": -100.0, "v_max": 0.0},
     }
 
-
-PRESETS = DQNConfig.PRESETS
-"""Per-environment overrides of DQN's defaults (each variant's config class has its own ``PRESETS``)."""
+    n_step: int = 3
+    dueling: bool = True
+    prioritized: bool = True
+    distribution: str = "categorical"
+    noisy: bool = True
+    epsilon_start: float = 0.0
+    epsilon_end: float = 0.0
 
 
 def stratified(config: DQNConfig) -> bool:
@@ -563,7 +452,6 @@ def stratified(config: DQNConfig) -> bool:
 def build(config: DQNConfig, env, env_params, num_devices: int = 1) -> Built:
     """Assembles DQN on ``env`` (a jrl env with a Discrete action space)."""
     config.validate()
-    local_envs = cfg.envs_per_device(config.num_envs, num_devices)
     if num_devices > 1 and not config.prioritized and not stratified(config):
         raise ValueError(
             f"sharded DQN samples the same number of items from every env: batch_size "
@@ -575,8 +463,7 @@ def build(config: DQNConfig, env, env_params, num_devices: int = 1) -> Built:
             f"buffer_size = {config.buffer_size} is not divisible by {num_devices} devices"
         )
     obs_space, num_actions = EnvSpec.from_env(env, env_params).value_based("DQN")
-    env = wrap_for_training(env, local_envs)
-    spec = EnvSpec.from_env(env, env_params)
+    env, spec = training_env(config, env, env_params, num_devices)
     head = config.head()
     network = networks.QNetwork(
         num_actions,
@@ -587,39 +474,31 @@ def build(config: DQNConfig, env, env_params, num_devices: int = 1) -> Built:
         num_atoms=head.num_atoms,
         noisy=config.noisy,
     )
-    total_updates = max(config.num_updates, 1)
-    agent = make_dqn(
-        network,
-        config.hparams(),
-        total_updates=total_updates,
-        double_q=config.double_q,
-        head=head,
-        max_grad_norm=config.max_grad_norm,
-        adam_eps=config.adam_eps,
-        target_update_interval=config.target_update_interval,
-        anneal_lr=config.anneal_lr,
+    agent = make_dqn(network, config, head)
+    buffer, beta = replay_buffer(config, num_devices)
+    schedule = ReplaySchedule(
+        config.steps_per_iteration,
+        config.updates_per_iteration,
+        config.learning_starts,
+        config.batch_size,
+        config.n_step,
     )
-    capacity = config.buffer_size // num_devices
-    if config.prioritized:
-        buffer = buffers.prioritized_buffer(capacity, config.per_alpha, config.per_beta)
-        beta0 = config.per_beta
-        beta = lambda s: linear_schedule(s.num_updates, beta0, 1.0, total_updates)  # noqa: E731
-    else:
-        buffer, beta = (
-            buffers.uniform_buffer(capacity, stratify=local_envs if stratified(config) else None),
-            None,
-        )
     algorithm = off_policy(
-        agent,
-        env,
-        buffer,
-        steps_per_iteration=config.steps_per_iteration,
-        updates_per_iteration=config.updates_per_iteration,
-        learning_starts=config.learning_starts,
-        batch_size=config.batch_size,
-        n_step=config.n_step,
-        beta=beta,
-        env_params=env_params,
-        num_devices=num_devices,
+        agent, env, buffer, schedule, beta=beta, env_params=env_params, num_devices=num_devices
     )
     return Built(algorithm, agent, env, env_params, spec, network)
+
+
+def replay_buffer(config: DQNConfig, num_devices: int = 1):
+    """``(buffer, beta)``: this device's share of the replay buffer the config asks for and,
+    for prioritised replay, the importance-sampling exponent as a function of the agent state
+    (annealed linearly from ``per_beta`` to 1 over the updates; None for uniform replay)."""
+    capacity = config.buffer_size // num_devices
+    if not config.prioritized:
+        local_envs = config.num_envs // num_devices
+        return buffers.uniform_buffer(
+            capacity, stratify=local_envs if stratified(config) else None
+        ), None
+    beta0, total_updates = config.per_beta, max(config.num_updates, 1)
+    buffer = buffers.prioritized_buffer(capacity, config.per_alpha, config.per_beta)
+    return buffer, lambda s: linear_schedule(s.num_updates, beta0, 1.0, total_updates)

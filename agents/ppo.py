@@ -2,20 +2,33 @@
 
 Only the loss is PPO's own: the clipped surrogate objective, an (optionally
 clipped) value loss and an entropy bonus,
-``L = L_clip + vf_coef * L_V - ent_coef * H``.
-Acting, GAE, minibatching, gradient clipping and annealing are shared with
-A2C in :mod:`jrl.actor_critic`.
+``L = L_clip + vf_coef * L_V - ent_coef * H``, with its clip range
+``clip_eps`` as a sweepable hyperparameter. Acting, GAE, minibatching,
+gradient clipping and annealing are shared with A2C in
+:mod:`jrl.actor_critic`.
 """
 
 from __future__ import annotations
 
 import dataclasses
+from typing import ClassVar
 
-from jrl.actor_critic import SWEEPABLE, ActorCriticConfig, ActorCriticHParams, Minibatch
+import jax
+from flax import struct
+
+from jrl.actor_critic import ActorCriticConfig, ActorCriticHParams, Minibatch
 from jrl.builders import Built, build_on_policy
+from jrl.config import Check
 from jrl.losses import clipped_surrogate_loss, value_loss
 
-__all__ = ["PPOConfig", "PRESETS", "SWEEPABLE", "build", "ppo_loss"]
+__all__ = ["PPOConfig", "PPOHParams", "build", "ppo_loss"]
+
+
+@struct.dataclass
+class PPOHParams(ActorCriticHParams):
+    """The actor-critic hyperparameters and PPO's clip range; all [] float32."""
+
+    clip_eps: jax.Array
 
 
 @dataclasses.dataclass(frozen=True)
@@ -23,38 +36,54 @@ class PPOConfig(ActorCriticConfig):
     """PPO settings; defaults are the well-known CartPole configuration
     (4 envs x 128 steps, 4 epochs x 4 minibatches, 64x64 tanh, lr 2.5e-4 annealed)."""
 
+    HPARAMS: ClassVar[type] = PPOHParams
+    PRESETS: ClassVar[dict[str, dict]] = {
+        "CartPole-v1": {},
+        "Acrobot-v1": {"num_envs": 16, "ent_coef": 0.0},
+        "MountainCar-v0": {"num_envs": 16, "normalize_observations": True},
+        "Pendulum-v1": {
+            "total_steps": 400_000,
+            "num_envs": 16,
+            "num_steps": 128,
+            "num_epochs": 10,
+            "num_minibatches": 32,
+            "learning_rate": 1e-3,
+            "gamma": 0.95,
+            "gae_lambda": 0.95,
+            "ent_coef": 0.0,
+            "clip_value": False,
+            "normalize_observations": True,
+            "normalize_rewards": True,
+        },
+        "MountainCarContinuous-v0": {
+            "num_envs": 16,
+            "normalize_observations": True,
+            "ent_coef": 0.0,
+        },
+    }
 
-PRESETS: dict[str, dict] = {
-    "CartPole-v1": {},
-    "Acrobot-v1": {"num_envs": 16, "ent_coef": 0.0},
-    "MountainCar-v0": {"num_envs": 16, "normalize_observations": True},
-    "Pendulum-v1": {
-        "total_steps": 400_000,
-        "num_envs": 16,
-        "num_steps": 128,
-        "num_epochs": 10,
-        "num_minibatches": 32,
-        "learning_rate": 1e-3,
-        "gamma": 0.95,
-        "gae_lambda": 0.95,
-        "ent_coef": 0.0,
-        "clip_value": False,
-        "normalize_observations": True,
-        "normalize_rewards": True,
-    },
-    "MountainCarContinuous-v0": {"num_envs": 16, "normalize_observations": True, "ent_coef": 0.0},
-}
-"""Per-environment overrides of the defaults."""
+    clip_eps: float = 0.2
+    """PPO ratio clip (and value clip when clip_value) (sweepable)."""
+    clip_value: bool = True
+    """Clip the value update around the old value."""
+
+    def checks(self) -> list[Check]:
+        return super().checks() + [
+            (self.clip_eps > 0, f"clip_eps must be positive, got {self.clip_eps}")
+        ]
 
 
-def ppo_loss(dist, values, entropy, mb: Minibatch, hp: ActorCriticHParams, clip_value: bool = True):
+def ppo_loss(dist, values, entropy, mb: Minibatch, hp: PPOHParams, clip_value: bool = True):
     """PPO's total loss on a minibatch ``[M]`` and its parts."""
     log_prob = dist.log_prob(mb.action)
     pg_loss, clip_frac = clipped_surrogate_loss(
         log_prob, mb.old_log_prob, mb.advantage, hp.clip_eps
     )
     v_loss = value_loss(
-        values, mb.target, mb.old_value if clip_value else None, hp.clip_eps if clip_value else None
+        values,
+        mb.target,
+        mb.old_value if clip_value else None,
+        hp.clip_eps if clip_value else None,
     )
     ent = entropy.mean()
     total = pg_loss + hp.vf_coef * v_loss - hp.ent_coef * ent
@@ -71,10 +100,8 @@ def ppo_loss(dist, values, entropy, mb: Minibatch, hp: ActorCriticHParams, clip_
 def build(config: PPOConfig, env, env_params, num_devices: int = 1) -> Built:
     """Assembles PPO on ``env`` (a jrl env as :func:`jrl.envs.make` returns it)."""
     clip = config.clip_value
-    return build_on_policy(
-        config,
-        env,
-        env_params,
-        lambda dist, v, h, mb, hp: ppo_loss(dist, v, h, mb, hp, clip_value=clip),
-        num_devices,
-    )
+
+    def loss(dist, values, entropy, mb, hp):
+        return ppo_loss(dist, values, entropy, mb, hp, clip_value=clip)
+
+    return build_on_policy(config, env, env_params, loss, num_devices)

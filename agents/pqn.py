@@ -39,34 +39,23 @@ in the targets; the network sees only ``x``.
 from __future__ import annotations
 
 import dataclasses
-from typing import Annotated
+from typing import ClassVar
 
 import jax
 import jax.numpy as jnp
-import optax
-import tyro
 from flax import struct
 
-from jrl import config as cfg
-from jrl import buffers, networks, parallel, returns
-from jrl.builders import Built
-from jrl.agent import Agent, EnvSpec
+from jrl import networks, parallel, returns
+from jrl.agent import Agent, EnvSpec, Learned
+from jrl.builders import Built, training_env
+from jrl.config import Check, EpsilonGreedyConfig, LearningRate, RolloutConfig
 from jrl.distributions import epsilon_greedy, masked_argmax, masked_max
+from jrl.learner import apply_gradients, minibatch_epochs, scheduled_lr
 from jrl.loops import on_policy
 from jrl.optim import grad_norm_metric, linear_schedule, make_optimizer
 from jrl.types import PyTree, Transition, split_action_mask
-from jrl.wrappers import wrap_for_training
 
-__all__ = [
-    "PRESETS",
-    "SWEEPABLE",
-    "PQNConfig",
-    "PQNHParams",
-    "PQNState",
-    "build",
-    "make_pqn",
-    "q_lambda_targets",
-]
+__all__ = ["PQNConfig", "PQNHParams", "PQNState", "build", "make_pqn", "q_lambda_targets"]
 
 
 @struct.dataclass
@@ -82,16 +71,49 @@ class PQNHParams:
     reward_scale: jax.Array
 
 
-SWEEPABLE = tuple(f.name for f in dataclasses.fields(PQNHParams))
-"""Config fields that can take several values in one compiled program."""
-
-
 @struct.dataclass
 class PQNState:
     params: PyTree  # Q-network parameters
     opt_state: PyTree  # optax state (clipping + Adam/RAdam, without the learning rate)
     hparams: PQNHParams
-    num_learn_steps: jax.Array  # [] int32 calls to learn so far (drives epsilon and lr annealing)
+    num_updates: jax.Array  # [] int32 calls to learn so far (drives epsilon and lr annealing)
+
+
+@dataclasses.dataclass(frozen=True)
+class PQNConfig(EpsilonGreedyConfig, RolloutConfig):
+    """PQN settings; the defaults solve CartPole-v1 in about 1.3e5 steps.
+
+    Started from the paper authors' CartPole configuration (purejaxql's ``pqn_cartpole.yaml``:
+    32 envs x 64 steps, 4 epochs x 16 minibatches, 2 x 256 LayerNorm ReLU MLP, RAdam, lr 1e-4
+    annealed, max grad norm 10, rewards x 0.1, gamma 0.99, lambda 0.95, epsilon 1 -> 0.2 over 20%,
+    5e5 steps) and retuned for a small budget: 16 envs (twice the updates per env step), lr 1e-3,
+    2 x 128 hidden units, epsilon_end 0.01 (training returns are measured with exploration on)."""
+
+    HPARAMS: ClassVar[type] = PQNHParams
+    PRESETS: ClassVar[dict[str, dict]] = {"CartPole-v1": {}}
+    OPTIMIZERS: ClassVar[tuple[str, ...]] = ("radam", "adam")
+
+    total_steps: int = 200_000
+    num_envs: int = 16
+    num_steps: int = 64
+    num_minibatches: int = 16
+    learning_rate: LearningRate = 1e-3
+    optimizer: str = "radam"
+    max_grad_norm: float = 10.0
+    hidden_sizes: tuple[int, ...] = (128, 128)
+    activation: str = "relu"
+    q_lambda: float = 0.95
+    """Q(lambda) trace parameter in [0, 1]; 0 gives one-step Q-learning targets (sweepable)."""
+    reward_scale: float = 0.1
+    """Rewards are multiplied by this in the targets (sweepable)."""
+    layer_norm: bool = True
+    """LayerNorm after every hidden layer (what makes PQN stable without a target network)."""
+
+    def checks(self) -> list[Check]:
+        return super().checks() + [
+            (0.0 <= self.q_lambda <= 1.0, f"q_lambda must lie in [0, 1], got {self.q_lambda}"),
+            (self.reward_scale > 0, f"reward_scale must be positive, got {self.reward_scale}"),
+        ]
 
 
 def q_lambda_targets(
@@ -120,21 +142,11 @@ class _Samples:
     target: jax.Array  # Q(lambda) return
 
 
-def make_pqn(
-    network: networks.QNetwork,
-    hparams: PQNHParams,
-    *,
-    num_epochs: int,
-    num_minibatches: int,
-    total_learn_steps: int,
-    anneal_lr: bool = True,
-    max_grad_norm: float = 10.0,
-    optimizer: str = "radam",
-) -> Agent:
+def make_pqn(network: networks.QNetwork, config: PQNConfig) -> Agent:
     """The PQN agent; ``learn`` takes a time-major rollout ``Transition [T, N]``."""
-    tx = make_optimizer(
-        optimizer, max_grad_norm, eps=1e-8
-    )  # optax's default eps, which the preset was tuned with
+    # optax's default eps, which the preset was tuned with
+    tx = make_optimizer(config.optimizer, config.max_grad_norm, eps=1e-8)
+    hparams, total_updates = config.hparams(), max(config.num_iterations, 1)
 
     def q_values(params, obs):
         """``(q [..., A], mask [..., A] or None)`` of possibly masked observations."""
@@ -149,10 +161,10 @@ def make_pqn(
     def epsilon(state: PQNState):
         hp = state.hparams
         return linear_schedule(
-            state.num_learn_steps,
+            state.num_updates,
             hp.epsilon_start,
             hp.epsilon_end,
-            hp.exploration_fraction * total_learn_steps,
+            hp.exploration_fraction * total_updates,
         )
 
     def act(state: PQNState, obs, key):
@@ -172,20 +184,18 @@ def make_pqn(
     def sgd_step(state: PQNState, mb: _Samples, lr):
         (loss, q), grads = jax.value_and_grad(loss_fn, has_aux=True)(state.params, mb)
         grads = parallel.pmean(grads)  # equal sample counts per device: the global mean gradient
-        updates, opt_state = tx.update(grads, state.opt_state, state.params)
-        params = optax.apply_updates(state.params, jax.tree.map(lambda u: -lr * u, updates))
+        params, opt_state = apply_gradients(tx, state.params, state.opt_state, grads, lr)
         metrics = {
             "train/loss": loss,
             "train/q": q.mean(),
-            **grad_norm_metric(grads, max_grad_norm),
+            **grad_norm_metric(grads, config.max_grad_norm),
         }
         return state.replace(params=params, opt_state=opt_state), metrics
 
-    def learn(state: PQNState, batch: Transition, key):
+    def learn(state: PQNState, batch: Transition, key) -> Learned:
         hp = state.hparams
-        q_next, next_mask = q_values(
-            state.params, batch.next_observation
-        )  # once, before the update
+        # the targets' Q-values: once, with the parameters from before the update
+        q_next, next_mask = q_values(state.params, batch.next_observation)
         target = q_lambda_targets(
             q_next,
             batch.reward * hp.reward_scale,
@@ -197,21 +207,15 @@ def make_pqn(
         )
         x, _ = split_action_mask(batch.observation)
         data = _Samples(x, batch.action.astype(jnp.int32), jax.lax.stop_gradient(target))
-        lr = hp.learning_rate * (
-            linear_schedule(state.num_learn_steps, 1.0, 0.0, total_learn_steps)
-            if anneal_lr
-            else 1.0
+        lr = scheduled_lr(hp.learning_rate, state.num_updates, total_updates, config.anneal_lr)
+        new_state, metrics = minibatch_epochs(
+            lambda s, mb: sgd_step(s, mb, lr),
+            state,
+            data,
+            key,
+            config.num_epochs,
+            config.num_minibatches,
         )
-
-        def epoch(st, k):
-            return jax.lax.scan(
-                lambda s, mb: sgd_step(s, mb, lr),
-                st,
-                buffers.rollout_minibatches(data, k, num_minibatches),
-            )
-
-        new_state, metrics = jax.lax.scan(epoch, state, jax.random.split(key, num_epochs))
-        metrics = parallel.pmean(jax.tree.map(jnp.mean, metrics))
         metrics.update(
             {
                 "train/learning_rate": lr,
@@ -219,128 +223,15 @@ def make_pqn(
                 "train/q_target": parallel.pmean(target.mean()),
             }
         )
-        return new_state.replace(num_learn_steps=state.num_learn_steps + 1), metrics
+        return Learned(new_state.replace(num_updates=state.num_updates + 1), metrics)
 
     return Agent(init=init, act=act, learn=learn, policy=policy)
 
 
-@dataclasses.dataclass(frozen=True)
-class PQNConfig:
-    """PQN settings; the defaults solve CartPole-v1 in about 1.3e5 steps.
-
-    Started from the paper authors' CartPole configuration (purejaxql's ``pqn_cartpole.yaml``:
-    32 envs x 64 steps, 4 epochs x 16 minibatches, 2 x 256 LayerNorm ReLU MLP, RAdam, lr 1e-4
-    annealed, max grad norm 10, rewards x 0.1, gamma 0.99, lambda 0.95, epsilon 1 -> 0.2 over 20%,
-    5e5 steps) and retuned for a small budget: 16 envs (twice the updates per env step), lr 1e-3,
-    2 x 128 hidden units, epsilon_end 0.01 (training returns are measured with exploration on)."""
-
-    total_steps: int = 200_000
-    """Environment steps to train for, summed over envs (per seed)."""
-    num_envs: int = 16
-    """Parallel environments per seed."""
-    num_steps: int = 64
-    """Steps collected from each env per iteration (rollout length T)."""
-    num_epochs: int = 4
-    """Passes over each rollout."""
-    num_minibatches: int = 16
-    """Minibatches per pass; num_steps must be divisible by it (each holds T/M steps of every env)."""
-    learning_rate: Annotated[float, tyro.conf.arg(aliases=("--lr",))] = 1e-3
-    """Optimizer step size (sweepable)."""
-    anneal_lr: bool = True
-    """Decay the learning rate linearly to 0 over training."""
-    optimizer: str = "radam"
-    """'radam' or 'adam'."""
-    max_grad_norm: float = 10.0
-    """Global-norm gradient clipping threshold (0: no clipping, and no train/grad_norm metric)."""
-    gamma: float = 0.99
-    """Discount factor in [0, 1] (sweepable)."""
-    q_lambda: float = 0.95
-    """Q(lambda) trace parameter in [0, 1]; 0 gives one-step Q-learning targets (sweepable)."""
-    reward_scale: float = 0.1
-    """Rewards are multiplied by this in the targets (sweepable)."""
-    epsilon_start: float = 1.0
-    """Initial exploration rate (sweepable)."""
-    epsilon_end: float = 0.01
-    """Final exploration rate (sweepable)."""
-    exploration_fraction: float = 0.2
-    """Fraction of the iterations over which epsilon decays linearly (sweepable)."""
-    hidden_sizes: tuple[int, ...] = (128, 128)
-    """Hidden layer widths of the Q-network MLP."""
-    activation: str = "relu"
-    """Hidden activation: tanh, relu, gelu, silu or elu."""
-    layer_norm: bool = True
-    """LayerNorm after every hidden layer (what makes PQN stable without a target network)."""
-
-    @property
-    def batch_size(self) -> int:
-        """Samples per iteration: num_envs * num_steps."""
-        return self.num_envs * self.num_steps
-
-    @property
-    def num_iterations(self) -> int:
-        """Iterations (collect + learn) in a run: total_steps // batch_size."""
-        return self.total_steps // self.batch_size
-
-    def validate(self) -> None:
-        """Raises ValueError naming the first inconsistent or out-of-range field."""
-        cfg.check(
-            cfg.common_checks(self)
-            + [
-                (self.num_steps > 0, f"num_steps must be positive, got {self.num_steps}"),
-                (self.num_epochs > 0, f"num_epochs must be positive, got {self.num_epochs}"),
-                (
-                    self.num_minibatches > 0,
-                    f"num_minibatches must be positive, got {self.num_minibatches}",
-                ),
-                (
-                    self.num_steps % max(self.num_minibatches, 1) == 0,
-                    (
-                        f"num_steps = {self.num_steps} is not divisible by num_minibatches = {self.num_minibatches} "
-                        "(each minibatch holds num_steps / num_minibatches steps of every env)"
-                    ),
-                ),
-                (
-                    self.total_steps >= self.batch_size,
-                    (
-                        f"total_steps = {self.total_steps} is less than one iteration "
-                        f"(num_envs * num_steps = {self.batch_size})"
-                    ),
-                ),
-                (0.0 <= self.q_lambda <= 1.0, f"q_lambda must lie in [0, 1], got {self.q_lambda}"),
-                (self.reward_scale > 0, f"reward_scale must be positive, got {self.reward_scale}"),
-                (
-                    0.0 <= self.epsilon_start <= 1.0 and 0.0 <= self.epsilon_end <= 1.0,
-                    f"epsilon_start/epsilon_end must lie in [0, 1], got {self.epsilon_start}/{self.epsilon_end}",
-                ),
-                (
-                    0.0 <= self.exploration_fraction <= 1.0,
-                    f"exploration_fraction must lie in [0, 1], got {self.exploration_fraction}",
-                ),
-                (
-                    self.optimizer in ("adam", "radam"),
-                    f"optimizer must be 'adam' or 'radam', got {self.optimizer!r}",
-                ),
-            ]
-        )
-
-    def hparams(self) -> PQNHParams:
-        """The sweepable fields as traced-ready float32 scalars."""
-        return cfg.hparams_from(self, PQNHParams)
-
-
-PRESETS: dict[str, dict] = {
-    "CartPole-v1": {},
-}
-"""Per-environment overrides of the defaults."""
-
-
 def build(config: PQNConfig, env, env_params, num_devices: int = 1) -> Built:
     """Assembles PQN on ``env`` (a jrl env with a Discrete action space, optionally action-masked)."""
-    config.validate()
-    local_envs = cfg.envs_per_device(config.num_envs, num_devices)
     obs_space, num_actions = EnvSpec.from_env(env, env_params).value_based("PQN")
-    env = wrap_for_training(env, local_envs)
-    spec = EnvSpec.from_env(env, env_params)
+    env, spec = training_env(config, env, env_params, num_devices)
     network = networks.QNetwork(
         num_actions,
         tuple(config.hidden_sizes),
@@ -348,21 +239,6 @@ def build(config: PQNConfig, env, env_params, num_devices: int = 1) -> Built:
         max(len(obs_space.shape), 1),
         layer_norm=config.layer_norm,
     )
-    agent = make_pqn(
-        network,
-        config.hparams(),
-        num_epochs=config.num_epochs,
-        num_minibatches=config.num_minibatches,
-        total_learn_steps=max(config.num_iterations, 1),
-        anneal_lr=config.anneal_lr,
-        max_grad_norm=config.max_grad_norm,
-        optimizer=config.optimizer,
-    )
-    return Built(
-        on_policy(agent, env, config.num_steps, env_params, num_devices),
-        agent,
-        env,
-        env_params,
-        spec,
-        network,
-    )
+    agent = make_pqn(network, config)
+    algorithm = on_policy(agent, env, config.num_steps, env_params, num_devices)
+    return Built(algorithm, agent, env, env_params, spec, network)

@@ -45,7 +45,7 @@ def main() -> None:
         algorithm = dqn.build(config, env, params).algorithm
         states = anakin.init_runs(algorithm, keys)
         warm_iterations = (
-            config.learning_starts // config.steps_per_step + 1
+            config.learning_starts // config.env_steps_per_iteration + 1
         )  # every timed iteration learns
         states, _ = (
             anakin._make_chunk(algorithm, warm_iterations).lower(states).compile(options)(states)

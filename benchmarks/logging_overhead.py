@@ -58,12 +58,14 @@ def main(argv=None) -> None:
 
     config = experiment.make_config("ppo", "CartPole-v1", total_steps=a.total_steps, **CONFIG)
     env, params = jrl.envs.make("CartPole-v1")
-    built = jrl.agents.get("ppo")[0].build(config, env, params)
+    built = jrl.agents.get("ppo").build(config, env, params)
     keys = jax.random.split(jax.random.key(0), a.seeds)
     host = {"seconds": 0.0}
     real_run = anakin.run
 
-    def timed_run(*args, on_chunk=None, **kwargs):  # times jrl.train's per-chunk host work
+    def timed_run(*args, hooks=anakin.RunHooks(), **kwargs):  # times jrl.train's per-chunk work
+        on_chunk = hooks.on_chunk
+
         def timed(*x):
             t = time.perf_counter()
             try:
@@ -71,7 +73,8 @@ def main(argv=None) -> None:
             finally:
                 host["seconds"] += time.perf_counter() - t
 
-        return real_run(*args, on_chunk=None if on_chunk is None else timed, **kwargs)
+        hooks = hooks._replace(on_chunk=None if on_chunk is None else timed)
+        return real_run(*args, hooks=hooks, **kwargs)
 
     anakin.run = timed_run
     common = dict(

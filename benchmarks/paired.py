@@ -119,7 +119,7 @@ def jrl_program(agent: str, total_steps: int):
         from dqn_cartpole import CONFIG
     config = make_config(agent, "CartPole-v1", **{**CONFIG, "total_steps": total_steps})
     env, env_params = jrl.envs.make("CartPole-v1")
-    algorithm = jrl.agents.get(agent)[0].build(config, env, env_params).algorithm
+    algorithm = jrl.agents.get(agent).build(config, env, env_params).algorithm
     vstep = jax.vmap(algorithm.step, axis_name=parallel.RUNS)
 
     def train(keys):
@@ -130,7 +130,7 @@ def jrl_program(agent: str, total_steps: int):
             )
         return states.agent_state.params, metrics["train/episode_return"]  # [iterations, R]
 
-    return train, config.num_iterations * algorithm.env_steps_per_step, lambda out: out[1].T
+    return train, config.num_iterations * algorithm.env_steps_per_iteration, lambda out: out[1].T
 
 
 def purejaxrl_program(agent: str, checkout: str, total_steps: int):

@@ -141,9 +141,8 @@ def worker_jrl(seeds: int, total_steps: int, num_reports: int, seed: int) -> dic
     got = {k: getattr(config, k) for k in expected}
     if got != expected:
         raise SystemExit(f"jrl's PPO CartPole config differs from PureJaxRL's: {got} != {expected}")
-    module, _ = jrl.agents.get("ppo")
     env, env_params = jrl.envs.make("CartPole-v1")
-    built = module.build(config, env, env_params)
+    built = jrl.agents.get("ppo").build(config, env, env_params)
     keys = jax.random.split(jax.random.key(seed), seeds)
 
     t0, c0 = time.perf_counter(), time.process_time()

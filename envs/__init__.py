@@ -1,10 +1,10 @@
 """Pure-JAX environments and the registry.
 
 ``jrl.envs.make(id, **overrides) -> (env, params)``, ``jrl.envs.register``,
-``jrl.envs.list()``; ``"gymnax:<name>"`` ids adapt gymnax environments.
+``jrl.envs.names()`` (registered ids), ``jrl.envs.entry(id)`` (a registry entry);
+``"gymnax:<name>"`` ids adapt gymnax environments.
 """
 
-from jrl.envs.registry import EnvSpec, UnknownEnvError, make, register, spec
-from jrl.envs.registry import list  # noqa: A004 - part of the public API
+from jrl.envs.registry import EnvEntry, UnknownEnvError, entry, make, names, register
 
-__all__ = ["EnvSpec", "UnknownEnvError", "list", "make", "register", "spec"]
+__all__ = ["EnvEntry", "UnknownEnvError", "entry", "make", "names", "register"]

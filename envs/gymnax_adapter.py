@@ -43,13 +43,13 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jrl.envs.registry import GYMNAX_PREFIX, EnvSpec, UnknownEnvError
+from jrl.envs.registry import GYMNAX_PREFIX, EnvEntry, UnknownEnvError
 
 from jrl import spaces
 from jrl.env import Environment
 from jrl.types import PRNGKey, PyTree, TimeStep
 
-__all__ = ["GymnaxEnv", "gymnax_spec", "to_jrl_space"]
+__all__ = ["GymnaxEnv", "gymnax_entry", "to_jrl_space"]
 
 _F32_MAX = float(np.finfo(np.float32).max)
 
@@ -81,8 +81,8 @@ def _make(name: str, **env_kwargs: Any):
     return env
 
 
-def gymnax_spec(name: str) -> EnvSpec:
-    """The :class:`~jrl.envs.EnvSpec` of ``gymnax:<name>``.
+def gymnax_entry(name: str) -> EnvEntry:
+    """The :class:`~jrl.envs.EnvEntry` of ``gymnax:<name>``.
 
     Its time limit is gymnax's ``default_params.max_steps_in_episode`` (None
     where an env's params have no such field). Unknown names raise
@@ -91,7 +91,9 @@ def gymnax_spec(name: str) -> EnvSpec:
     genv = _make_default(name)
     limit = getattr(genv.default_params, "max_steps_in_episode", None)
     limit = None if limit is None else int(limit)
-    return EnvSpec(GYMNAX_PREFIX + name, GymnaxEnv, limit, source="gymnax", kwargs=(("env", name),))
+    return EnvEntry(
+        GYMNAX_PREFIX + name, GymnaxEnv, limit, source="gymnax", kwargs=(("env", name),)
+    )
 
 
 def to_jrl_space(space: Any) -> spaces.Space:

@@ -1,4 +1,4 @@
-"""The environment registry: ``make``, ``register``, ``list``.
+"""The environment registry: ``make``, ``register``, ``names``, ``entry``.
 
 An id maps to a factory (a class or a ``"module:attr"`` string, imported on
 first use) and a time limit. :func:`make` returns ``(env, params)``: the
@@ -10,19 +10,19 @@ gymnax environment on the fly.
 
 from __future__ import annotations
 
-import builtins
 import dataclasses
 import importlib
 from typing import Any, Callable
 
-from jrl import names
+from jrl import names as _names
 from jrl.env import Environment
 from jrl.wrappers import CheckActions, TimeLimit
 
 
 @dataclasses.dataclass(frozen=True)
-class EnvSpec:
-    """A registered environment."""
+class EnvEntry:
+    """A registered environment (what ``jrl.envs.entry(id)`` returns; the spaces an agent
+    sees are :class:`jrl.EnvEntry`)."""
 
     id: str  # registry id, e.g. "CartPole-v1"
     entry_point: Any  # a callable returning an Environment, or "module:attr"
@@ -38,7 +38,7 @@ class EnvSpec:
         return fn(**dict(self.kwargs))
 
 
-_REGISTRY: dict[str, EnvSpec] = {}
+_REGISTRY: dict[str, EnvEntry] = {}
 GYMNAX_PREFIX = "gymnax:"
 
 
@@ -49,7 +49,7 @@ def register(
     source: str = "user",
     overwrite: bool = False,
     **kwargs: Any,
-) -> EnvSpec:
+) -> EnvEntry:
     """Registers an environment under ``id``; ``make(id)`` then builds it."""
     if not isinstance(id, str) or not id or id.startswith(GYMNAX_PREFIX):
         raise ValueError(f"invalid env id {id!r} (non-empty, not starting with {GYMNAX_PREFIX!r})")
@@ -57,22 +57,22 @@ def register(
         raise ValueError(f"env id {id!r} is already registered (pass overwrite=True to replace it)")
     if max_episode_steps is not None and int(max_episode_steps) <= 0:
         raise ValueError(f"max_episode_steps must be positive, got {max_episode_steps}")
-    spec = EnvSpec(id, entry_point, max_episode_steps, source, tuple(sorted(kwargs.items())))
-    _REGISTRY[id] = spec
-    return spec
+    new = EnvEntry(id, entry_point, max_episode_steps, source, tuple(sorted(kwargs.items())))
+    _REGISTRY[id] = new
+    return new
 
 
-def list() -> builtins.list[str]:  # noqa: A001 - the registry's public name
+def names() -> list[str]:
     """Registered ids, sorted (gymnax ids are available on top, as ``gymnax:<name>``)."""
     return sorted(_REGISTRY)
 
 
-def spec(id: str) -> EnvSpec:
-    """The :class:`EnvSpec` of ``id``; unknown ids raise with the closest matches."""
+def entry(id: str) -> EnvEntry:
+    """The :class:`EnvEntry` of ``id``; unknown ids raise with the closest matches."""
     if id.startswith(GYMNAX_PREFIX):
-        from jrl.envs.gymnax_adapter import gymnax_spec
+        from jrl.envs.gymnax_adapter import gymnax_entry
 
-        return gymnax_spec(id[len(GYMNAX_PREFIX) :])
+        return gymnax_entry(id[len(GYMNAX_PREFIX) :])
     if id not in _REGISTRY:
         raise UnknownEnvError(id, sorted(_REGISTRY))
     return _REGISTRY[id]
@@ -87,9 +87,9 @@ class UnknownEnvError(KeyError, ValueError):
     """
 
     def __init__(
-        self, id: str, known: builtins.list[str], prefix: str = "", listing: str | None = None
+        self, id: str, known: list[str], prefix: str = "", listing: str | None = None
     ):
-        hint = names.did_you_mean(id, known, prefix=prefix)
+        hint = _names.did_you_mean(id, known, prefix=prefix)
         if listing is None:
             listing = f"Registered: {', '.join(known)}; gymnax envs as '{GYMNAX_PREFIX}<name>'."
         self.message = f"unknown environment {prefix + id!r}.{hint} {listing}"
@@ -105,14 +105,14 @@ def make(
     """Builds a registered environment: returns ``(env, params)``.
 
     Args:
-      id: a registered id (``jrl.envs.list()``) or ``"gymnax:<name>"``.
+      id: a registered id (``jrl.envs.names()``) or ``"gymnax:<name>"``.
       max_episode_steps: replaces the registered time limit.
       check: wrap in :class:`~jrl.wrappers.CheckActions` (actions outside the
         action space raise; slow, for debugging).
       **param_overrides: fields of the env's params to replace, e.g.
         ``make("CartPole-v1", gravity=12.0)``; unknown fields raise.
     """
-    s = spec(id)
+    s = entry(id)
     env = s.build()
     params = env.default_params
     if param_overrides:

@@ -1,43 +1,58 @@
-"""The on-policy actor-critic agent shared by PPO and A2C.
+"""The on-policy actor-critic agent that PPO, A2C and REINFORCE-style agents share.
 
-Everything but the loss is common: acting (sample an action, keep its
-log-prob and the critic's value), advantage estimation with GAE
-(bootstrapping truncated episodes from their final observation), and the
-update (``num_epochs`` passes over the rollout in ``num_minibatches``
-shuffled minibatches, global-norm gradient clipping, an optional linearly
-annealed learning rate). An algorithm supplies only a :data:`LossFn`.
+Common to all of them: acting (sample an action, keep its log-prob and the
+critic's value), the update (``num_epochs`` passes over the rollout in
+``num_minibatches`` env-stratified minibatches, optional advantage
+normalisation, gradient clipping, an optionally annealed learning rate) and
+the config fields they share (:class:`ActorCriticConfig`). What an agent
+brings:
+
+- a :data:`LossFn` (PPO's clipped surrogate, A2C's plain policy gradient...);
+- its hyperparameter type (``config.HPARAMS``, a subclass of
+  :class:`ActorCriticHParams` with the loss's own fields, e.g. PPO's
+  ``clip_eps``);
+- optionally an :data:`AdvantageFn` (default :func:`gae`; V-trace or Monte
+  Carlo returns plug in the same way).
 """
 
 from __future__ import annotations
 
 import dataclasses
-from typing import Annotated, Any, Callable
+from typing import Any, Callable, ClassVar
 
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
-import optax
-import tyro
 from flax import struct
 
-from jrl import config as cfg
-from jrl import buffers, networks, parallel, returns
-from jrl.agent import Agent, EnvSpec
+from jrl import networks, parallel, returns
+from jrl.agent import Agent, EnvSpec, Learned
+from jrl.config import Check, RolloutConfig
+from jrl.learner import apply_gradients, minibatch_epochs, scheduled_lr
 from jrl.losses import normalize
-from jrl.optim import grad_norm_metric, linear_schedule, make_optimizer
+from jrl.optim import grad_norm_metric, make_optimizer
 from jrl.types import PRNGKey, PyTree, Transition
 
-__all__ = ["ActorCriticHParams", "ActorCriticState", "Minibatch", "LossFn", "make_actor_critic"]
+__all__ = [
+    "ActorCriticConfig",
+    "ActorCriticHParams",
+    "ActorCriticState",
+    "AdvantageFn",
+    "LossFn",
+    "Minibatch",
+    "gae",
+    "make_actor_critic",
+]
 
 
 @struct.dataclass
 class ActorCriticHParams:
-    """Hyperparameters that may be vmapped (swept) without recompiling; all [] float32."""
+    """Hyperparameters that may be vmapped (swept) without recompiling; all [] float32.
+    An agent whose loss has more (PPO's ``clip_eps``) subclasses it."""
 
     learning_rate: jax.Array
     gamma: jax.Array
     gae_lambda: jax.Array
-    clip_eps: jax.Array  # PPO's ratio clip (also the value clip); unused by A2C
     ent_coef: jax.Array
     vf_coef: jax.Array
 
@@ -47,7 +62,7 @@ class ActorCriticState:
     params: PyTree  # network parameters
     opt_state: PyTree  # optax state of the gradient transformation (without the learning rate)
     hparams: ActorCriticHParams
-    num_learn_steps: jax.Array  # [] int32 calls to learn so far (drives annealing)
+    num_updates: jax.Array  # [] int32 calls to learn so far (drives annealing)
 
 
 @struct.dataclass
@@ -59,32 +74,80 @@ class Minibatch:
     old_log_prob: jax.Array  # [M] log-prob under the behaviour policy
     old_value: jax.Array  # [M] critic value at acting time
     advantage: jax.Array  # [M] (normalised if requested) advantage
-    target: jax.Array  # [M] value target (GAE return)
+    target: jax.Array  # [M] value target
 
 
-LossFn = Callable[
-    [Any, Any, jax.Array, Minibatch, ActorCriticHParams], tuple[jax.Array, dict[str, jax.Array]]
-]
+LossFn = Callable[[Any, Any, jax.Array, Minibatch, Any], tuple[jax.Array, dict[str, jax.Array]]]
 """``loss_fn(dist, values, entropy, minibatch, hparams) -> (loss, metrics)``: the
 network's distribution and values ``[M]`` on the minibatch are given."""
 
+AdvantageFn = Callable[[Transition, jax.Array, Any], tuple[jax.Array, jax.Array]]
+"""``advantages(rollout, bootstrap_values, hparams) -> (advantages, value_targets)``, all
+``[T, N]``: ``rollout`` is the time-major ``Transition`` (``extras["value"]``,
+``extras["log_prob"]``) and ``bootstrap_values`` the critic on its ``next_observation``."""
+
+
+def gae(rollout: Transition, bootstrap_values: jax.Array, hp: Any) -> tuple[jax.Array, jax.Array]:
+    """Generalised advantage estimation with ``hp.gamma`` and ``hp.gae_lambda``
+    (:func:`jrl.returns.gae_advantages`)."""
+    return returns.gae_advantages(
+        rollout.reward,
+        rollout.extras["value"],
+        bootstrap_values,
+        rollout.terminated,
+        rollout.truncated,
+        hp.gamma,
+        hp.gae_lambda,
+    )
+
+
+@dataclasses.dataclass(frozen=True)
+class ActorCriticConfig(RolloutConfig):
+    """Settings shared by on-policy actor-critic agents (PPO, A2C, REINFORCE)."""
+
+    HPARAMS: ClassVar[type] = ActorCriticHParams
+
+    gae_lambda: float = 0.95
+    """GAE lambda in [0, 1]; 1.0 gives n-step returns over the rollout (sweepable)."""
+    ent_coef: float = 0.01
+    """Entropy bonus coefficient (sweepable)."""
+    vf_coef: float = 0.5
+    """Value loss coefficient (sweepable)."""
+    normalize_advantages: bool = True
+    """Normalise advantages per minibatch."""
+    continuous: str = "normal"
+    """Distribution for Box actions: 'normal' (env clips actions) or 'tanh_normal'."""
+    init_log_std: float = 0.0
+    """Initial log standard deviation of Gaussian policies."""
+    normalize_observations: bool = False
+    """Normalise observations by running statistics (NormalizeObservation)."""
+    normalize_rewards: bool = False
+    """Scale rewards by the running std of the discounted return (NormalizeReward)."""
+
+    def checks(self) -> list[Check]:
+        return super().checks() + [
+            (
+                0.0 <= self.gae_lambda <= 1.0,
+                f"gae_lambda must lie in [0, 1], got {self.gae_lambda}",
+            ),
+            (self.ent_coef >= 0, f"ent_coef must be >= 0, got {self.ent_coef}"),
+            (self.vf_coef >= 0, f"vf_coef must be >= 0, got {self.vf_coef}"),
+            (
+                self.continuous in ("normal", "tanh_normal"),
+                f"continuous must be 'normal' or 'tanh_normal', got {self.continuous!r}",
+            ),
+        ]
+
 
 def make_actor_critic(
-    network: nn.Module,
-    loss_fn: LossFn,
-    hparams: ActorCriticHParams,
-    *,
-    num_epochs: int,
-    num_minibatches: int,
-    total_learn_steps: int,
-    anneal_lr: bool = True,
-    normalize_advantages: bool = True,
-    max_grad_norm: float = 0.5,
-    optimizer: str = "adam",
+    network: nn.Module, loss_fn: LossFn, config: ActorCriticConfig, advantages: AdvantageFn = gae
 ) -> Agent:
     """Builds the agent. ``network`` maps observations to ``(distribution, value)``
-    and has ``policy`` and ``value`` methods (see :class:`jrl.networks.ActorCritic`)."""
-    tx = make_optimizer(optimizer, max_grad_norm)
+    and has ``policy`` and ``value`` methods (see :class:`jrl.networks.ActorCritic`);
+    ``config`` gives the update's settings and, through ``config.hparams()``, the
+    initial hyperparameters ``loss_fn`` and ``advantages`` read."""
+    tx = make_optimizer(config.optimizer, config.max_grad_norm)
+    hparams, total_updates = config.hparams(), config.num_iterations
 
     def init(key: PRNGKey, spec: EnvSpec) -> ActorCriticState:
         params = network.init(key, networks.example_observation(spec.observation_space))
@@ -95,42 +158,34 @@ def make_actor_critic(
         num = jax.tree.leaves(obs)[0].shape[0]
         dist, value = network.apply(state.params, obs)  # one batched forward pass
         action = jax.vmap(lambda d, k: d.sample(k))(dist, parallel.local_keys(key, num))
-        # log-prob of the stored action by the same function learn uses, so the first ratio is exactly 1
-        # (a tanh-normal's exact sample-time log-prob differs from log_prob(action) where tanh saturates)
+        # log-prob of the stored action by the same function learn uses, so the first ratio is
+        # exactly 1 (a tanh-normal's exact sample-time log-prob differs from log_prob(action)
+        # where tanh saturates)
         return action, {"log_prob": dist.log_prob(action), "value": value}
 
     def policy(params, obs, key: PRNGKey):
         del key
         return network.apply(params, obs, method=network.policy).mode()
 
-    def loss(params, mb: Minibatch, hp: ActorCriticHParams):
+    def loss(params, mb: Minibatch, hp):
         dist, values = network.apply(params, mb.observation)
         return loss_fn(dist, values, dist.entropy(), mb, hp)
 
     def sgd_step(state: ActorCriticState, mb: Minibatch, lr):
-        if normalize_advantages:  # over the whole minibatch, on every device
+        if config.normalize_advantages:  # over the whole minibatch, on every device
             mb = mb.replace(advantage=normalize(mb.advantage))
         (total, metrics), grads = jax.value_and_grad(loss, has_aux=True)(
             state.params, mb, state.hparams
         )
         grads = parallel.pmean(grads)  # equal sample counts per device: the global mean gradient
-        updates, opt_state = tx.update(grads, state.opt_state, state.params)
-        params = optax.apply_updates(state.params, jax.tree.map(lambda u: -lr * u, updates))
-        metrics = {**metrics, "train/loss": total, **grad_norm_metric(grads, max_grad_norm)}
+        params, opt_state = apply_gradients(tx, state.params, state.opt_state, grads, lr)
+        metrics = {**metrics, "train/loss": total, **grad_norm_metric(grads, config.max_grad_norm)}
         return state.replace(params=params, opt_state=opt_state), metrics
 
-    def learn(state: ActorCriticState, batch: Transition, key: PRNGKey):
+    def learn(state: ActorCriticState, batch: Transition, key: PRNGKey) -> Learned:
         hp = state.hparams
         bootstrap = network.apply(state.params, batch.next_observation, method=network.value)
-        adv, target = returns.gae_advantages(
-            batch.reward,
-            batch.extras["value"],
-            bootstrap,
-            batch.terminated,
-            batch.truncated,
-            hp.gamma,
-            hp.gae_lambda,
-        )
+        adv, target = advantages(batch, bootstrap, hp)
         data = Minibatch(
             batch.observation,
             batch.action,
@@ -139,134 +194,17 @@ def make_actor_critic(
             adv,
             target,
         )
-        lr = hp.learning_rate * (
-            linear_schedule(state.num_learn_steps, 1.0, 0.0, total_learn_steps)
-            if anneal_lr
-            else 1.0
+        lr = scheduled_lr(hp.learning_rate, state.num_updates, total_updates, config.anneal_lr)
+        state, metrics = minibatch_epochs(
+            lambda s, mb: sgd_step(s, mb, lr),
+            state,
+            data,
+            key,
+            config.num_epochs,
+            config.num_minibatches,
         )
-
-        def epoch(st, k):
-            return jax.lax.scan(
-                lambda s, mb: sgd_step(s, mb, lr),
-                st,
-                buffers.rollout_minibatches(data, k, num_minibatches),
-            )
-
-        state, metrics = jax.lax.scan(epoch, state, jax.random.split(key, num_epochs))
-        metrics = parallel.pmean(jax.tree.map(jnp.mean, metrics))
         metrics["train/learning_rate"] = lr
         metrics["train/value_target"] = parallel.pmean(target.mean())
-        return state.replace(num_learn_steps=state.num_learn_steps + 1), metrics
+        return Learned(state.replace(num_updates=state.num_updates + 1), metrics)
 
     return Agent(init=init, act=act, learn=learn, policy=policy)
-
-
-# --------------------------------------------------------------------------
-# Configuration and assembly shared by the on-policy agents
-# --------------------------------------------------------------------------
-
-
-@dataclasses.dataclass(frozen=True)
-class ActorCriticConfig:
-    """Settings shared by on-policy actor-critic agents (PPO, A2C)."""
-
-    total_steps: int = 500_000
-    """Environment steps to train for, summed over envs (per seed)."""
-    num_envs: int = 4
-    """Parallel environments per seed."""
-    num_steps: int = 128
-    """Steps collected from each env per iteration (rollout length T)."""
-    num_epochs: int = 4
-    """Passes over each rollout."""
-    num_minibatches: int = 4
-    """Minibatches per pass; num_steps must be divisible by it (each holds num_steps/num_minibatches steps of every env)."""
-    learning_rate: Annotated[float, tyro.conf.arg(aliases=("--lr",))] = 2.5e-4
-    """Optimizer step size (sweepable)."""
-    anneal_lr: bool = True
-    """Decay the learning rate linearly to 0 over training."""
-    optimizer: str = "adam"
-    """'adam' or 'rmsprop'."""
-    gamma: float = 0.99
-    """Discount factor in [0, 1] (sweepable)."""
-    gae_lambda: float = 0.95
-    """GAE lambda in [0, 1] (sweepable)."""
-    clip_eps: float = 0.2
-    """PPO ratio clip (and value clip when clip_value) (sweepable)."""
-    ent_coef: float = 0.01
-    """Entropy bonus coefficient (sweepable)."""
-    vf_coef: float = 0.5
-    """Value loss coefficient (sweepable)."""
-    max_grad_norm: float = 0.5
-    """Global-norm gradient clipping threshold (0: no clipping, and no train/grad_norm metric)."""
-    normalize_advantages: bool = True
-    """Normalise advantages per minibatch."""
-    clip_value: bool = True
-    """Clip the value update around the old value (PPO)."""
-    hidden_sizes: tuple[int, ...] = (64, 64)
-    """Hidden layer widths of the actor and critic MLPs."""
-    activation: str = "tanh"
-    """Hidden activation: tanh, relu, gelu, silu or elu."""
-    continuous: str = "normal"
-    """Distribution for Box actions: 'normal' (env clips actions) or 'tanh_normal'."""
-    init_log_std: float = 0.0
-    """Initial log standard deviation of Gaussian policies."""
-    normalize_observations: bool = False
-    """Normalise observations by running statistics (NormalizeObservation)."""
-    normalize_rewards: bool = False
-    """Scale rewards by the running std of the discounted return (NormalizeReward)."""
-
-    @property
-    def batch_size(self) -> int:
-        """Samples per iteration: num_envs * num_steps."""
-        return self.num_envs * self.num_steps
-
-    @property
-    def num_iterations(self) -> int:
-        """Iterations (collect + learn) in a run: total_steps // batch_size."""
-        return self.total_steps // self.batch_size
-
-    def validate(self) -> None:
-        """Raises ValueError naming the first inconsistent or out-of-range field."""
-        cfg.check(
-            cfg.common_checks(self)
-            + [
-                (self.num_steps > 0, f"num_steps must be positive, got {self.num_steps}"),
-                (self.num_epochs > 0, f"num_epochs must be positive, got {self.num_epochs}"),
-                (
-                    self.num_minibatches > 0,
-                    f"num_minibatches must be positive, got {self.num_minibatches}",
-                ),
-                (
-                    self.num_steps % max(self.num_minibatches, 1) == 0,
-                    f"num_steps = {self.num_steps} is not divisible by num_minibatches = {self.num_minibatches} "
-                    "(each minibatch holds num_steps / num_minibatches steps of every env)",
-                ),
-                (
-                    self.total_steps >= self.batch_size,
-                    f"total_steps = {self.total_steps} is less than one iteration (num_envs * num_steps = {self.batch_size})",
-                ),
-                (
-                    0.0 <= self.gae_lambda <= 1.0,
-                    f"gae_lambda must lie in [0, 1], got {self.gae_lambda}",
-                ),
-                (self.clip_eps > 0, f"clip_eps must be positive, got {self.clip_eps}"),
-                (self.ent_coef >= 0, f"ent_coef must be >= 0, got {self.ent_coef}"),
-                (self.vf_coef >= 0, f"vf_coef must be >= 0, got {self.vf_coef}"),
-                (
-                    self.continuous in ("normal", "tanh_normal"),
-                    f"continuous must be 'normal' or 'tanh_normal', got {self.continuous!r}",
-                ),
-                (
-                    self.optimizer in ("adam", "rmsprop"),
-                    f"optimizer must be 'adam' or 'rmsprop', got {self.optimizer!r}",
-                ),
-            ]
-        )
-
-    def hparams(self) -> ActorCriticHParams:
-        """The sweepable fields as traced-ready float32 scalars."""
-        return cfg.hparams_from(self, ActorCriticHParams)
-
-
-SWEEPABLE = tuple(f.name for f in dataclasses.fields(ActorCriticHParams))
-"""Config fields that can take several values in one compiled program."""

@@ -7,21 +7,31 @@ An :class:`Agent` is a ``NamedTuple`` of
   policy on a batch ``[N, *obs_shape] -> [N, *act_shape]``; ``act_info`` is a
   dict of ``[N]`` arrays learning needs (log-prob, value, ...), stored in
   ``Transition.extras``;
-- ``learn(agent_state, batch, key) -> (agent_state, metrics)``: one update
-  from a batch of transitions (for on-policy agents a time-major rollout
-  ``Transition`` of ``[T, N]``); ``metrics`` is a flat dict of scalars;
+- ``learn(agent_state, batch, key) -> Learned(agent_state, metrics,
+  priorities)``: one update from a batch of transitions (for on-policy agents
+  a time-major rollout ``Transition`` of ``[T, N]``, for replay agents a
+  :class:`jrl.buffers.Sample`); ``metrics`` is a flat dict of scalars;
+  ``priorities`` (``[B]``, optional) are the new priorities of a prioritised
+  replay sample;
 - ``policy(params, observation, key) -> action`` (optional): the evaluation
-  policy, greedy by default.
+  policy, greedy by default;
+- ``with_hparams(agent_state, values) -> agent_state``: the agent's state with
+  the named hyperparameters set to ``values`` (a dict of ``[]`` arrays); the
+  runner calls it (vmapped over runs) to give each run of a sweep its value.
+  The default, :func:`replace_hparams`, serves agents whose state keeps its
+  hyperparameters in an ``hparams`` dataclass.
 
 Everything is pure and jittable; hyperparameters that may be swept without
-recompiling (learning rate, gamma, ...) live in ``agent_state.hparams`` as
-traced scalars, so vmapping over agent states vmaps over them too.
+recompiling (learning rate, gamma, ...) live in the agent state as traced
+scalars, so vmapping over agent states vmaps over them too.
 """
 
 from __future__ import annotations
 
 import dataclasses
 from typing import Any, Callable, NamedTuple
+
+import jax.numpy as jnp
 
 from jrl import spaces
 from jrl.types import PRNGKey, PyTree, split_action_mask
@@ -56,8 +66,35 @@ class EnvSpec:
 
 InitFn = Callable[[PRNGKey, EnvSpec], PyTree]
 ActFn = Callable[[PyTree, PyTree, PRNGKey], tuple[Any, dict[str, Any]]]
-LearnFn = Callable[[PyTree, PyTree, PRNGKey], tuple[PyTree, dict[str, Any]]]
+LearnFn = Callable[[PyTree, PyTree, PRNGKey], "Learned"]
 PolicyFn = Callable[[PyTree, PyTree, PRNGKey], Any]
+HParamsFn = Callable[[PyTree, dict[str, Any]], PyTree]
+
+
+class Learned(NamedTuple):
+    """What ``learn`` returns."""
+
+    agent_state: PyTree
+    metrics: dict[str, Any]  # flat dict of [] scalars
+    priorities: Any = None  # [B] new priorities of the replay sample learned from, or None
+
+
+def replace_hparams(agent_state: PyTree, values: dict[str, Any]) -> PyTree:
+    """``agent_state`` with fields of its ``hparams`` dataclass replaced by ``values``
+    (each cast to the field's dtype and shape); ``ValueError`` for a name the
+    dataclass does not have."""
+    if not values:
+        return agent_state
+    hp = agent_state.hparams
+    known = {f.name for f in dataclasses.fields(hp)}
+    unknown = sorted(set(values) - known)
+    if unknown:
+        raise ValueError(f"cannot sweep {unknown}: sweepable fields are {sorted(known)}")
+    updates = {}
+    for name, value in values.items():
+        old = getattr(hp, name)
+        updates[name] = jnp.broadcast_to(jnp.asarray(value, old.dtype), old.shape)
+    return agent_state.replace(hparams=hp.replace(**updates))
 
 
 class Agent(NamedTuple):
@@ -67,3 +104,4 @@ class Agent(NamedTuple):
     act: ActFn
     learn: LearnFn
     policy: PolicyFn | None = None
+    with_hparams: HParamsFn = replace_hparams

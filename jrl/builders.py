@@ -1,10 +1,13 @@
 """Assembly of an agent, its wrapped env and its training loop (layer 6).
 
-Every agent module's ``build(config, env, env_params, num_devices=1)``
-returns a :class:`Built`: the :class:`~jrl.loops.Algorithm` the runner
-compiles, plus the agent, the training env and the network that evaluation
-and rendering need. :func:`build_on_policy` is the whole of ``build`` for
-the actor-critic agents (PPO, A2C), which differ only in their loss.
+Every agent's ``build(config, env, env_params, num_devices=1)`` returns a
+:class:`Built`: the :class:`~jrl.loops.Algorithm` the runner compiles, plus
+the agent, the training env and the network that evaluation and rendering
+need. The steps every build shares are here: :func:`training_env` (validate
+the config, split the envs over devices, wrap the env for training) and
+:func:`build_on_policy`, the whole of ``build`` for the actor-critic agents
+(PPO, A2C, REINFORCE), which differ only in their loss, their
+hyperparameters and, optionally, their advantage estimator.
 
 This sits above :mod:`jrl.loops` because it builds loops; the agents
 themselves (:mod:`jrl.actor_critic`, layer 5) know nothing of loops.
@@ -15,14 +18,14 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from jrl import config as cfg
 from jrl import networks, spaces
-from jrl.actor_critic import ActorCriticConfig, LossFn, make_actor_critic
+from jrl.actor_critic import ActorCriticConfig, AdvantageFn, LossFn, gae, make_actor_critic
 from jrl.agent import Agent, EnvSpec
+from jrl.config import AgentConfig, envs_per_device
 from jrl.loops import Algorithm, on_policy
 from jrl.wrappers import ClipAction, wrap_for_training
 
-__all__ = ["Built", "build_on_policy"]
+__all__ = ["Built", "build_on_policy", "training_env"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -37,27 +40,42 @@ class Built:
     network: Any = None  # the flax module (``apply(params, obs)`` -> (distribution, value))
 
 
+def training_env(
+    config: AgentConfig, env, env_params, num_devices: int = 1, **wrap_kwargs: Any
+) -> tuple[Any, EnvSpec]:
+    """Validates ``config`` and wraps ``env`` for training: ``num_envs / num_devices``
+    envs per device (:func:`jrl.wrappers.wrap_for_training` with ``wrap_kwargs``).
+    Returns the wrapped env and its :class:`~jrl.agent.EnvSpec`."""
+    config.validate()
+    local_envs = envs_per_device(config.num_envs, num_devices)
+    env = wrap_for_training(env, local_envs, **wrap_kwargs)
+    return env, EnvSpec.from_env(env, env_params)
+
+
 def build_on_policy(
-    config: ActorCriticConfig, env, env_params, loss_fn: LossFn, num_devices: int = 1
+    config: ActorCriticConfig,
+    env,
+    env_params,
+    loss_fn: LossFn,
+    num_devices: int = 1,
+    advantages: AdvantageFn = gae,
 ) -> Built:
     """Wraps ``env`` for training, builds the network and agent, returns the loop.
 
     With ``num_devices > 1`` each device steps ``num_envs / num_devices`` envs
     (the loop must then run sharded, see :func:`jrl.run.anakin.run`).
     """
-    config.validate()
-    local_envs = cfg.envs_per_device(config.num_envs, num_devices)
-    action_space = env.action_space(env_params)
-    if isinstance(action_space, spaces.Box) and config.continuous == "normal":
+    if isinstance(env.action_space(env_params), spaces.Box) and config.continuous == "normal":
         env = ClipAction(env)
-    env = wrap_for_training(
+    env, spec = training_env(
+        config,
         env,
-        local_envs,
+        env_params,
+        num_devices,
         normalize_observation=config.normalize_observations,
         normalize_reward=config.normalize_rewards,
         gamma=config.gamma,
     )
-    spec = EnvSpec.from_env(env, env_params)
     obs_ndim = max(len(spec.observation_space.shape), 1)
     network = networks.ActorCritic(
         spec.action_space,
@@ -67,23 +85,6 @@ def build_on_policy(
         config.continuous,
         config.init_log_std,
     )
-    agent = make_actor_critic(
-        network,
-        loss_fn,
-        config.hparams(),
-        num_epochs=config.num_epochs,
-        num_minibatches=config.num_minibatches,
-        total_learn_steps=config.num_iterations,
-        anneal_lr=config.anneal_lr,
-        normalize_advantages=config.normalize_advantages,
-        max_grad_norm=config.max_grad_norm,
-        optimizer=config.optimizer,
-    )
-    return Built(
-        on_policy(agent, env, config.num_steps, env_params, num_devices),
-        agent,
-        env,
-        env_params,
-        spec,
-        network,
-    )
+    agent = make_actor_critic(network, loss_fn, config, advantages)
+    algorithm = on_policy(agent, env, config.num_steps, env_params, num_devices)
+    return Built(algorithm, agent, env, env_params, spec, network)

@@ -59,7 +59,13 @@ __all__ = [
     "leaf_specs",
 ]
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
+"""2: the agent-contract names (``num_updates`` for every agent's update counter; an
+agent's hyperparameters only its own). Format 1 checkpoints are read through
+:func:`_format1_order`."""
+
+RENAMED_IN_2 = {"num_learn_steps": "num_updates"}
+"""Path components renamed by format 2 (the actor-critic and PQN update counters)."""
 """Bumped whenever the layout or the meaning of a checkpoint changes."""
 
 CHECKPOINT_DIR = "checkpoints"
@@ -302,14 +308,17 @@ def load(
             f"({__version__}) reads (up to {FORMAT_VERSION}); upgrade jrl to load it"
         )
     _check_files(path, fallback)
-    expected = leaf_specs(like)
-    if meta.get("leaves") != expected:
+    expected, saved = leaf_specs(like), meta.get("leaves", [])
+    order = list(range(len(expected))) if saved == expected else None
+    if order is None and version == 1:
+        order = _format1_order(saved, expected)
+    if order is None:
         raise CheckpointError(
             f"checkpoint {path} holds a different train state (another agent, env or "
-            f"config?): {_describe_differences(meta.get('leaves', []), expected)}"
+            f"config?): {_describe_differences(saved, expected)}"
         )
     names = meta["history_names"]
-    n_state = len(expected)
+    n_state = len(saved)
     try:
         reader = ocp.PyTreeCheckpointer()
         try:
@@ -327,7 +336,7 @@ def load(
         raise CheckpointError(
             f"checkpoint {path} is incomplete: array {e} is missing{fallback}"
         ) from None
-    for a, (p, shape, dtype) in zip(arrays, expected):
+    for a, (p, shape, dtype) in zip(arrays, saved):
         if list(a.shape) != shape or a.dtype.name != dtype:
             raise CheckpointError(
                 f"checkpoint {path} is corrupt: {p} reads as {a.dtype.name}{list(a.shape)}, "
@@ -338,6 +347,7 @@ def load(
             f"checkpoint {path} is corrupt: its arrays do not match the checksum written "
             f"with them{fallback}"
         )
+    arrays = [arrays[i] for i in order]
     like_leaves, treedef = jax.tree.flatten(like)
     leaves = [
         jax.random.wrap_key_data(jnp.asarray(a), impl=_key_impl(x)) if _is_key(x) else a
@@ -346,6 +356,26 @@ def load(
     return Checkpoint(
         jax.tree.unflatten(treedef, leaves), dict(zip(names, hist)), meta, int(step), path
     )
+
+
+def _format1_order(saved: list[list], expected: list[list]) -> list[int] | None:
+    """For a format-1 checkpoint: the index of the saved leaf that holds each expected leaf,
+    with the format-2 renames applied (:data:`RENAMED_IN_2`) and the hyperparameters an agent
+    no longer has (A2C's unused ``clip_eps``) left out; None when the trees differ otherwise."""
+
+    def renamed(path: str) -> str:
+        return "/".join(RENAMED_IN_2.get(part, part) for part in path.split("/"))
+
+    by_path = {renamed(p): (i, shape, dtype) for i, (p, shape, dtype) in enumerate(saved)}
+    order = []
+    for p, shape, dtype in expected:
+        if p not in by_path or by_path[p][1:] != (shape, dtype):
+            return None
+        order.append(by_path[p][0])
+    dropped = [saved[i][0] for i in sorted(set(range(len(saved))) - set(order))]
+    if any("/hparams/" not in p for p in dropped):
+        return None
+    return order
 
 
 def _read_meta(path: Path, fallback: str) -> dict[str, Any]:

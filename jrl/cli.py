@@ -45,7 +45,7 @@ def cmd_envs(args: Sequence[str]) -> int:
     )
     ns = p.parse_args(list(args))
     rows = [("id", "observation space", "action space", "source")]
-    ids = jrl.envs.list()
+    ids = jrl.envs.names()
     if ns.gymnax:
         import gymnax
 
@@ -58,7 +58,7 @@ def cmd_envs(args: Sequence[str]) -> int:
                     env_id,
                     repr(env.observation_space(params)),
                     repr(env.action_space(params)),
-                    jrl.envs.spec(env_id).source,
+                    jrl.envs.entry(env_id).source,
                 )
             )
         except Exception as e:  # an env that cannot be built here (missing optional dependency)
@@ -104,17 +104,52 @@ def _resume_target(args: list[str]) -> str | None:
     return None
 
 
-def cmd_train(args: Sequence[str]) -> int:
-    """``jrl train AGENT ...``: trains and writes a run folder."""
+@dataclasses.dataclass(frozen=True)
+class CLIOptions:
+    """``jrl train``'s own flags (the run options and the config come from their dataclasses)."""
+
+    env: str = "CartPole-v1"
+    """Environment id (see `jrl envs`), or gymnax:<name>."""
+    out: str | None = None
+    """Run folder to write (default runs/AGENT-ENV-seedS)."""
+    sweep: tuple[str, ...] = ()
+    """Sweep a hyperparameter in the same program: FIELD=v1,v2 (a sweepable field of the agent,
+    e.g. learning_rate or gamma)."""
+    quiet: bool = False
+    """No progress line."""
+    num_processes: int | None = None
+    """Multi-host: number of processes (with --process-id and --coordinator)."""
+    process_id: int | None = None
+    """Multi-host: this process's index, 0 .. num_processes-1."""
+    coordinator: str | None = None
+    """Multi-host: HOST:PORT of process 0."""
+    multihost: bool = False
+    """Multi-host with jax's cluster auto-detection (TPU pods, SLURM, Open MPI): no other flags
+    needed."""
+    compile_cache: bool = True
+    """Use JAX's persistent compilation cache: a second run of the same program skips most of
+    its compile."""
+    compile_cache_dir: str | None = None
+    """Its directory (default: $JRL_COMPILE_CACHE, else ~/.cache/jrl/jax-cache)."""
+    resume: str | None = None
+    """Continue the interrupted run in this folder from its latest checkpoint, exactly as if it
+    had not stopped (its saved configuration; options given must agree with it)."""
+    resume_step: int | None = None
+    """With --resume: the checkpoint (iteration) to continue from instead of the latest."""
+    debug: bool = False
+    """Show tracebacks on errors."""
+
+
+def _parse_train(args: list[str]):
+    """``(agent, cli options, run options, config overrides, saved spec or None, given flags)``."""
     import tyro
 
     import jrl.agents
     import jrl.envs
     from jrl import experiment
+    from jrl.options import RunOptions
 
-    args = list(args)
-    resume_dir = _resume_target(args)
-    saved = None
+    resume_dir, saved = _resume_target(args), None
     if resume_dir is not None:
         try:
             saved = experiment.read_spec(resume_dir)
@@ -128,15 +163,14 @@ def cmd_train(args: Sequence[str]) -> int:
                 f"usage: jrl train AGENT [options]\n\nagents: {', '.join(jrl.agents.names())}\n"
                 "'jrl train AGENT --help' lists the agent's options."
             )
-            return 0
+            raise SystemExit(0)
         raise CLIError(f"train needs an agent name first: one of {', '.join(jrl.agents.names())}")
     agent, rest = args[0], args[1:]
-    module, config_cls = jrl.agents.get(agent)
-
+    config_cls = jrl.agents.get(agent).config_cls
     pre = argparse.ArgumentParser(add_help=False)
     pre.add_argument("--env", default=saved.env_id if saved is not None else "CartPole-v1")
     env_id = pre.parse_known_args(rest)[0].env
-    jrl.envs.spec(env_id)  # unknown env: clear error before anything else
+    jrl.envs.entry(env_id)  # unknown env: clear error before anything else
     if saved is not None and agent == saved.agent and env_id == saved.env_id:
         preset = saved.config  # defaults: the saved configuration, so only fields given differ
     else:
@@ -146,66 +180,17 @@ def cmd_train(args: Sequence[str]) -> int:
     class TrainArgs:
         config: Annotated[config_cls, tyro.conf.arg(name="")] = preset  # type: ignore[valid-type]
         """Agent configuration (defaults shown are the env's preset)."""
-        env: str = "CartPole-v1"
-        """Environment id (see `jrl envs`), or gymnax:<name>."""
-        seeds: int = 1
-        """Independent seeds trained together in one compiled program."""
-        seed: int = 0
-        """Base random seed."""
-        out: str | None = None
-        """Run folder to write (default runs/AGENT-ENV-seedS)."""
-        overwrite: bool = False
-        """Replace a run already in --out."""
-        sweep: tuple[str, ...] = ()
-        """Sweep a hyperparameter in the same program: FIELD=v1,v2 (a field of the agent's SWEEPABLE,
-        e.g. learning_rate or gamma)."""
-        num_reports: int = 20
-        """Progress reports (chunks) over the run."""
-        quiet: bool = False
-        """No progress line."""
-        devices: int | None = None
-        """Data-parallel over this many devices (num_envs divisible by it); default: one device, or every
-        device of every process in a multi-host run."""
-        num_processes: int | None = None
-        """Multi-host: number of processes (with --process-id and --coordinator)."""
-        process_id: int | None = None
-        """Multi-host: this process's index, 0 .. num_processes-1."""
-        coordinator: str | None = None
-        """Multi-host: HOST:PORT of process 0."""
-        multihost: bool = False
-        """Multi-host with jax's cluster auto-detection (TPU pods, SLURM, Open MPI): no other flags needed."""
-        compile_cache: bool = True
-        """Use JAX's persistent compilation cache: a second run of the same program skips most of its compile."""
-        compile_cache_dir: str | None = None
-        """Its directory (default: $JRL_COMPILE_CACHE, else ~/.cache/jrl/jax-cache)."""
-        checkpoint_every: int = 0
-        """Write a checkpoint (the whole train state, every seed) every this many env steps per run, at
-        the end of a chunk; 0: only at the end and on Ctrl-C/SIGTERM."""
-        keep_checkpoints: int = 3
-        """How many checkpoints to keep."""
-        resume: str | None = None
-        """Continue the interrupted run in this folder from its latest checkpoint, exactly as if it had not
-        stopped (its saved configuration; options given must agree with it)."""
-        resume_step: int | None = None
-        """With --resume: the checkpoint (iteration) to continue from instead of the latest."""
-        stop_at_steps: int | None = None
-        """Stop after the chunk reaching this many env steps per run, with a checkpoint (resume later)."""
-        eval_every: int = 0
-        """Evaluate the greedy policy on fresh episodes every this many env steps per run (0: never)."""
-        eval_episodes: int = 10
-        """Episodes per run for each --eval-every evaluation."""
-        log: tuple[str, ...] = ()
-        """Extra metric sinks besides metrics.csv: jsonl, tensorboard (in OUT/tb), wandb (pip install jrl[wandb]);
-        a resumed run keeps its own."""
-        debug: bool = False
-        """Show tracebacks on errors."""
+        options: Annotated[RunOptions, tyro.conf.arg(name="")] = RunOptions()
+        """Run options."""
+        cli: Annotated[CLIOptions, tyro.conf.arg(name="")] = CLIOptions()
+        """Command-line options."""
 
     ns = tyro.cli(
         TrainArgs,
         args=rest,
         prog=f"jrl train {agent}",
         description=f"Train {agent}: {jrl.agents.summary(agent)}",
-        default=TrainArgs(config=preset, env=env_id),
+        default=TrainArgs(config=preset, cli=CLIOptions(env=env_id)),
         config=(tyro.conf.OmitArgPrefixes,),
     )
     overrides = {
@@ -213,107 +198,105 @@ def cmd_train(args: Sequence[str]) -> int:
         for f in dataclasses.fields(ns.config)
         if getattr(ns.config, f.name) != getattr(preset, f.name)
     }
-    if ns.resume is None and ns.resume_step is not None:
-        raise CLIError("--resume-step goes with --resume RUN_DIR")
-    if ns.resume is not None:  # run options are the saved ones: refuse any given that differs
-        given_flags = {a.split("=", 1)[0] for a in rest if a.startswith("--")}
-        fixed = {
-            "seeds": saved.num_seeds,
-            "seed": saved.seed,
-            "devices": saved.devices,
-            "num_reports": saved.num_reports,
-            "eval_every": saved.eval_every,
-            "eval_episodes": saved.eval_episodes,
-            "checkpoint_every": saved.checkpoint_every,
-            "log": tuple(saved.log),
-        }
-        for name, value in fixed.items():
-            given = getattr(ns, name)
-            if f"--{name.replace('_', '-')}" in given_flags and given != value:
-                raise CLIError(
-                    f"--{name.replace('_', '-')} cannot change when resuming (the run has {value!r})"
-                )
-        if ns.sweep and _parse_sweep(ns.sweep) != saved.sweep:
-            raise CLIError(f"--sweep cannot change when resuming (the run has {saved.sweep})")
-        if ns.out is not None or ns.overwrite:
-            raise CLIError("--resume continues the run in its own folder: drop --out/--overwrite")
-    out = ns.out or f"runs/{agent}-{env_id.replace(':', '_')}-seed{ns.seed}"
-    cache = ns.compile_cache and (ns.compile_cache_dir or True)
+    given = {a.split("=", 1)[0] for a in rest if a.startswith("--")}
+    return agent, ns.cli, ns.options, overrides, saved, given
+
+
+def _check_resume_flags(cli: CLIOptions, options, saved, given: set[str]) -> None:
+    """Refuses run options that differ from the saved run's, and flags that do not apply."""
+    from jrl.options import RECORDED
+
+    if cli.resume is None:
+        if cli.resume_step is not None:
+            raise CLIError("--resume-step goes with --resume RUN_DIR")
+        return
+    for name in RECORDED:
+        flag = f"--{name.replace('_', '-')}"
+        value = getattr(saved.options, name)
+        if flag in given and getattr(options.normalized(), name) != value:
+            raise CLIError(f"{flag} cannot change when resuming (the run has {value!r})")
+    if cli.sweep and _parse_sweep(cli.sweep) != {
+        k: list(v) for k, v in saved.options.sweep.items()
+    }:
+        raise CLIError(f"--sweep cannot change when resuming (the run has {saved.options.sweep})")
+    if cli.out is not None or options.overwrite:
+        raise CLIError("--resume continues the run in its own folder: drop --out/--overwrite")
+
+
+USER_ERRORS = (
+    ValueError,
+    TypeError,
+    FileExistsError,
+    FileNotFoundError,
+    KeyError,
+    ConnectionError,
+    ImportError,
+)
+"""Exceptions ``jrl train`` reports as one-line user errors (exit code 2)."""
+
+
+def cmd_train(args: Sequence[str]) -> int:
+    """``jrl train AGENT ...``: trains and writes a run folder."""
+    from jrl import experiment
+
     try:
-        if ns.multihost or any(
-            v is not None for v in (ns.num_processes, ns.coordinator, ns.process_id)
+        agent, cli, options, overrides, saved, given = _parse_train(list(args))
+    except SystemExit as e:
+        if e.code == 0:
+            return 0
+        raise
+    _check_resume_flags(cli, options, saved, given)
+    cache = cli.compile_cache and (cli.compile_cache_dir or True)
+    options = dataclasses.replace(options, progress=not cli.quiet, compile_cache=cache)
+    try:
+        if cli.multihost or any(
+            v is not None for v in (cli.num_processes, cli.coordinator, cli.process_id)
         ):
             import jrl.distributed
 
-            jrl.distributed.initialize(ns.coordinator, ns.num_processes, ns.process_id)
-        if ns.resume is not None:
+            jrl.distributed.initialize(cli.coordinator, cli.num_processes, cli.process_id)
+        if cli.resume is not None:
+            invocation = ("progress", "compile_cache", "keep_checkpoints", "stop_at_steps")
+            kw = {k: getattr(options, k) for k in invocation}
             result = experiment.resume(
-                ns.resume,
-                step=ns.resume_step,
-                progress=not ns.quiet,
-                compile_cache=cache,
-                keep_checkpoints=ns.keep_checkpoints,
-                stop_at_steps=ns.stop_at_steps,
-                agent=agent,
-                env=env_id,
-                **overrides,
+                cli.resume, step=cli.resume_step, agent=agent, env=cli.env, **kw, **overrides
             )
         else:
+            out = cli.out or f"runs/{agent}-{cli.env.replace(':', '_')}-seed{options.seed}"
+            options = dataclasses.replace(options, sweep=_parse_sweep(cli.sweep))
             result = experiment.train(
-                agent,
-                env_id,
-                seeds=ns.seeds,
-                seed=ns.seed,
-                sweep=_parse_sweep(ns.sweep),
-                out=out,
-                overwrite=ns.overwrite,
-                num_reports=ns.num_reports,
-                progress=not ns.quiet,
-                devices=ns.devices,
-                compile_cache=cache,
-                checkpoint_every=ns.checkpoint_every,
-                keep_checkpoints=ns.keep_checkpoints,
-                eval_every=ns.eval_every,
-                eval_episodes=ns.eval_episodes,
-                log=ns.log,
-                stop_at_steps=ns.stop_at_steps,
-                **overrides,
+                agent, cli.env, options.seeds, out=out, options=options, **overrides
             )
     except experiment.TrainingInterrupted as e:
         print(f"jrl: {e}", file=sys.stderr)
         return e.exit_code
     except experiment.NonFiniteError as e:
-        if ns.debug:
-            raise
-        print(f"jrl: error: {e}", file=sys.stderr)
-        return 3
-    except (
-        ValueError,
-        TypeError,
-        FileExistsError,
-        FileNotFoundError,
-        KeyError,
-        ConnectionError,
-        ImportError,
-    ) as e:
-        if ns.debug:
+        return _error(e, cli.debug, code=3)
+    except USER_ERRORS as e:
+        if cli.debug:
             raise
         raise CLIError(str(e)) from e
-    except (
-        OSError
-    ) as e:  # e.g. a full disk while writing logs or a checkpoint (one was kept, see above)
-        if ns.debug:
-            raise
-        print(f"jrl: error: {e}", file=sys.stderr)
-        return 1
+    except OSError as e:  # e.g. a full disk while writing logs or a checkpoint (one was kept)
+        return _error(e, cli.debug, code=1)
+    return _print_result(result)
+
+
+def _error(e: Exception, debug: bool, code: int) -> int:
+    if debug:
+        raise e
+    print(f"jrl: error: {e}", file=sys.stderr)
+    return code
+
+
+def _print_result(result) -> int:
     import jax
 
     if jax.process_index() != 0:
         return 0
     print(result.summary())
     print(
-        f"run folder: {result.out_dir} (learning_curve.png, metrics.csv, config.json, params.msgpack, "
-        "checkpoints/)"
+        f"run folder: {result.out_dir} (learning_curve.png, metrics.csv, config.json, "
+        "params.msgpack, checkpoints/)"
     )
     return 0
 
@@ -355,7 +338,6 @@ def _parse(p: argparse.ArgumentParser, args: Sequence[str]) -> argparse.Namespac
 def cmd_eval(args: Sequence[str]) -> int:
     """``jrl eval RUN_DIR``: episode-return statistics of a trained run, written to RUN_DIR/eval.json."""
     import json
-    import os
     from pathlib import Path
 
     p = _run_dir_parser(
@@ -365,7 +347,7 @@ def cmd_eval(args: Sequence[str]) -> int:
     )
     p.add_argument("--episodes", type=int, default=100, help="episodes per run (seed)")
     ns = _parse(p, args)
-    from jrl import compile_cache, experiment
+    from jrl import compile_cache, experiment, files
 
     compile_cache.enable()
     try:
@@ -376,10 +358,7 @@ def cmd_eval(args: Sequence[str]) -> int:
         if ns.debug:
             raise
         raise CLIError(str(e)) from e
-    out = Path(ns.run_dir) / "eval.json"
-    tmp = out.with_name(".eval.json.tmp")
-    tmp.write_text(json.dumps(stats, indent=2))
-    os.replace(tmp, out)
+    out = files.write_atomic(Path(ns.run_dir) / "eval.json", json.dumps(stats, indent=2))
     n = len(stats["runs"]) * stats["episodes_per_run"]
     print(
         f"{stats['agent']} on {stats['env_id']} ({stats['policy']}, checkpoint at iteration "

@@ -1,25 +1,51 @@
-"""Helpers shared by the agents' frozen config dataclasses.
+"""Agent configs: the frozen dataclass bases every agent config extends.
 
-A config's ``validate()`` lists ``(condition, message)`` pairs and hands them
-to :func:`check`, which raises ``ValueError`` with the first failing
-message; :func:`common_checks` holds the checks of the fields every agent
-config has. :func:`hparams_from` builds an agent's traced hyperparameter
-dataclass from the config fields of the same names, and
-:func:`envs_per_device` splits the envs over devices.
+A config is a frozen dataclass with one docstring per field (the CLI shows
+it as ``--help``). Each field is declared once, in the most general base that
+has it; a subclass changes a default with a bare one-line redeclaration
+(``num_envs: int = 16``), which inherits the docstring. The bases:
+
+- :class:`AgentConfig`: what every agent has (budget, envs, learning rate,
+  discount, gradient clipping, network widths), the per-env ``PRESETS``, the
+  hyperparameter type ``HPARAMS`` whose fields are the *sweepable* config
+  fields, and ``validate()`` built from ``checks()``;
+- :class:`RolloutConfig`: on-policy rollouts learned in epochs of minibatches;
+- :class:`ReplayConfig`: collection into a replay buffer, then updates;
+- :class:`EpsilonGreedyConfig`: a linearly decaying exploration rate.
+
+``validate()`` hands the ``(condition, message)`` pairs of ``checks()`` to
+:func:`check`, which raises ``ValueError`` with the first failing message; a
+subclass extends ``checks()``. :func:`envs_per_device` splits the envs over
+devices.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Iterable
+from typing import Annotated, Any, ClassVar, Iterable
 
 import jax.numpy as jnp
+import tyro
 
 from jrl import networks
 
-__all__ = ["check", "common_checks", "envs_per_device", "hparams_from"]
+__all__ = [
+    "AgentConfig",
+    "Check",
+    "EpsilonGreedyConfig",
+    "LearningRate",
+    "ReplayConfig",
+    "RolloutConfig",
+    "check",
+    "envs_per_device",
+    "hparams_from",
+]
 
 Check = tuple[bool, str]
+
+LearningRate = Annotated[float, tyro.conf.arg(aliases=("--lr",))]
+"""The type of ``learning_rate`` (the CLI also accepts ``--lr``); a subclass that changes
+the default writes ``learning_rate: LearningRate = 1e-3``."""
 
 
 def check(checks: Iterable[Check]) -> None:
@@ -27,29 +53,6 @@ def check(checks: Iterable[Check]) -> None:
     for ok, message in checks:
         if not ok:
             raise ValueError(message)
-
-
-def common_checks(config: Any) -> list[Check]:
-    """Checks of the fields shared by every agent config: ``num_envs``,
-    ``learning_rate``, ``gamma``, ``max_grad_norm``, ``hidden_sizes``, ``activation``."""
-    c = config
-    return [
-        (c.num_envs > 0, f"num_envs must be positive, got {c.num_envs}"),
-        (c.learning_rate > 0, f"learning_rate must be positive, got {c.learning_rate}"),
-        (0.0 <= c.gamma <= 1.0, f"gamma must lie in [0, 1], got {c.gamma}"),
-        (
-            c.max_grad_norm >= 0,
-            f"max_grad_norm must be >= 0 (0: no clipping), got {c.max_grad_norm}",
-        ),
-        (
-            len(c.hidden_sizes) > 0 and all(h > 0 for h in c.hidden_sizes),
-            f"hidden_sizes must be positive, got {c.hidden_sizes}",
-        ),
-        (
-            c.activation in networks.ACTIVATIONS,
-            f"activation must be one of {sorted(networks.ACTIVATIONS)}, got {c.activation!r}",
-        ),
-    ]
 
 
 def hparams_from(config: Any, cls: type) -> Any:
@@ -67,3 +70,215 @@ def envs_per_device(num_envs: int, num_devices: int) -> int:
     if num_devices < 1 or num_envs % num_devices:
         raise ValueError(f"num_envs = {num_envs} is not divisible by {num_devices} devices")
     return num_envs // num_devices
+
+
+@dataclasses.dataclass(frozen=True)
+class AgentConfig:
+    """Settings every agent has."""
+
+    PRESETS: ClassVar[dict[str, dict[str, Any]]] = {}
+    """Env id -> field overrides applied on top of the defaults (``jrl.experiment.make_config``)."""
+    HPARAMS: ClassVar[type | None] = None
+    """The agent's hyperparameter dataclass (``[]`` float32 fields, traced in the agent state);
+    its field names are the config fields that can be swept in one compiled program."""
+    RETIRED_FIELDS: ClassVar[tuple[str, ...]] = ()
+    """Fields older versions of this config had; ignored when an old run record is read."""
+
+    total_steps: int = 500_000
+    """Environment steps to train for, summed over envs (per seed)."""
+    num_envs: int = 4
+    """Parallel environments per seed."""
+    learning_rate: LearningRate = 2.5e-4
+    """Optimizer step size (sweepable)."""
+    anneal_lr: bool = True
+    """Decay the learning rate linearly to 0 over training."""
+    gamma: float = 0.99
+    """Discount factor in [0, 1] (sweepable)."""
+    max_grad_norm: float = 0.5
+    """Global-norm gradient clipping threshold (0: no clipping, and no train/grad_norm metric)."""
+    hidden_sizes: tuple[int, ...] = (64, 64)
+    """Hidden layer widths of the network's MLP(s)."""
+    activation: str = "tanh"
+    """Hidden activation: tanh, relu, gelu, silu or elu."""
+
+    @classmethod
+    def sweepable(cls) -> tuple[str, ...]:
+        """Config fields that can take several values in one compiled program: the fields of
+        ``HPARAMS`` (none without one)."""
+        return tuple(f.name for f in dataclasses.fields(cls.HPARAMS)) if cls.HPARAMS else ()
+
+    def hparams(self) -> Any:
+        """The sweepable fields as ``HPARAMS`` of traced-ready float32 scalars."""
+        if self.HPARAMS is None:
+            raise TypeError(f"{type(self).__name__} declares no HPARAMS")
+        return hparams_from(self, self.HPARAMS)
+
+    @property
+    def env_steps_per_iteration(self) -> int:
+        """Env steps one iteration collects (per seed, all envs)."""
+        raise NotImplementedError(f"{type(self).__name__} must define env_steps_per_iteration")
+
+    @property
+    def num_iterations(self) -> int:
+        """Iterations in a run: total_steps // env_steps_per_iteration."""
+        return self.total_steps // self.env_steps_per_iteration
+
+    def checks(self) -> list[Check]:
+        """``(condition, message)`` pairs that :meth:`validate` checks in order."""
+        c = self
+        return [
+            (c.num_envs > 0, f"num_envs must be positive, got {c.num_envs}"),
+            (c.learning_rate > 0, f"learning_rate must be positive, got {c.learning_rate}"),
+            (0.0 <= c.gamma <= 1.0, f"gamma must lie in [0, 1], got {c.gamma}"),
+            (
+                c.max_grad_norm >= 0,
+                f"max_grad_norm must be >= 0 (0: no clipping), got {c.max_grad_norm}",
+            ),
+            (
+                len(c.hidden_sizes) > 0 and all(h > 0 for h in c.hidden_sizes),
+                f"hidden_sizes must be positive, got {c.hidden_sizes}",
+            ),
+            (
+                c.activation in networks.ACTIVATIONS,
+                f"activation must be one of {sorted(networks.ACTIVATIONS)}, got {c.activation!r}",
+            ),
+        ]
+
+    def validate(self) -> None:
+        """Raises ValueError naming the first inconsistent or out-of-range field."""
+        check(self.checks())
+
+    def _one_iteration(self, what: str) -> Check:
+        return (
+            self.total_steps >= self.env_steps_per_iteration,
+            f"total_steps = {self.total_steps} is less than one iteration "
+            f"({what} = {self.env_steps_per_iteration})",
+        )
+
+
+@dataclasses.dataclass(frozen=True)
+class RolloutConfig(AgentConfig):
+    """On-policy settings: rollouts of ``num_steps`` from every env, learned in
+    ``num_epochs`` passes of ``num_minibatches`` env-stratified minibatches."""
+
+    OPTIMIZERS: ClassVar[tuple[str, ...]] = ("adam", "rmsprop")
+    """Values ``optimizer`` accepts."""
+
+    num_steps: int = 128
+    """Steps collected from each env per iteration (rollout length T)."""
+    num_epochs: int = 4
+    """Passes over each rollout."""
+    num_minibatches: int = 4
+    """Minibatches per pass; num_steps must be divisible by it (each holds
+    num_steps/num_minibatches steps of every env)."""
+    optimizer: str = "adam"
+    """The gradient scaler: 'adam', 'rmsprop' or 'radam' (the agents' OPTIMIZERS)."""
+
+    @property
+    def batch_size(self) -> int:
+        """Samples per iteration: num_envs * num_steps."""
+        return self.num_envs * self.num_steps
+
+    @property
+    def env_steps_per_iteration(self) -> int:
+        """Env steps one iteration collects: num_envs * num_steps."""
+        return self.batch_size
+
+    def checks(self) -> list[Check]:
+        return super().checks() + [
+            (self.num_steps > 0, f"num_steps must be positive, got {self.num_steps}"),
+            (self.num_epochs > 0, f"num_epochs must be positive, got {self.num_epochs}"),
+            (
+                self.num_minibatches > 0,
+                f"num_minibatches must be positive, got {self.num_minibatches}",
+            ),
+            (
+                self.num_steps % max(self.num_minibatches, 1) == 0,
+                f"num_steps = {self.num_steps} is not divisible by num_minibatches = "
+                f"{self.num_minibatches} (each minibatch holds num_steps / num_minibatches steps "
+                "of every env)",
+            ),
+            self._one_iteration("num_envs * num_steps"),
+            (
+                self.optimizer in self.OPTIMIZERS,
+                f"optimizer must be {' or '.join(map(repr, sorted(self.OPTIMIZERS)))}, "
+                f"got {self.optimizer!r}",
+            ),
+        ]
+
+
+@dataclasses.dataclass(frozen=True)
+class ReplayConfig(AgentConfig):
+    """Off-policy settings: each iteration collects ``steps_per_iteration`` steps from
+    every env into a replay buffer, then does ``updates_per_iteration`` updates."""
+
+    steps_per_iteration: int = 4
+    """Steps collected from each env per iteration, before the updates."""
+    updates_per_iteration: int = 2
+    """Gradient updates per iteration (replay ratio = updates * batch_size /
+    (steps_per_iteration * num_envs))."""
+    batch_size: int = 128
+    """Transitions per update (summed over devices; divisible by the number of devices)."""
+    buffer_size: int = 50_000
+    """Replay capacity per seed (summed over devices: each holds buffer_size / devices items
+    of its own envs)."""
+    learning_starts: int = 10_000
+    """Env steps collected (all envs) before updates begin."""
+
+    @property
+    def env_steps_per_iteration(self) -> int:
+        """Env steps one iteration collects: num_envs * steps_per_iteration."""
+        return self.num_envs * self.steps_per_iteration
+
+    def checks(self) -> list[Check]:
+        return super().checks() + [
+            (
+                self.steps_per_iteration > 0,
+                f"steps_per_iteration must be positive, got {self.steps_per_iteration}",
+            ),
+            (
+                self.updates_per_iteration > 0,
+                f"updates_per_iteration must be positive, got {self.updates_per_iteration}",
+            ),
+            (self.batch_size > 0, f"batch_size must be positive, got {self.batch_size}"),
+            self._one_iteration("num_envs * steps_per_iteration"),
+            (
+                self.learning_starts >= 0,
+                f"learning_starts must be >= 0, got {self.learning_starts}",
+            ),
+            (
+                self.learning_starts < self.total_steps,
+                f"learning_starts = {self.learning_starts} leaves no updates within "
+                f"total_steps = {self.total_steps}",
+            ),
+            (
+                self.buffer_size >= max(self.batch_size, self.num_envs),
+                f"buffer_size = {self.buffer_size} must be at least batch_size and num_envs",
+            ),
+        ]
+
+
+@dataclasses.dataclass(frozen=True)
+class EpsilonGreedyConfig:
+    """Exploration settings of epsilon-greedy agents (a mixin next to an :class:`AgentConfig`
+    base): epsilon decays linearly from ``epsilon_start`` to ``epsilon_end``."""
+
+    epsilon_start: float = 1.0
+    """Initial exploration rate (sweepable)."""
+    epsilon_end: float = 0.01
+    """Final exploration rate (sweepable)."""
+    exploration_fraction: float = 0.2
+    """Fraction of the agent's updates over which epsilon decays linearly (sweepable)."""
+
+    def checks(self) -> list[Check]:
+        return super().checks() + [  # type: ignore[misc]
+            (
+                0.0 <= self.epsilon_start <= 1.0 and 0.0 <= self.epsilon_end <= 1.0,
+                "epsilon_start/epsilon_end must lie in [0, 1], got "
+                f"{self.epsilon_start}/{self.epsilon_end}",
+            ),
+            (
+                0.0 <= self.exploration_fraction <= 1.0,
+                f"exploration_fraction must lie in [0, 1], got {self.exploration_fraction}",
+            ),
+        ]

@@ -33,7 +33,7 @@ __all__ = [
     "NO_EPISODE",
     "OnPolicyState",
     "OffPolicyState",
-    "PRIORITIES",
+    "ReplaySchedule",
     "collect_step",
     "episode_metrics",
     "off_policy",
@@ -42,12 +42,25 @@ __all__ = [
 
 
 class Algorithm(NamedTuple):
-    """A pure training algorithm; ``env_steps_per_step`` is the number of env
-    transitions one ``step`` collects (for one seed)."""
+    """A pure training algorithm. ``step`` is one iteration; ``env_steps_per_iteration`` is
+    the number of env transitions it collects (for one seed, all devices);
+    ``with_hparams(train_state, values)`` sets the named hyperparameters of one run's state
+    (the runner vmaps it over runs for a sweep; the loops delegate to the agent's
+    :attr:`~jrl.agent.Agent.with_hparams`)."""
 
     init: Callable[[PRNGKey], PyTree]
     step: Callable[[PyTree], tuple[PyTree, dict[str, jax.Array]]]
-    env_steps_per_step: int
+    env_steps_per_iteration: int
+    with_hparams: Callable[[PyTree, dict[str, Any]], PyTree]
+
+
+def _agent_hparams(agent: Agent) -> Callable[[PyTree, dict[str, Any]], PyTree]:
+    """``with_hparams`` of a loop state with an ``agent_state`` field."""
+
+    def with_hparams(state, values):
+        return state.replace(agent_state=agent.with_hparams(state.agent_state, values))
+
+    return with_hparams
 
 
 @struct.dataclass
@@ -185,7 +198,7 @@ def on_policy(
             (state.env_state, state.observation),
             jax.random.split(k_rollout, num_steps),
         )
-        agent_state, metrics = agent.learn(state.agent_state, batch, k_learn)
+        agent_state, metrics, _ = agent.learn(state.agent_state, batch, k_learn)
         ret, length, ep_metrics = episode_metrics(
             episodes, state.last_episode_return, state.last_episode_length
         )
@@ -202,12 +215,19 @@ def on_policy(
         metrics = {**metrics, **ep_metrics, "train/env_steps": new_state.env_steps}
         return new_state, metrics
 
-    return Algorithm(init, step, int(num_steps) * num_envs * int(num_devices))
+    return Algorithm(
+        init, step, int(num_steps) * num_envs * int(num_devices), _agent_hparams(agent)
+    )
 
 
-PRIORITIES = "priorities"
-"""Key of the ``[batch]`` new priorities an off-policy ``learn`` returns in its
-metrics for a prioritised buffer (e.g. ``|TD error|``); the loop removes it."""
+class ReplaySchedule(NamedTuple):
+    """How an off-policy loop interleaves collection and updates."""
+
+    steps_per_iteration: int  # steps collected from each env per iteration
+    updates_per_iteration: int  # updates per iteration (once learning has started)
+    learning_starts: int  # env steps (all envs, all devices) before the first update
+    batch_size: int  # items per update, summed over devices
+    n_step: int = 1  # steps summed into each stored transition
 
 
 @struct.dataclass
@@ -235,12 +255,8 @@ def off_policy(
     agent: Agent,
     env: Environment,
     buffer: ReplayBuffer,
+    schedule: ReplaySchedule,
     *,
-    steps_per_iteration: int,
-    updates_per_iteration: int,
-    learning_starts: int,
-    batch_size: int,
-    n_step: int = 1,
     discount: Callable[[PyTree], jax.Array] | None = None,
     beta: Callable[[PyTree], jax.Array] | None = None,
     env_params: PyTree = None,
@@ -268,11 +284,12 @@ def off_policy(
     update is computed before learning starts). Each update samples ``batch_size /
     num_devices`` items from this device's buffer (with ``beta(agent_state)``
     for a prioritised buffer) and calls ``agent.learn(agent_state, Sample,
-    key)``; a ``learn`` metric :data:`PRIORITIES` (``[batch]``) is written
-    back with ``buffer.update_priorities`` and dropped from the metrics.
+    key)``; the :attr:`~jrl.agent.Learned.priorities` it returns (``[batch]``,
+    when not None) are written back with ``buffer.update_priorities``.
     The replay ratio (samples learned per env step) is
     ``updates_per_iteration * batch_size / (steps_per_iteration * num_envs)``.
     """
+    steps_per_iteration, updates_per_iteration, learning_starts, batch_size, n_step = schedule
     num_envs = env.num_envs
     if num_envs is None:
         raise ValueError(
@@ -358,9 +375,7 @@ def off_policy(
         agent_state, buffer_state = carry
         k_sample, k_learn = jax.random.split(key)
         sample = buffer.sample(buffer_state, k_sample, local_batch, beta_of(agent_state))
-        agent_state, metrics = agent.learn(agent_state, sample, k_learn)
-        metrics = dict(metrics)
-        priorities = metrics.pop(PRIORITIES, None)
+        agent_state, metrics, priorities = agent.learn(agent_state, sample, k_learn)
         if priorities is not None:
             buffer_state = update_priorities(buffer_state, sample.indices, priorities)
         return (agent_state, buffer_state), metrics
@@ -420,4 +435,4 @@ def off_policy(
         }
         return new_state, metrics
 
-    return Algorithm(init, step, per_iteration)
+    return Algorithm(init, step, per_iteration, _agent_hparams(agent))

@@ -27,7 +27,6 @@ from __future__ import annotations
 import functools
 import math
 import os
-import secrets
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -36,6 +35,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from jrl import files
 from jrl.env import Environment, Wrapper
 from jrl.types import PyTree
 from jrl.wrappers import TimeLimit, VmapEnv
@@ -262,15 +262,10 @@ def write_video(frames: np.ndarray | jax.Array, path: str | os.PathLike, fps: fl
         writer = functools.partial(_write_mp4, fps=fps)
 
     path.parent.mkdir(parents=True, exist_ok=True)
-    # A dot-file next to the target (so the rename stays on one filesystem), ending in the real
-    # extension for the writers; created by the writer itself, so it gets the usual permissions.
-    tmp = path.with_name(f".{path.stem}.{os.getpid()}-{secrets.token_hex(4)}.tmp{suffix}")
-    try:
+    # the temporary file ends in the real extension for the writers and is created by the
+    # writer itself, so it gets the usual permissions
+    with files.replacing(path) as tmp:
         writer(frames, tmp)
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
     return path
 
 

@@ -66,7 +66,6 @@ import math
 import os
 import queue
 import stat
-import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -75,6 +74,7 @@ from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
+from jrl import files
 from jrl.names import did_you_mean
 
 __all__ = [
@@ -194,17 +194,12 @@ def _keep_lines(path: Path, keep: Callable[[str], bool], header_lines: int = 0) 
     lines.pop()  # "" after the final newline, or an unterminated (cut short) line
     header, body = lines[:header_lines], lines[header_lines:]
     kept = header + [line for line in body if keep(line)]
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="") as f:
+    with files.replacing(path) as tmp:
+        with open(tmp, "w", encoding="utf-8", newline="") as f:
             f.writelines(line + "\n" for line in kept)
             f.flush()
             os.fsync(f.fileno())
-        os.chmod(tmp, stat.S_IMODE(os.stat(path).st_mode))  # mkstemp made it owner-only
-        os.replace(tmp, path)
-    except BaseException:
-        os.unlink(tmp)
-        raise
+        os.chmod(tmp, stat.S_IMODE(os.stat(path).st_mode))
     return header
 
 

@@ -133,7 +133,7 @@ def test_set_hparams_rejects_unknown_field():
     cfg, built = small_ppo()
     st = anakin.init_runs(built.algorithm, jax.random.split(jax.random.key(0), 2))
     with pytest.raises(ValueError, match="sweepable fields"):
-        anakin.set_hparams(st, {"num_envs": [1, 2]})
+        anakin.set_hparams(built.algorithm, st, {"num_envs": [1, 2]})
 
 
 def test_determinism_bitwise():
@@ -168,7 +168,7 @@ def test_reports_and_result_fields():
         jax.random.split(jax.random.key(0), 3),
         cfg.num_iterations,
         num_reports=4,
-        on_report=reports.append,
+        hooks=anakin.RunHooks(on_report=reports.append),
     )
     assert [r.iteration for r in reports][-1] == cfg.num_iterations
     assert len(reports) == len(anakin.chunk_lengths(cfg.num_iterations, 4))
@@ -191,7 +191,10 @@ def test_config_validation_and_overrides():
     with pytest.raises(TypeError, match="expects int"):
         experiment.make_config("ppo", "CartPole-v1", num_envs=2.5)
     cfg = experiment.make_config("ppo", "Pendulum-v1", learning_rate="3e-4")
-    assert cfg.learning_rate == 3e-4 and cfg.num_envs == ppo.PRESETS["Pendulum-v1"]["num_envs"]
+    assert (
+        cfg.learning_rate == 3e-4
+        and cfg.num_envs == ppo.PPOConfig.PRESETS["Pendulum-v1"]["num_envs"]
+    )
     assert isinstance(experiment.make_config("a2c", "CartPole-v1"), a2c.A2CConfig)
 
 
@@ -338,8 +341,7 @@ def test_init_values_do_not_depend_on_the_cpu_opt_level(agent):
     """The runner's init (LLVM level 2 on CPU) gives bitwise the train states of XLA's default
     build, so a run's starting point does not move with JRL_CPU_OPT_LEVEL."""
     env, params = jrl.envs.make("CartPole-v1")
-    module, _ = jrl_agents.get(agent)
-    built = module.build(
+    built = jrl_agents.get(agent).build(
         experiment.make_config(agent, "CartPole-v1", total_steps=20_000), env, params
     )
     keys = jax.random.split(jax.random.key(5), 2)

@@ -171,7 +171,7 @@ def test_adam_eps_reaches_the_optimizer():
     for eps in (1e-5, 1e3):
         built = dqn.build(dataclasses.replace(cfg, adam_eps=eps), env, params)
         state = built.agent.init(jax.random.key(0), built.spec)
-        new, _ = built.agent.learn(state, sample, jax.random.key(2))
+        new = built.agent.learn(state, sample, jax.random.key(2)).agent_state
         delta = jax.tree.leaves(
             jax.tree.map(lambda a, b: jnp.max(jnp.abs(a - b)), new.params, state.params)
         )

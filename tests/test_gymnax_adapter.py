@@ -48,7 +48,7 @@ def _assert_trees_equal(a, b, **tol):
 
 def test_spec_takes_gymnax_time_limit():
     for name, limit in [("CartPole-v1", 500), ("Breakout-MinAtar", 1000), ("Pendulum-v1", 200)]:
-        s = jrl.envs.spec(f"gymnax:{name}")
+        s = jrl.envs.entry(f"gymnax:{name}")
         assert s.source == "gymnax" and s.id == f"gymnax:{name}"
         assert s.max_episode_steps == limit == gymnax.make(name)[1].max_steps_in_episode
     env, params = jrl.envs.make(
@@ -65,7 +65,7 @@ def test_unknown_gymnax_name_lists_close_matches():
     assert "'gymnax:Breakout-MinAtar'" in msg and "Did you mean" in msg
     assert isinstance(info.value, KeyError)
     with pytest.raises(jrl.envs.UnknownEnvError, match="gymnax:CartPole-v1"):
-        jrl.envs.spec("gymnax:cartpole-v1")
+        jrl.envs.entry("gymnax:cartpole-v1")
 
 
 def test_space_mapping():

@@ -16,7 +16,7 @@ import pytest
 
 import jrl.agents
 import jrl.envs
-from jrl import checkpoint, experiment, spaces
+from jrl import checkpoint, experiment, spaces, training
 from jrl.env import Environment
 from jrl.run import anakin
 
@@ -230,10 +230,9 @@ def test_a_failing_sink_stops_training_with_a_checkpoint_of_the_last_good_chunk(
 
 
 def _init_states(agent: str, seeds: int = 2):
-    module, _ = jrl.agents.get(agent)
     config = experiment.make_config(agent, "CartPole-v1", total_steps=20_000)
     env, params = jrl.envs.make("CartPole-v1")
-    built = module.build(config, env, params)
+    built = jrl.agents.get(agent).build(config, env, params)
     keys = jax.random.split(jax.random.key(1), seeds)
     return built, keys, anakin.init_runs(built.algorithm, keys)
 
@@ -506,11 +505,11 @@ def test_periodic_evaluation_and_eval_and_render_commands(tmp_path):
         len(e["returns"]) == 2 and min(e["returns"]) >= 8 for e in res.evals
     )  # CartPole lasts >= 8 steps
     header = (run / "metrics.csv").read_text().splitlines()[0].split(",")
-    assert experiment.EVAL_KEY in header
+    assert training.EVAL_KEY in header
     lines = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     assert (
         len(lines) == 2 * 16
-        and lines[-1]["metrics"][experiment.EVAL_KEY] == res.evals[-1]["returns"][1]
+        and lines[-1]["metrics"][training.EVAL_KEY] == res.evals[-1]["returns"][1]
     )
     summary = json.loads((run / "summary.json").read_text())
     assert summary["evaluations"] == res.evals
@@ -544,7 +543,7 @@ def test_every_agent_has_a_greedy_and_a_stochastic_evaluation_policy(agent):
     agent: whole CartPole episodes from freshly initialised states, returns equal to lengths."""
     built, keys, states = _init_states(agent)
     for greedy in (True, False):
-        returns, lengths = experiment._make_evaluator(built, 3, greedy)(states, jax.random.key(0))
+        returns, lengths = training.make_evaluator(built, 3, greedy)(states, jax.random.key(0))
         assert returns.shape == (2, 3)
         np.testing.assert_array_equal(returns, lengths.astype(np.float32))
         assert int(lengths.min()) >= 8
@@ -560,7 +559,7 @@ def test_evaluation_uses_the_training_normaliser_frozen():
         "ppo", "CartPole-v1", total_steps=4096, normalize_observations=True
     )
     env, params = jrl.envs.make("CartPole-v1")
-    built = jrl.agents.get("ppo")[0].build(config, env, params)
+    built = jrl.agents.get("ppo").build(config, env, params)
     state = built.algorithm.init(jax.random.key(0))
     stats = state.env_state.stats
     stats = stats.replace(

@@ -70,7 +70,6 @@ def test_off_policy_gate_is_a_branch_in_the_runner():
     from jrl.experiment import make_config
     from jrl.run import anakin
 
-    module, _ = jrl.agents.get("dqn")
     env, params = jrl.envs.make("CartPole-v1")
     config = make_config(
         "dqn",
@@ -82,7 +81,7 @@ def test_off_policy_gate_is_a_branch_in_the_runner():
         learning_starts=40,
         hidden_sizes=(8,),
     )
-    built = module.build(config, env, params)
+    built = jrl.agents.get("dqn").build(config, env, params)
     keys = jax.random.split(jax.random.key(0), 2)
     states = anakin.abstract_states(built.algorithm, keys)
     jaxpr = jax.make_jaxpr(anakin._make_chunk(built.algorithm, 3))(states)

@@ -99,13 +99,13 @@ def test_learn_targets_use_parameters_from_before_the_update():
         truncated,
         jax.random.normal(keys[3], (t, n, 4)),
     )
-    new_state, metrics = jax.jit(built.agent.learn)(state, batch, jax.random.key(2))
+    new_state, metrics, _ = jax.jit(built.agent.learn)(state, batch, jax.random.key(2))
     q_next = built.network.apply(state.params, batch.next_observation)
     expected = pqn.q_lambda_targets(
         q_next, 0.1 * batch.reward, batch.terminated, batch.truncated, 0.99, 0.7
     )
     np.testing.assert_allclose(metrics["train/q_target"], expected.mean(), rtol=1e-5)
-    assert int(new_state.num_learn_steps) == 1
+    assert int(new_state.num_updates) == 1
     changed = jax.tree.map(lambda a, b: bool(jnp.any(a != b)), state.params, new_state.params)
     assert all(jax.tree.leaves(changed))
     assert np.isfinite(metrics["train/loss"]) and float(metrics["train/epsilon"]) == 1.0
@@ -220,9 +220,10 @@ def test_config_validation(overrides, message):
 
 def test_registry_and_discrete_only():
     assert "pqn" in jrl.agents.names()
-    module, config_cls = jrl.agents.get("pqn")
-    assert module is pqn and config_cls is pqn.PQNConfig
-    assert set(pqn.SWEEPABLE) <= {f.name for f in dataclasses.fields(pqn.PQNConfig)}
+    entry = jrl.agents.get("pqn")
+    assert entry.build is pqn.build and entry.config_cls is pqn.PQNConfig
+    assert set(entry.sweepable) <= {f.name for f in dataclasses.fields(pqn.PQNConfig)}
+    assert entry.sweepable == tuple(f.name for f in dataclasses.fields(pqn.PQNHParams))
     with pytest.raises(ValueError, match="Discrete"):
         env, params = jrl_envs.make("Pendulum-v1")
         pqn.build(pqn.PQNConfig(), env, params)
@@ -269,7 +270,7 @@ def test_cli_help_lists_every_field():
         assert "--" + field.name.replace("_", "-") in text, field.name
     for doc in [
         "Q(lambda) trace parameter",
-        "Fraction of the iterations over which epsilon decays",
+        "Fraction of the agent's updates",
         "LayerNorm after every hidden layer",
         "Rewards are multiplied by this",
     ]:

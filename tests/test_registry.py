@@ -1,4 +1,4 @@
-"""The environment registry: ``jrl.envs.list/register/make/spec`` and its errors."""
+"""The environment registry: ``jrl.envs.names/register/make/entry`` and its errors."""
 
 from __future__ import annotations
 
@@ -79,34 +79,38 @@ def ids():
 
 def test_public_api():
     assert set(jrl.envs.__all__) == {
-        "EnvSpec",
+        "EnvEntry",
         "UnknownEnvError",
-        "list",
+        "entry",
         "make",
+        "names",
         "register",
-        "spec",
     }
     for name in jrl.envs.__all__:
         assert hasattr(jrl.envs, name)
+    import builtins
+
+    shadowed = [n for n in jrl.envs.__all__ if hasattr(builtins, n)]
+    assert not shadowed, f"jrl.envs shadows builtins: {shadowed}"
 
 
 def test_list_has_the_builtins_sorted():
-    ids = jrl.envs.list()
+    ids = jrl.envs.names()
     assert isinstance(ids, list)
     assert set(BUILTIN_IDS) <= set(ids)
     assert ids == sorted(ids)
     for id in BUILTIN_IDS:
-        s = jrl.envs.spec(id)
+        s = jrl.envs.entry(id)
         assert s.source == "jrl" and s.id == id
-    assert jrl.envs.spec("CartPole-v1").max_episode_steps == 500
-    assert jrl.envs.spec("MountainCar-v0").max_episode_steps == 200
-    assert jrl.envs.spec("Pendulum-v1").max_episode_steps == 200
+    assert jrl.envs.entry("CartPole-v1").max_episode_steps == 500
+    assert jrl.envs.entry("MountainCar-v0").max_episode_steps == 200
+    assert jrl.envs.entry("Pendulum-v1").max_episode_steps == 200
 
 
 def test_register_and_make(ids):
     s = ids("TestCount-v0", Count, max_episode_steps=3)
-    assert isinstance(s, jrl.envs.EnvSpec) and s.source == "user"
-    assert "TestCount-v0" in jrl.envs.list()
+    assert isinstance(s, jrl.envs.EnvEntry) and s.source == "user"
+    assert "TestCount-v0" in jrl.envs.names()
     env, params = jrl.envs.make("TestCount-v0")
     assert isinstance(env, TimeLimit) and env.max_episode_steps == 3
     assert isinstance(env.unwrapped, Count) and env.id == "Count-v0"
@@ -148,7 +152,7 @@ def test_register_rejects_bad_ids_and_limits():
         jrl.envs.register("gymnax:Mine-v0", Count)
     with pytest.raises(ValueError, match="positive"):
         jrl.envs.register("TestBadLimit-v0", Count, max_episode_steps=0)
-    assert "TestBadLimit-v0" not in jrl.envs.list()
+    assert "TestBadLimit-v0" not in jrl.envs.names()
 
 
 def test_make_with_param_overrides(ids):
@@ -196,7 +200,7 @@ def test_unknown_id_suggests_the_closest():
     # Usable as a KeyError (a lookup) and a ValueError (bad input).
     assert isinstance(e.value, KeyError) and isinstance(e.value, ValueError)
     with pytest.raises(jrl.envs.UnknownEnvError, match="Did you mean 'MountainCarContinuous-v0'"):
-        jrl.envs.spec("MountainCarContinous-v0")
+        jrl.envs.entry("MountainCarContinous-v0")
     with pytest.raises(jrl.envs.UnknownEnvError) as e:
         jrl.envs.make("CARTPOLE-V1")  # case-insensitive fallback
     assert "'CartPole-v1'" in str(e.value)
@@ -204,7 +208,7 @@ def test_unknown_id_suggests_the_closest():
 
 def test_unknown_id_without_close_match_lists_registered():
     with pytest.raises(jrl.envs.UnknownEnvError) as e:
-        jrl.envs.spec("Zzzzzzzz")
+        jrl.envs.entry("Zzzzzzzz")
     msg = str(e.value)
     assert "Did you mean" not in msg
     assert "Registered:" in msg and "CartPole-v1" in msg

@@ -94,7 +94,7 @@ def test_gif_keeps_repeated_frames(tmp_path):
 
 
 def test_pendulum_runs_to_its_time_limit():
-    limit = jrl_envs.spec("Pendulum-v1").max_episode_steps  # 200
+    limit = jrl_envs.entry("Pendulum-v1").max_episode_steps  # 200
     env = TimeLimit(Pendulum(render_shape=(32, 40)), limit)  # a small frame keeps the test fast
     params = env.default_params
     zero_torque = lambda o, k: jnp.zeros((o.shape[0], 1), jnp.float32)

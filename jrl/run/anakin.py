@@ -26,7 +26,7 @@ import functools
 import math
 import os
 import time
-from typing import Any, Callable
+from typing import Any, Callable, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -48,6 +48,7 @@ __all__ = [
     "init_runs",
     "make_mesh",
     "place",
+    "RunHooks",
     "run",
     "set_hparams",
 ]
@@ -93,20 +94,20 @@ class RunResult:
         return self.env_steps_per_run * self.num_runs / max(self.run_seconds, 1e-9)
 
 
-def set_hparams(states: PyTree, values: dict[str, Any]) -> PyTree:
-    """Overrides fields of ``states.agent_state.hparams`` (leading run axis [R])."""
+def set_hparams(
+    algorithm: Algorithm, states: PyTree, values: dict[str, Any], sharded: bool = False
+) -> PyTree:
+    """Sets swept hyperparameters through the algorithm's own hook
+    (:attr:`~jrl.loops.Algorithm.with_hparams`), vmapped over the run axis: ``values`` maps
+    names to ``[R]`` values; ``states`` are stacked ``[R, ...]`` (``[D, R, ...]`` when
+    ``sharded``, every device getting the same values)."""
     if not values:
         return states
-    hp = states.agent_state.hparams
-    known = {f.name for f in dataclasses.fields(hp)}
-    unknown = sorted(set(values) - known)
-    if unknown:
-        raise ValueError(f"cannot sweep {unknown}: sweepable fields are {sorted(known)}")
-    updates = {}
-    for name, v in values.items():
-        old = getattr(hp, name)
-        updates[name] = jnp.broadcast_to(jnp.asarray(v, old.dtype), old.shape)
-    return states.replace(agent_state=states.agent_state.replace(hparams=hp.replace(**updates)))
+    values = {k: jnp.asarray(v) for k, v in values.items()}
+    hook = jax.vmap(algorithm.with_hparams)
+    if sharded:
+        hook = jax.vmap(hook, in_axes=(0, None))
+    return hook(states, values)
 
 
 CPU_OPT_LEVEL_ENV = "JRL_CPU_OPT_LEVEL"
@@ -293,6 +294,22 @@ def chunk_lengths(num_iterations: int, num_reports: int) -> list[int]:
     return lengths
 
 
+class RunHooks(NamedTuple):
+    """Host callbacks of :func:`run`; each may be None.
+
+    - ``on_chunk(states, iterations_done, chunk_metrics)`` after each chunk, before the
+      next one (which donates ``states``): for checkpoints and checks; an exception it
+      raises stops the run. ``chunk_metrics`` are host arrays ``[chunk_length, R]``.
+    - ``on_report(report)`` after ``on_chunk``, with a :class:`Report` for progress.
+    - ``should_stop()`` polled before each chunk; True ends the run early (the result
+      then covers the chunks done: ``RunResult.iterations``).
+    """
+
+    on_chunk: Callable[[PyTree, int, dict[str, np.ndarray]], None] | None = None
+    on_report: Callable[[Report], None] | None = None
+    should_stop: Callable[[], bool] | None = None
+
+
 def run(
     algorithm: Algorithm,
     keys: jax.Array,
@@ -300,12 +317,11 @@ def run(
     *,
     num_reports: int = 20,
     hparams: dict[str, Any] | None = None,
-    on_report: Callable[[Report], None] | None = None,
     initial_state: PyTree | None = None,
     mesh: Mesh | None = None,
     start_iteration: int = 0,
-    on_chunk: Callable[[PyTree, int, dict[str, np.ndarray]], None] | None = None,
-    should_stop: Callable[[], bool] | None = None,
+    hooks: RunHooks = RunHooks(),
+    check_memory: bool = True,
 ) -> RunResult:
     """Trains ``len(keys)`` runs for ``num_iterations`` iterations each.
 
@@ -314,41 +330,54 @@ def run(
       keys: ``[R]`` typed PRNG keys, one per run.
       num_iterations: iterations per run.
       num_reports: the run is cut into this many chunks (at most), each one
-        compiled call; ``on_report`` is called after each.
-      hparams: sweepable hyperparameters per run, name -> ``[R]`` values
-        (``agent_state.hparams`` fields), set after init.
+        compiled call; the hooks are called after each.
+      hparams: sweepable hyperparameters per run, name -> ``[R]`` values, set
+        after init through the algorithm's ``with_hparams``.
       initial_state: a stacked train state to start from instead of ``init``.
       mesh: run sharded over this 1-D device mesh (see the module docstring).
       start_iteration: iterations ``initial_state`` has already done (a
         resumed run); the remaining chunks of the same schedule
         (:func:`chunk_lengths` of ``num_iterations``) are run, so a resumed
         run executes the same compiled chunks as an uninterrupted one.
-      on_chunk: ``on_chunk(states, iterations_done, chunk_metrics)`` after
-        each chunk, before the next one (which donates ``states``): for
-        checkpoints and checks; an exception it raises stops the run.
-        ``chunk_metrics`` are host arrays ``[chunk_length, R]``.
-      should_stop: polled before each chunk; True ends the run early (the
-        result then covers the chunks done: ``RunResult.iterations``).
+      hooks: host callbacks (:class:`RunHooks`).
+      check_memory: refuse runs whose states do not fit (:func:`check_memory`);
+        False when the caller has checked already.
     """
     if num_iterations <= 0:
         raise ValueError(f"num_iterations must be positive, got {num_iterations}")
-    num_runs = int(keys.shape[0])
-    check_memory(algorithm, keys, mesh)
+    if check_memory:
+        _check_memory(algorithm, keys, mesh)
+    lengths = _remaining_chunks(num_iterations, num_reports, start_iteration)
     if initial_state is not None:
-        states = jax.tree.map(
-            jnp.copy, initial_state
-        )  # the chunks donate their input: keep the caller's
+        states = jax.tree.map(jnp.copy, initial_state)  # the chunks donate their input
     elif mesh is None:
         states = init_runs(algorithm, keys)
     else:
         states = _init_sharded(algorithm, keys, mesh)
-    states = set_hparams(states, hparams or {})
-    axis = (
-        parallel.device_axis(parallel.AXIS, mesh.devices.size)
-        if mesh is not None
-        else contextlib.nullcontext()
-    )
+    states = set_hparams(algorithm, states, hparams or {}, sharded=mesh is not None)
+    t0 = time.perf_counter()
+    axis = parallel.device_axis(parallel.AXIS, mesh.devices.size) if mesh is not None else None
+    with axis or contextlib.nullcontext():
+        options = compiler_options(_platform(mesh))
+        compiled = {
+            n: _make_chunk(algorithm, n, mesh).lower(states).compile(options)
+            for n in sorted(set(lengths))
+        }
+    compile_seconds = time.perf_counter() - t0
+    plan = _Plan(lengths, start_iteration, num_iterations, int(keys.shape[0]), compile_seconds)
+    return _run_chunks(algorithm, compiled, plan, states, mesh, hooks)
 
+
+class _Plan(NamedTuple):
+    lengths: list[int]  # the chunks this call runs
+    start_iteration: int
+    num_iterations: int
+    num_runs: int
+    compile_seconds: float
+
+
+def _remaining_chunks(num_iterations: int, num_reports: int, start_iteration: int) -> list[int]:
+    """The chunk lengths of the schedule that end after ``start_iteration``."""
     schedule = chunk_lengths(num_iterations, num_reports)
     ends = np.cumsum(schedule)
     if start_iteration != 0 and start_iteration not in ends:
@@ -356,22 +385,18 @@ def run(
             f"start_iteration {start_iteration} is not a chunk boundary of {num_iterations} "
             f"iterations in {num_reports} reports (boundaries: {ends.tolist()})"
         )
-    lengths = [n for n, end in zip(schedule, ends) if end > start_iteration]
+    return [n for n, end in zip(schedule, ends) if end > start_iteration]
 
-    t0 = time.perf_counter()
-    with axis:
-        options = compiler_options(_platform(mesh))
-        compiled = {
-            n: _make_chunk(algorithm, n, mesh).lower(states).compile(options)
-            for n in sorted(set(lengths))
-        }
-    compile_seconds = time.perf_counter() - t0
 
+def _run_chunks(
+    algorithm: Algorithm, compiled, plan: _Plan, states, mesh, hooks: RunHooks
+) -> RunResult:
+    """Executes the compiled chunks in order, calling the hooks between them."""
     history: list[dict[str, np.ndarray]] = []
-    done = start_iteration
+    done, per_iteration = plan.start_iteration, algorithm.env_steps_per_iteration
     t_start = time.perf_counter()
-    for n in lengths:
-        if should_stop is not None and should_stop():
+    for n in plan.lengths:
+        if hooks.should_stop is not None and hooks.should_stop():
             break
         states, metrics = compiled[n](states)
         if mesh is not None:  # identical on every device after the all-reduces
@@ -379,39 +404,39 @@ def run(
         metrics = jax.device_get(metrics)  # blocks: one sync per chunk
         history.append(metrics)
         done += n
-        if on_chunk is not None:
-            on_chunk(states, done, metrics)
-        if on_report is not None:
+        if hooks.on_chunk is not None:
+            hooks.on_chunk(states, done, metrics)
+        if hooks.on_report is not None:
             elapsed = time.perf_counter() - t_start
-            steps_now = (done - start_iteration) * algorithm.env_steps_per_step
+            steps_now = (done - plan.start_iteration) * per_iteration
             latest = {k: np.asarray(v[-1]) for k, v in metrics.items()}
-            on_report(
+            rate = steps_now * plan.num_runs / max(elapsed, 1e-9)
+            hooks.on_report(
                 Report(
                     done,
-                    num_iterations,
-                    done * algorithm.env_steps_per_step,
+                    plan.num_iterations,
+                    done * per_iteration,
                     elapsed,
-                    steps_now * num_runs / max(elapsed, 1e-9),
+                    rate,
                     latest,
-                    start_iteration,
+                    plan.start_iteration,
                 )
             )
     jax.block_until_ready(states)
     run_seconds = time.perf_counter() - t_start
-    if history:
-        merged = {
-            k: np.concatenate([h[k] for h in history], axis=0).T for k in history[0]
-        }  # [R, iters]
-    else:
-        merged = {}
-    final = states if mesh is None else first_device(states)
+    merged = {}
+    if history:  # [R, iterations]
+        merged = {k: np.concatenate([h[k] for h in history], axis=0).T for k in history[0]}
     return RunResult(
         merged,
-        final,
-        compile_seconds,
+        states if mesh is None else first_device(states),
+        plan.compile_seconds,
         run_seconds,
-        (done - start_iteration) * algorithm.env_steps_per_step,
-        num_runs,
+        (done - plan.start_iteration) * per_iteration,
+        plan.num_runs,
         None if mesh is None else states,
         iterations=done,
     )
+
+
+_check_memory = check_memory  # run()'s flag of the same name shadows it there

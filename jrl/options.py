@@ -1,0 +1,253 @@
+"""Run options and the run record (layer 8).
+
+:class:`RunOptions` is everything about *how* a run executes, apart from the
+agent's config: seeds, a sweep, devices, reports, evaluation, checkpoints,
+logs. It is validated once (:meth:`RunOptions.validate`), written to the run
+folder's ``config.json`` (the fields in :data:`RECORDED`; the others only
+concern one invocation) and read back from it; the CLI parses its fields
+straight from the dataclass, docstrings included.
+
+:class:`RunSpec` is one run's whole record: agent, env, config and options.
+``resume``, ``jrl eval`` and ``jrl render`` rebuild the run from it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+from pathlib import Path
+from typing import Annotated, Any
+
+import jax
+import tyro
+
+from jrl import __version__
+from jrl.checkpoint import CheckpointError
+
+__all__ = ["RECORDED", "RUN_FORMAT_VERSION", "RunOptions", "RunSpec"]
+
+RUN_FORMAT_VERSION = 1
+"""Version of the ``run`` record in ``config.json`` (a newer one is refused)."""
+
+_Hidden = tyro.conf.Suppress  # set from Python (or by the CLI's own flags), not a CLI option
+
+
+@dataclasses.dataclass(frozen=True)
+class RunOptions:
+    """How a run executes (everything but the agent's config)."""
+
+    seeds: int = 1
+    """Independent seeds trained together in one compiled program."""
+    seed: int = 0
+    """Base random seed; run i uses split(key(seed), seeds)[i]."""
+    sweep: Annotated[dict[str, tuple[float, ...]], _Hidden] = dataclasses.field(
+        default_factory=dict
+    )
+    """Sweepable config field -> values; every value is trained for every seed, in the same
+    compiled program."""
+    env_overrides: Annotated[dict[str, Any], _Hidden] = dataclasses.field(default_factory=dict)
+    """Env parameters to override (``jrl.envs.make`` keyword arguments)."""
+    devices: int | None = None
+    """Data-parallel over this many devices (num_envs divisible by it); default: one device, or
+    every device of every process in a multi-host run."""
+    num_reports: int = 20
+    """Progress reports (chunks) over the run."""
+    eval_every: int = 0
+    """Evaluate the greedy policy on fresh episodes every this many env steps per run (0: never)."""
+    eval_episodes: int = 10
+    """Episodes per run for each --eval-every evaluation."""
+    checkpoint_every: int = 0
+    """Write a checkpoint (the whole train state, every seed) every this many env steps per run,
+    at the end of a chunk; 0: only at the end and on Ctrl-C/SIGTERM."""
+    log: tuple[str, ...] = ()
+    """Extra metric sinks besides metrics.csv: jsonl, tensorboard (in OUT/tb), wandb (pip install
+    jrl[wandb]); a resumed run keeps its own."""
+    keep_checkpoints: int = 3
+    """How many checkpoints to keep."""
+    stop_at_steps: int | None = None
+    """Stop after the chunk reaching this many env steps per run, with a checkpoint (resume
+    later)."""
+    overwrite: bool = False
+    """Replace a run already in the output folder."""
+    progress: Annotated[bool, _Hidden] = True
+    """Show a live progress line."""
+    compile_cache: Annotated[bool | str, _Hidden] = True
+    """JAX's persistent compilation cache: True for the default directory, a path for another,
+    False to leave JAX's setting alone."""
+
+    def validate(self, has_out: bool = True) -> "RunOptions":
+        """Raises ``ValueError`` for the first out-of-range option; returns ``self``."""
+        checks = [
+            (int(self.seeds) >= 1, f"seeds must be >= 1, got {self.seeds}"),
+            (int(self.num_reports) >= 1, f"num_reports must be >= 1, got {self.num_reports}"),
+            (
+                int(self.checkpoint_every) >= 0,
+                f"checkpoint_every must be >= 0 (0: off), got {self.checkpoint_every}",
+            ),
+            (int(self.eval_every) >= 0, f"eval_every must be >= 0 (0: off), got {self.eval_every}"),
+            (int(self.eval_episodes) >= 1, f"eval_episodes must be >= 1, got {self.eval_episodes}"),
+            (
+                int(self.keep_checkpoints) >= 1,
+                f"keep_checkpoints must be >= 1, got {self.keep_checkpoints}",
+            ),
+            (
+                self.stop_at_steps is None or int(self.stop_at_steps) >= 0,
+                f"stop_at_steps must be >= 0, got {self.stop_at_steps}",
+            ),
+            (
+                has_out or (int(self.checkpoint_every) == 0 and not self.log),
+                "checkpoint_every and log write into the run folder: pass out=DIR",
+            ),
+        ]
+        for ok, message in checks:
+            if not ok:
+                raise ValueError(message)
+        for name, values in self.sweep.items():
+            if not values:
+                raise ValueError(f"sweep over {name!r} has no values")
+        if self.log:
+            from jrl import sinks
+
+            sinks.check_names(["csv", *self.log])
+        return self
+
+    def normalized(self) -> "RunOptions":
+        """The same options with plain Python types (ints, float tuples, a tuple of sink names)."""
+        return dataclasses.replace(
+            self,
+            seeds=int(self.seeds),
+            seed=int(self.seed),
+            sweep={k: tuple(float(v) for v in vs) for k, vs in self.sweep.items()},
+            env_overrides=dict(self.env_overrides),
+            devices=None if self.devices is None else int(self.devices),
+            num_reports=int(self.num_reports),
+            eval_every=int(self.eval_every),
+            eval_episodes=int(self.eval_episodes),
+            checkpoint_every=int(self.checkpoint_every),
+            log=tuple(self.log),
+            keep_checkpoints=int(self.keep_checkpoints),
+        )
+
+    def record(self) -> dict[str, Any]:
+        """The ``run`` record of ``config.json`` (the :data:`RECORDED` options)."""
+        return {
+            "format_version": RUN_FORMAT_VERSION,
+            "num_seeds": self.seeds,
+            "seed": self.seed,
+            "sweep_values": {k: list(v) for k, v in self.sweep.items()},
+            "env_overrides": self.env_overrides,
+            "devices": self.devices,
+            "num_reports": self.num_reports,
+            "eval_every": self.eval_every,
+            "eval_episodes": self.eval_episodes,
+            "checkpoint_every": self.checkpoint_every,
+            "log": list(self.log),
+        }
+
+    @classmethod
+    def from_record(cls, run: dict[str, Any]) -> "RunOptions":
+        """The recorded options of a ``run`` record (the others at their defaults)."""
+        return cls(
+            seeds=run["num_seeds"],
+            seed=run["seed"],
+            sweep=run["sweep_values"],
+            env_overrides=run["env_overrides"],
+            devices=run["devices"],
+            num_reports=run["num_reports"],
+            eval_every=run["eval_every"],
+            eval_episodes=run["eval_episodes"],
+            checkpoint_every=run["checkpoint_every"],
+            log=tuple(run.get("log", ())),
+        ).normalized()
+
+    def recorded(self) -> dict[str, Any]:
+        """The :data:`RECORDED` options by name."""
+        return {name: getattr(self, name) for name in RECORDED}
+
+
+RECORDED = (
+    "seeds",
+    "seed",
+    "sweep",
+    "env_overrides",
+    "devices",
+    "num_reports",
+    "eval_every",
+    "eval_episodes",
+    "checkpoint_every",
+    "log",
+)
+"""Options that define a run (saved in ``config.json``; a resumed run keeps them)."""
+
+
+@dataclasses.dataclass
+class RunSpec:
+    """Everything that defines a run; saved as the run folder's ``config.json`` and read
+    back by ``resume``, ``load_run``, ``jrl eval`` and ``jrl render``."""
+
+    agent: str
+    env_id: str
+    config: Any  # the agent's config dataclass
+    options: RunOptions
+
+    @property
+    def combos(self) -> list[tuple]:
+        """Every combination of swept values (one empty combination without a sweep)."""
+        sweep = self.options.sweep
+        return list(itertools.product(*sweep.values())) if sweep else [()]
+
+    @property
+    def run_seeds(self) -> list[int]:
+        """``[R]`` the seed index of each run (sweep-major)."""
+        return [s for _ in self.combos for s in range(self.options.seeds)]
+
+    @property
+    def run_sweep(self) -> dict[str, list[float]]:
+        """Swept field -> ``[R]`` its value in each run."""
+        n = self.options.seeds
+        return {
+            k: [c[i] for c in self.combos for _ in range(n)]
+            for i, k in enumerate(self.options.sweep)
+        }
+
+    def keys(self) -> jax.Array:
+        """``[R]`` run keys: seed i of every swept combination uses
+        ``split(key(seed), seeds)[i]``."""
+        base = jax.random.split(jax.random.key(self.options.seed), self.options.seeds)
+        # without a sweep there is one combination: no concatenate (each jnp call compiles)
+        return base if len(self.combos) == 1 else jax.numpy.concatenate([base] * len(self.combos))
+
+    def record(self) -> dict[str, Any]:
+        """The whole record, as ``config.json`` holds it."""
+        return {
+            "agent": self.agent,
+            "env_id": self.env_id,
+            "seeds": self.run_seeds,
+            "sweep": self.run_sweep,
+            "config": dataclasses.asdict(self.config),
+            "jrl_version": __version__,
+            "run": self.options.record(),
+        }
+
+    @classmethod
+    def from_record(cls, record: dict[str, Any], where: Path) -> "RunSpec":
+        """Parses a ``config.json`` record (``where`` names it in errors); fields an agent's
+        config no longer has (its ``RETIRED_FIELDS``) are ignored."""
+        import jrl.agents
+        from jrl.experiment import make_config
+
+        run = record.get("run")
+        if not isinstance(run, dict) or "num_seeds" not in run:
+            raise CheckpointError(
+                f"{where} was written by an older jrl without a run record; it cannot be "
+                "resumed, evaluated or rendered"
+            )
+        if run.get("format_version", 0) > RUN_FORMAT_VERSION:
+            raise CheckpointError(
+                f"{where} has run format {run.get('format_version')}, newer than this jrl "
+                f"({__version__}) reads; upgrade jrl"
+            )
+        retired = jrl.agents.get(record["agent"]).config_cls.RETIRED_FIELDS
+        fields = {k: v for k, v in record["config"].items() if k not in retired}
+        config = make_config(record["agent"], record["env_id"], **fields)
+        return cls(record["agent"], record["env_id"], config, RunOptions.from_record(run))

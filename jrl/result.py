@@ -1,0 +1,233 @@
+"""What training returns (layer 8): :class:`TrainResult`, with its summary, plot and
+run-folder files, and the live progress line."""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import io
+import json
+import math
+import os
+import sys
+import warnings
+from pathlib import Path
+from typing import Any, Sequence
+
+import jax
+import numpy as np
+
+import jrl
+from jrl import files
+from jrl.run import anakin
+
+__all__ = ["RETURN_KEY", "Progress", "TrainResult"]
+
+RETURN_KEY = "train/episode_return"
+"""The training return metric (mean return of the episodes that finished in an iteration)."""
+
+
+@dataclasses.dataclass
+class TrainResult:
+    """What :func:`train` returns: histories of every run and the final state.
+
+    Runs are ordered sweep-major: for each combination of swept values, every
+    seed. ``metrics[name]`` is ``[R, num_iterations]``.
+    """
+
+    agent: str
+    env_id: str
+    config: Any
+    seeds: list[int]  # [R] the seed of each run
+    sweep: dict[str, list[float]]  # [R] swept value of each run, per swept field
+    env_steps: np.ndarray  # [num_iterations] env steps per run after each iteration
+    metrics: dict[str, np.ndarray]  # name -> [R, num_iterations]
+    final_state: Any  # stacked train state, leading axis [R]
+    compile_seconds: float
+    run_seconds: float
+    out_dir: Path | None = None
+    evals: list[dict[str, Any]] = dataclasses.field(default_factory=list)  # periodic evaluations:
+    # {"iteration", "env_steps", "returns": [R] mean greedy return over the evaluation episodes}
+
+    @property
+    def num_runs(self) -> int:
+        return len(self.seeds)
+
+    @property
+    def steps_per_second(self) -> float:
+        """Env steps per second over all runs (compile excluded)."""
+        return float(self.env_steps[-1]) * self.num_runs / max(self.run_seconds, 1e-9)
+
+    @property
+    def final_params(self) -> Any:
+        """Network parameters of every run, leading axis [R]."""
+        return self.final_state.agent_state.params
+
+    def final_returns(self, fraction: float = 0.05) -> np.ndarray:
+        """[R] mean training return over the last ``fraction`` of iterations."""
+        ret = self.metrics[RETURN_KEY]
+        k = max(1, int(math.ceil(ret.shape[1] * fraction)))
+        return np.nanmean(ret[:, -k:], axis=1)
+
+    def groups(self) -> list[tuple[str, np.ndarray]]:
+        """(label, run indices) for each combination of swept values (one group without a sweep)."""
+        if not self.sweep:
+            return [("", np.arange(self.num_runs))]
+        keys = [tuple(self.sweep[k][i] for k in self.sweep) for i in range(self.num_runs)]
+        out: dict[tuple, list[int]] = {}
+        for i, key in enumerate(keys):
+            out.setdefault(key, []).append(i)
+        return [
+            (", ".join(f"{n}={v:g}" for n, v in zip(self.sweep, key)), np.asarray(idx))
+            for key, idx in out.items()
+        ]
+
+    def summary(self) -> str:
+        """A one-line summary of the run."""
+        parts = []
+        for label, idx in self.groups():
+            fr = self.final_returns()[idx]
+            prefix = f"[{label}] " if label else ""
+            parts.append(
+                f"{prefix}final return {fr.mean():.1f} ± {fr.std():.1f} over {len(idx)} seed(s)"
+            )
+        return (
+            f"{self.agent} on {self.env_id}: "
+            + "; ".join(parts)
+            + f" | {int(self.env_steps[-1]):,} steps/run in {self.run_seconds:.1f}s"
+            + f" ({self.steps_per_second:,.0f} steps/s, compile {self.compile_seconds:.1f}s)"
+        )
+
+    def plot(self, path: str | os.PathLike | None = None, metric: str = RETURN_KEY):
+        """Draws ``metric`` (mean and min-max band over seeds) against env steps.
+
+        Returns the matplotlib figure; saves it to ``path`` when given.
+        """
+        import matplotlib
+
+        if path is not None:
+            matplotlib.use("Agg", force=False)
+        import matplotlib.pyplot as plt
+
+        fig, ax = plt.subplots(figsize=(7, 4.2))
+        values = self.metrics[metric]
+        for label, idx in self.groups():
+            v = values[idx]
+            with warnings.catch_warnings():  # columns before the first finished episode are all NaN
+                warnings.simplefilter("ignore", RuntimeWarning)
+                mean, low, high = np.nanmean(v, axis=0), np.nanmin(v, axis=0), np.nanmax(v, axis=0)
+            ax.plot(self.env_steps, mean, label=label or f"mean of {len(idx)} seed(s)")
+            if len(idx) > 1:
+                ax.fill_between(self.env_steps, low, high, alpha=0.2)
+            if self.evals and metric == RETURN_KEY:
+                ev = np.asarray([e["returns"] for e in self.evals])[
+                    :, idx
+                ]  # [evaluations, runs in group]
+                ax.plot(
+                    [e["env_steps"] for e in self.evals],
+                    ev.mean(axis=1),
+                    "o--",
+                    ms=4,
+                    label=f"{label + ' ' if label else ''}greedy evaluation",
+                )
+        ax.set_xlabel("environment steps (per run)")
+        ax.set_ylabel(metric.split("/")[-1].replace("_", " "))
+        ax.set_title(f"{self.agent} on {self.env_id}")
+        ax.grid(alpha=0.3)
+        ax.legend(loc="best")
+        fig.tight_layout()
+        if path is not None:
+            fig.savefig(path, dpi=100)
+            plt.close(fig)
+        return fig
+
+    def save(
+        self,
+        out_dir: str | os.PathLike,
+        report_iterations: Sequence[int],
+        write_metrics: bool = True,
+    ) -> Path:
+        """Writes the run folder (see the module docstring). Files are written to
+        temporary names and renamed, so an interrupted save leaves no half file.
+        ``write_metrics=False`` leaves ``metrics.csv`` to the CSV sink that wrote it during training."""
+        from flax import serialization
+
+        out = Path(out_dir)
+        out.mkdir(parents=True, exist_ok=True)
+
+        def write(name: str, data: bytes | str):
+            files.write_atomic(out / name, data)
+
+        if not (out / "config.json").exists():  # train() writes the full record before it starts
+            config = {
+                "agent": self.agent,
+                "env_id": self.env_id,
+                "seeds": self.seeds,
+                "sweep": self.sweep,
+                "config": dataclasses.asdict(self.config),
+                "jrl_version": jrl.__version__,
+            }
+            write("config.json", json.dumps(config, indent=2))
+
+        if write_metrics:
+            names = sorted(self.metrics)
+            rows = [["run", "seed", *self.sweep.keys(), "iteration", "env_steps", *names]]
+            for r in range(self.num_runs):
+                for it in report_iterations:
+                    rows.append(
+                        [
+                            r,
+                            self.seeds[r],
+                            *(self.sweep[k][r] for k in self.sweep),
+                            it,
+                            int(self.env_steps[it - 1]),
+                            *(float(self.metrics[n][r, it - 1]) for n in names),
+                        ]
+                    )
+            buf = io.StringIO()
+            csv.writer(buf).writerows(rows)
+            write("metrics.csv", buf.getvalue())
+        write("params.msgpack", serialization.to_bytes(jax.device_get(self.final_params)))
+        summary = {
+            "summary": self.summary(),
+            "final_returns": self.final_returns().tolist(),
+            "compile_seconds": self.compile_seconds,
+            "run_seconds": self.run_seconds,
+            "steps_per_second": self.steps_per_second,
+            "env_steps_per_run": int(self.env_steps[-1]),
+            "evaluations": self.evals,
+        }
+        write("summary.json", json.dumps(summary, indent=2))
+        with files.replacing(out / "learning_curve.png") as tmp_png:
+            self.plot(tmp_png)
+        self.out_dir = out
+        return out
+
+
+class Progress:
+    """A live progress line on a terminal (plain lines when not a terminal)."""
+
+    def __init__(self, label: str, total_steps: int, stream=None):
+        self.label, self.total = label, total_steps
+        self.stream = stream or sys.stderr
+        self.tty = hasattr(self.stream, "isatty") and self.stream.isatty()
+
+    def __call__(self, report: anakin.Report) -> None:
+        ret = report.metrics.get(RETURN_KEY)
+        ret_txt = (
+            f"return {np.nanmean(ret):8.1f} ± {np.nanstd(ret):6.1f}"
+            if ret is not None and np.isfinite(ret).any()
+            else "return      n/a         "
+        )
+        pct = 100.0 * report.iteration / report.num_iterations
+        line = (
+            f"[{self.label}] {report.env_steps:>10,}/{self.total:,} steps ({pct:5.1f}%) | "
+            f"{report.steps_per_second:>10,.0f} steps/s | {ret_txt} | ETA {report.eta:5.1f}s"
+        )
+        if self.tty:
+            self.stream.write("\r" + line)
+            if report.iteration == report.num_iterations:
+                self.stream.write("\n")
+        else:
+            self.stream.write(line + "\n")
+        self.stream.flush()

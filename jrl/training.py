@@ -1,0 +1,473 @@
+"""Executing a run (layer 8): the runner plus the host's work between chunks.
+
+:func:`execute` builds the agent of a :class:`~jrl.options.RunSpec`, loads and
+checks a checkpoint when resuming, refuses what would not fit in memory, and
+only then touches the run folder; it runs the Anakin runner with a
+:class:`ChunkWork` as its per-chunk hook and returns a
+:class:`~jrl.result.TrainResult`.
+
+:class:`ChunkWork` is all the host does after a chunk, in one place: the
+NaN/inf check of metrics and parameters, the metric history, the sinks,
+periodic greedy evaluation and checkpoints. SIGINT/SIGTERM (:class:`StopRequest`)
+ask the loop to stop before the next chunk; it then writes a checkpoint and
+raises :class:`TrainingInterrupted`. A NaN raises :class:`NonFiniteError`
+without checkpointing the bad state; any other failure of the per-chunk work
+checkpoints the good chunk first.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import signal
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+import jrl.agents
+import jrl.envs
+from jrl import checkpoint, run_folder, sinks
+from jrl.checkpoint import CheckpointError
+from jrl.options import RunSpec
+from jrl.result import Progress, TrainResult
+from jrl.run import anakin
+
+__all__ = [
+    "EVAL_KEY",
+    "NAN_BEFORE_FIRST_EPISODE",
+    "ChunkWork",
+    "NonFiniteError",
+    "StopRequest",
+    "TrainingInterrupted",
+    "execute",
+    "make_evaluator",
+]
+
+NAN_BEFORE_FIRST_EPISODE = ("train/episode_return", "train/episode_length")
+"""Metrics that are NaN (by design) until the first episode ends, not a failure."""
+EVAL_KEY = "eval/episode_return"
+"""The periodic evaluation's metric: mean greedy return over the evaluation episodes."""
+EVAL_SALT = 0x0E7A1
+"""Folded into the base seed's key for evaluation keys, apart from every training key."""
+
+
+class TrainingInterrupted(Exception):
+    """Training stopped before its last iteration: a signal (SIGINT, SIGTERM) or
+    ``stop_at_steps``. The current chunk was finished and, with a run folder, a
+    checkpoint written; ``result`` holds the histories so far (None when it
+    stopped before the first chunk)."""
+
+    def __init__(self, message: str, result: Any, reason: str | None, checkpoint: Path | None):
+        super().__init__(message)
+        self.result, self.reason, self.checkpoint = result, reason, checkpoint
+
+    @property
+    def exit_code(self) -> int:
+        """The shell convention: 128 + the signal number; 0 for a requested stop."""
+        return {"SIGINT": 130, "SIGTERM": 143}.get(self.reason or "", 0)
+
+
+class NonFiniteError(ValueError):
+    """A loss, metric or parameter became NaN or infinite; training stopped at that chunk."""
+
+
+class StopRequest:
+    """SIGINT/SIGTERM handlers (main thread only) that ask the loop to stop after the
+    current chunk; a second Ctrl-C aborts at once (KeyboardInterrupt)."""
+
+    def __init__(self, quiet: bool):
+        self.reason: str | None = None
+        self.quiet = quiet
+        self._previous: dict[int, Any] = {}
+
+    def _handle(self, signum, frame):
+        if self.reason is None:
+            self.reason = signal.Signals(signum).name
+            if not self.quiet:  # os.write: print() from a handler can re-enter a stderr write
+                os.write(
+                    2,
+                    f"\njrl: {self.reason} received: stopping after the current chunk and writing "
+                    "a checkpoint (Ctrl-C again aborts without one)\n".encode(),
+                )
+            signal.signal(signal.SIGINT, signal.default_int_handler)
+
+    def __enter__(self):
+        if threading.current_thread() is threading.main_thread():
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                self._previous[sig] = signal.signal(sig, self._handle)
+        return self
+
+    def __exit__(self, *exc):
+        for sig, handler in self._previous.items():
+            signal.signal(sig, handler)
+        return False
+
+
+def passed(before: int, after: int, every: int) -> bool:
+    """Whether a multiple of ``every`` lies in ``(before, after]``."""
+    return every > 0 and after // every > before // every
+
+
+def make_evaluator(built, num_episodes: int, greedy: bool = True):
+    """``jit(evaluate)(states [R, ...], key) -> (returns, lengths)`` ``[R, num_episodes]``."""
+    from jrl import evaluation
+
+    def one(state, key):
+        return evaluation.evaluate(
+            built.agent, built.env, state, key, num_episodes, built.env_params, greedy
+        )
+
+    def evaluate(states, key):
+        runs = jax.tree.leaves(states)[0].shape[0]
+        return jax.vmap(one)(states, jax.random.split(key, runs))
+
+    return jax.jit(evaluate)
+
+
+@dataclasses.dataclass
+class Start:
+    """Where a run starts: at iteration 0, or from a checkpoint (``resume``)."""
+
+    iteration: int = 0
+    history: dict[str, np.ndarray] = dataclasses.field(default_factory=dict)  # name -> [R, n]
+    reports: list[int] = dataclasses.field(default_factory=list)  # iterations reported so far
+    evals: list[dict[str, Any]] = dataclasses.field(default_factory=list)
+    prior_seconds: float = 0.0  # run time before this call
+    state: Any = None  # the train states to start from (None: init)
+    resuming: bool = False
+
+
+def load_start(spec: RunSpec, built, out_path: Path, step: int | None, mesh) -> Start:
+    """The checkpoint to resume from, loaded and checked against the run record."""
+    keys, devices = spec.keys(), spec.options.devices
+    ck = checkpoint.load(out_path, anakin.abstract_states(built.algorithm, keys, devices), step)
+    if ck.meta["run"] != json.loads(json.dumps(spec.record()["run"])):
+        raise CheckpointError(
+            f"checkpoint {ck.path} was written by a different run than "
+            f"{out_path}/config.json describes"
+        )
+    if ck.step >= spec.config.num_iterations:
+        raise CheckpointError(
+            f"{out_path} is already complete ({ck.step}/{spec.config.num_iterations} "
+            f"iterations); evaluate it with `jrl eval {out_path}`"
+        )
+    return Start(
+        ck.step,
+        {k: np.asarray(v) for k, v in ck.history.items()},
+        list(ck.meta["reports"]),
+        list(ck.meta["evals"]),
+        float(ck.meta["run_seconds"]),
+        anakin.place(ck.state, mesh),
+        resuming=True,
+    )
+
+
+def execute(
+    spec: RunSpec, out_path: Path | None, resume_step: int | None = None, resuming: bool = False
+) -> TrainResult:
+    """Runs ``spec`` (a new run, or with ``resuming`` the one in ``out_path``); writes
+    ``out_path`` unless None (processes other than 0 of a multi-process run)."""
+    opts = spec.options
+    mesh = anakin.make_mesh(opts.devices) if opts.devices is not None else None
+    env, env_params = jrl.envs.make(spec.env_id, **opts.env_overrides)
+    built = jrl.agents.get(spec.agent).build(
+        spec.config, env, env_params, num_devices=opts.devices or 1
+    )
+    stop = StopRequest(quiet=jax.process_index() != 0)
+    with stop:  # from here on a signal only asks to stop: the checkpoint and outputs are written
+        # everything that can refuse comes before the folder changes
+        start = load_start(spec, built, out_path, resume_step, mesh) if resuming else Start()
+        anakin.check_memory(built.algorithm, spec.keys(), mesh)
+        if out_path is not None:
+            _prepare_folder(spec, out_path, start)
+        work = ChunkWork(spec, built, out_path, start, mesh)
+        try:
+            work.open_outputs()
+            result = _run(work, stop)
+        except BaseException as e:
+            work.close(e)
+            raise
+        work.close(None)
+    return _finish(work, result, stop.reason)
+
+
+def _prepare_folder(spec: RunSpec, out_path: Path, start: Start) -> None:
+    sinks.check_available(spec.options.log)
+    if spec.options.overwrite and not start.resuming:
+        run_folder.clear_run(out_path)
+    out_path.mkdir(parents=True, exist_ok=True)
+    if not start.resuming:
+        run_folder.write_record(out_path, spec)
+    else:  # continuing from an older checkpoint: the later ones belong to the replaced history
+        checkpoint.delete_after(out_path, start.iteration)
+
+
+def _run(work: "ChunkWork", stop: StopRequest) -> anakin.RunResult:
+    spec, algorithm = work.spec, work.built.algorithm
+    num_iterations, limit = spec.config.num_iterations, spec.options.stop_at_steps
+
+    def should_stop() -> bool:  # polled before each chunk
+        if work.t0 is None:
+            work.t0 = time.perf_counter()  # compile done, the first chunk starts
+        at_limit = limit is not None and work.done * work.per_iter >= limit
+        return stop.reason is not None or (at_limit and work.done < num_iterations)
+
+    if work.progress is not None:
+        what = f"{num_iterations} iterations"
+        if work.start.resuming:
+            what = f"resuming at iteration {work.start.iteration}/{num_iterations}"
+        print(
+            f"[{work.label}] compiling {what} x {work.per_iter} steps ...",
+            file=sys.stderr,
+            flush=True,
+        )
+    hparams = {k: np.asarray(v, np.float32) for k, v in spec.run_sweep.items()}
+    res = anakin.run(
+        algorithm,
+        work.keys,
+        num_iterations,
+        num_reports=spec.options.num_reports,
+        hparams=hparams,
+        initial_state=work.start.state,
+        mesh=work.mesh,
+        start_iteration=work.start.iteration,
+        hooks=anakin.RunHooks(on_chunk=work, on_report=work.progress, should_stop=should_stop),
+        check_memory=False,  # done by execute() before the folder changed
+    )
+    if work.checkpointer is not None and work.last_checkpoint != res.iterations:
+        final = res.final_state if work.mesh is None else res.sharded_state
+        work.save(res.iterations, final, work.start.prior_seconds + res.run_seconds)
+    return res
+
+
+def _finish(work: "ChunkWork", res: anakin.RunResult, reason: str | None) -> TrainResult:
+    spec, out_path, per_iter = work.spec, work.out_path, work.per_iter
+    done, num_iterations = res.iterations, spec.config.num_iterations
+    saved = None if work.checkpointer is None else work.checkpointer.directory / str(done)
+    resume_hint = f"; resume with: jrl train --resume {out_path}" if out_path is not None else ""
+    if not work.history:  # stopped before the first chunk (result: None)
+        what = reason or "stop_at_steps"
+        raise TrainingInterrupted(
+            f"{what}: stopped before the first chunk{resume_hint}", None, reason, saved
+        )
+    env_steps = np.asarray(work.history["train/env_steps"][0], np.int64)  # warm-up included
+    result = TrainResult(
+        spec.agent,
+        spec.env_id,
+        spec.config,
+        spec.run_seeds,
+        spec.run_sweep,
+        env_steps,
+        work.history,
+        res.final_state,
+        res.compile_seconds,
+        work.start.prior_seconds + res.run_seconds,
+        evals=work.evals,
+    )
+    if out_path is not None:
+        result.save(out_path, work.reports, write_metrics=False)
+    if done < num_iterations:
+        why = (
+            f"{reason} received"
+            if reason
+            else f"stop_at_steps={spec.options.stop_at_steps} reached"
+        )
+        where = (
+            f"; checkpoint {saved}. Resume with: jrl train --resume {out_path}"
+            if out_path is not None
+            else "; no run folder was given, so nothing was saved"
+        )
+        steps = f"{done * per_iter:,}/{num_iterations * per_iter:,}"
+        raise TrainingInterrupted(
+            f"{why}: stopped after {steps} env steps per run{where}", result, reason, saved
+        )
+    return result
+
+
+class ChunkWork:
+    """The host's work after each chunk (``anakin.run``'s ``on_chunk``): checks, history,
+    sinks, periodic evaluation and checkpoints, with the state they keep between chunks.
+    ``progress`` is the progress line (None when quiet or not process 0)."""
+
+    def __init__(self, spec: RunSpec, built, out_path: Path | None, start: Start, mesh):
+        self.spec, self.built, self.out_path, self.start, self.mesh = (
+            spec,
+            built,
+            out_path,
+            start,
+            mesh,
+        )
+        self.keys, self.per_iter = spec.keys(), built.algorithm.env_steps_per_iteration
+        self.history, self.reports, self.evals = start.history, start.reports, start.evals
+        self.done, self.t0 = start.iteration, None
+        self.last_checkpoint = start.iteration if start.resuming else None
+        seeds, sweep = spec.run_seeds, spec.run_sweep
+        self.runs = [
+            {"run": r, "seed": seeds[r], **{k: v[r] for k, v in sweep.items()}}
+            for r in range(len(seeds))
+        ]
+        devices = f" on {spec.options.devices} devices" if spec.options.devices else ""
+        self.label = f"{spec.agent} {spec.env_id} x{len(seeds)}{devices}"
+        self.sinks = self.checkpointer = self.progress = None
+        writer = jax.process_index() == 0
+        if spec.options.progress and writer:
+            self.progress = Progress(self.label, spec.config.num_iterations * self.per_iter)
+        self._compile_checks()
+
+    def open_outputs(self) -> None:
+        """Opens the metric sinks and the checkpointer of the run folder (if any)."""
+        spec, out, start = self.spec, self.out_path, self.start
+        if out is None:
+            return
+        self.sinks = sinks.make_sinks(
+            ["csv", *spec.options.log],
+            out,
+            runs=self.runs,
+            config=spec.record(),
+            resume_from_iteration=start.iteration if start.resuming else None,
+            resume_from_step=start.iteration * self.per_iter if start.resuming else None,
+        )
+        if jax.process_count() == 1:
+            self.checkpointer = checkpoint.Checkpointer(out, spec.options.keep_checkpoints)
+        else:  # the state is spread over processes: see jrl.checkpoint
+            print(
+                "jrl: note: checkpoints are not written in multi-process runs (the run cannot "
+                "be resumed)",
+                file=sys.stderr,
+            )
+
+    def _compile_checks(self) -> None:
+        """The per-chunk checks and evaluations see one device's view of the states, [R, ...],
+        on this process's first device; they are compiled now, not in the timed loop."""
+        self.local = jax.sharding.SingleDeviceSharding(jax.local_devices()[0])
+        view = jax.tree.map(
+            lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=self.local),
+            anakin.abstract_states(self.built.algorithm, self.keys),
+        )
+        self.evaluator = self.eval_key = None
+        opts = self.spec.options
+        if opts.eval_every > 0:
+            self.eval_key = jax.random.fold_in(jax.random.key(opts.seed), EVAL_SALT)
+            evaluator = make_evaluator(self.built, opts.eval_episodes)
+            self.evaluator = evaluator.lower(view, self.eval_key).compile()
+
+        def params_finite(p):  # [R]
+            rows = [jnp.isfinite(x).reshape(x.shape[0], -1).all(axis=1) for x in jax.tree.leaves(p)]
+            return jnp.stack(rows).all(axis=0)
+
+        self.params_finite = jax.jit(params_finite).lower(view.agent_state.params).compile()
+
+    def elapsed(self) -> float:
+        """Run seconds so far, earlier calls of a resumed run included."""
+        now = 0.0 if self.t0 is None else time.perf_counter() - self.t0
+        return self.start.prior_seconds + now
+
+    def save(self, done: int, states, run_seconds: float) -> Path:
+        """Writes the checkpoint after iteration ``done``."""
+        spec = self.spec
+        meta = {
+            "agent": spec.agent,
+            "env_id": spec.env_id,
+            "run": spec.options.record(),
+            "config": dataclasses.asdict(spec.config),
+            "reports": self.reports,
+            "evals": self.evals,
+            "run_seconds": run_seconds,
+            "iterations": done,
+            "env_steps": done * self.per_iter,
+        }
+        path = self.checkpointer.save(done, states, self.history, meta)
+        self.last_checkpoint = done
+        return path
+
+    def __call__(self, states, done: int, metrics: dict[str, np.ndarray]) -> None:
+        prev, per_iter = self.done, self.per_iter
+        view = (
+            states if self.mesh is None else jax.device_put(anakin.first_device(states), self.local)
+        )
+        self._check_finite(metrics, view, prev, done)
+        for k, v in metrics.items():
+            v = np.asarray(v).T  # [R, n]
+            self.history[k] = (
+                np.concatenate([self.history[k], v], axis=1) if k in self.history else v
+            )
+        self.reports.append(done)
+        self.done = done
+        try:
+            latest = {k: np.asarray(v[-1], np.float64) for k, v in metrics.items()}
+            if self.evaluator is not None:
+                latest[EVAL_KEY] = self._evaluate(view, prev, done)
+            if self.sinks is not None:
+                self.sinks.write(sinks.Record(done, done * per_iter, latest, self.runs))
+        except Exception:  # e.g. a failing sink: keep this good chunk's state before stopping
+            if self.checkpointer is not None:
+                self.save(done, states, self.elapsed())
+            raise
+        every = self.spec.options.checkpoint_every
+        if self.checkpointer is not None and passed(prev * per_iter, done * per_iter, every):
+            self.save(done, states, self.elapsed())
+
+    def _evaluate(self, view, prev: int, done: int) -> np.ndarray:
+        """``[R]`` mean greedy return when an evaluation is due, else NaN."""
+        runs, per_iter = len(self.runs), self.per_iter
+        due = passed(prev * per_iter, done * per_iter, self.spec.options.eval_every)
+        if not (due or done == self.spec.config.num_iterations):
+            return np.full(runs, np.nan)
+        returns, _ = jax.device_get(self.evaluator(view, jax.random.fold_in(self.eval_key, done)))
+        mean = np.asarray(returns, np.float64).mean(axis=1)
+        self.evals.append(
+            {"iteration": done, "env_steps": done * per_iter, "returns": mean.tolist()}
+        )
+        return mean
+
+    def _check_finite(self, metrics, states, prev: int, done: int) -> None:
+        """Raises NonFiniteError naming the first metric (or the parameters) that is NaN/inf."""
+        per_iter, seeds = self.per_iter, self.spec.run_seeds
+        for name in sorted(metrics):
+            if name in NAN_BEFORE_FIRST_EPISODE:
+                continue
+            bad = ~np.isfinite(np.asarray(metrics[name], np.float64))  # [n, R]
+            if bad.any():
+                it, _ = np.argwhere(bad)[0]
+                runs = sorted(set(np.argwhere(bad)[:, 1].tolist()))
+                where = f"iteration {prev + it + 1} ({(prev + it + 1) * per_iter:,} env steps)"
+                break
+        else:
+            ok = np.asarray(jax.device_get(self.params_finite(states.agent_state.params)))
+            if ok.all():
+                return
+            name, runs = "parameters", np.flatnonzero(~ok).tolist()
+            where = f"iterations {prev + 1}-{done} ({done * per_iter:,} env steps)"
+        raise NonFiniteError(
+            f"{name} became non-finite (NaN or inf) at {where} in run(s) {runs} "
+            f"(seeds {[seeds[r] for r in runs]}); training stopped{self._kept()}. A smaller "
+            "learning rate or gradient clipping usually helps"
+        )
+
+    def _kept(self) -> str:
+        if self.checkpointer is None:
+            return ""
+        if self.last_checkpoint is None:
+            return "; no checkpoint had been written yet"
+        return f"; the last good checkpoint is {self.checkpointer.directory / str(self.last_checkpoint)}"
+
+    def close(self, primary: BaseException | None) -> None:
+        """Closes the sinks and the checkpointer; re-raises the first failure unless another
+        error (``primary``) is in flight."""
+        failure = None
+        for resource in (self.sinks, self.checkpointer):
+            if resource is None:
+                continue
+            try:
+                resource.close()
+            except Exception as e:  # keep closing the others
+                failure = failure or e
+        if failure is not None and primary is None:
+            raise failure
