@@ -48,9 +48,9 @@ def main() -> None:
             config.learning_starts // config.env_steps_per_iteration + 1
         )  # every timed iteration learns
         states, _ = (
-            anakin._make_chunk(algorithm, warm_iterations).lower(states).compile(options)(states)
+            anakin.make_chunk(algorithm, warm_iterations).lower(states).compile(options)(states)
         )
-        run = anakin._make_chunk(algorithm, args.chunk).lower(states).compile(options)
+        run = anakin.make_chunk(algorithm, args.chunk).lower(states).compile(options)
         variants[name] = [run, jax.block_until_ready(states), []]
         print(f"compiled {name}", flush=True)
     for _ in range(args.rounds):

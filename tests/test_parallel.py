@@ -84,7 +84,7 @@ def test_off_policy_gate_is_a_branch_in_the_runner():
     built = jrl.agents.get("dqn").build(config, env, params)
     keys = jax.random.split(jax.random.key(0), 2)
     states = anakin.abstract_states(built.algorithm, keys)
-    jaxpr = jax.make_jaxpr(anakin._make_chunk(built.algorithm, 3))(states)
+    jaxpr = jax.make_jaxpr(anakin.make_chunk(built.algorithm, 3))(states)
     text = str(jaxpr)
     assert "pmin" in text and "cond[" in text
     # and it gates: a run of 10 iterations x 2 envs (20 steps < 40) makes no update

@@ -46,6 +46,7 @@ __all__ = [
     "chunk_lengths",
     "first_device",
     "init_runs",
+    "make_chunk",
     "make_mesh",
     "place",
     "RunHooks",
@@ -255,7 +256,11 @@ def first_device(tree: PyTree) -> PyTree:
     return jax.tree.map(take, tree)
 
 
-def _make_chunk(algorithm: Algorithm, length: int, mesh: Mesh | None = None):
+def make_chunk(algorithm: Algorithm, length: int, mesh: Mesh | None = None):
+    """``jit(scan(vmap(step)))`` over ``length`` iterations of stacked states ``[R, ...]``
+    (``shard_map``ped over ``mesh``'s devices, states ``[D, R, ...]``, when given); the
+    input states are donated. :func:`run` compiles one per distinct chunk length; call
+    ``.lower(states).compile(compiler_options())`` on it to time a chunk yourself."""
     vstep = jax.vmap(algorithm.step, axis_name=parallel.RUNS)
 
     def chunk(states):
@@ -360,7 +365,7 @@ def run(
     with axis or contextlib.nullcontext():
         options = compiler_options(_platform(mesh))
         compiled = {
-            n: _make_chunk(algorithm, n, mesh).lower(states).compile(options)
+            n: make_chunk(algorithm, n, mesh).lower(states).compile(options)
             for n in sorted(set(lengths))
         }
     compile_seconds = time.perf_counter() - t0
