@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 from typing import ClassVar
 
-from jrl.actor_critic import ActorCriticConfig, ActorCriticHParams, Minibatch
+from jrl.actor_critic import GAEConfig, GAEHParams, Minibatch, gae
 from jrl.builders import Built, build_on_policy
 from jrl.config import LearningRate
 from jrl.losses import policy_gradient_loss, value_loss
@@ -20,7 +20,7 @@ __all__ = ["A2CConfig", "a2c_loss", "build"]
 
 
 @dataclasses.dataclass(frozen=True)
-class A2CConfig(ActorCriticConfig):
+class A2CConfig(GAEConfig):
     """A2C settings: one epoch, one minibatch, short rollouts from many envs."""
 
     PRESETS: ClassVar[dict[str, dict]] = {
@@ -46,7 +46,7 @@ class A2CConfig(ActorCriticConfig):
     ent_coef: float = 0.0
 
 
-def a2c_loss(dist, values, entropy, mb: Minibatch, hp: ActorCriticHParams):
+def a2c_loss(dist, values, entropy, mb: Minibatch, hp: GAEHParams):
     """A2C's total loss on a minibatch ``[M]`` and its parts."""
     pg_loss = policy_gradient_loss(dist.log_prob(mb.action), mb.advantage)
     v_loss = value_loss(values, mb.target)
@@ -57,4 +57,4 @@ def a2c_loss(dist, values, entropy, mb: Minibatch, hp: ActorCriticHParams):
 
 def build(config: A2CConfig, env, env_params, num_devices: int = 1) -> Built:
     """Assembles A2C on ``env`` (a jrl env as :func:`jrl.envs.make` returns it)."""
-    return build_on_policy(config, env, env_params, a2c_loss, num_devices)
+    return build_on_policy(config, env, env_params, a2c_loss, gae, num_devices)

@@ -16,7 +16,7 @@ from typing import ClassVar
 import jax
 from flax import struct
 
-from jrl.actor_critic import ActorCriticConfig, ActorCriticHParams, Minibatch
+from jrl.actor_critic import GAEConfig, GAEHParams, Minibatch, gae
 from jrl.builders import Built, build_on_policy
 from jrl.config import Check
 from jrl.losses import clipped_surrogate_loss, value_loss
@@ -25,14 +25,14 @@ __all__ = ["PPOConfig", "PPOHParams", "build", "ppo_loss"]
 
 
 @struct.dataclass
-class PPOHParams(ActorCriticHParams):
-    """The actor-critic hyperparameters and PPO's clip range; all [] float32."""
+class PPOHParams(GAEHParams):
+    """GAE actor-critic hyperparameters and PPO's clip range; all [] float32."""
 
     clip_eps: jax.Array
 
 
 @dataclasses.dataclass(frozen=True)
-class PPOConfig(ActorCriticConfig):
+class PPOConfig(GAEConfig):
     """PPO settings; defaults are the well-known CartPole configuration
     (4 envs x 128 steps, 4 epochs x 4 minibatches, 64x64 tanh, lr 2.5e-4 annealed)."""
 
@@ -104,4 +104,4 @@ def build(config: PPOConfig, env, env_params, num_devices: int = 1) -> Built:
     def loss(dist, values, entropy, mb, hp):
         return ppo_loss(dist, values, entropy, mb, hp, clip_value=clip)
 
-    return build_on_policy(config, env, env_params, loss, num_devices)
+    return build_on_policy(config, env, env_params, loss, gae, num_devices)

@@ -9,10 +9,10 @@ brings:
 
 - a :data:`LossFn` (PPO's clipped surrogate, A2C's plain policy gradient...);
 - its hyperparameter type (``config.HPARAMS``, a subclass of
-  :class:`ActorCriticHParams` with the loss's own fields, e.g. PPO's
-  ``clip_eps``);
-- optionally an :data:`AdvantageFn` (default :func:`gae`; V-trace or Monte
-  Carlo returns plug in the same way).
+  :class:`ActorCriticHParams` with the fields its loss and advantage
+  estimator read, e.g. PPO's ``clip_eps``);
+- an :data:`AdvantageFn`: :func:`gae` for the agents on :class:`GAEConfig`
+  (PPO, A2C); REINFORCE's Monte Carlo returns or V-trace plug in the same way.
 """
 
 from __future__ import annotations
@@ -38,6 +38,8 @@ __all__ = [
     "ActorCriticHParams",
     "ActorCriticState",
     "AdvantageFn",
+    "GAEConfig",
+    "GAEHParams",
     "LossFn",
     "Minibatch",
     "gae",
@@ -47,14 +49,20 @@ __all__ = [
 
 @struct.dataclass
 class ActorCriticHParams:
-    """Hyperparameters that may be vmapped (swept) without recompiling; all [] float32.
-    An agent whose loss has more (PPO's ``clip_eps``) subclasses it."""
+    """Hyperparameters every actor-critic agent has; all [] float32, vmapped (swept) without
+    recompiling. An agent whose loss or advantages read more subclasses it."""
 
     learning_rate: jax.Array
     gamma: jax.Array
+    vf_coef: jax.Array
+
+
+@struct.dataclass
+class GAEHParams(ActorCriticHParams):
+    """The actor-critic hyperparameters, GAE's lambda and the entropy bonus (PPO, A2C)."""
+
     gae_lambda: jax.Array
     ent_coef: jax.Array
-    vf_coef: jax.Array
 
 
 @struct.dataclass
@@ -107,10 +115,6 @@ class ActorCriticConfig(RolloutConfig):
 
     HPARAMS: ClassVar[type] = ActorCriticHParams
 
-    gae_lambda: float = 0.95
-    """GAE lambda in [0, 1]; 1.0 gives n-step returns over the rollout (sweepable)."""
-    ent_coef: float = 0.01
-    """Entropy bonus coefficient (sweepable)."""
     vf_coef: float = 0.5
     """Value loss coefficient (sweepable)."""
     normalize_advantages: bool = True
@@ -126,11 +130,6 @@ class ActorCriticConfig(RolloutConfig):
 
     def checks(self) -> list[Check]:
         return super().checks() + [
-            (
-                0.0 <= self.gae_lambda <= 1.0,
-                f"gae_lambda must lie in [0, 1], got {self.gae_lambda}",
-            ),
-            (self.ent_coef >= 0, f"ent_coef must be >= 0, got {self.ent_coef}"),
             (self.vf_coef >= 0, f"vf_coef must be >= 0, got {self.vf_coef}"),
             (
                 self.continuous in ("normal", "tanh_normal"),
@@ -139,8 +138,29 @@ class ActorCriticConfig(RolloutConfig):
         ]
 
 
+@dataclasses.dataclass(frozen=True)
+class GAEConfig(ActorCriticConfig):
+    """Actor-critic settings with GAE advantages and an entropy bonus (PPO, A2C)."""
+
+    HPARAMS: ClassVar[type] = GAEHParams
+
+    gae_lambda: float = 0.95
+    """GAE lambda in [0, 1]; 1.0 gives n-step returns over the rollout (sweepable)."""
+    ent_coef: float = 0.01
+    """Entropy bonus coefficient (sweepable)."""
+
+    def checks(self) -> list[Check]:
+        return super().checks() + [
+            (
+                0.0 <= self.gae_lambda <= 1.0,
+                f"gae_lambda must lie in [0, 1], got {self.gae_lambda}",
+            ),
+            (self.ent_coef >= 0, f"ent_coef must be >= 0, got {self.ent_coef}"),
+        ]
+
+
 def make_actor_critic(
-    network: nn.Module, loss_fn: LossFn, config: ActorCriticConfig, advantages: AdvantageFn = gae
+    network: nn.Module, loss_fn: LossFn, config: ActorCriticConfig, advantages: AdvantageFn
 ) -> Agent:
     """Builds the agent. ``network`` maps observations to ``(distribution, value)``
     and has ``policy`` and ``value`` methods (see :class:`jrl.networks.ActorCritic`);

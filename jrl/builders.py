@@ -19,7 +19,7 @@ import dataclasses
 from typing import Any
 
 from jrl import networks, spaces
-from jrl.actor_critic import ActorCriticConfig, AdvantageFn, LossFn, gae, make_actor_critic
+from jrl.actor_critic import ActorCriticConfig, AdvantageFn, LossFn, make_actor_critic
 from jrl.agent import Agent, EnvSpec
 from jrl.config import AgentConfig, envs_per_device
 from jrl.loops import Algorithm, on_policy
@@ -57,10 +57,11 @@ def build_on_policy(
     env,
     env_params,
     loss_fn: LossFn,
+    advantages: AdvantageFn,
     num_devices: int = 1,
-    advantages: AdvantageFn = gae,
 ) -> Built:
-    """Wraps ``env`` for training, builds the network and agent, returns the loop.
+    """Wraps ``env`` for training, builds the network and agent (``loss_fn`` and
+    ``advantages``: see :mod:`jrl.actor_critic`), returns the loop.
 
     With ``num_devices > 1`` each device steps ``num_envs / num_devices`` envs
     (the loop must then run sharded, see :func:`jrl.run.anakin.run`).
