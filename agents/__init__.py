@@ -34,6 +34,7 @@ BUILTIN: dict[str, str] = {
     "qrdqn": "jrl.agents.dqn:QRDQNConfig",
     "rainbow": "jrl.agents.dqn:RainbowConfig",
     "pqn": "jrl.agents.pqn:PQNConfig",
+    "reinforce": "jrl.agents.reinforce:REINFORCEConfig",
 }
 """Built-in agent name -> ``"module:ConfigClass"``; the module defines ``build``."""
 

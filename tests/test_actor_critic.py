@@ -33,7 +33,16 @@ def test_public_api_imports():
         jrl.__all__
     )
     assert callable(jrl.train)
-    assert jrl_agents.names() == ["a2c", "c51", "dqn", "ppo", "pqn", "qrdqn", "rainbow"]
+    assert jrl_agents.names() == [
+        "a2c",
+        "c51",
+        "dqn",
+        "ppo",
+        "pqn",
+        "qrdqn",
+        "rainbow",
+        "reinforce",
+    ]
 
 
 def test_act_and_learn_shapes():

@@ -1,0 +1,128 @@
+"""REINFORCE with a baseline (agents/reinforce.py), the tutorial agent: its advantages and
+loss by hand, its registry entry and CLI, learning, the truncation probe, exact resume."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import jrl
+import jrl.agents
+import jrl.envs
+from jrl import experiment
+from jrl.actor_critic import ActorCriticHParams, Minibatch
+from jrl.agents import reinforce
+from jrl.distributions import Categorical
+from jrl.types import Transition
+
+
+def hparams(gamma=0.5, vf_coef=0.5):
+    return ActorCriticHParams(jnp.float32(1e-3), jnp.float32(gamma), jnp.float32(vf_coef))
+
+
+def test_monte_carlo_advantages_by_hand():
+    """T=4, one env: reward 1 each step, terminated at t=1, truncated at t=3 (bootstrap 10)."""
+    rollout = Transition(
+        observation=jnp.zeros((4, 1, 1)),
+        action=jnp.zeros((4, 1), jnp.int32),
+        reward=jnp.ones((4, 1)),
+        terminated=jnp.asarray([[False], [True], [False], [False]]),
+        truncated=jnp.asarray([[False], [False], [False], [True]]),
+        next_observation=jnp.zeros((4, 1, 1)),
+        extras={"value": jnp.asarray([[0.5], [0.25], [1.0], [2.0]])},
+    )
+    bootstrap = jnp.asarray([[7.0], [7.0], [7.0], [10.0]])  # V(s'); t=1 must ignore it
+    adv, g = reinforce.monte_carlo_advantages(rollout, bootstrap, hparams(gamma=0.5))
+    # G_3 = 1 + 0.5 * 10 = 6; G_2 = 1 + 0.5 * 6 = 4; G_1 = 1 (terminated); G_0 = 1 + 0.5 * 1
+    np.testing.assert_allclose(g[:, 0], [1.5, 1.0, 4.0, 6.0])
+    np.testing.assert_allclose(adv[:, 0], [1.0, 0.75, 3.0, 4.0])
+
+
+def test_loss_is_policy_gradient_plus_weighted_baseline_loss():
+    logits = jnp.log(jnp.asarray([[0.25, 0.75], [0.5, 0.5]]))
+    dist = Categorical(logits)
+    mb = Minibatch(
+        observation=jnp.zeros((2, 1)),
+        action=jnp.asarray([1, 0]),
+        old_log_prob=jnp.zeros(2),
+        old_value=jnp.zeros(2),
+        advantage=jnp.asarray([2.0, -1.0]),
+        target=jnp.asarray([1.0, 3.0]),
+    )
+    values = jnp.asarray([0.0, 1.0])
+    total, metrics = reinforce.reinforce_loss(
+        dist, values, dist.entropy(), mb, hparams(vf_coef=0.25)
+    )
+    pg = -(np.log(0.75) * 2.0 + np.log(0.5) * -1.0) / 2
+    baseline = 0.5 * (1.0 + 4.0) / 2
+    np.testing.assert_allclose(metrics["train/policy_loss"], pg, rtol=1e-6)
+    np.testing.assert_allclose(metrics["train/value_loss"], baseline, rtol=1e-6)
+    np.testing.assert_allclose(total, pg + 0.25 * baseline, rtol=1e-6)
+    # the policy gradient does not flow into the advantage; the baseline gets only its own loss
+    grad = jax.grad(lambda v: reinforce.reinforce_loss(dist, v, dist.entropy(), mb, hparams())[0])(
+        values
+    )
+    np.testing.assert_allclose(grad, 0.5 * (values - mb.target) / 2, rtol=1e-6)
+
+
+def test_registered_with_its_hyperparameters_and_presets():
+    entry = jrl.agents.get("reinforce")
+    assert entry.config_cls is reinforce.REINFORCEConfig and entry.build is reinforce.build
+    assert entry.sweepable == ("learning_rate", "gamma", "vf_coef")
+    assert "REINFORCE" in jrl.agents.summary("reinforce")
+    config = experiment.make_config("reinforce", "CartPole-v1", vf_coef=0.3)
+    assert config.num_iterations == config.total_steps // (config.num_envs * config.num_steps)
+    with pytest.raises(ValueError, match="vf_coef must be >= 0"):
+        experiment.make_config("reinforce", "CartPole-v1", vf_coef=-1.0)
+    with pytest.raises(TypeError, match="unknown reinforce config field"):
+        experiment.make_config("reinforce", "CartPole-v1", clip_eps=0.2)
+
+
+@pytest.mark.learning
+def test_reinforce_cartpole_400():
+    """4 seeds, 5e5 steps: mean final training return >= 400."""
+    res = jrl.train(
+        "reinforce", "CartPole-v1", seeds=4, total_steps=500_000, progress=False, num_reports=4
+    )
+    final = res.final_returns()
+    assert final.mean() >= 400, (final, res.summary())
+
+
+@pytest.mark.learning
+def test_truncation_probe():
+    """Reward 1 forever, truncated (never terminated) every 20 steps: the baseline learns
+    V(s) = 1/(1-gamma) everywhere, which it could not if truncation ended the return."""
+    gamma = 0.9
+    res = jrl.train(
+        "reinforce",
+        "TruncationProbe-v0",
+        seeds=2,
+        total_steps=120_000,
+        num_steps=64,
+        gamma=gamma,
+        progress=False,
+        num_reports=2,
+    )
+    env, params = jrl.envs.make("TruncationProbe-v0")
+    built = reinforce.build(res.config, env, params)
+    obs = jnp.arange(20, dtype=jnp.float32)[:, None] / 20.0
+    for r in range(res.num_runs):
+        p = jax.tree.map(lambda x: x[r], res.final_params)
+        values = np.asarray(built.network.apply(p, obs, method=built.network.value))
+        np.testing.assert_allclose(values, 1.0 / (1.0 - gamma), rtol=0.10, err_msg=f"run {r}")
+
+
+def test_interrupted_run_resumes_bit_identical(tmp_path):
+    kw = dict(total_steps=8 * 256 * 6, num_reports=6, progress=False)
+    whole = experiment.train("reinforce", "CartPole-v1", 2, out=tmp_path / "whole", **kw)
+    with pytest.raises(experiment.TrainingInterrupted):
+        experiment.train(
+            "reinforce", "CartPole-v1", 2, out=tmp_path / "split", stop_at_steps=2 * 2048, **kw
+        )
+    resumed = experiment.resume(tmp_path / "split", progress=False)
+    for x, y in zip(jax.tree.leaves(whole.final_params), jax.tree.leaves(resumed.final_params)):
+        np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
+    for k in whole.metrics:
+        np.testing.assert_array_equal(whole.metrics[k], resumed.metrics[k], err_msg=k)
+    stats = experiment.evaluate_run(tmp_path / "split", episodes=2)
+    assert stats["agent"] == "reinforce" and len(stats["runs"]) == 2
