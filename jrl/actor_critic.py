@@ -206,14 +206,8 @@ def make_actor_critic(
         hp = state.hparams
         bootstrap = network.apply(state.params, batch.next_observation, method=network.value)
         adv, target = advantages(batch, bootstrap, hp)
-        data = Minibatch(
-            batch.observation,
-            batch.action,
-            batch.extras["log_prob"],
-            batch.extras["value"],
-            adv,
-            target,
-        )
+        ex = batch.extras
+        data = Minibatch(batch.observation, batch.action, ex["log_prob"], ex["value"], adv, target)
         lr = scheduled_lr(hp.learning_rate, state.num_updates, total_updates, config.anneal_lr)
         state, metrics = minibatch_epochs(
             lambda s, mb: sgd_step(s, mb, lr),

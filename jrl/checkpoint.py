@@ -284,7 +284,6 @@ def load(
     Raises :class:`CheckpointError` (see the module docstring); its message
     names the other checkpoints and ``step_flag``, the option that picks one.
     """
-    import orbax.checkpoint as ocp
 
     _quiet_orbax()
     run_dir = Path(run_dir)
@@ -317,6 +316,21 @@ def load(
             f"checkpoint {path} holds a different train state (another agent, env or "
             f"config?): {_describe_differences(saved, expected)}"
         )
+    arrays, hist = _read_arrays(path, meta, saved, fallback)
+    arrays = [arrays[i] for i in order]
+    like_leaves, treedef = jax.tree.flatten(like)
+    leaves = [
+        jax.random.wrap_key_data(jnp.asarray(a), impl=_key_impl(x)) if _is_key(x) else a
+        for a, x in zip(arrays, like_leaves)
+    ]
+    return Checkpoint(jax.tree.unflatten(treedef, leaves), hist, meta, int(step), path)
+
+
+def _read_arrays(path: Path, meta: dict[str, Any], saved: list[list], fallback: str):
+    """The state leaves (in the saved order) and metric histories of the checkpoint at
+    ``path``, checked against the shapes, dtypes and checksum of its record."""
+    import orbax.checkpoint as ocp
+
     names = meta["history_names"]
     n_state = len(saved)
     try:
@@ -347,15 +361,7 @@ def load(
             f"checkpoint {path} is corrupt: its arrays do not match the checksum written "
             f"with them{fallback}"
         )
-    arrays = [arrays[i] for i in order]
-    like_leaves, treedef = jax.tree.flatten(like)
-    leaves = [
-        jax.random.wrap_key_data(jnp.asarray(a), impl=_key_impl(x)) if _is_key(x) else a
-        for a, x in zip(arrays, like_leaves)
-    ]
-    return Checkpoint(
-        jax.tree.unflatten(treedef, leaves), dict(zip(names, hist)), meta, int(step), path
-    )
+    return arrays, dict(zip(names, hist))
 
 
 def _format1_order(saved: list[list], expected: list[list]) -> list[int] | None:

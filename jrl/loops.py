@@ -289,49 +289,53 @@ def off_policy(
     The replay ratio (samples learned per env step) is
     ``updates_per_iteration * batch_size / (steps_per_iteration * num_envs)``.
     """
-    steps_per_iteration, updates_per_iteration, learning_starts, batch_size, n_step = schedule
-    num_envs = env.num_envs
-    if num_envs is None:
-        raise ValueError(
-            "off_policy needs a batched env: wrap it with jrl.wrappers.wrap_for_training(env, num_envs)"
-        )
-    for name, value in (
-        ("steps_per_iteration", steps_per_iteration),
-        ("updates_per_iteration", updates_per_iteration),
-        ("batch_size", batch_size),
-        ("n_step", n_step),
-    ):
-        if int(value) <= 0:
-            raise ValueError(f"{name} must be positive, got {value}")
-    if batch_size % num_devices:
-        raise ValueError(f"batch_size = {batch_size} is not divisible by {num_devices} devices")
-    if buffer.update_priorities is None:
-        update_priorities = lambda bs, idx, p: bs  # noqa: E731
-    else:
-        update_priorities = buffer.update_priorities
-    params = env.default_params if env_params is None else env_params
-    spec = EnvSpec.from_env(env, params)
-    accumulator = nstep_accumulator(int(n_step), 1.0)
-    gamma_of = discount or (lambda agent_state: agent_state.hparams.gamma)
-    beta_of = beta or (lambda agent_state: None)
-    local_batch = int(batch_size) // int(num_devices)
-    per_iteration = int(steps_per_iteration) * num_envs * int(num_devices)
+    loop = _OffPolicyLoop(agent, env, buffer, schedule, discount, beta, env_params, num_devices)
+    return Algorithm(loop.init, loop.step, loop.per_iteration, _agent_hparams(agent))
 
-    def env_step(agent_state, carry, key):
+
+class _OffPolicyLoop:
+    """The pieces of :func:`off_policy`'s ``init`` and ``step`` (see its docstring)."""
+
+    def __init__(self, agent, env, buffer, schedule, discount, beta, env_params, num_devices):
+        self.agent, self.env, self.buffer, self.schedule = agent, env, buffer, schedule
+        num_envs = env.num_envs
+        if num_envs is None:
+            raise ValueError(
+                "off_policy needs a batched env: wrap it with "
+                "jrl.wrappers.wrap_for_training(env, num_envs)"
+            )
+        for name, value in schedule._asdict().items():
+            if name != "learning_starts" and int(value) <= 0:
+                raise ValueError(f"{name} must be positive, got {value}")
+        if schedule.batch_size % num_devices:
+            raise ValueError(
+                f"batch_size = {schedule.batch_size} is not divisible by {num_devices} devices"
+            )
+        self.params = env.default_params if env_params is None else env_params
+        self.spec = EnvSpec.from_env(env, self.params)
+        self.accumulator = nstep_accumulator(int(schedule.n_step), 1.0)
+        self.gamma_of = discount or (lambda agent_state: agent_state.hparams.gamma)
+        self.beta_of = beta or (lambda agent_state: None)
+        self.local_batch = int(schedule.batch_size) // int(num_devices)
+        self.num_envs, self.num_devices = num_envs, int(num_devices)
+        self.per_iteration = int(schedule.steps_per_iteration) * num_envs * int(num_devices)
+
+    def env_step(self, agent_state, carry, key):
         """One step of the N envs: act, step, push to the n-step window, add to replay."""
         env_state, obs, nstep_state, buffer_state = carry
         env_state, obs, transition, episodes = collect_step(
-            agent, env, params, agent_state, env_state, obs, key
+            self.agent, self.env, self.params, agent_state, env_state, obs, key
         )
-        nstep_state, item, _ = accumulator.push(nstep_state, transition, gamma_of(agent_state))
-        buffer_state = buffer.add(buffer_state, item) if buffer_state is not None else None
+        nstep_state, item, _ = self.accumulator.push(
+            nstep_state, transition, self.gamma_of(agent_state)
+        )
+        if buffer_state is not None:
+            buffer_state = self.buffer.add(buffer_state, item)
         return (env_state, obs, nstep_state, buffer_state), episodes
 
-    def init(key: PRNGKey) -> OffPolicyState:
-        k_agent, k_env, k_warm, k_loop = jax.random.split(key, 4)
-        agent_state = agent.init(k_agent, spec)
-        env_state, ts = env.reset(k_env, params)
-        action, act_info = jax.eval_shape(agent.act, agent_state, ts.observation, k_warm)
+    def _empty_buffer(self, agent_state, ts, key):
+        """The n-step window and an empty buffer, shaped from one traced transition."""
+        action, act_info = jax.eval_shape(self.agent.act, agent_state, ts.observation, key)
         example = jax.eval_shape(
             lambda: Transition(
                 ts.observation,
@@ -343,19 +347,25 @@ def off_policy(
                 jax.tree.map(jnp.zeros_like, act_info),
             )
         )
-        nstep_state = accumulator.init(example)
-        item = jax.eval_shape(lambda s, t: accumulator.push(s, t)[1], nstep_state, example)
-        buffer_state = buffer.init(
-            jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape[1:], x.dtype), item)
-        )
+        nstep_state = self.accumulator.init(example)
+        item = jax.eval_shape(lambda s, t: self.accumulator.push(s, t)[1], nstep_state, example)
+        shapes = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape[1:], x.dtype), item)
+        return nstep_state, self.buffer.init(shapes)
+
+    def init(self, key: PRNGKey) -> OffPolicyState:
+        k_agent, k_env, k_warm, k_loop = jax.random.split(key, 4)
+        agent_state = self.agent.init(k_agent, self.spec)
+        env_state, ts = self.env.reset(k_env, self.params)
+        nstep_state, buffer_state = self._empty_buffer(agent_state, ts, k_warm)
+        n_step = int(self.schedule.n_step)
         (env_state, obs, nstep_state, _), _ = jax.lax.scan(  # fill the n-step window
-            lambda c, k: env_step(agent_state, c, k),
+            lambda c, k: self.env_step(agent_state, c, k),
             (env_state, ts.observation, nstep_state, None),
-            jax.random.split(k_warm, int(n_step) - 1),
+            jax.random.split(k_warm, n_step - 1),
         )
         nan = jnp.full((), NO_EPISODE, jnp.float32)
         zero = jnp.zeros((), jnp.int32)
-        warm_steps = jnp.asarray((int(n_step) - 1) * num_envs * int(num_devices), jnp.int32)
+        warm = jnp.asarray((n_step - 1) * self.num_envs * self.num_devices, jnp.int32)
         return OffPolicyState(
             agent_state,
             env_state,
@@ -364,56 +374,55 @@ def off_policy(
             nstep_state,
             k_loop,
             zero,
-            warm_steps,
+            warm,
             zero,
             nan,
             nan,
         )
 
-    def update(carry, key):
+    def update(self, carry, key):
         """One gradient update on a batch sampled from this device's buffer."""
         agent_state, buffer_state = carry
         k_sample, k_learn = jax.random.split(key)
-        sample = buffer.sample(buffer_state, k_sample, local_batch, beta_of(agent_state))
-        agent_state, metrics, priorities = agent.learn(agent_state, sample, k_learn)
-        if priorities is not None:
-            buffer_state = update_priorities(buffer_state, sample.indices, priorities)
+        sample = self.buffer.sample(
+            buffer_state, k_sample, self.local_batch, self.beta_of(agent_state)
+        )
+        agent_state, metrics, priorities = self.agent.learn(agent_state, sample, k_learn)
+        if priorities is not None and self.buffer.update_priorities is not None:
+            buffer_state = self.buffer.update_priorities(buffer_state, sample.indices, priorities)
         return (agent_state, buffer_state), metrics
 
-    def learn_phase(agent_state, buffer_state, key):
+    def learn_phase(self, agent_state, buffer_state, key):
         (agent_state, buffer_state), metrics = jax.lax.scan(
-            update, (agent_state, buffer_state), jax.random.split(key, int(updates_per_iteration))
+            self.update,
+            (agent_state, buffer_state),
+            jax.random.split(key, int(self.schedule.updates_per_iteration)),
         )
         return agent_state, buffer_state, jax.tree.map(jnp.mean, metrics)
 
-    def skip_phase(agent_state, buffer_state, key):
-        shapes = jax.eval_shape(learn_phase, agent_state, buffer_state, key)[2]
-        return (
-            agent_state,
-            buffer_state,
-            jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), shapes),
-        )
+    def skip_phase(self, agent_state, buffer_state, key):
+        shapes = jax.eval_shape(self.learn_phase, agent_state, buffer_state, key)[2]
+        zeros = jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), shapes)
+        return agent_state, buffer_state, zeros
 
-    def step(state: OffPolicyState) -> tuple[OffPolicyState, dict[str, jax.Array]]:
+    def step(self, state: OffPolicyState) -> tuple[OffPolicyState, dict[str, jax.Array]]:
         key, k_rollout, k_learn = jax.random.split(state.key, 3)
         (env_state, obs, nstep_state, buffer_state), episodes = jax.lax.scan(
-            lambda c, k: env_step(state.agent_state, c, k),
+            lambda c, k: self.env_step(state.agent_state, c, k),
             (state.env_state, state.observation, state.nstep_state, state.buffer_state),
-            jax.random.split(k_rollout, int(steps_per_iteration)),
+            jax.random.split(k_rollout, int(self.schedule.steps_per_iteration)),
         )
-        env_steps = state.env_steps + per_iteration
-        ready = parallel.all_runs(
-            env_steps >= learning_starts
-        )  # unbatched: a real branch under vmap
+        env_steps = state.env_steps + self.per_iteration
+        # unbatched over runs: a real branch under the runner's vmap
+        ready = parallel.all_runs(env_steps >= self.schedule.learning_starts)
         agent_state, buffer_state, metrics = jax.lax.cond(
-            ready, learn_phase, skip_phase, state.agent_state, buffer_state, k_learn
+            ready, self.learn_phase, self.skip_phase, state.agent_state, buffer_state, k_learn
         )
         ret, length, ep_metrics = episode_metrics(
             episodes, state.last_episode_return, state.last_episode_length
         )
-        num_updates = state.num_updates + jnp.where(ready, int(updates_per_iteration), 0).astype(
-            jnp.int32
-        )
+        updates = jnp.where(ready, int(self.schedule.updates_per_iteration), 0).astype(jnp.int32)
+        num_updates = state.num_updates + updates
         new_state = OffPolicyState(
             agent_state,
             env_state,
@@ -434,5 +443,3 @@ def off_policy(
             "train/updates": num_updates,
         }
         return new_state, metrics
-
-    return Algorithm(init, step, per_iteration, _agent_hparams(agent))

@@ -27,6 +27,8 @@ where they are regression targets.
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import chex
 import jax
 import jax.numpy as jnp
@@ -41,6 +43,7 @@ __all__ = [
     "lambda_returns",
     "n_step_returns",
     "td_errors",
+    "VTraceClip",
     "vtrace",
 ]
 
@@ -197,6 +200,14 @@ def n_step_returns(
     return returns
 
 
+class VTraceClip(NamedTuple):
+    """V-trace's truncation levels of the importance ratios (``jnp.inf``: no clipping)."""
+
+    rho: Scalar = 1.0  # rho-bar: the ratios in the value targets' TD errors
+    c: Scalar = 1.0  # c-bar: the trace coefficients
+    pg_rho: Scalar = 1.0  # the ratios of the policy-gradient advantages
+
+
 def vtrace(
     rewards: Array,  # [T, B]
     values: Array,  # [T, B] V(o_t)
@@ -206,16 +217,14 @@ def vtrace(
     log_rhos: Array,  # [T, B] log pi(a_t|o_t) - log mu(a_t|o_t)
     gamma: Scalar,
     lambda_: Scalar = 1.0,
-    clip_rho: Scalar = 1.0,
-    clip_c: Scalar = 1.0,
-    clip_pg_rho: Scalar = 1.0,
+    clip: VTraceClip = VTraceClip(),
 ) -> tuple[Array, Array]:
     """V-trace targets and policy-gradient advantages (Espeholt et al., 2018).
 
-        rho_t   = min(clip_rho, exp(log_rho_t)),  c_t = lambda * min(clip_c, exp(log_rho_t))
+        rho_t   = min(clip.rho, exp(log_rho_t)),  c_t = lambda * min(clip.c, exp(log_rho_t))
         delta_t = rho_t * (r_t + gamma * (1 - terminated_t) * bootstrap_t - V_t)
         vs_t    = V_t + delta_t + gamma * c_t * (1 - done_t) * (vs_{t+1} - V_{t+1})
-        pg_adv_t = min(clip_pg_rho, exp(log_rho_t))
+        pg_adv_t = min(clip.pg_rho, exp(log_rho_t))
                    * (r_t + gamma * (1 - terminated_t) * next_t - V_t)
         next_t  = bootstrap_t  if done_t or t = T - 1,  else vs_{t+1}
 
@@ -227,8 +236,8 @@ def vtrace(
     _check(rewards, values, bootstrap_values, terminated, truncated, log_rhos)
     not_term, not_done = _flags(rewards, terminated, truncated)
     ratios = jnp.exp(log_rhos)
-    rhos = jnp.minimum(clip_rho, ratios)
-    cs = lambda_ * jnp.minimum(clip_c, ratios)
+    rhos = jnp.minimum(clip.rho, ratios)
+    cs = lambda_ * jnp.minimum(clip.c, ratios)
     deltas = rhos * (rewards + gamma * not_term * bootstrap_values - values)
 
     def body(acc_tp1, x):
@@ -240,6 +249,6 @@ def vtrace(
     vs = values + acc
     vs_tp1 = jnp.concatenate([vs[1:], bootstrap_values[-1:]])
     next_values = jnp.where(not_done > 0, vs_tp1, bootstrap_values)
-    pg_rhos = jnp.minimum(clip_pg_rho, ratios)
+    pg_rhos = jnp.minimum(clip.pg_rho, ratios)
     pg_advantages = pg_rhos * (rewards + gamma * not_term * next_values - values)
     return vs, pg_advantages

@@ -204,7 +204,9 @@ def test_vtrace():
     # On-policy (ratios 1, clips >= 1): vs are the lambda = 1 returns.
     for term, trunc in [(NONE, NONE), (AT_1, NONE), (NONE, AT_1)]:
         boot = _f(BOOT_NO_END) if not (term.any() or trunc.any()) else b
-        vs, pg = jax.jit(R.vtrace)(r, v, boot, term, trunc, jnp.zeros(4), GAMMA, clip_rho=2.0)
+        vs, pg = jax.jit(R.vtrace)(
+            r, v, boot, term, trunc, jnp.zeros(4), GAMMA, clip=R.VTraceClip(rho=2.0)
+        )
         np.testing.assert_allclose(vs, R.discounted_returns(r, boot, term, trunc, GAMMA), rtol=1e-5)
     # Off-policy, T = 2, gamma = 0.9, rho = [0.5, 2] clipped at 1 -> rho = c = [0.5, 1]:
     #   d0 = 0.5*(1 + 0.9*1.0 - 0.5) = 0.7;  d1 = 1*(2 + 0.9*2.0 - 1.0) = 2.8
