@@ -88,7 +88,8 @@ class DQNState:
 
 
 def greedy_next_actions(q_next_online, q_next_target, double_q: bool = True, next_mask=None):
-    """``[B]`` bootstrap actions: ``argmax_a Q_online(s', a)`` (double Q) or ``argmax_a Q_target(s', a)``,
+    """``[B]`` bootstrap actions: ``argmax_a Q_online(s', a)`` (double Q) or
+    ``argmax_a Q_target(s', a)``,
     over the valid actions of ``s'`` (``next_mask [B, A]``) when the env masks actions."""
     return masked_argmax(q_next_online if double_q else q_next_target, next_mask)
 
@@ -96,7 +97,8 @@ def greedy_next_actions(q_next_online, q_next_target, double_q: bool = True, nex
 def q_targets(
     q_next_online, q_next_target, reward, discount, double_q: bool = True, next_mask=None
 ):
-    """``reward + discount * Q_target(s', a*)``, ``[B]``, with ``a*`` from :func:`greedy_next_actions`;
+    """``reward + discount * Q_target(s', a*)``, ``[B]``, with ``a*`` from
+    :func:`greedy_next_actions`;
     ``q_next_*`` are ``[B, A]``, ``discount`` is 0 after a termination."""
     greedy = greedy_next_actions(q_next_online, q_next_target, double_q, next_mask)
     return reward + discount * _at_action(q_next_target, greedy)
@@ -143,8 +145,9 @@ def scalar_head(loss: str = "huber") -> Head:
 
 
 def categorical_head(num_atoms: int, v_min: float, v_max: float) -> Head:
-    """C51 (Bellemare et al., 2017): logits over ``num_atoms`` fixed returns in [v_min, v_max]; the target
-    distribution is projected onto them; cross-entropy loss, which is also the priority (as in Rainbow)."""
+    """C51 (Bellemare et al., 2017): logits over ``num_atoms`` fixed returns in [v_min, v_max];
+    the target distribution is projected onto them; cross-entropy loss, which is also the
+    priority (as in Rainbow)."""
     atoms = distributional.support(num_atoms, v_min, v_max)
 
     def loss_fn(taken, next_target, reward, discount):
@@ -229,7 +232,8 @@ def make_dqn(network: networks.QNetwork, config: DQNConfig, head: Head | None = 
         next_obs, next_mask = split_action_mask(batch.next_observation)
         out_online = apply(params, obs, k_online)
         out_next_target = apply(target_params, next_obs, k_target)
-        # the online net's values at o_{t+n} (double Q only) take no gradient: a separate pass, so the
+        # the online net's values at o_{t+n} (double Q only) take no gradient: a separate pass,
+        # so the
         # backward pass runs over the batch only (the same noise as above: the same key)
         q_next_online = (
             head.q_values(apply(jax.lax.stop_gradient(params), next_obs, k_online))
@@ -293,9 +297,10 @@ CLASSIC_CONTROL = {
     "exploration_fraction": 0.3,
     "hidden_sizes": (120, 84),
 }
-"""The value-based family's preset for CartPole-v1 and Acrobot-v1: PureJaxRL's DQN setup (10 envs, one
-update of 128 per 10 env steps, a buffer of 1e4, the target copied every 500 env steps, 120-84 ReLU) with
-double Q, a dueling head, 3-step returns, lr 1e-3 annealed and 1e5 steps; measured in tests/test_learning.py."""
+"""The value-based family's preset for CartPole-v1 and Acrobot-v1: PureJaxRL's DQN setup (10 envs,
+one update of 128 per 10 env steps, a buffer of 1e4, the target copied every 500 env steps, 120-84
+ReLU) with double Q, a dueling head, 3-step returns, lr 1e-3 annealed and 1e5 steps; measured in
+tests/test_learning.py."""
 
 
 DISTRIBUTIONS = ("none", "categorical", "quantile")
@@ -332,7 +337,8 @@ class DQNConfig(EpsilonGreedyConfig, ReplayConfig):
     target_update_interval: int = 250
     """Updates between target-network updates."""
     tau: float = 1.0
-    """Target update rate: target <- tau * online + (1 - tau) * target (1 = hard copy) (sweepable)."""
+    """Target update rate: target <- tau * online + (1 - tau) * target (1 = hard copy)
+    (sweepable)."""
     loss: str = "mse"
     """TD loss of the scalar head: 'mse' (0.5 * TD^2) or 'huber' (diverged on CartPole in our
     runs, see the notes)."""
@@ -348,14 +354,16 @@ class DQNConfig(EpsilonGreedyConfig, ReplayConfig):
     kappa: float = 1.0
     """Huber threshold of the quantile loss (0: the plain quantile loss)."""
     noisy: bool = False
-    """Factorised Gaussian noisy output layers (exploration by parameter noise; set epsilon to 0)."""
+    """Factorised Gaussian noisy output layers (exploration by parameter noise; set epsilon
+    to 0)."""
     adam_eps: float = 1e-5
     """Adam's epsilon, the floor of its update's denominator (PureJaxRL's DQN uses optax's 1e-8)."""
 
     @property
     def num_updates(self) -> int:
         """Gradient updates in a run: ``updates_per_iteration`` in every iteration whose env-step
-        count (the ``n_step - 1`` warm-up steps per env included) has reached ``learning_starts``."""
+        count (the ``n_step - 1`` warm-up steps per env included) has reached
+        ``learning_starts``."""
         warm_up = (self.n_step - 1) * self.num_envs
         per_iteration = self.env_steps_per_iteration
         first = max(-(-(self.learning_starts - warm_up) // per_iteration), 1)  # 1-based

@@ -1,4 +1,6 @@
-"""PQN: parallelised Q-learning (Gallici et al., 2024, "Simplifying Deep Temporal Difference Learning").
+"""PQN: parallelised Q-learning (Gallici et al., 2024).
+
+"Simplifying Deep Temporal Difference Learning".
 
 Q-learning made on-policy-shaped: many vmapped envs act epsilon-greedily
 for a short rollout, then the Q-network is fitted to Q(lambda) targets over
@@ -229,7 +231,8 @@ def make_pqn(network: networks.QNetwork, config: PQNConfig) -> Agent:
 
 
 def build(config: PQNConfig, env, env_params, num_devices: int = 1) -> Built:
-    """Assembles PQN on ``env`` (a jrl env with a Discrete action space, optionally action-masked)."""
+    """Assembles PQN on ``env`` (a jrl env with a Discrete action space, optionally
+    action-masked)."""
     obs_space, num_actions = EnvSpec.from_env(env, env_params).value_based("PQN")
     env, spec = training_env(config, env, env_params, num_devices)
     network = networks.QNetwork(

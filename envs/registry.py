@@ -86,9 +86,7 @@ class UnknownEnvError(KeyError, ValueError):
     registered ids in the message.
     """
 
-    def __init__(
-        self, id: str, known: list[str], prefix: str = "", listing: str | None = None
-    ):
+    def __init__(self, id: str, known: list[str], prefix: str = "", listing: str | None = None):
         hint = _names.did_you_mean(id, known, prefix=prefix)
         if listing is None:
             listing = f"Registered: {', '.join(known)}; gymnax envs as '{GYMNAX_PREFIX}<name>'."

@@ -336,7 +336,8 @@ def _parse(p: argparse.ArgumentParser, args: Sequence[str]) -> argparse.Namespac
 
 
 def cmd_eval(args: Sequence[str]) -> int:
-    """``jrl eval RUN_DIR``: episode-return statistics of a trained run, written to RUN_DIR/eval.json."""
+    """``jrl eval RUN_DIR``: episode-return statistics of a trained run, written to
+    RUN_DIR/eval.json."""
     import json
     from pathlib import Path
 
@@ -415,7 +416,8 @@ def cmd_render(args: Sequence[str]) -> int:
             raise
         raise CLIError(str(e)) from e
     print(
-        f"{loaded.spec.agent} on {loaded.spec.env_id}, run {ns.run}: return {ret:.2f} over {length} steps; "
+        f"{loaded.spec.agent} on {loaded.spec.env_id}, run {ns.run}: return {ret:.2f} "
+        f"over {length} steps; "
         f"{len(frames)} frames written to {path}"
     )
     return 0

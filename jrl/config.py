@@ -56,7 +56,8 @@ def check(checks: Iterable[Check]) -> None:
 
 
 def hparams_from(config: Any, cls: type) -> Any:
-    """``cls`` (a dataclass of [] float32 fields) filled from the config's fields of the same names."""
+    """``cls`` (a dataclass of [] float32 fields) filled from the config's fields of the same
+    names."""
     return cls(
         **{
             f.name: jnp.asarray(getattr(config, f.name), jnp.float32)

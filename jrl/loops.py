@@ -163,7 +163,8 @@ def on_policy(
     num_envs = env.num_envs
     if num_envs is None:
         raise ValueError(
-            "on_policy needs a batched env: wrap it with jrl.wrappers.wrap_for_training(env, num_envs)"
+            "on_policy needs a batched env: wrap it with "
+            "jrl.wrappers.wrap_for_training(env, num_envs)"
         )
     if int(num_steps) <= 0:
         raise ValueError(f"num_steps must be positive, got {num_steps}")

@@ -21,6 +21,7 @@ def closest(name: str, known: Iterable[str], n: int = 3, cutoff: float = 0.5) ->
 
 
 def did_you_mean(name: str, known: Iterable[str], prefix: str = "", **kwargs) -> str:
-    """`` Did you mean 'a', 'b'?`` (each with ``prefix``), or an empty string when nothing is close."""
+    """`` Did you mean 'a', 'b'?`` (each with ``prefix``), or an empty string when nothing
+    is close."""
     close = closest(name, known, **kwargs)
     return f" Did you mean {', '.join(repr(prefix + c) for c in close)}?" if close else ""

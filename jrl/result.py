@@ -149,7 +149,8 @@ class TrainResult:
     ) -> Path:
         """Writes the run folder (see the module docstring). Files are written to
         temporary names and renamed, so an interrupted save leaves no half file.
-        ``write_metrics=False`` leaves ``metrics.csv`` to the CSV sink that wrote it during training."""
+        ``write_metrics=False`` leaves ``metrics.csv`` to the CSV sink that wrote it during
+        training."""
         from flax import serialization
 
         out = Path(out_dir)

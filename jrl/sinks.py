@@ -328,9 +328,9 @@ class TensorBoardSink:
     the runs (see :func:`summarize`) at global step ``env_steps``.
 
     ``resume_from_step=S`` (the ``env_steps`` of the checkpoint resumed) makes TensorBoard discard
-    the events of earlier files at steps ``> S`` (tensorboardX's ``purge_step = S + 1``). tensorboardX
-    writes the file on its own thread, flushing every ``flush_secs``; ``max_queue`` bounds its
-    queue of pending events (a full queue makes ``write`` wait).
+    the events of earlier files at steps ``> S`` (tensorboardX's ``purge_step = S + 1``).
+    tensorboardX writes the file on its own thread, flushing every ``flush_secs``; ``max_queue``
+    bounds its queue of pending events (a full queue makes ``write`` wait).
     """
 
     def __init__(
@@ -494,8 +494,8 @@ class ThreadedSink:
         self._queue.put(record)
 
     def flush(self) -> None:
-        """Waits until every queued record has reached ``sink`` (or was dropped after an error), then
-        raises the worker's error if it was not raised yet. Does not flush ``sink`` itself."""
+        """Waits until every queued record has reached ``sink`` (or was dropped after an error),
+        then raises the worker's error if it was not raised yet. Does not flush ``sink`` itself."""
         self._queue.join()
         self._raise_error()
 

@@ -456,7 +456,8 @@ class ChunkWork:
             return ""
         if self.last_checkpoint is None:
             return "; no checkpoint had been written yet"
-        return f"; the last good checkpoint is {self.checkpointer.directory / str(self.last_checkpoint)}"
+        last = self.checkpointer.directory / str(self.last_checkpoint)
+        return f"; the last good checkpoint is {last}"
 
     def close(self, primary: BaseException | None) -> None:
         """Closes the sinks and the checkpointer; re-raises the first failure unless another

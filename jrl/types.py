@@ -39,11 +39,13 @@ EPISODE_DONE = "episode_done"
 OBSERVATION = "observation"
 """Key of the observation proper in a masked env's Dict observation."""
 ACTION_MASK = "action_mask"
-"""Key of the ``bool[..., num_actions]`` valid-action mask (True = valid) in a masked env's observation."""
+"""Key of the ``bool[..., num_actions]`` valid-action mask (True = valid) in a masked env's
+observation."""
 
 
 def split_action_mask(obs: Any) -> tuple[Any, Any]:
-    """``(observation, mask)`` of a masked env's observation (or observation space), else ``(obs, None)``.
+    """``(observation, mask)`` of a masked env's observation (or observation space), else
+    ``(obs, None)``.
 
     Works on observations (dicts of arrays) and on :class:`jrl.spaces.Dict` alike.
     """

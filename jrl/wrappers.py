@@ -164,7 +164,8 @@ class AutoReset(Wrapper):
             raise ValueError("AutoReset applied twice")
         if _has_wrapper(env, EpisodeStatistics):
             raise ValueError(
-                "EpisodeStatistics must wrap AutoReset, not the reverse: the reset would wipe its totals"
+                "EpisodeStatistics must wrap AutoReset, not the reverse: the reset would wipe "
+                "its totals"
             )
         if chunk is not None and int(chunk) <= 0:
             raise ValueError(f"chunk must be positive, got {chunk}")
@@ -344,7 +345,8 @@ class VmapEnv(Wrapper):
             expected = (self._num_envs,) + tuple(space.shape)
             if tuple(jnp.shape(leaf)) != expected:
                 raise ValueError(
-                    f"{self.id}: a batch of actions for {self._num_envs} envs must have shape {expected}, "
+                    f"{self.id}: a batch of actions for {self._num_envs} envs must have shape "
+                    f"{expected}, "
                     f"got {tuple(jnp.shape(leaf))}"
                 )
         return self.step_each(self.env_keys(key), state, action, params)
@@ -648,7 +650,8 @@ class NormalizeObservation(Wrapper):
     statistics updated (unless frozen) by every observation returned,
     before normalising. Statistics are over all leading batch axes, so after
     VmapEnv they are shared by the batch; across devices too, over
-    ``axis_name`` or else the active :mod:`jrl.parallel` device axis. Freeze them for evaluation with :func:`freeze`.
+    ``axis_name`` or else the active :mod:`jrl.parallel` device axis. Freeze them for
+    evaluation with :func:`freeze`.
     """
 
     def __init__(

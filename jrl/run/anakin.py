@@ -87,7 +87,8 @@ class RunResult:
     sharded_state: PyTree = (
         None  # with a mesh: the full state, leading axes [D, R] (what a resume needs)
     )
-    iterations: int = 0  # iterations done per run at the end (start_iteration included; < num_iterations if stopped)
+    # iterations done per run at the end (start_iteration included; < num_iterations if stopped)
+    iterations: int = 0
 
     @property
     def steps_per_second(self) -> float:
@@ -199,9 +200,10 @@ def check_memory(algorithm: Algorithm, keys: jax.Array, mesh: Mesh | None = None
         gib = float(2**30)
         raise MemoryError(
             f"the train states need {need / gib:.2f} GiB ({keys.shape[0]} runs x "
-            f"{per_run / gib:.3f} GiB{'' if copies == keys.shape[0] else f' x {len(local)} devices'}), "
-            f"only {avail / gib:.2f} GiB free on {local[0].platform}; use fewer seeds, smaller replay "
-            "buffers or more devices"
+            f"{per_run / gib:.3f} GiB"
+            f"{'' if copies == keys.shape[0] else f' x {len(local)} devices'}), "
+            f"only {avail / gib:.2f} GiB free on {local[0].platform}; use fewer seeds, smaller "
+            "replay buffers or more devices"
         )
 
 
@@ -215,7 +217,8 @@ def make_mesh(num_devices: int | None = None) -> Mesh:
     if n > len(devices):
         raise ValueError(
             f"{n} devices requested but only {len(devices)} available "
-            f"({devices[0].platform}); on CPU, XLA_FLAGS=--xla_force_host_platform_device_count={n} "
+            f"({devices[0].platform}); on CPU, "
+            f"XLA_FLAGS=--xla_force_host_platform_device_count={n} "
             "set before jax starts gives fake devices"
         )
     return Mesh(np.asarray(devices[:n]), (parallel.AXIS,))
