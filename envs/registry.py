@@ -22,7 +22,7 @@ from jrl.wrappers import CheckActions, TimeLimit
 @dataclasses.dataclass(frozen=True)
 class EnvEntry:
     """A registered environment (what ``jrl.envs.entry(id)`` returns; the spaces an agent
-    sees are :class:`jrl.EnvEntry`)."""
+    sees are :class:`jrl.EnvSpec`)."""
 
     id: str  # registry id, e.g. "CartPole-v1"
     entry_point: Any  # a callable returning an Environment, or "module:attr"

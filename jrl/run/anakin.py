@@ -125,9 +125,9 @@ def compiler_options(platform: str | None = None) -> dict[str, Any] | None:
     (``$JRL_CPU_OPT_LEVEL`` overrides it). An RL step's heavy work runs in
     library kernels (matmuls) that the LLVM level does not touch, while level 3
     spends about 20-40% more compile time on the many small fused loops around
-    them, for no measured runtime gain (ARCHITECTURE.md). PPO's and A2C's
-    programs come out bitwise the same as at level 3; DQN's differ in the last
-    bits. Level 1 compiles a little faster still but changes PPO's and A2C's
+    them, for no measured runtime gain (BENCHMARKS.md, "Measurements behind design
+    choices"). PPO's and A2C's programs come out bitwise the same as at level 3; DQN's
+    differ in the last bits. Level 1 compiles a little faster still but changes PPO's and A2C's
     floats too. Results are deterministic at any level, but not bitwise equal
     across levels. Other platforms: None (XLA's defaults), though a bad
     ``$JRL_CPU_OPT_LEVEL`` is refused there too. ``platform`` defaults to jax's
