@@ -35,7 +35,6 @@ import argparse
 import datetime
 import math
 import os
-import platform
 import re
 import statistics
 import time
@@ -46,12 +45,11 @@ from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
-from report import cpu_model, write_section
+from common import default_output, machine, rate, timed, write_section
 
 from jrl import buffers
 
 HEADING = "## Replay buffers"
-REPO = Path(__file__).resolve().parent.parent
 CAPACITY = 1_000_000
 SAMPLE_BATCH = 256
 PER_ALPHA, PER_BETA = 0.6, 0.4
@@ -123,10 +121,9 @@ class Runner:
     )  # this process's CPU seconds per timed call
 
     def time_once(self) -> None:
-        t0, c0 = time.perf_counter(), time.process_time()
-        self.carry = jax.block_until_ready(self.run(self.carry))
-        self.times.append(time.perf_counter() - t0)
-        self.cpu_times.append(time.process_time() - c0)
+        self.carry, wall, cpu = timed(self.run, self.carry)
+        self.times.append(wall)
+        self.cpu_times.append(cpu)
 
     @property
     def best(self) -> float:
@@ -263,10 +260,6 @@ def measure(
 # --------------------------------------------------------------------------
 
 
-def _rate(x: float) -> str:
-    return f"{x / 1e6:.2f} M" if x >= 1e6 else f"{x / 1e3:.1f} k"
-
-
 def table(rows: list[dict[str, Any]]) -> str:
     """The full-step table: one row per buffer."""
     full = [r for r in rows if r["full"]]
@@ -280,8 +273,8 @@ def table(rows: list[dict[str, Any]]) -> str:
     ]
     for r in full:
         lines.append(
-            f"| {r['name']} | {r['us_per_step']:.1f} | {_rate(r['items_per_s'])} "
-            f"| {_rate(r['samples_per_s'])} "
+            f"| {r['name']} | {r['us_per_step']:.1f} | {rate(r['items_per_s'])} "
+            f"| {rate(r['samples_per_s'])} "
             f"| {r['best_s'] / uniform['best_s']:.2f}x | {r['cpu_s'] / uniform['cpu_s']:.2f}x "
             f"| {r['median_s'] / r['best_s']:.2f}x | {r['copies']} | {r['compile_s']:.2f} |"
         )
@@ -308,14 +301,6 @@ def breakdown_table(rows: list[dict[str, Any]]) -> str:
             f"| {kind} | **full step** | **{full['us_per_step']:.1f}** | {full['copies']} |"
         )
     return "\n".join(lines)
-
-
-def machine() -> str:
-    cpu = cpu_model()
-    return (
-        f"{cpu}, {os.cpu_count()} cores, backend {jax.default_backend()}; "
-        f"Python {platform.python_version()}, jax {jax.__version__}"
-    )
 
 
 def copies_note(rows: list[dict[str, Any]]) -> str:
@@ -437,9 +422,7 @@ def main(argv: list[str] | None = None) -> None:
     print(copies_note(rows))
     print(f"load: {load}")
 
-    output = (
-        args.output if args.output is not None else (None if args.quick else REPO / "BENCHMARKS.md")
-    )
+    output = default_output(args.output, args.quick)
     if output is not None:
         command = "python benchmarks/buffers.py"
         if args.add_batch != 10:

@@ -22,7 +22,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from report import measured_on, publish
+from common import measured_on, publish
 
 HEADING = "## Compilation cache"
 

@@ -15,13 +15,10 @@ BENCHMARKS.md.
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import subprocess
 import sys
-import time
 
-from report import BENCHMARKS_MD, write_section
+from common import measured_on, publish, run_json_worker
 
 HEADING = "## Data-parallel overhead (fake CPU devices)"
 
@@ -48,16 +45,11 @@ def measure(devices: int | None, fake: int, steps: int, repeats: int) -> dict:
             "devices": "None" if devices is None else devices,
             "steps": steps,
         }
-        out = subprocess.run(
-            [sys.executable, "-c", code],
-            capture_output=True,
-            text=True,
-            env={**os.environ, "JAX_PLATFORMS": "cpu"},
-            timeout=1800,
+        r = run_json_worker(
+            [sys.executable, "-c", code], {**os.environ, "JAX_PLATFORMS": "cpu"}, timeout=1800
         )
-        if out.returncode != 0:
-            raise RuntimeError(out.stderr[-2000:])
-        r = json.loads(out.stdout.strip().splitlines()[-1])
+        if isinstance(r, str):
+            raise RuntimeError(r)
         if best is None or r["run"] < best["run"]:
             best = r
     best["sps"] = best["steps"] / best["run"]
@@ -93,22 +85,16 @@ def main() -> None:
             f"| {r['sps'] / base:.2f}x |"
         )
     table = "\n".join(lines)
-    load = os.getloadavg()[0]
-    import jax
-
     text = (
         f"{HEADING}\n\nPPO CartPole-v1, 16 envs x 128 steps, 4 seeds vmapped, "
         f"{steps:,} steps per seed, best of {1 if a.quick else a.repeats} runs (compile excluded). "
         "Reproduce with:\n\n"
         "    python benchmarks/devices.py --write\n\n"
-        f"Measured {time.strftime('%Y-%m-%d')}, 2-core CPU, "
-        f"jax {jax.__version__}, load average {load:.1f} at the end.\n\n{table}\n\n"
+        f"{measured_on()}\n\n{table}\n\n"
         "The sharded program on one device measures the shard_map path's overhead (target <= 5%). "
         "Two fake devices can use both cores; more share the same two cores.\n"
     )
-    print(text)
-    if a.write:
-        write_section(BENCHMARKS_MD, HEADING, text)
+    publish(HEADING, text, a.write)
 
 
 if __name__ == "__main__":

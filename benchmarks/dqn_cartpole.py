@@ -59,26 +59,35 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
-import math
 import os
 import platform
-import subprocess
 import sys
 import time
 from pathlib import Path
 
-from report import (
+from common import (
     DEFAULT_PUREJAXRL,
+    best_of,
+    best_rows,
+    check_config,
     compile_and_run,
     cpu_model,
+    default_output,
+    dump_measured,
+    first_reach,
+    git_commit,
     import_purejaxrl,
-    run_json_worker,
+    measure,
+    nan_to_none,
+    or_dash,
+    purejaxrl_available,
+    rate,
+    run_worker,
+    time_to_target,
     write_section,
 )
 
 HEADING = "## DQN CartPole-v1"
-REPO = Path(__file__).resolve().parent.parent
-TARGET_RETURN = 475.0
 DEFAULT_SB3_PYTHON = "/work/venv-sb3/bin/python"
 DEFAULT_PUREJAXRL_PYTHON = (
     "/work/venv-rejax/bin/python"  # gymnax 0.0.x (PureJaxRL's 5-value step) and flashbax
@@ -138,13 +147,13 @@ REFERENCE = {"compile": 2.4, "run": 11.0, "steps_per_second": 45_000}
 
 
 # --------------------------------------------------------------------------
-# Shared: time to 475 from a per-step (or per-iteration) return history
+# Time to 475 from a per-step (or per-iteration) return history
 # --------------------------------------------------------------------------
 
 
 def chunk_values(values: list[float | None], num_chunks: int) -> list[tuple[int, float | None]]:
     """(end index, mean of the non-missing values) of ``num_chunks`` near-equal chunks of
-    ``values``."""
+    ``values``; :func:`common.first_reach` finds the first at the target return."""
     n = len(values)
     out = []
     for c in range(num_chunks):
@@ -152,14 +161,6 @@ def chunk_values(values: list[float | None], num_chunks: int) -> list[tuple[int,
         known = [v for v in values[lo:hi] if v is not None]
         out.append((hi, sum(known) / len(known) if known else None))
     return out
-
-
-def first_reach(chunks: list[tuple[int, float | None]]) -> int | None:
-    """End index of the first chunk whose value is >= TARGET_RETURN, or None."""
-    for end, value in chunks:
-        if value is not None and value >= TARGET_RETURN:
-            return end
-    return None
 
 
 # --------------------------------------------------------------------------
@@ -174,13 +175,9 @@ def worker_jrl(seeds: int, total_steps: int, num_reports: int, seed: int) -> dic
     import numpy as np
 
     import jrl
-    from jrl.experiment import make_config
 
     overrides = {**CONFIG, "total_steps": total_steps}
-    config = make_config("dqn", "CartPole-v1", **overrides)
-    got = {k: getattr(config, k) for k in overrides}
-    if got != overrides:
-        raise SystemExit(f"jrl's DQN config differs from the one asked for: {got} != {overrides}")
+    config = check_config("dqn", "CartPole-v1", overrides, "the one asked for", **overrides)
     t0 = time.perf_counter()
     res = jrl.train(
         "dqn",
@@ -199,7 +196,7 @@ def worker_jrl(seeds: int, total_steps: int, num_reports: int, seed: int) -> dic
         warnings.simplefilter("ignore", RuntimeWarning)
         mean = np.nanmean(ret, axis=0)
         final = float(np.nanmean(res.final_returns()))
-    per_iteration = [None if math.isnan(x) else float(x) for x in mean]
+    per_iteration = nan_to_none(mean)
     chunks = chunk_values(per_iteration, num_reports)
     reached = first_reach(chunks)
     steps_per_iteration = config.num_envs * config.steps_per_iteration
@@ -371,48 +368,10 @@ def worker_sb3(total_steps: int, num_reports: int, seed: int, threads: int) -> d
 # --------------------------------------------------------------------------
 
 
-def run_worker(
-    python: str,
-    library: str,
-    seeds: int,
-    total_steps: int,
-    num_reports: int,
-    seed: int,
-    timeout: float,
-    sb3_threads: int,
-    purejaxrl: str = DEFAULT_PUREJAXRL,
-) -> dict | str:
-    """Runs one measurement in a fresh interpreter; returns its JSON or an error string."""
-    cmd = [
-        python,
-        str(Path(__file__).resolve()),
-        "--worker",
-        library,
-        "--seeds",
-        str(seeds),
-        "--total-steps",
-        str(total_steps),
-        "--num-reports",
-        str(num_reports),
-        "--seed",
-        str(seed),
-        "--sb3-threads",
-        str(sb3_threads),
-        "--purejaxrl",
-        purejaxrl,
-    ]
-    env = dict(os.environ) if library == "jrl" else {**os.environ, "PYTHONPATH": ""}
-    return run_json_worker(cmd, env, timeout, REPO)
-
-
 def best(results: list[dict]) -> dict:
-    """The run with the lowest run time, with the lowest compile of all repeats."""
-    out = dict(min(results, key=lambda r: r["run"]))
-    out["compile"] = min(r["compile"] for r in results)
-    out["init"] = min(r["init"] for r in results)
-    out["repeats"] = len(results)
-    out["loads"] = [r["load"] for r in results]
-    out["all_run"] = [round(r["run"], 2) for r in results]
+    """:func:`common.best_of`, plus every repeat's env steps to 475 and the best SB3
+    learning-phase rate."""
+    out = best_of(results)
     out["all_reached"] = [r["reached_steps"] for r in results]
     learning = [
         r["learning_steps_per_second"] for r in results if r.get("learning_steps_per_second")
@@ -420,20 +379,6 @@ def best(results: list[dict]) -> dict:
     if learning:
         out["learning_steps_per_second"] = max(learning)
     return out
-
-
-def time_to_target(r: dict) -> float | None:
-    if r.get("reached_fraction") is None:
-        return None
-    return r["compile"] + r["run"] * r["reached_fraction"]
-
-
-def _f(x, fmt="{:.1f}", none="–") -> str:
-    return none if x is None else fmt.format(x)
-
-
-def _rate(x: float) -> str:
-    return f"{x / 1e6:.2f} M" if x >= 1e6 else f"{x / 1e3:.1f} k"
 
 
 NAMES = {"jrl": "jrl", "purejaxrl": "PureJaxRL", "sb3": "Stable-Baselines3"}
@@ -452,7 +397,7 @@ def make_tables(rows: dict[tuple[str, int], dict | str], jrl_seeds: list[int], q
         lines.append(
             f"| PureJaxRL (reference, cited) | 1 | {CONFIG['total_steps']:,} "
             f"| ~{ref['compile']} | – | "
-            f"~{ref['run']:.0f} | ~{_rate(ref['steps_per_second'])} | ~{ref['run']:.0f} | – | – |"
+            f"~{ref['run']:.0f} | ~{rate(ref['steps_per_second'])} | ~{ref['run']:.0f} | – | – |"
         )
     keys = [(lib, s) for s in jrl_seeds for lib in ("jrl", "purejaxrl")] + [("sb3", 1)]
     for key in keys:
@@ -466,14 +411,14 @@ def make_tables(rows: dict[tuple[str, int], dict | str], jrl_seeds: list[int], q
         t = time_to_target(r)
         reach = f"{t:.1f} ({r['reached_steps']:,})" if t is not None else "not reached"
         compile_txt = "– (eager)" if key[0] == "sb3" else f"{r['compile']:.1f}"
-        rate = _rate(r["steps_per_second"])
+        speed = rate(r["steps_per_second"])
         if r.get("learning_steps_per_second"):
-            rate += f" (learning phase {_rate(r['learning_steps_per_second'])})"
+            speed += f" (learning phase {rate(r['learning_steps_per_second'])})"
         init = "(in compile)" if key[0] == "purejaxrl" else f"{r['init']:.1f}"
         lines.append(
             f"| {name} | {key[1]} | {r['steps_per_run']:,} | {compile_txt} | {init} | "
-            f"{r['run']:.1f} | {rate} | {r['run'] / key[1]:.2f} | {reach} "
-            f"| {_f(r.get('final_return'))} |"
+            f"{r['run']:.1f} | {speed} | {r['run'] / key[1]:.2f} | {reach} "
+            f"| {or_dash(r.get('final_return'))} |"
         )
 
     ratios = []
@@ -528,27 +473,6 @@ def make_tables(rows: dict[tuple[str, int], dict | str], jrl_seeds: list[int], q
     return "\n".join(lines) + ("\n\n" + "\n".join(ratios) if ratios else "")
 
 
-def _git_commit() -> str:
-    try:
-        head = subprocess.run(
-            ["git", "rev-parse", "--short", "HEAD"],
-            cwd=REPO,
-            capture_output=True,
-            text=True,
-            check=True,
-        ).stdout.strip()
-        dirty = subprocess.run(
-            ["git", "status", "--porcelain", "jrl", "agents"],
-            cwd=REPO,
-            capture_output=True,
-            text=True,
-            check=True,
-        ).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown"
-    return head + (" plus uncommitted changes" if dirty else "")
-
-
 def section(
     rows,
     tables: str,
@@ -598,7 +522,7 @@ per seed. jrl runs 1 seed, and 4 seeds vmapped in one program. To reproduce:
 Measured {datetime.date.today().isoformat()} on {cpu_model()} \
 ({os.cpu_count()}-core CPU, shared), Python
 {platform.python_version()}, jax {jax.__version__}{pj_versions}{sb3_versions}. \
-jrl at commit {_git_commit()}.
+jrl at commit {git_commit()}.
 Each configuration ran {repeats} time{"s" if repeats != 1 else ""} in fresh processes, \
 alternating the libraries;
 compile and run are each the best of those runs. Other jobs were using the machine: \
@@ -733,13 +657,7 @@ def main(argv=None) -> None:
 
     repeats = args.repeats or (1 if args.quick else 3)
     jrl_seeds = args.seeds or [1, 4]
-    pjr = Path(args.purejaxrl) / "purejaxrl" / "dqn.py"
-    with_pjr = pjr.exists() and Path(args.purejaxrl_python).exists()
-    if not with_pjr:
-        print(
-            f"PureJaxRL skipped: {pjr} or {args.purejaxrl_python} not found (see --purejaxrl)",
-            file=sys.stderr,
-        )
+    with_pjr = purejaxrl_available(args.purejaxrl, "dqn", args.purejaxrl_python)
     runs = [(lib, s) for s in jrl_seeds for lib in (("jrl", "purejaxrl") if with_pjr else ("jrl",))]
     sb3_note = None
     if Path(args.sb3_python).exists():
@@ -747,54 +665,43 @@ def main(argv=None) -> None:
     else:
         sb3_note = f"{args.sb3_python} not found (create the venv, or pass --sb3-python)"
         print(f"Stable-Baselines3 skipped: {sb3_note}", file=sys.stderr)
-    measured: dict[tuple[str, int], list] = {}
-    for rep in range(repeats):
-        for lib, seeds in runs:
-            python = {"jrl": sys.executable, "purejaxrl": args.purejaxrl_python}.get(
-                lib, args.sb3_python
-            )
-            steps = sb3_steps if lib == "sb3" else total_steps
-            r = run_worker(
-                python,
-                lib,
-                seeds,
-                steps,
-                args.num_reports,
-                args.seed,
-                args.timeout,
-                args.sb3_threads,
-                args.purejaxrl,
-            )
-            if isinstance(r, str):
-                print(f"{lib:9s} seeds={seeds} repeat {rep + 1}: {r}", file=sys.stderr)
-                if lib == "sb3" and sb3_note is None:
-                    sb3_note = f"the SB3 worker failed: {r}"
-            else:
-                print(
-                    f"{lib:9s} seeds={seeds} repeat {rep + 1}: compile {r['compile']:5.2f} s "
-                    f"run {r['run']:6.2f} s "
-                    f"{r['steps_per_second']:9,.0f} steps/s final {_f(r['final_return'])} "
-                    f"reached {r['reached_steps']} load {r['load']:.1f}",
-                    file=sys.stderr,
-                )
-            measured.setdefault((lib, seeds), []).append(r)
-    if args.json:
-        args.json.write_text(
-            json.dumps({f"{k[0]}|{k[1]}": v for k, v in measured.items()}, indent=1)
+
+    def run_one(lib: str, seeds: int) -> dict | str:
+        python = {"jrl": sys.executable, "purejaxrl": args.purejaxrl_python}.get(
+            lib, args.sb3_python
+        )
+        return run_worker(
+            __file__,
+            python,
+            lib,
+            args.timeout,
+            seeds=seeds,
+            total_steps=sb3_steps if lib == "sb3" else total_steps,
+            num_reports=args.num_reports,
+            seed=args.seed,
+            sb3_threads=args.sb3_threads,
+            purejaxrl=args.purejaxrl,
         )
 
-    rows: dict[tuple[str, int], dict | str] = {}
-    for key, results in measured.items():
-        ok = [r for r in results if isinstance(r, dict)]
-        rows[key] = best(ok) if ok else results[-1]
-    if isinstance(rows.get(("sb3", 1)), dict):
-        sb3_note = None  # at least one SB3 run worked
+    measured = measure(
+        [(rep, lib, s) for rep in range(repeats) for lib, s in runs],
+        run_one,
+        lambda r: (
+            f"compile {r['compile']:5.2f} s run {r['run']:6.2f} s "
+            f"{r['steps_per_second']:9,.0f} steps/s final {or_dash(r['final_return'])} "
+            f"reached {r['reached_steps']} load {r['load']:.1f}"
+        ),
+    )
+    if args.json:
+        dump_measured(args.json, measured)
+
+    rows = best_rows(measured, best)
+    if isinstance(rows.get(("sb3", 1)), str):  # every SB3 run failed: the first one's error
+        sb3_note = f"the SB3 worker failed: {measured['sb3', 1][0]}"
     tables = make_tables(rows, jrl_seeds, args.quick)
     print(tables)
 
-    output = (
-        args.output if args.output is not None else (None if args.quick else REPO / "BENCHMARKS.md")
-    )
+    output = default_output(args.output, args.quick)
     if output is not None:
         command = "python benchmarks/dqn_cartpole.py"
         for flag, value, default in (

@@ -22,9 +22,9 @@ import statistics
 import time
 
 import jax
+import jrl.agents
 import jrl.envs
 from dqn_cartpole import CONFIG
-from jrl.agents import dqn
 
 from jrl.experiment import make_config
 from jrl.run import anakin
@@ -42,11 +42,10 @@ def main() -> None:
     variants = {}
     for name, clip in (("no clipping", 0.0), ("clip at 10", 10.0)):
         config = make_config("dqn", "CartPole-v1", **{**CONFIG, "max_grad_norm": clip})
-        algorithm = dqn.build(config, env, params).algorithm
+        algorithm = jrl.agents.get("dqn").build(config, env, params).algorithm
         states = anakin.init_runs(algorithm, keys)
-        warm_iterations = (
-            config.learning_starts // config.env_steps_per_iteration + 1
-        )  # every timed iteration learns
+        # every timed iteration learns
+        warm_iterations = config.learning_starts // algorithm.env_steps_per_iteration + 1
         states, _ = (
             anakin.make_chunk(algorithm, warm_iterations).lower(states).compile(options)(states)
         )

@@ -36,7 +36,6 @@ from __future__ import annotations
 import argparse
 import datetime
 import os
-import platform
 import statistics
 import sys
 import time
@@ -46,10 +45,10 @@ from pathlib import Path
 from typing import Any
 
 import jax
-from report import cpu_model, write_section
 import jax.numpy as jnp
 import jrl.envs
 import numpy as np
+from common import default_output, machine, rate, timed, write_section
 
 from jrl import spaces
 from jrl.wrappers import AutoReset, VmapEnv, wrap_for_training
@@ -58,7 +57,6 @@ ENV_IDS = ("CartPole-v1", "Pendulum-v1")
 BATCHES = (1, 16, 256, 4096)
 GYMNASIUM_BATCHES = (1, 16, 256)
 HEADING = "## Environment throughput"
-REPO = Path(__file__).resolve().parent.parent
 
 
 @dataclass
@@ -117,10 +115,9 @@ class Runner:
         return time.perf_counter() - t0
 
     def time_once(self) -> None:
-        t0, c0 = time.perf_counter(), time.process_time()
-        self.carry = jax.block_until_ready(self.run(self.carry))
-        self.times.append(time.perf_counter() - t0)
-        self.cpu_times.append(time.process_time() - c0)
+        self.carry, wall, cpu = timed(self.run, self.carry)
+        self.times.append(wall)
+        self.cpu_times.append(cpu)
 
     def rate(self) -> float:
         """Best steps/s over the timed rounds (wall clock)."""
@@ -236,10 +233,9 @@ class GymnasiumRunner:
         return time.perf_counter() - t0
 
     def time_once(self) -> None:
-        t0, c0 = time.perf_counter(), time.process_time()
-        self._run()
-        self.times.append(time.perf_counter() - t0)
-        self.cpu_times.append(time.process_time() - c0)
+        _, wall, cpu = timed(self._run)
+        self.times.append(wall)
+        self.cpu_times.append(cpu)
 
     rate = Runner.rate
     median_rate = Runner.median_rate
@@ -289,16 +285,6 @@ def _progress(row: dict[str, Any]) -> str:
     return "  ".join(parts)
 
 
-def _fmt_rate(x: float | None) -> str:
-    if x is None:
-        return "–"
-    if x >= 1e6:
-        return f"{x / 1e6:.2f} M"
-    if x >= 1e3:
-        return f"{x / 1e3:.1f} k"
-    return f"{x:.0f}"
-
-
 def table(rows: list[dict[str, Any]]) -> str:
     columns = [
         "env",
@@ -316,27 +302,23 @@ def table(rows: list[dict[str, Any]]) -> str:
     for r in rows:
         gym_rate = r.get("gymnasium")
         lines.append(
-            f"| {r['env']} | {r['batch']} | {_fmt_rate(r['jrl'])} | {_fmt_rate(r['jrl (full)'])} | "
-            f"{_fmt_rate(r['jrl (per-env reset)'])} | "
-            f"{_fmt_rate(r['gymnax'])} | {_fmt_rate(gym_rate)} | {r['jrl'] / r['gymnax']:.2f}x | "
+            f"| {r['env']} | {r['batch']} | {rate(r['jrl'])} | {rate(r['jrl (full)'])} | "
+            f"{rate(r['jrl (per-env reset)'])} | "
+            f"{rate(r['gymnax'])} | {rate(gym_rate)} | {r['jrl'] / r['gymnax']:.2f}x | "
             f"{r['jrl cpu'] / r['gymnax cpu']:.2f}x | "
             + (f"{r['jrl'] / gym_rate:.0f}x |" if gym_rate else "– |")
         )
     return "\n".join(lines)
 
 
-def machine() -> str:
-    cpu = cpu_model()
+def versions() -> str:
+    """gymnax's and Gymnasium's versions."""
     from importlib.metadata import version
 
     import gymnasium
     import gymnax  # noqa: F401
 
-    return (
-        f"{cpu}, {os.cpu_count()} cores, backend {jax.default_backend()}; "
-        f"Python {platform.python_version()}, jax {jax.__version__}, "
-        f"gymnax {version('gymnax')}, gymnasium {gymnasium.__version__}"
-    )
+    return f"gymnax {version('gymnax')}, gymnasium {gymnasium.__version__}"
 
 
 def section(rows: list[dict[str, Any]], cfg: Config, command: str, load: str) -> str:
@@ -348,7 +330,7 @@ compile time excluded. Reproduce with:
 
     {command}
 
-Measured {datetime.date.today().isoformat()} on {machine()}.
+Measured {datetime.date.today().isoformat()} on {machine(versions())}.
 
 - **jrl**: `AutoReset(VmapEnv(jrl.envs.make(id)[0], B))` (TimeLimit inside),
   stepped by `jit(lax.scan(...))`: only the envs that finished are reset
@@ -411,9 +393,7 @@ def main(argv: list[str] | None = None) -> None:
     text = section(rows, cfg, command, load)
     print()
     print(text)
-    output = (
-        args.output if args.output is not None else (None if args.quick else REPO / "BENCHMARKS.md")
-    )
+    output = default_output(args.output, args.quick)
     if output is not None and not args.no_write:
         write_section(output, HEADING, text)
         print(f"wrote {output}")

@@ -12,18 +12,18 @@ jrl is faster); the median of those ratios, with its 10th and 90th
 percentiles, is the result. A slow moment of the machine hits both runs of
 a round, so the ratio of a pair is far steadier than either time.
 
-- **jrl**: ``jit(lambda keys: scan(vmap(algorithm.step), lax.map(algorithm.init, keys)))``,
-  the runner's program (``jrl.run.anakin``) as one chunk, with init inside
-  and the runner's compiler options (``anakin.compiler_options()``).
+- **jrl**: ``jit(lambda keys: chunk(lax.map(algorithm.init, keys)))``, ``chunk`` the
+  runner's program for the whole run as one chunk (``anakin.make_chunk``), with init
+  inside and the runner's compiler options (``anakin.compiler_options()``).
 - **PureJaxRL**: its own ``make_train(config)`` from a checkout outside jrl
   (``--purejaxrl``), ``jit(vmap(make_train(config)))`` as its ``main()``
-  builds it, through ``report.import_purejaxrl`` (which lists the few
+  builds it, through ``common.import_purejaxrl`` (which lists the few
   substitutions made to import it). For DQN its ``EPSILON_ANNEAL_TIME`` is
   half of the total steps, as in the full-length benchmark.
 - **DQN, PureJaxRL's seeds independent** (``--agents dqn-independent``, seed
   counts above 1): the same two programs, except that PureJaxRL's DQN draws
   one random stream per seed; as published its vmapped seeds share one
-  (``report.purejaxrl_independent_seeds`` says how and why).
+  (``common.purejaxrl_independent_seeds`` says how and why).
 
 The interpreter needs jrl and PureJaxRL's dependencies (gymnax 0.0.x with its
 5-value ``step``, flashbax, distrax), e.g. a venv with rejax installed plus
@@ -51,7 +51,7 @@ import threading
 import time
 import warnings
 
-from report import (
+from common import (
     DEFAULT_PUREJAXRL,
     import_purejaxrl,
     mean_and_final,
@@ -65,7 +65,7 @@ HEADING = "## jrl and PureJaxRL in one process (paired)"
 DEFAULT_STEPS = {"ppo": 102_400, "dqn": 100_000}
 INDEPENDENT = "dqn-independent"
 """The DQN comparison with PureJaxRL's seeds given independent random streams
-(``report.purejaxrl_independent_seeds``); jrl's program is the same as for "dqn"."""
+(``common.purejaxrl_independent_seeds``); jrl's program is the same as for "dqn"."""
 LABELS = {"ppo": "PPO", "dqn": "DQN", INDEPENDENT: "DQN, PureJaxRL's seeds independent"}
 ALGORITHM = {"ppo": "ppo", "dqn": "dqn", INDEPENDENT: "dqn"}
 """The algorithm (benchmark CONFIG, PureJaxRL module) each configuration runs."""
@@ -110,8 +110,8 @@ def jrl_program(agent: str, total_steps: int):
     import jrl.agents
     import jrl.envs
 
-    from jrl import parallel
     from jrl.experiment import make_config
+    from jrl.run import anakin
 
     if agent == "ppo":
         from ppo_cartpole import CONFIG
@@ -120,14 +120,10 @@ def jrl_program(agent: str, total_steps: int):
     config = make_config(agent, "CartPole-v1", **{**CONFIG, "total_steps": total_steps})
     env, env_params = jrl.envs.make("CartPole-v1")
     algorithm = jrl.agents.get(agent).build(config, env, env_params).algorithm
-    vstep = jax.vmap(algorithm.step, axis_name=parallel.RUNS)
+    chunk = anakin.make_chunk(algorithm, config.num_iterations)
 
     def train(keys):
-        states = jax.lax.map(algorithm.init, keys)
-        with parallel.runs_axis():
-            states, metrics = jax.lax.scan(
-                lambda s, _: vstep(s), states, None, length=config.num_iterations
-            )
+        states, metrics = chunk(jax.lax.map(algorithm.init, keys))
         return states.agent_state.params, metrics["train/episode_return"]  # [iterations, R]
 
     return train, config.num_iterations * algorithm.env_steps_per_iteration, lambda out: out[1].T
@@ -408,7 +404,7 @@ docstring):
   equal parameters across 4 seeds), the same exploration and replay draws, only the
   env resets differ; its program draws its random numbers once for all seeds. In
   this row that call returns `fold_in(key, 0)` of each seed's own key while
-  PureJaxRL's `train` is traced (`report.purejaxrl_independent_seeds`, its code
+  PureJaxRL's `train` is traced (`common.purejaxrl_independent_seeds`, its code
   unchanged), so both programs draw one stream per seed, the work independent
   seeds need.
 - A run that takes longer than `--timeout` is taken as hung: its process is
@@ -431,7 +427,7 @@ def main(argv=None) -> None:
         choices=list(LABELS),
         default=list(LABELS),
         help=f"{INDEPENDENT}: DQN against PureJaxRL's DQN with one random stream per seed "
-        "(report.purejaxrl_independent_seeds); run for --dqn-seeds above 1 only",
+        "(common.purejaxrl_independent_seeds); run for --dqn-seeds above 1 only",
     )
     parser.add_argument("--ppo-seeds", type=int, nargs="+", default=[1, 16])
     parser.add_argument("--dqn-seeds", type=int, nargs="+", default=[1, 4])

@@ -19,7 +19,7 @@ compile starts cold):
   separately.
 - **PureJaxRL** (its own ``purejaxrl/ppo.py``, from a checkout outside jrl,
   ``--purejaxrl``, its wrappers taken from gymnax, see
-  ``report.import_purejaxrl``; run by ``--purejaxrl-python``, an interpreter with
+  ``common.import_purejaxrl``; run by ``--purejaxrl-python``, an interpreter with
   gymnax 0.0.x and distrax): ``jit(vmap(make_train(config)))`` with the
   configuration of its ``__main__`` (DEBUG off), compiled ahead of time,
   then called once; its per-iteration return is computed from its
@@ -64,29 +64,38 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
-import math
 import os
 import platform
-import subprocess
 import sys
 import time
 from pathlib import Path
 
-from report import (
+from common import (
     DEFAULT_PUREJAXRL,
+    best_rows,
     carried_returns,
+    check_config,
     compile_and_run,
     cpu_model,
+    default_output,
+    dump_measured,
+    first_reach,
+    git_commit,
     import_purejaxrl,
+    load_measured,
     mean_and_final,
+    measure,
+    nan_to_none,
+    or_dash,
+    purejaxrl_available,
     purejaxrl_ppo_returns,
-    run_json_worker,
+    rate,
+    run_worker,
+    time_to_target,
     write_section,
 )
 
 HEADING = "## PPO CartPole-v1"
-REPO = Path(__file__).resolve().parent.parent
-TARGET_RETURN = 475.0
 DEFAULT_REJAX_PYTHON = "/work/venv-rejax/bin/python"
 
 # PureJaxRL's CartPole-v1 PPO configuration (the fields jrl's PPOConfig must match).
@@ -118,29 +127,22 @@ REFERENCE = {1: {"compile": 3.4, "run": 3.3}, 16: {"run_per_seed": 2.3}}
 # --------------------------------------------------------------------------
 
 
-def _first_reach(mean_return, num_iterations):
-    """1-based first iteration whose mean return is >= TARGET_RETURN, or None."""
-    for i, r in enumerate(mean_return):
-        if r is not None and not math.isnan(r) and r >= TARGET_RETURN:
-            return i + 1
-    return None
-
-
 def worker_jrl(seeds: int, total_steps: int, num_reports: int, seed: int) -> dict:
     import jax
     import jrl.agents
     import jrl.envs
     import numpy as np
 
-    from jrl.experiment import make_config
     from jrl.run import anakin
 
     t_start = time.perf_counter()
-    config = make_config("ppo", "CartPole-v1", total_steps=total_steps)
-    expected = {**CONFIG, "total_steps": total_steps}
-    got = {k: getattr(config, k) for k in expected}
-    if got != expected:
-        raise SystemExit(f"jrl's PPO CartPole config differs from PureJaxRL's: {got} != {expected}")
+    config = check_config(
+        "ppo",
+        "CartPole-v1",
+        {**CONFIG, "total_steps": total_steps},
+        "PureJaxRL's",
+        total_steps=total_steps,
+    )
     env, env_params = jrl.envs.make("CartPole-v1")
     built = jrl.agents.get("ppo").build(config, env, env_params)
     keys = jax.random.split(jax.random.key(seed), seeds)
@@ -186,12 +188,12 @@ def worker_jrl(seeds: int, total_steps: int, num_reports: int, seed: int) -> dic
         "init": init_s,
         "init_cpu": init_cpu,
         "wall": wall,
-        "reached": _first_reach(mean.tolist(), config.num_iterations),
+        "reached": first_reach(enumerate(mean.tolist(), start=1)),
         "final_return": final,
-        "mean_return": [None if math.isnan(x) else float(x) for x in mean.tolist()],
+        "mean_return": nan_to_none(mean.tolist()),
         "jax": jax.__version__,
         "load": os.getloadavg()[0],
-        "commit": _git_commit(),
+        "commit": git_commit(),
     }
 
 
@@ -247,9 +249,9 @@ def worker_purejaxrl(seeds: int, total_steps: int, seed: int, checkout: str) -> 
         **times,
         "wall": wall,
         "init": 0.0,
-        "reached": _first_reach(mean.tolist(), num_iterations),
+        "reached": first_reach(enumerate(mean.tolist(), start=1)),
         "final_return": final,
-        "mean_return": [None if math.isnan(x) else float(x) for x in mean.tolist()],
+        "mean_return": nan_to_none(mean.tolist()),
         "jax": jax.__version__,
         "load": os.getloadavg()[0],
         "versions": {p: version(p) for p in ("gymnax", "jax", "flax", "optax", "distrax")},
@@ -358,8 +360,8 @@ def worker_rejax(
                 np.diff(sums, axis=1, prepend=0.0), np.diff(counts, axis=1, prepend=0.0)
             )
         )
-        reached = _first_reach(mean.tolist(), num_iterations)
-        mean_list = [None if math.isnan(x) else float(x) for x in mean.tolist()]
+        reached = first_reach(enumerate(mean.tolist(), start=1))
+        mean_list = nan_to_none(mean.tolist())
     return {
         "library": "rejax (plain)" if plain else "rejax",
         "seeds": seeds,
@@ -380,66 +382,6 @@ def worker_rejax(
 # --------------------------------------------------------------------------
 # Orchestration
 # --------------------------------------------------------------------------
-
-
-def run_worker(
-    python: str,
-    library: str,
-    seeds: int,
-    total_steps: int,
-    num_reports: int,
-    seed: int,
-    timeout: float,
-    purejaxrl: str = DEFAULT_PUREJAXRL,
-) -> dict | str:
-    """Runs one measurement in a fresh interpreter; returns its JSON or an error string."""
-    cmd = [
-        python,
-        str(Path(__file__).resolve()),
-        "--worker",
-        library,
-        "--seeds",
-        str(seeds),
-        "--total-steps",
-        str(total_steps),
-        "--num-reports",
-        str(num_reports),
-        "--seed",
-        str(seed),
-        "--purejaxrl",
-        purejaxrl,
-    ]
-    env = dict(os.environ) if library == "jrl" else {**os.environ, "PYTHONPATH": ""}
-    return run_json_worker(cmd, env, timeout, REPO)
-
-
-def best(results: list[dict]) -> dict:
-    """Lowest compile and lowest run over the repeats (taken separately)."""
-    out = dict(min(results, key=lambda r: r["run"]))
-    out["compile"] = min(r["compile"] for r in results)
-    cpus = [r["compile_cpu"] for r in results if r.get("compile_cpu") is not None]
-    out["compile_cpu"] = min(cpus) if cpus else None
-    inits = [r["init"] for r in results if r.get("init") is not None]
-    out["init"] = min(inits) if inits else None
-    out["load_range"] = (min(r["load"] for r in results), max(r["load"] for r in results))
-    out["repeats"] = len(results)
-    out["all_compile"] = [round(r["compile"], 2) for r in results]
-    out["all_run"] = [round(r["run"], 2) for r in results]
-    return out
-
-
-def time_to_target(r: dict) -> float | None:
-    if r.get("reached") is None:
-        return None
-    return r["compile"] + r["run"] * r["reached"] / r["num_iterations"]
-
-
-def _f(x, fmt="{:.1f}", none="–"):
-    return none if x is None else fmt.format(x)
-
-
-def _rate(x: float) -> str:
-    return f"{x / 1e6:.2f} M" if x >= 1e6 else f"{x / 1e3:.0f} k"
 
 
 def _ref_run(ref: dict, seeds: int) -> float:
@@ -470,10 +412,11 @@ def make_tables(rows: dict[tuple[str, int], dict], seeds_list: list[int], quick:
         if ref is not None:
             cited[seeds] = ref
             run_ref = _ref_run(ref, seeds)
+            steps_per_s = rate(CONFIG["total_steps"] * seeds / run_ref, k_digits=0)
             lines.append(
-                f"| PureJaxRL (cited reference) | {seeds} | {_f(ref.get('compile'))} | – | – | "
-                f"{_f(ref.get('run'))} | ~{_rate(CONFIG['total_steps'] * seeds / run_ref)} | "
-                f"{run_ref / seeds:.2f} | – | – |"
+                f"| PureJaxRL (cited reference) | {seeds} | {or_dash(ref.get('compile'))} "
+                f"| – | – | {or_dash(ref.get('run'))} | ~{steps_per_s} | {run_ref / seeds:.2f} "
+                "| – | – |"
             )
         for lib in ("jrl",) + PEERS + ("rejax (plain)",):
             r = rows.get((lib, seeds))
@@ -488,12 +431,12 @@ def make_tables(rows: dict[tuple[str, int], dict], seeds_list: list[int], quick:
                 if t is not None
                 else ("not reached" if r["mean_return"] else "–")
             )
-            init = _f(r.get("init")) if lib == "jrl" else "(in compile)"
+            init = or_dash(r.get("init")) if lib == "jrl" else "(in compile)"
+            steps_per_s = rate(r["steps_per_run"] * seeds / r["run"], k_digits=0)
             lines.append(
-                f"| {lib} | {seeds} | {r['compile']:.1f} | {_f(r.get('compile_cpu'))} | {init} | "
-                f"{r['run']:.1f} | {_rate(r['steps_per_run'] * seeds / r['run'])} "
-                f"| {r['run'] / seeds:.2f} | "
-                f"{reach} | {_f(r.get('final_return'))} |"
+                f"| {lib} | {seeds} | {r['compile']:.1f} | {or_dash(r.get('compile_cpu'))} "
+                f"| {init} | {r['run']:.1f} | {steps_per_s} | {r['run'] / seeds:.2f} | "
+                f"{reach} | {or_dash(r.get('final_return'))} |"
             )
 
     ratio = [
@@ -612,12 +555,8 @@ def main(argv=None) -> None:
 
     repeats = args.repeats or (1 if args.quick else 3)
     rejax_note = None
-    measured: dict[tuple[str, int], list] = {}
     if args.from_json:
-        for path in args.from_json:
-            for key, results in json.loads(path.read_text()).items():
-                lib, seeds = key.rsplit("|", 1)
-                measured.setdefault((lib, int(seeds)), []).extend(results)
+        measured = load_measured(args.from_json)
         seeds_list = args.seeds or sorted({s for _, s in measured})
         total_steps = next(
             r["steps_per_run"] for rs in measured.values() for r in rs if isinstance(r, dict)
@@ -626,14 +565,8 @@ def main(argv=None) -> None:
     else:
         seeds_list = args.seeds or ([1, 4] if args.quick else [1, 16, 64])
         libraries = ["jrl"]
-        pjr = Path(args.purejaxrl) / "purejaxrl" / "ppo.py"
-        if pjr.exists() and Path(args.purejaxrl_python).exists():
+        if purejaxrl_available(args.purejaxrl, "ppo", args.purejaxrl_python):
             libraries.append("purejaxrl")
-        else:
-            print(
-                f"PureJaxRL skipped: {pjr} or {args.purejaxrl_python} not found (see --purejaxrl)",
-                file=sys.stderr,
-            )
         if Path(args.rejax_python).exists():
             libraries.append("rejax")
             if args.rejax_plain:
@@ -641,77 +574,45 @@ def main(argv=None) -> None:
         else:
             rejax_note = f"rejax skipped: {args.rejax_python} not found (see --rejax-python)"
             print(rejax_note, file=sys.stderr)
-        for seeds in seeds_list:
-            for rep in range(repeats):
-                for lib in libraries:
-                    python = {"jrl": sys.executable, "purejaxrl": args.purejaxrl_python}.get(
-                        lib, args.rejax_python
-                    )
-                    load = os.getloadavg()[0]
-                    r = run_worker(
-                        python,
-                        lib,
-                        seeds,
-                        total_steps,
-                        args.num_reports,
-                        args.seed,
-                        args.timeout,
-                        args.purejaxrl,
-                    )
-                    name = {"rejax-plain": "rejax (plain)", "purejaxrl": "PureJaxRL"}.get(lib, lib)
-                    if isinstance(r, str):
-                        print(f"{name:14s} seeds={seeds:3d} repeat {rep + 1}: {r}", file=sys.stderr)
-                    else:
-                        print(
-                            f"{name:14s} seeds={seeds:3d} repeat {rep + 1}: "
-                            f"compile {r['compile']:6.2f} s "
-                            f"(cpu {_f(r.get('compile_cpu'), '{:.2f}')}) run {r['run']:7.2f} s "
-                            f"wall {r['wall']:6.1f} s reached {r['reached']} load {load:.2f}",
-                            file=sys.stderr,
-                        )
-                    measured.setdefault((name, seeds), []).append(r)
-        if args.json:
-            args.json.write_text(
-                json.dumps({f"{k[0]}|{k[1]}": v for k, v in measured.items()}, indent=1)
+
+        def run_one(lib: str, seeds: int) -> dict | str:
+            python = {"jrl": sys.executable, "purejaxrl": args.purejaxrl_python}.get(
+                lib, args.rejax_python
+            )
+            return run_worker(
+                __file__,
+                python,
+                lib,
+                args.timeout,
+                seeds=seeds,
+                total_steps=total_steps,
+                num_reports=args.num_reports,
+                seed=args.seed,
+                purejaxrl=args.purejaxrl,
             )
 
-    rows = {}
-    for key, results in measured.items():
-        ok = [r for r in results if isinstance(r, dict)]
-        rows[key] = best(ok) if ok else results[-1]
-        if ok:  # the runs that did not finish (a timeout, an error) are named in the section
-            rows[key]["failures"] = [r for r in results if not isinstance(r, dict)]
+        measured = measure(
+            [(rep, lib, s) for s in seeds_list for rep in range(repeats) for lib in libraries],
+            run_one,
+            lambda r: (
+                f"compile {r['compile']:6.2f} s (cpu {or_dash(r.get('compile_cpu'), '{:.2f}')}) "
+                f"run {r['run']:7.2f} s wall {r['wall']:6.1f} s reached {r['reached']} "
+                f"load {r['load']:.2f}"
+            ),
+            names={"rejax-plain": "rejax (plain)", "purejaxrl": "PureJaxRL"},
+        )
+        if args.json:
+            dump_measured(args.json, measured)
+
+    # the runs that did not finish (a timeout, an error) are named in the section
+    rows = best_rows(measured)
     tables = make_tables(rows, seeds_list, args.quick)
     print(tables)
 
-    output = (
-        args.output if args.output is not None else (None if args.quick else REPO / "BENCHMARKS.md")
-    )
+    output = default_output(args.output, args.quick)
     if output is not None and not args.no_write:
         write_section(output, HEADING, section(rows, tables, repeats, total_steps, rejax_note))
         print(f"wrote {output}")
-
-
-def _git_commit() -> str:
-    """Short HEAD commit of the repo, marked when jrl's sources have uncommitted changes."""
-    try:
-        head = subprocess.run(
-            ["git", "rev-parse", "--short", "HEAD"],
-            cwd=REPO,
-            capture_output=True,
-            text=True,
-            check=True,
-        ).stdout.strip()
-        dirty = subprocess.run(
-            ["git", "status", "--porcelain", "jrl", "agents", "envs"],
-            cwd=REPO,
-            capture_output=True,
-            text=True,
-            check=True,
-        ).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown"
-    return head + (" plus uncommitted changes" if dirty else "")
 
 
 def section(rows, tables, repeats, total_steps, rejax_note) -> str:
@@ -719,8 +620,8 @@ def section(rows, tables, repeats, total_steps, rejax_note) -> str:
 
     rj = next((r for k, r in rows.items() if k[0] == "rejax" and isinstance(r, dict)), None)
     pj = next((r for k, r in rows.items() if k[0] == "PureJaxRL" and isinstance(r, dict)), None)
-    loads = [r["load_range"] for r in rows.values() if isinstance(r, dict)]
-    load_txt = f"{min(l[0] for l in loads):.1f} to {max(l[1] for l in loads):.1f}" if loads else "?"
+    loads = [x for r in rows.values() if isinstance(r, dict) for x in r["loads"]]
+    load_txt = f"{min(loads):.1f} to {max(loads):.1f}" if loads else "?"
     versions = ""
     if rj is not None:
         versions = "; rejax's venv: " + ", ".join(f"{k} {v}" for k, v in rj["versions"].items())
@@ -758,7 +659,7 @@ def section(rows, tables, repeats, total_steps, rejax_note) -> str:
             ),
             None,
         )
-        or _git_commit()
+        or git_commit()
     )
     unfinished = [
         f"{k[0]} with {k[1]} seed{'s' if k[1] > 1 else ''}: {len(r['failures'])} of "
