@@ -39,7 +39,7 @@ from jrl.agent import Agent, EnvSpec, Learned
 from jrl.builders import Built, training_env
 from jrl.config import Check, EpsilonGreedyConfig, ReplayConfig
 from jrl.distributions import epsilon_greedy, masked_argmax
-from jrl.learner import apply_gradients, scheduled_lr
+from jrl.learner import apply_gradients, epsilon_schedule, scheduled_lr
 from jrl.loops import ReplaySchedule, off_policy
 from jrl.optim import grad_norm_metric, linear_schedule, make_optimizer
 from jrl.types import PyTree, split_action_mask
@@ -204,13 +204,7 @@ def make_dqn(network: networks.QNetwork, config: DQNConfig, head: Head | None = 
         return DQNState(params, params, tx.init(params), hparams, jnp.zeros((), jnp.int32))
 
     def epsilon(state: DQNState):
-        hp = state.hparams
-        return linear_schedule(
-            state.num_updates,
-            hp.epsilon_start,
-            hp.epsilon_end,
-            hp.exploration_fraction * total_updates,
-        )
+        return epsilon_schedule(state.hparams, state.num_updates, total_updates)
 
     def act(state: DQNState, obs, key):
         """Epsilon-greedy on ``[N]`` observations, an independent draw per env."""

@@ -52,9 +52,9 @@ from jrl.agent import Agent, EnvSpec, Learned
 from jrl.builders import Built, training_env
 from jrl.config import Check, EpsilonGreedyConfig, LearningRate, RolloutConfig
 from jrl.distributions import epsilon_greedy, masked_argmax, masked_max
-from jrl.learner import apply_gradients, minibatch_epochs, scheduled_lr
+from jrl.learner import apply_gradients, epsilon_schedule, minibatch_epochs, scheduled_lr
 from jrl.loops import on_policy
-from jrl.optim import grad_norm_metric, linear_schedule, make_optimizer
+from jrl.optim import grad_norm_metric, make_optimizer
 from jrl.types import PyTree, Transition, split_action_mask
 
 __all__ = ["PQNConfig", "PQNHParams", "PQNState", "build", "make_pqn", "q_lambda_targets"]
@@ -161,13 +161,7 @@ def make_pqn(network: networks.QNetwork, config: PQNConfig) -> Agent:
         return PQNState(params, tx.init(params), hparams, jnp.zeros((), jnp.int32))
 
     def epsilon(state: PQNState):
-        hp = state.hparams
-        return linear_schedule(
-            state.num_updates,
-            hp.epsilon_start,
-            hp.epsilon_end,
-            hp.exploration_fraction * total_updates,
-        )
+        return epsilon_schedule(state.hparams, state.num_updates, total_updates)
 
     def act(state: PQNState, obs, key):
         """Epsilon-greedy over the valid actions of ``[N]`` observations, one draw per env."""
@@ -210,14 +204,8 @@ def make_pqn(network: networks.QNetwork, config: PQNConfig) -> Agent:
         x, _ = split_action_mask(batch.observation)
         data = _Samples(x, batch.action.astype(jnp.int32), jax.lax.stop_gradient(target))
         lr = scheduled_lr(hp.learning_rate, state.num_updates, total_updates, config.anneal_lr)
-        new_state, metrics = minibatch_epochs(
-            lambda s, mb: sgd_step(s, mb, lr),
-            state,
-            data,
-            key,
-            config.num_epochs,
-            config.num_minibatches,
-        )
+        step = lambda s, mb: sgd_step(s, mb, lr)
+        new_state, metrics = minibatch_epochs(step, state, data, key, config)
         metrics.update(
             {
                 "train/learning_rate": lr,

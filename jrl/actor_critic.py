@@ -210,12 +210,7 @@ def make_actor_critic(
         data = Minibatch(batch.observation, batch.action, ex["log_prob"], ex["value"], adv, target)
         lr = scheduled_lr(hp.learning_rate, state.num_updates, total_updates, config.anneal_lr)
         state, metrics = minibatch_epochs(
-            lambda s, mb: sgd_step(s, mb, lr),
-            state,
-            data,
-            key,
-            config.num_epochs,
-            config.num_minibatches,
+            lambda s, mb: sgd_step(s, mb, lr), state, data, key, config
         )
         metrics["train/learning_rate"] = lr
         metrics["train/value_target"] = parallel.pmean(target.mean())

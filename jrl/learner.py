@@ -7,7 +7,8 @@
   be a swept, traced value);
 - :func:`minibatch_epochs`: ``num_epochs`` passes over a rollout in
   env-stratified minibatches, with the metrics averaged (over minibatches,
-  epochs and devices).
+  epochs and devices);
+- :func:`epsilon_schedule`: the exploration rate of epsilon-greedy agents.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from jrl import buffers, parallel
 from jrl.optim import linear_schedule
 from jrl.types import PRNGKey, PyTree
 
-__all__ = ["apply_gradients", "minibatch_epochs", "scheduled_lr"]
+__all__ = ["apply_gradients", "epsilon_schedule", "minibatch_epochs", "scheduled_lr"]
 
 
 def scheduled_lr(learning_rate, count, total: int, anneal: bool) -> jax.Array:
@@ -45,15 +46,23 @@ SGDStep = Callable[[Any, PyTree], tuple[Any, dict[str, jax.Array]]]
 
 
 def minibatch_epochs(
-    sgd_step: SGDStep, state: Any, data: PyTree, key: PRNGKey, num_epochs: int, num_minibatches: int
+    sgd_step: SGDStep, state: Any, data: PyTree, key: PRNGKey, config: Any
 ) -> tuple[Any, dict[str, jax.Array]]:
-    """Runs ``sgd_step`` over ``num_epochs`` passes of ``data`` (``[T, N, ...]``), each pass
-    cut into ``num_minibatches`` minibatches by :func:`jrl.buffers.rollout_minibatches` (every
-    env's steps shuffled with its own key). Returns the final state and every metric's mean
-    over all minibatches (and devices)."""
+    """Runs ``sgd_step`` over ``config.num_epochs`` passes of ``data`` (``[T, N, ...]``), each
+    pass cut into ``config.num_minibatches`` minibatches by
+    :func:`jrl.buffers.rollout_minibatches` (every env's steps shuffled with its own key).
+    Returns the final state and every metric's mean over all minibatches (and devices)."""
+    num_minibatches = config.num_minibatches
 
     def epoch(st, k):
         return jax.lax.scan(sgd_step, st, buffers.rollout_minibatches(data, k, num_minibatches))
 
-    state, metrics = jax.lax.scan(epoch, state, jax.random.split(key, num_epochs))
+    state, metrics = jax.lax.scan(epoch, state, jax.random.split(key, config.num_epochs))
     return state, parallel.pmean(jax.tree.map(jnp.mean, metrics))
+
+
+def epsilon_schedule(hp: Any, count, total_updates) -> jax.Array:
+    """Epsilon after ``count`` updates: from ``hp.epsilon_start`` linearly to ``hp.epsilon_end``
+    over the first ``hp.exploration_fraction`` of ``total_updates`` (all may be traced)."""
+    duration = hp.exploration_fraction * total_updates
+    return linear_schedule(count, hp.epsilon_start, hp.epsilon_end, duration)

@@ -73,12 +73,8 @@ class OnPolicyState:
     key: PRNGKey  # the loop's key; split every iteration
     iteration: jax.Array  # [] int32 iterations done
     env_steps: jax.Array  # [] int32 env transitions collected (all envs)
-    last_episode_return: (
-        jax.Array
-    )  # [] float32 mean return of the latest finished episodes (NaN before any)
-    last_episode_length: (
-        jax.Array
-    )  # [] float32 mean length of the latest finished episodes (NaN before any)
+    last_episode_return: jax.Array  # [] float32 mean return of the latest episodes (or NaN)
+    last_episode_length: jax.Array  # [] float32 mean length of the latest episodes (or NaN)
 
 
 def episode_metrics(info: dict[str, Any], previous_return: jax.Array, previous_length: jax.Array):
@@ -244,12 +240,8 @@ class OffPolicyState:
     iteration: jax.Array  # [] int32 iterations done
     env_steps: jax.Array  # [] int32 env transitions collected (all envs, all devices)
     num_updates: jax.Array  # [] int32 gradient updates done
-    last_episode_return: (
-        jax.Array
-    )  # [] float32 mean return of the latest finished episodes (NaN before any)
-    last_episode_length: (
-        jax.Array
-    )  # [] float32 mean length of the latest finished episodes (NaN before any)
+    last_episode_return: jax.Array  # [] float32 mean return of the latest episodes (or NaN)
+    last_episode_length: jax.Array  # [] float32 mean length of the latest episodes (or NaN)
 
 
 def off_policy(

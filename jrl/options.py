@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import typing
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -113,57 +114,40 @@ class RunOptions:
 
     def normalized(self) -> "RunOptions":
         """The same options with plain Python types (ints, float tuples, a tuple of sink names)."""
-        return dataclasses.replace(
-            self,
-            seeds=int(self.seeds),
-            seed=int(self.seed),
-            sweep={k: tuple(float(v) for v in vs) for k, vs in self.sweep.items()},
-            env_overrides=dict(self.env_overrides),
-            devices=None if self.devices is None else int(self.devices),
-            num_reports=int(self.num_reports),
-            eval_every=int(self.eval_every),
-            eval_episodes=int(self.eval_episodes),
-            checkpoint_every=int(self.checkpoint_every),
-            log=tuple(self.log),
-            keep_checkpoints=int(self.keep_checkpoints),
-        )
+        hints = typing.get_type_hints(RunOptions)
+        values = {}
+        for name in (f.name for f in dataclasses.fields(self)):
+            value = getattr(self, name)
+            if hints[name] in (int, int | None) and value is not None:
+                value = int(value)
+            values[name] = value
+        values["sweep"] = {k: tuple(float(v) for v in vs) for k, vs in self.sweep.items()}
+        values["env_overrides"], values["log"] = dict(self.env_overrides), tuple(self.log)
+        return RunOptions(**values)
 
     def record(self) -> dict[str, Any]:
         """The ``run`` record of ``config.json`` (the :data:`RECORDED` options)."""
-        return {
-            "format_version": RUN_FORMAT_VERSION,
-            "num_seeds": self.seeds,
-            "seed": self.seed,
-            "sweep_values": {k: list(v) for k, v in self.sweep.items()},
-            "env_overrides": self.env_overrides,
-            "devices": self.devices,
-            "num_reports": self.num_reports,
-            "eval_every": self.eval_every,
-            "eval_episodes": self.eval_episodes,
-            "checkpoint_every": self.checkpoint_every,
-            "log": list(self.log),
-        }
+        out: dict[str, Any] = {"format_version": RUN_FORMAT_VERSION}
+        for name in RECORDED:
+            value = getattr(self, name)
+            if name == "sweep":
+                value = {k: list(v) for k, v in value.items()}
+            out[_RECORD_KEYS.get(name, name)] = list(value) if name == "log" else value
+        return out
 
     @classmethod
     def from_record(cls, run: dict[str, Any]) -> "RunOptions":
         """The recorded options of a ``run`` record (the others at their defaults)."""
-        return cls(
-            seeds=run["num_seeds"],
-            seed=run["seed"],
-            sweep=run["sweep_values"],
-            env_overrides=run["env_overrides"],
-            devices=run["devices"],
-            num_reports=run["num_reports"],
-            eval_every=run["eval_every"],
-            eval_episodes=run["eval_episodes"],
-            checkpoint_every=run["checkpoint_every"],
-            log=tuple(run.get("log", ())),
-        ).normalized()
+        keys = {name: _RECORD_KEYS.get(name, name) for name in RECORDED}
+        return cls(**{name: run[key] for name, key in keys.items() if key in run}).normalized()
 
     def recorded(self) -> dict[str, Any]:
         """The :data:`RECORDED` options by name."""
         return {name: getattr(self, name) for name in RECORDED}
 
+
+_RECORD_KEYS = {"seeds": "num_seeds", "sweep": "sweep_values"}
+"""Names the ``run`` record of ``config.json`` gives some options."""
 
 RECORDED = (
     "seeds",
