@@ -173,7 +173,8 @@ class RolloutConfig(AgentConfig):
     """Minibatches per pass; num_steps must be divisible by it (each holds
     num_steps/num_minibatches steps of every env)."""
     optimizer: str = "adam"
-    """The gradient scaler: 'adam', 'rmsprop' or 'radam' (the agents' OPTIMIZERS)."""
+    """The gradient scaler: one of the agent's OPTIMIZERS ('adam' or 'rmsprop' for the
+    actor-critic agents, 'radam' or 'adam' for PQN)."""
 
     @property
     def batch_size(self) -> int:

@@ -107,9 +107,10 @@ def make_config(agent: str, env_id: str, **overrides: Any):
     fields = {f.name: f for f in dataclasses.fields(config_cls)}
     hints = typing.get_type_hints(config_cls)
     unknown = sorted(set(overrides) - set(fields))
-    if unknown:
+    if unknown:  # suggestions also from the run options, which jrl.train takes by keyword too
+        known = [*fields, *OPTION_NAMES]
         hints_txt = "; ".join(
-            f"{u!r}" + "".join(f" (did you mean {c}?)" for c in names.closest(u, fields, n=1))
+            f"{u!r}" + "".join(f" (did you mean {c}?)" for c in names.closest(u, known, n=1))
             for u in unknown
         )
         raise TypeError(
