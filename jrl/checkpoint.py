@@ -35,9 +35,13 @@ this process (single-host runs on any number of local devices are).
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import logging
+import os
+import sys
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -45,7 +49,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jrl import __version__
+from jrl import __version__, files
 from jrl.types import PyTree
 
 __all__ = [
@@ -60,13 +64,13 @@ __all__ = [
 ]
 
 FORMAT_VERSION = 2
-"""2: the agent-contract names (``num_updates`` for every agent's update counter; an
-agent's hyperparameters only its own). Format 1 checkpoints are read through
-:func:`_format1_order`."""
+"""Bumped whenever the layout or the meaning of a checkpoint changes. Format 2: the
+agent-contract names (``num_updates`` for every agent's update counter; an agent's
+hyperparameters only its own) and a run fingerprint in the record. Format 1 checkpoints
+are read through :func:`_format1_order`."""
 
 RENAMED_IN_2 = {"num_learn_steps": "num_updates"}
 """Path components renamed by format 2 (the actor-critic and PQN update counters)."""
-"""Bumped whenever the layout or the meaning of a checkpoint changes."""
 
 CHECKPOINT_DIR = "checkpoints"
 MANIFEST = (
@@ -184,6 +188,57 @@ class Checkpoint:
         self.state, self.history, self.meta, self.step, self.path = state, history, meta, step, path
 
 
+SAVE_LOG = "save-errors.log"
+"""Where the stderr of a failed save goes (orbax and tensorstore print hundreds of lines of
+tracebacks from their threads for one I/O error)."""
+
+
+@contextlib.contextmanager
+def _quiet_stderr(log: Path):
+    """Captures what is written to file descriptor 2 (threads and C++ included) during the
+    block: replayed on stderr when the block succeeds, written to ``log`` (best effort: the
+    disk may be full) when it raises."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with tempfile.TemporaryFile() as capture:
+        os.dup2(capture.fileno(), 2)
+        try:
+            yield
+        except BaseException:
+            _until_quiet(capture)  # the failed writes' threads go on reporting for a while
+            sys.stderr.flush()
+            os.dup2(saved, 2)
+            capture.seek(0)
+            try:
+                log.write_bytes(capture.read())
+            except OSError:
+                pass
+            raise
+        finally:
+            sys.stderr.flush()
+            os.dup2(saved, 2)
+            os.close(saved)
+        capture.seek(0)
+        text = capture.read()
+        if text:
+            os.write(2, text)
+
+
+def _until_quiet(capture, quiet_for: float = 0.5, at_most: float = 10.0) -> None:
+    """Waits until nothing was written to ``capture`` for ``quiet_for`` seconds (``at_most``
+    in all)."""
+    import time
+
+    start, size, since = time.monotonic(), -1, time.monotonic()
+    while time.monotonic() - start < at_most:
+        now = os.fstat(capture.fileno()).st_size
+        if now != size:
+            size, since = now, time.monotonic()
+        elif time.monotonic() - since >= quiet_for:
+            return
+        time.sleep(0.05)
+
+
 def _quiet_orbax():
     logging.getLogger("absl").setLevel(logging.WARNING)
 
@@ -225,28 +280,30 @@ class Checkpointer:
         flat.update({f"h{i:05d}": a for i, a in enumerate(hist)})
         if int(step) in self._manager.all_steps():  # e.g. a resumed run stopping where it started
             self._manager.delete(int(step))
-        self._manager.save(
-            int(step),
-            args=ocp.args.Composite(
-                arrays=ocp.args.StandardSave(flat), meta=ocp.args.JsonSave(record)
-            ),
-            force=True,
+        args = ocp.args.Composite(
+            arrays=ocp.args.StandardSave(flat), meta=ocp.args.JsonSave(record)
         )
-        self._manager.wait_until_finished()
+        with _quiet_stderr(self.directory / SAVE_LOG):
+            self._manager.save(int(step), args=args, force=True)
+            self._manager.wait_until_finished()
         path = self.directory / str(int(step))
         manifest = {
             str(f.relative_to(path)): _file_digest(f)
             for f in sorted(path.rglob("*"))
             if f.is_file()
         }
-        tmp = path / f".{MANIFEST}.tmp"
-        tmp.write_text(json.dumps(manifest, indent=0))
-        tmp.replace(path / MANIFEST)
+        files.write_atomic(path / MANIFEST, json.dumps(manifest, indent=0))
         return path
 
+    def delete(self, steps: list[int]) -> None:
+        """Deletes these committed steps."""
+        for step in steps:
+            self._manager.delete(int(step))
+
     def close(self) -> None:
-        self._manager.wait_until_finished()
-        self._manager.close()
+        with _quiet_stderr(self.directory / SAVE_LOG):  # a failed save's threads report here too
+            self._manager.wait_until_finished()
+            self._manager.close()
 
 
 def steps(run_dir: str | Path) -> list[int]:

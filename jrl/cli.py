@@ -75,7 +75,7 @@ def cmd_agents(args: Sequence[str]) -> int:
     import jrl.agents
 
     for name in jrl.agents.names():
-        print(f"{name:8s} {jrl.agents.summary(name)}")
+        print(f"{name:10s} {jrl.agents.summary(name)}")
     return 0
 
 
@@ -85,8 +85,11 @@ def _parse_sweep(items: Sequence[str]) -> dict[str, list[float]]:
         name, sep, values = item.partition("=")
         if not sep or not values:
             raise CLIError(f"--sweep expects FIELD=v1,v2,..., got {item!r}")
+        name = name.replace("-", "_")
+        if name in sweep:
+            raise CLIError(f"--sweep {name} is given twice: put every value in one FIELD=v1,v2")
         try:
-            sweep[name.replace("-", "_")] = [float(v) for v in values.split(",")]
+            sweep[name] = [float(v) for v in values.split(",")]
         except ValueError:
             raise CLIError(f"--sweep {name}: values must be numbers, got {values!r}") from None
     return sweep
@@ -199,7 +202,22 @@ def _parse_train(args: list[str]):
         if getattr(ns.config, f.name) != getattr(preset, f.name)
     }
     given = {a.split("=", 1)[0] for a in rest if a.startswith("--")}
-    return agent, ns.cli, ns.options, overrides, saved, given
+    # every --sweep occurrence (tyro keeps only the last one of a repeated flag)
+    cli = dataclasses.replace(ns.cli, sweep=_sweep_items(rest))
+    return agent, cli, ns.options, overrides, saved, given
+
+
+def _sweep_items(args: Sequence[str]) -> tuple[str, ...]:
+    """The FIELD=v1,v2 items of every ``--sweep`` in ``args``."""
+    items, taking = [], False
+    for a in args:
+        if a.startswith("--"):
+            taking = a == "--sweep"
+            if a.startswith("--sweep="):
+                items.append(a.split("=", 1)[1])
+        elif taking:
+            items.append(a)
+    return tuple(items)
 
 
 def _check_resume_flags(cli: CLIOptions, options, saved, given: set[str]) -> None:
@@ -211,9 +229,13 @@ def _check_resume_flags(cli: CLIOptions, options, saved, given: set[str]) -> Non
             raise CLIError("--resume-step goes with --resume RUN_DIR")
         return
     for name in RECORDED:
+        if name in ("sweep", "env_overrides"):  # not flags of their own: checked below
+            continue
         flag = f"--{name.replace('_', '-')}"
-        value = getattr(saved.options, name)
-        if flag in given and getattr(options.normalized(), name) != value:
+        value, asked = getattr(saved.options, name), getattr(options.normalized(), name)
+        if name == "devices":  # one device is the default: --devices 1 asks for no change
+            value, asked = value or 1, asked or 1
+        if flag in given and asked != value:
             raise CLIError(f"{flag} cannot change when resuming (the run has {value!r})")
     if cli.sweep and _parse_sweep(cli.sweep) != {
         k: list(v) for k, v in saved.options.sweep.items()
@@ -453,6 +475,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         return command(argv[1:])
     except CLIError as e:
         return _fail(str(e))
+    except KeyboardInterrupt:  # a second Ctrl-C while a run stopped, or Ctrl-C outside training
+        if debug:
+            raise
+        print(
+            "\njrl: aborted (Ctrl-C); the last complete checkpoint, if any, is kept",
+            file=sys.stderr,
+        )
+        return 130
     except (KeyError, ValueError, TypeError) as e:
         if debug:
             raise

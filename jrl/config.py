@@ -22,9 +22,11 @@ devices.
 from __future__ import annotations
 
 import dataclasses
+import math
 from typing import Annotated, Any, ClassVar, Iterable
 
 import jax.numpy as jnp
+import numpy as np
 import tyro
 
 from jrl import networks
@@ -71,6 +73,19 @@ def envs_per_device(num_envs: int, num_devices: int) -> int:
     if num_devices < 1 or num_envs % num_devices:
         raise ValueError(f"num_envs = {num_envs} is not divisible by {num_devices} devices")
     return num_envs // num_devices
+
+
+FLOAT32_MAX = float(np.finfo(np.float32).max)
+
+
+def _finite_floats(config: Any) -> list[Check]:
+    out = []
+    for f in dataclasses.fields(config):
+        value = getattr(config, f.name)
+        if isinstance(value, float):
+            ok = math.isfinite(value) and abs(value) <= FLOAT32_MAX
+            out.append((ok, f"{f.name} must be a finite number (float32), got {value!r}"))
+    return out
 
 
 @dataclasses.dataclass(frozen=True)
@@ -125,9 +140,11 @@ class AgentConfig:
         return self.total_steps // self.env_steps_per_iteration
 
     def checks(self) -> list[Check]:
-        """``(condition, message)`` pairs that :meth:`validate` checks in order."""
+        """``(condition, message)`` pairs that :meth:`validate` checks in order: first that
+        every float field is a finite float32 number (traced hyperparameters are float32),
+        then the ranges."""
         c = self
-        return [
+        return _finite_floats(self) + [
             (c.num_envs > 0, f"num_envs must be positive, got {c.num_envs}"),
             (c.learning_rate > 0, f"learning_rate must be positive, got {c.learning_rate}"),
             (0.0 <= c.gamma <= 1.0, f"gamma must lie in [0, 1], got {c.gamma}"),

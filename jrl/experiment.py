@@ -58,6 +58,8 @@ __all__ = [
 
 OPTION_NAMES = frozenset(f.name for f in dataclasses.fields(RunOptions))
 """Keywords of :func:`train` and :func:`resume` that are run options, not config fields."""
+RESERVED_NAMES = OPTION_NAMES | {"env", "out", "options", "agent", "resume", "debug", "quiet"}
+"""Names no agent config field may have (run options and ``jrl train``'s own flags)."""
 
 
 def _coerce(field: dataclasses.Field, value: Any, hints: dict[str, Any]) -> Any:
@@ -105,6 +107,12 @@ def make_config(agent: str, env_id: str, **overrides: Any):
     """
     config_cls = jrl.agents.get(agent).config_cls
     fields = {f.name: f for f in dataclasses.fields(config_cls)}
+    clash = sorted(set(fields) & RESERVED_NAMES)
+    if clash:
+        raise TypeError(
+            f"{agent}'s config field(s) {clash} have the name of a run option or command-line "
+            "option of jrl.train / jrl train; rename them in the config class"
+        )
     hints = typing.get_type_hints(config_cls)
     unknown = sorted(set(overrides) - set(fields))
     if unknown:  # suggestions also from the run options, which jrl.train takes by keyword too
@@ -124,8 +132,12 @@ def make_config(agent: str, env_id: str, **overrides: Any):
 
 
 def _split_options(kwargs: dict[str, Any], options: RunOptions | None) -> tuple[RunOptions, dict]:
-    """``(run options, config overrides)`` from :func:`train`'s keywords."""
+    """``(run options, config overrides)`` from :func:`train`'s keywords (``sweep=None`` and
+    ``env_overrides=None`` mean none)."""
     given = {k: kwargs.pop(k) for k in list(kwargs) if k in OPTION_NAMES}
+    for name in ("sweep", "env_overrides"):
+        if name in given and given[name] is None:
+            given[name] = {}
     opts = dataclasses.replace(options or RunOptions(), **given)
     return opts, kwargs
 
@@ -142,7 +154,7 @@ def _start(options: RunOptions) -> None:
 def train(
     agent: str,
     env: str = "CartPole-v1",
-    seeds: int = 1,
+    seeds: int | None = None,
     *,
     out: str | os.PathLike | None = None,
     options: RunOptions | None = None,
@@ -153,7 +165,7 @@ def train(
     Args:
       agent: a registered agent name (``jrl.agents.names()``), e.g. "ppo".
       env: a registered env id (``jrl.envs.names()``) or "gymnax:<name>".
-      seeds: independent runs per swept value (vmapped).
+      seeds: independent runs per swept value (vmapped); default ``options.seeds`` (1).
       out: run folder to write (refuses a folder holding another run unless
         ``overwrite``, which first removes that run's files).
       options: run options (:class:`~jrl.options.RunOptions`); keywords naming
@@ -178,23 +190,32 @@ def train(
         checkpoint is kept).
     """
     opts, overrides = _split_options(dict(kwargs), options)
-    opts = dataclasses.replace(opts, seeds=seeds)
+    if seeds is not None:
+        opts = dataclasses.replace(opts, seeds=seeds)
     _start(opts)
     opts = opts.validate(has_out=out is not None).normalized()
     if opts.devices is None and jax.process_count() > 1:
         opts = dataclasses.replace(opts, devices=jax.device_count())
     spec = RunSpec(agent, env, make_config(agent, env, **overrides), opts)
-    _check_sweep(spec)
-    out_path = Path(out) if out is not None and jax.process_index() == 0 else None
-    if out_path is not None:
+    _check_sweep(spec, overrides)
+    if out is None or jax.process_index() != 0:  # only process 0 writes the run folder
+        return training.execute(spec, None)
+    out_path = Path(out)
+    with run_folder.RunLock(out_path, quiet=not opts.progress):
         run_folder.check_out_dir(out_path, opts.overwrite)
-    return training.execute(spec, out_path)
+        return training.execute(spec, out_path)
 
 
-def _check_sweep(spec: RunSpec) -> None:
-    """Refuses a sweep of a field that cannot vary in one program, or a value that is
-    invalid on its own."""
+def _check_sweep(spec: RunSpec, overrides: dict[str, Any]) -> None:
+    """Refuses a sweep of a field that cannot vary in one program, a field both set and
+    swept, or a value that is invalid on its own."""
     sweep, config = spec.options.sweep, spec.config
+    both = sorted(set(sweep) & set(overrides))
+    if both:
+        raise ValueError(
+            f"{both[0]} is both set ({both[0]}={overrides[both[0]]!r}) and swept "
+            f"({list(sweep[both[0]])}); give one of them"
+        )
     sweepable = jrl.agents.get(spec.agent).sweepable
     bad = sorted(set(sweep) - set(sweepable))
     if bad:
@@ -253,9 +274,8 @@ def resume(
             + "; ".join(diffs)
         )
     spec = dataclasses.replace(spec, options=opts)
-    return training.execute(
-        spec, run_dir if jax.process_index() == 0 else None, step, resuming=True
-    )
+    with run_folder.RunLock(run_dir, quiet=not opts.progress):  # resume is single-process
+        return training.execute(spec, run_dir, step, resuming=True)
 
 
 def _resume_differences(spec: RunSpec, agent, env, recorded: dict, overrides: dict) -> list[str]:
@@ -267,11 +287,12 @@ def _resume_differences(spec: RunSpec, agent, env, recorded: dict, overrides: di
         diffs.append(f"env: saved {spec.env_id!r}, given {env!r}")
     saved_opts = spec.options
     given_opts = dataclasses.replace(saved_opts, **recorded).normalized()
-    diffs += [
-        f"{k}: saved {getattr(saved_opts, k)!r}, given {getattr(given_opts, k)!r}"
-        for k in sorted(recorded)
-        if getattr(given_opts, k) != getattr(saved_opts, k)
-    ]
+    for k in sorted(recorded):
+        saved_value, given_value = getattr(saved_opts, k), getattr(given_opts, k)
+        if k == "devices":  # one device is the default: devices=1 asks for no change
+            saved_value, given_value = saved_value or 1, given_value or 1
+        if saved_value != given_value:
+            diffs.append(f"{k}: saved {getattr(saved_opts, k)!r}, given {getattr(given_opts, k)!r}")
     if not diffs and overrides:
         saved = dataclasses.asdict(spec.config)
         given = make_config(spec.agent, spec.env_id, **{**saved, **overrides})
@@ -317,6 +338,7 @@ def load_run(run_dir: str | os.PathLike, step: int | None = None) -> LoadedRun:
     built = build(spec.config, env_obj, env_params, num_devices=spec.options.devices or 1)
     like = anakin.abstract_states(built.algorithm, spec.keys(), spec.options.devices)
     ck = checkpoint.load(run_dir, like, step, step_flag="--step")
+    run_folder.check_checkpoint_run(ck.meta, spec, ck.path)  # a checkpoint of another run
     state = ck.state if spec.options.devices is None else jax.tree.map(lambda x: x[0], ck.state)
     return LoadedRun(spec, built, state, ck.step, ck)
 

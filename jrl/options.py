@@ -14,7 +14,9 @@ straight from the dataclass, docstrings included.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import itertools
+import json
 import typing
 from pathlib import Path
 from typing import Annotated, Any
@@ -78,6 +80,12 @@ class RunOptions:
 
     def validate(self, has_out: bool = True) -> "RunOptions":
         """Raises ``ValueError`` for the first out-of-range option; returns ``self``."""
+        hints = typing.get_type_hints(RunOptions)
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            if hints[f.name] in (int, int | None) and value is not None:
+                if isinstance(value, bool) or not float(value).is_integer():
+                    raise ValueError(f"{f.name} must be a whole number, got {value!r}")
         checks = [
             (int(self.seeds) >= 1, f"seeds must be >= 1, got {self.seeds}"),
             (int(self.num_reports) >= 1, f"num_reports must be >= 1, got {self.num_reports}"),
@@ -213,6 +221,35 @@ class RunSpec:
             "run": self.options.record(),
         }
 
+    def identity(self) -> dict[str, Any]:
+        """What makes two runs the same run: agent, env, every config value and the recorded
+        options (seeds, sweep, devices, schedule...), with the run record's format version."""
+        return {
+            "agent": self.agent,
+            "env_id": self.env_id,
+            "config": dataclasses.asdict(self.config),
+            "run": self.options.record(),
+        }
+
+    def fingerprint(self) -> str:
+        """sha256 of :meth:`identity` as canonical JSON (checkpoints record it)."""
+        text = json.dumps(self.identity(), sort_keys=True, default=str)
+        return hashlib.sha256(text.encode()).hexdigest()
+
+    def differences(self, other: "RunSpec") -> list[str]:
+        """``"field: here X, there Y"`` for every part of :meth:`identity` that differs."""
+        out = []
+        for part in ("agent", "env_id"):
+            if getattr(self, part) != getattr(other, part):
+                out.append(f"{part}: {getattr(self, part)!r} vs {getattr(other, part)!r}")
+        mine, theirs = dataclasses.asdict(self.config), dataclasses.asdict(other.config)
+        for name in sorted(set(mine) | set(theirs)):
+            if mine.get(name) != theirs.get(name):
+                out.append(f"{name}: {mine.get(name)!r} vs {theirs.get(name)!r}")
+        mine, theirs = self.options.recorded(), other.options.recorded()
+        out += [f"{k}: {mine[k]!r} vs {theirs[k]!r}" for k in RECORDED if mine[k] != theirs[k]]
+        return out
+
     @classmethod
     def from_record(cls, record: dict[str, Any], where: Path) -> "RunSpec":
         """Parses a ``config.json`` record (``where`` names it in errors); fields an agent's
@@ -220,6 +257,8 @@ class RunSpec:
         import jrl.agents
         from jrl.experiment import make_config
 
+        if not isinstance(record, dict) or not {"agent", "env_id", "config"} <= set(record):
+            raise CheckpointError(f"{where} is not a jrl run record (no agent, env_id and config)")
         run = record.get("run")
         if not isinstance(run, dict) or "num_seeds" not in run:
             raise CheckpointError(

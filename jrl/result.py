@@ -147,7 +147,7 @@ class TrainResult:
         report_iterations: Sequence[int],
         write_metrics: bool = True,
     ) -> Path:
-        """Writes the run folder (see the module docstring). Files are written to
+        """Writes the run folder (see :mod:`jrl.run_folder`). Files are written to
         temporary names and renamed, so an interrupted save leaves no half file.
         ``write_metrics=False`` leaves ``metrics.csv`` to the CSV sink that wrote it during
         training."""

@@ -18,7 +18,6 @@ checkpoints the good chunk first.
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 import signal
 import sys
@@ -42,6 +41,7 @@ from jrl.run import anakin
 __all__ = [
     "EVAL_KEY",
     "NAN_BEFORE_FIRST_EPISODE",
+    "CheckpointWriteError",
     "ChunkWork",
     "NonFiniteError",
     "StopRequest",
@@ -76,6 +76,10 @@ class TrainingInterrupted(Exception):
 
 class NonFiniteError(ValueError):
     """A loss, metric or parameter became NaN or infinite; training stopped at that chunk."""
+
+
+class CheckpointWriteError(OSError):
+    """A checkpoint could not be written (a full disk...); the last good one is kept."""
 
 
 class StopRequest:
@@ -142,22 +146,17 @@ class Start:
     prior_seconds: float = 0.0  # run time before this call
     state: Any = None  # the train states to start from (None: init)
     resuming: bool = False
+    complete: bool = False  # the checkpoint is the run's last iteration
+    later: list[int] = dataclasses.field(default_factory=list)  # checkpoints after this one
 
 
 def load_start(spec: RunSpec, built, out_path: Path, step: int | None, mesh) -> Start:
-    """The checkpoint to resume from, loaded and checked against the run record."""
+    """The checkpoint to resume from, loaded and checked against the run record (a
+    checkpoint of another run is refused). A checkpoint at the last iteration gives a
+    ``Start`` with ``complete`` set (only the final outputs may be missing)."""
     keys, devices = spec.keys(), spec.options.devices
     ck = checkpoint.load(out_path, anakin.abstract_states(built.algorithm, keys, devices), step)
-    if ck.meta["run"] != json.loads(json.dumps(spec.record()["run"])):
-        raise CheckpointError(
-            f"checkpoint {ck.path} was written by a different run than "
-            f"{out_path}/config.json describes"
-        )
-    if ck.step >= spec.config.num_iterations:
-        raise CheckpointError(
-            f"{out_path} is already complete ({ck.step}/{spec.config.num_iterations} "
-            f"iterations); evaluate it with `jrl eval {out_path}`"
-        )
+    run_folder.check_checkpoint_run(ck.meta, spec, ck.path)
     return Start(
         ck.step,
         {k: np.asarray(v) for k, v in ck.history.items()},
@@ -166,6 +165,8 @@ def load_start(spec: RunSpec, built, out_path: Path, step: int | None, mesh) -> 
         float(ck.meta["run_seconds"]),
         anakin.place(ck.state, mesh),
         resuming=True,
+        complete=ck.step >= spec.config.num_iterations,
+        later=[s for s in checkpoint.steps(out_path) if s > ck.step],
     )
 
 
@@ -184,6 +185,8 @@ def execute(
     with stop:  # from here on a signal only asks to stop: the checkpoint and outputs are written
         # everything that can refuse comes before the folder changes
         start = load_start(spec, built, out_path, resume_step, mesh) if resuming else Start()
+        if start.complete:
+            return _complete(spec, built, out_path, start)
         anakin.check_memory(built.algorithm, spec.keys(), mesh)
         if out_path is not None:
             _prepare_folder(spec, out_path, start)
@@ -195,7 +198,7 @@ def execute(
             work.close(e)
             raise
         work.close(None)
-    return _finish(work, result, stop.reason)
+        return _finish(work, result, stop.reason)  # a signal still only asks to stop
 
 
 def _prepare_folder(spec: RunSpec, out_path: Path, start: Start) -> None:
@@ -205,8 +208,45 @@ def _prepare_folder(spec: RunSpec, out_path: Path, start: Start) -> None:
     out_path.mkdir(parents=True, exist_ok=True)
     if not start.resuming:
         run_folder.write_record(out_path, spec)
-    else:  # continuing from an older checkpoint: the later ones belong to the replaced history
-        checkpoint.delete_after(out_path, start.iteration)
+    elif start.later:  # the later ones belong to the history being replaced: dropped, but not yet
+        print(
+            f"jrl: resuming from iteration {start.iteration}: the later checkpoints "
+            f"{start.later} are deleted when this run writes its first checkpoint",
+            file=sys.stderr,
+        )
+
+
+def _complete(spec: RunSpec, built, out_path: Path, start: Start) -> TrainResult:
+    """A resume of a run whose last checkpoint is its last iteration: writes the final
+    outputs that are missing (a kill after the final checkpoint), or refuses when all are
+    there."""
+    missing = [f for f in run_folder.FINAL_FILES if not (out_path / f).is_file()]
+    if not missing:
+        raise CheckpointError(
+            f"{out_path} is already complete ({start.iteration}/{spec.config.num_iterations} "
+            f"iterations); evaluate it with `jrl eval {out_path}`"
+        )
+    state = start.state if spec.options.devices is None else anakin.first_device(start.state)
+    env_steps = np.asarray(start.history["train/env_steps"][0], np.int64)
+    result = TrainResult(
+        spec.agent,
+        spec.env_id,
+        spec.config,
+        spec.run_seeds,
+        spec.run_sweep,
+        env_steps,
+        start.history,
+        state,
+        0.0,
+        start.prior_seconds,
+        evals=start.evals,
+    )
+    result.save(out_path, start.reports, write_metrics=False)
+    print(
+        f"jrl: {out_path} had finished training; wrote its missing {', '.join(missing)}",
+        file=sys.stderr,
+    )
+    return result
 
 
 def _run(work: "ChunkWork", stop: StopRequest) -> anakin.RunResult:
@@ -243,7 +283,10 @@ def _run(work: "ChunkWork", stop: StopRequest) -> anakin.RunResult:
     )
     if work.checkpointer is not None and work.last_checkpoint != res.iterations:
         final = res.final_state if work.mesh is None else res.sharded_state
-        work.save(res.iterations, final, work.start.prior_seconds + res.run_seconds)
+        try:
+            work.save(res.iterations, final, work.start.prior_seconds + res.run_seconds)
+        except CheckpointWriteError as e:  # the final outputs are still attempted (_finish)
+            work.save_error = e
     return res
 
 
@@ -272,7 +315,14 @@ def _finish(work: "ChunkWork", res: anakin.RunResult, reason: str | None) -> Tra
         evals=work.evals,
     )
     if out_path is not None:
-        result.save(out_path, work.reports, write_metrics=False)
+        try:
+            result.save(out_path, work.reports, write_metrics=False)
+        except OSError as e:
+            if work.save_error is None:
+                raise
+            raise work.save_error from e
+    if work.save_error is not None:
+        raise work.save_error
     if done < num_iterations:
         why = (
             f"{reason} received"
@@ -291,6 +341,21 @@ def _finish(work: "ChunkWork", res: anakin.RunResult, reason: str | None) -> Tra
     return result
 
 
+def _io_reason(e: BaseException) -> str:
+    """A short reason for a failed write: the OS error where the message carries one
+    (tensorstore: ``...: No space left on device [os_error_code='28']``), else its first
+    line."""
+    text = str(e).strip()
+    if isinstance(e, OSError) and e.strerror:
+        return f"{e.strerror} (errno {e.errno})"
+    if "[os_error_code=" in text:
+        head, _, tail = text.partition("[os_error_code=")
+        code = tail.split("]")[0].strip("'\"")
+        return f"{head.rstrip().rsplit(':', 1)[-1].strip()} (errno {code})"
+    first = text.splitlines()[0] if text else ""
+    return f"{type(e).__name__}: {first[:200]}"
+
+
 class ChunkWork:
     """The host's work after each chunk (``anakin.run``'s ``on_chunk``): checks, history,
     sinks, periodic evaluation and checkpoints, with the state they keep between chunks.
@@ -306,7 +371,8 @@ class ChunkWork:
         )
         self.keys, self.per_iter = spec.keys(), built.algorithm.env_steps_per_iteration
         self.history, self.reports, self.evals = start.history, start.reports, start.evals
-        self.done, self.t0 = start.iteration, None
+        self.done, self.t0, self.diverged = start.iteration, None, {}
+        self.save_error: CheckpointWriteError | None = None
         self.last_checkpoint = start.iteration if start.resuming else None
         seeds, sweep = spec.run_seeds, spec.run_sweep
         self.runs = [
@@ -382,8 +448,20 @@ class ChunkWork:
             "run_seconds": run_seconds,
             "iterations": done,
             "env_steps": done * self.per_iter,
+            "fingerprint": spec.fingerprint(),
         }
-        path = self.checkpointer.save(done, states, self.history, meta)
+        if self.start.later:  # resumed from an older checkpoint: now the later ones go
+            self.checkpointer.delete(self.start.later)
+            self.start.later = []
+        try:
+            path = self.checkpointer.save(done, states, self.history, meta)
+        except Exception as e:  # orbax and tensorstore wrap I/O errors in many types
+            raise CheckpointWriteError(
+                f"could not write the checkpoint of iteration {done} in "
+                f"{self.checkpointer.directory} ({_io_reason(e)}){self._kept()}; "
+                f"{self._next_step()} (the libraries' own report: "
+                f"{self.checkpointer.directory / checkpoint.SAVE_LOG})"
+            ) from e
         self.last_checkpoint = done
         return path
 
@@ -428,28 +506,59 @@ class ChunkWork:
         return mean
 
     def _check_finite(self, metrics, states, prev: int, done: int) -> None:
-        """Raises NonFiniteError naming the first metric (or the parameters) that is NaN/inf."""
-        per_iter, seeds = self.per_iter, self.spec.run_seeds
+        """Finds the runs whose metrics or parameters became NaN/inf in this chunk. While
+        other runs are still finite, each newly diverged run is reported (with its seed and
+        swept values) and left to run on, its results kept for the record; when no finite
+        run is left, :class:`NonFiniteError` stops training."""
+        new = {
+            r: why
+            for r, why in self._nonfinite(metrics, states, prev, done).items()
+            if r not in self.diverged
+        }
+        if not new:
+            return
+        described = "; ".join(f"{self.label_of(r)}: {why}" for r, why in sorted(new.items()))
+        hint = "A smaller learning rate or gradient clipping usually helps"
+        if len(self.diverged) + len(new) == len(self.runs):
+            raise NonFiniteError(
+                f"{described}: training stopped, no run is finite{self._kept()}. {hint}"
+            )
+        print(f"jrl: warning: {described}; the other runs go on. {hint}", file=sys.stderr)
+        self.diverged.update(new)
+
+    def _nonfinite(self, metrics, states, prev: int, done: int) -> dict[int, str]:
+        """Run index -> what became NaN/inf first in this chunk (a metric, or the parameters)."""
+        found: dict[int, str] = {}
         for name in sorted(metrics):
             if name in NAN_BEFORE_FIRST_EPISODE:
                 continue
             bad = ~np.isfinite(np.asarray(metrics[name], np.float64))  # [n, R]
-            if bad.any():
-                it, _ = np.argwhere(bad)[0]
-                runs = sorted(set(np.argwhere(bad)[:, 1].tolist()))
-                where = f"iteration {prev + it + 1} ({(prev + it + 1) * per_iter:,} env steps)"
-                break
-        else:
-            ok = np.asarray(jax.device_get(self.params_finite(states.agent_state.params)))
-            if ok.all():
-                return
-            name, runs = "parameters", np.flatnonzero(~ok).tolist()
-            where = f"iterations {prev + 1}-{done} ({done * per_iter:,} env steps)"
-        raise NonFiniteError(
-            f"{name} became non-finite (NaN or inf) at {where} in run(s) {runs} "
-            f"(seeds {[seeds[r] for r in runs]}); training stopped{self._kept()}. A smaller "
-            "learning rate or gradient clipping usually helps"
-        )
+            for it, r in np.argwhere(bad):
+                if int(r) not in found:
+                    at = prev + int(it) + 1
+                    found[int(r)] = (
+                        f"{name} became non-finite (NaN or inf) at iteration {at} "
+                        f"({at * self.per_iter:,} env steps)"
+                    )
+        ok = np.asarray(jax.device_get(self.params_finite(states.agent_state.params)))
+        for r in np.flatnonzero(~ok).tolist():
+            found.setdefault(
+                r,
+                f"parameters became non-finite (NaN or inf) in iterations {prev + 1}-{done} "
+                f"({done * self.per_iter:,} env steps)",
+            )
+        return found
+
+    def label_of(self, r: int) -> str:
+        """``run 2 (seed 0, learning_rate=0.001)``."""
+        run = self.runs[r]
+        swept = "".join(f", {k}={v:g}" for k, v in run.items() if k not in ("run", "seed"))
+        return f"run {r} (seed {run['seed']}{swept})"
+
+    def _next_step(self) -> str:
+        if self.last_checkpoint is None:
+            return f"free some space and train again (with --overwrite) into {self.out_path}"
+        return f"free some space and resume with: jrl train --resume {self.out_path}"
 
     def _kept(self) -> str:
         if self.checkpointer is None:
