@@ -29,8 +29,9 @@ from jrl.checkpoint import CheckpointError
 
 __all__ = ["RECORDED", "RUN_FORMAT_VERSION", "RunOptions", "RunSpec"]
 
-RUN_FORMAT_VERSION = 1
-"""Version of the ``run`` record in ``config.json`` (a newer one is refused)."""
+RUN_FORMAT_VERSION = 2
+"""Version of the ``run`` record in ``config.json`` (a newer one is refused). 2: per-seed run
+keys (``keys``); records of version 1 derive them by splitting one key."""
 
 _Hidden = tyro.conf.Suppress  # set from Python (or by the CLI's own flags), not a CLI option
 
@@ -77,9 +78,14 @@ class RunOptions:
     compile_cache: Annotated[bool | str, _Hidden] = True
     """JAX's persistent compilation cache: True for the default directory, a path for another,
     False to leave JAX's setting alone."""
+    keys: Annotated[str, _Hidden] = "per_seed"
+    """How run keys derive from the seeds: "per_seed" (run i uses key(seed + i)) or "split"
+    (split(key(seed), seeds)[i]: run folders written before per-seed keys)."""
 
     def validate(self, has_out: bool = True) -> "RunOptions":
         """Raises ``ValueError`` for the first out-of-range option; returns ``self``."""
+        if self.keys not in ("per_seed", "split"):
+            raise ValueError(f"keys must be 'per_seed' or 'split', got {self.keys!r}")
         hints = typing.get_type_hints(RunOptions)
         for f in dataclasses.fields(self):
             value = getattr(self, f.name)
@@ -145,9 +151,11 @@ class RunOptions:
 
     @classmethod
     def from_record(cls, run: dict[str, Any]) -> "RunOptions":
-        """The recorded options of a ``run`` record (the others at their defaults)."""
-        keys = {name: _RECORD_KEYS.get(name, name) for name in RECORDED}
-        return cls(**{name: run[key] for name, key in keys.items() if key in run}).normalized()
+        """The recorded options of a ``run`` record (the others at their defaults; a record
+        without ``keys`` was written with the ``"split"`` key derivation)."""
+        names = {name: _RECORD_KEYS.get(name, name) for name in RECORDED}
+        values = {name: run[key] for name, key in names.items() if key in run}
+        return cls(**{"keys": "split", **values}).normalized()
 
     def recorded(self) -> dict[str, Any]:
         """The :data:`RECORDED` options by name."""
@@ -168,6 +176,7 @@ RECORDED = (
     "eval_episodes",
     "checkpoint_every",
     "log",
+    "keys",
 )
 """Options that define a run (saved in ``config.json``; a resumed run keeps them)."""
 
@@ -190,8 +199,10 @@ class RunSpec:
 
     @property
     def run_seeds(self) -> list[int]:
-        """``[R]`` the seed index of each run (sweep-major)."""
-        return [s for _ in self.combos for s in range(self.options.seeds)]
+        """``[R]`` the seed of each run (sweep-major): ``seed, seed + 1, ...`` (in run folders
+        of the ``"split"`` key derivation, the index ``0, 1, ...`` of the split key)."""
+        first = 0 if self.options.keys == "split" else self.options.seed
+        return [first + s for _ in self.combos for s in range(self.options.seeds)]
 
     @property
     def run_sweep(self) -> dict[str, list[float]]:
@@ -203,9 +214,14 @@ class RunSpec:
         }
 
     def keys(self) -> jax.Array:
-        """``[R]`` run keys: seed i of every swept combination uses
-        ``split(key(seed), seeds)[i]``."""
-        base = jax.random.split(jax.random.key(self.options.seed), self.options.seeds)
+        """``[R]`` run keys, the same for every swept combination: run i uses ``key(seed + i)``,
+        so run i of ``seeds=N`` is the run ``seed + i`` alone (the ``"split"`` derivation of
+        older run folders: ``split(key(seed), seeds)[i]``)."""
+        if self.options.keys == "split":
+            base = jax.random.split(jax.random.key(self.options.seed), self.options.seeds)
+        else:
+            first = self.options.seed
+            base = jax.vmap(jax.random.key)(jax.numpy.arange(first, first + self.options.seeds))
         # without a sweep there is one combination: no concatenate (each jnp call compiles)
         return base if len(self.combos) == 1 else jax.numpy.concatenate([base] * len(self.combos))
 

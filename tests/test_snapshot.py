@@ -9,7 +9,13 @@ truly intended, regenerate the snapshot in a commit of its own and say why::
     JRL_WRITE_SNAPSHOT=1 pytest tests/test_snapshot.py -k snapshot
 
 The old run folders are written once (``JRL_WRITE_OLD_RUNS=1``) and never
-regenerated: they stand for the folders users already have on disk.
+regenerated: they stand for the folders users already have on disk, and they
+end with the bits recorded in ``tests/data/old_runs/snapshot.json``.
+
+History: the snapshot was regenerated once, when run keys became per-seed
+(run i of ``seed=s`` uses ``key(s + i)`` instead of ``split(key(s), n)[i]``,
+so that a run's seed label reproduces it alone); that changed every run's
+random streams by design. The old run folders keep the old derivation.
 """
 
 from __future__ import annotations
@@ -29,6 +35,9 @@ from jrl import experiment
 DATA = Path(__file__).parent / "data"
 SNAPSHOT = DATA / "snapshot.json"
 OLD_RUNS = DATA / "old_runs"
+OLD_SNAPSHOT = OLD_RUNS / "snapshot.json"
+"""What the old run folders end with when resumed: the snapshot as it was when they were
+written (before per-seed run keys, which changed every run's random streams)."""
 
 CASES = {
     "ppo": dict(total_steps=4096),
@@ -112,7 +121,7 @@ def test_old_run_folder_resumes_to_the_snapshot(agent, tmp_path):
     run = tmp_path / agent
     shutil.copytree(OLD_RUNS / agent, run)
     resumed = experiment.resume(run, progress=False)
-    want = json.loads(SNAPSHOT.read_text())[agent]
+    want = json.loads(OLD_SNAPSHOT.read_text())[agent]
     assert fingerprint(resumed)["params_sha256"] == want["params_sha256"]
     assert fingerprint(resumed)["last_metrics"] == want["last_metrics"]
     stats = experiment.evaluate_run(run, episodes=2)
