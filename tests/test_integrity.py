@@ -383,3 +383,19 @@ def test_a_second_ctrl_c_is_one_line_and_exit_130(tmp_path):
     err = proc.communicate(timeout=300)[1]
     assert proc.returncode in (130, 0), err  # 0 only if the first stop finished in 50 ms
     assert "Traceback" not in err, err
+
+
+def test_seed_labels_name_the_run_that_reproduces_it(tmp_path):
+    """--seed 1 --seeds 2 labels its runs seed 1 and 2 (config.json, metrics.csv, jrl eval), and
+    its second run is the run of --seed 2 alone, bit for bit."""
+    two = experiment.train("ppo", "CartPole-v1", 2, seed=1, out=tmp_path / "two", **QUIET, **SMALL)
+    one = experiment.train("ppo", "CartPole-v1", 1, seed=2, **QUIET, **SMALL)
+    for x, y in zip(jax.tree.leaves(two.final_params), jax.tree.leaves(one.final_params)):
+        np.testing.assert_array_equal(np.asarray(x)[1], np.asarray(y)[0])
+    assert two.seeds == [1, 2]
+    assert json.loads((tmp_path / "two" / "config.json").read_text())["seeds"] == [1, 2]
+    rows = (tmp_path / "two" / "metrics.csv").read_text().splitlines()
+    seed_col = rows[0].split(",").index("seed")
+    assert {r.split(",")[seed_col] for r in rows[1:]} == {"1", "2"}
+    stats = experiment.evaluate_run(tmp_path / "two", episodes=1)
+    assert [r["seed"] for r in stats["runs"]] == [1, 2]
