@@ -194,8 +194,8 @@ def test_a_kill_after_the_final_checkpoint_is_completed_by_resume(tmp_path):
             os.kill(os.getpid(), signal.SIGKILL)
         jrl.result.TrainResult.save = die
         import jrl
-        jrl.train("ppo", "CartPole-v1", 2, out="run", progress=False, total_steps={SMALL["total_steps"]},
-                  num_reports={SMALL["num_reports"]})
+        jrl.train("ppo", "CartPole-v1", 2, out="run", progress=False,
+                  total_steps={SMALL["total_steps"]}, num_reports={SMALL["num_reports"]})
     """
     out = python(code, cwd=tmp_path)
     assert out.returncode == -signal.SIGKILL, out.stderr
@@ -387,11 +387,16 @@ def test_a_second_ctrl_c_is_one_line_and_exit_130(tmp_path):
 
 def test_seed_labels_name_the_run_that_reproduces_it(tmp_path):
     """--seed 1 --seeds 2 labels its runs seed 1 and 2 (config.json, metrics.csv, jrl eval), and
-    its second run is the run of --seed 2 alone, bit for bit."""
+    its second run is the run of --seed 2 alone: the same random streams, so the same result up
+    to float rounding (a batch of two runs compiles to other kernels than a batch of one)."""
     two = experiment.train("ppo", "CartPole-v1", 2, seed=1, out=tmp_path / "two", **QUIET, **SMALL)
     one = experiment.train("ppo", "CartPole-v1", 1, seed=2, **QUIET, **SMALL)
     for x, y in zip(jax.tree.leaves(two.final_params), jax.tree.leaves(one.final_params)):
-        np.testing.assert_array_equal(np.asarray(x)[1], np.asarray(y)[0])
+        np.testing.assert_allclose(np.asarray(x)[1], np.asarray(y)[0], atol=1e-5, rtol=1e-4)
+    other = experiment.train("ppo", "CartPole-v1", 1, seed=3, **QUIET, **SMALL)  # not vacuous
+    assert not np.allclose(
+        jax.tree.leaves(other.final_params)[0], jax.tree.leaves(one.final_params)[0]
+    )
     assert two.seeds == [1, 2]
     assert json.loads((tmp_path / "two" / "config.json").read_text())["seeds"] == [1, 2]
     rows = (tmp_path / "two" / "metrics.csv").read_text().splitlines()
