@@ -404,3 +404,33 @@ def test_seed_labels_name_the_run_that_reproduces_it(tmp_path):
     assert {r.split(",")[seed_col] for r in rows[1:]} == {"1", "2"}
     stats = experiment.evaluate_run(tmp_path / "two", episodes=1)
     assert [r["seed"] for r in stats["runs"]] == [1, 2]
+
+
+def test_disk_full_after_a_good_checkpoint_names_it_and_resumes_from_it(tmp_path):
+    """The second checkpoint write fails with ENOSPC (a patched writer): one line, exit 1,
+    the last good checkpoint named and untouched, the resume hint; the resume works."""
+    code = """
+        import errno, sys
+        import orbax.checkpoint as ocp
+        from jrl.cli import main
+        real, calls = ocp.CheckpointManager.save, []
+        def save(self, *a, **k):
+            calls.append(1)
+            if len(calls) == 2:
+                raise OSError(errno.ENOSPC, "No space left on device")
+            return real(self, *a, **k)
+        ocp.CheckpointManager.save = save
+        sys.exit(main(["train", "ppo", "--out", "run", "--total-steps", "3072", "--num-reports",
+                       "6", "--checkpoint-every", "1024", "--quiet"]))
+    """
+    out = python(code, cwd=tmp_path)
+    assert out.returncode == 1, out.stderr[-3000:]
+    lines = out.stderr.strip().splitlines()
+    assert len(lines) == 1, out.stderr[-3000:]
+    assert "No space left on device (errno 28)" in lines[0]
+    assert "the last good checkpoint is" in lines[0] and "/checkpoints/2" in lines[0]
+    assert "resume with: jrl train --resume run" in lines[0]
+    run = tmp_path / "run"
+    assert checkpoint.steps(run) == [2]
+    resumed = experiment.resume(run, **QUIET)
+    assert resumed.metrics["train/loss"].shape == (1, 6)
