@@ -26,9 +26,18 @@ __all__ = [
 ]
 
 
+SUBMODULES = ("agents", "envs", "experiment", "evaluation", "render", "run", "wrappers")
+"""Submodules reachable as attributes of ``jrl`` without importing them first
+(``import jrl; jrl.experiment.evaluate_run(...)``)."""
+
+
 def __getattr__(name: str):
     if name == "train":  # imported lazily: it pulls in the agents and the runner
         from jrl.experiment import train
 
         return train
+    if name in SUBMODULES:
+        import importlib
+
+        return importlib.import_module(f"jrl.{name}")
     raise AttributeError(f"module 'jrl' has no attribute {name!r}")

@@ -20,7 +20,9 @@ SIGTERM finish the current chunk, write a checkpoint and exit with 130 or
 
 import argparse
 import dataclasses
+import os
 import sys
+from pathlib import Path
 from typing import Annotated, Sequence
 
 USAGE = __doc__.split("\n\n")[1]
@@ -114,7 +116,8 @@ class CLIOptions:
     env: str = "CartPole-v1"
     """Environment id (see `jrl envs`), or gymnax:<name>."""
     out: str | None = None
-    """Run folder to write (default runs/AGENT-ENV-seedS)."""
+    """Run folder to write (default runs/AGENT-ENV-seedS, or -seedsS-T for several seeds, with
+    -2, -3... when it exists; runs/latest points at the newest)."""
     sweep: tuple[str, ...] = ()
     """Sweep a hyperparameter in the same program: FIELD=v1,v2 (a sweepable field of the agent,
     e.g. learning_rate or gamma)."""
@@ -284,11 +287,15 @@ def cmd_train(args: Sequence[str]) -> int:
                 cli.resume, step=cli.resume_step, agent=agent, env=cli.env, **kw, **overrides
             )
         else:
-            out = cli.out or f"runs/{agent}-{cli.env.replace(':', '_')}-seed{options.seed}"
+            out = cli.out or default_run_folder(agent, cli.env, options.seed, options.seeds)
             options = dataclasses.replace(options, sweep=_parse_sweep(cli.sweep))
-            result = experiment.train(
-                agent, cli.env, options.seeds, out=out, options=options, **overrides
-            )
+            try:
+                result = experiment.train(
+                    agent, cli.env, options.seeds, out=out, options=options, **overrides
+                )
+            finally:
+                if cli.out is None:
+                    _point_latest(Path(out))
     except experiment.TrainingInterrupted as e:
         print(f"jrl: {e}", file=sys.stderr)
         return e.exit_code
@@ -308,6 +315,32 @@ def _error(e: Exception, debug: bool, code: int) -> int:
         raise e
     print(f"jrl: error: {e}", file=sys.stderr)
     return code
+
+
+def default_run_folder(agent: str, env: str, seed: int, seeds: int, root: str = "runs") -> str:
+    """``runs/AGENT-ENV-seedS`` (``-seedsS-T`` for several seeds), with ``-2``, ``-3``...
+    appended when that folder exists, so running the same command twice keeps both runs."""
+    seeds_txt = f"seed{seed}" if seeds == 1 else f"seeds{seed}-{seed + seeds - 1}"
+    base = Path(root) / f"{agent}-{env.replace(':', '_')}-{seeds_txt}"
+    out, n = base, 1
+    while out.exists():
+        n += 1
+        out = base.with_name(f"{base.name}-{n}")
+    return str(out)
+
+
+def _point_latest(out: Path) -> None:
+    """Points ``runs/latest`` at ``out`` (a relative symlink, replaced atomically)."""
+    if not out.is_dir():
+        return
+    latest = out.parent / "latest"
+    tmp = out.parent / f".latest.{os.getpid()}"
+    try:
+        tmp.unlink(missing_ok=True)
+        tmp.symlink_to(out.name)
+        os.replace(tmp, latest)
+    except OSError:  # e.g. a filesystem without symlinks: the run itself is unaffected
+        tmp.unlink(missing_ok=True)
 
 
 def _print_result(result) -> int:

@@ -196,6 +196,8 @@ def train(
     opts = opts.validate(has_out=out is not None).normalized()
     if opts.devices is None and jax.process_count() > 1:
         opts = dataclasses.replace(opts, devices=jax.device_count())
+    if opts.devices is not None:  # too many devices: refused before any folder is looked at
+        anakin.make_mesh(opts.devices)
     spec = RunSpec(agent, env, make_config(agent, env, **overrides), opts)
     _check_sweep(spec, overrides)
     if out is None or jax.process_index() != 0:  # only process 0 writes the run folder

@@ -91,6 +91,7 @@ class TrainResult:
             parts.append(
                 f"{prefix}final return {fr.mean():.1f} ± {fr.std():.1f} over {len(idx)} seed(s)"
             )
+        parts[-1] += " (training return, mean of the last 5% of iterations)"
         return (
             f"{self.agent} on {self.env_id}: "
             + "; ".join(parts)

@@ -263,6 +263,9 @@ def _run(work: "ChunkWork", stop: StopRequest) -> anakin.RunResult:
         what = f"{num_iterations} iterations"
         if work.start.resuming:
             what = f"resuming at iteration {work.start.iteration}/{num_iterations}"
+        total, steps = spec.config.total_steps, num_iterations * work.per_iter
+        if steps != total and not work.start.resuming:  # said once, at the start
+            what += f" (total_steps {total:,} rounds down to {steps:,} env steps per run)"
         print(
             f"[{work.label}] compiling {what} x {work.per_iter} steps ...",
             file=sys.stderr,

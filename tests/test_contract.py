@@ -134,8 +134,11 @@ def test_run_record_round_trips_and_keeps_the_format_of_older_folders():
         "eval_episodes",
         "checkpoint_every",
         "log",
+        "keys",
     }
     back = RunOptions.from_record(record)
+    assert back.keys == "per_seed"
+    assert RunOptions.from_record({k: v for k, v in record.items() if k != "keys"}).keys == "split"
     assert back.recorded() == opts.normalized().recorded()
     assert back.sweep == {"gamma": (0.9, 0.99)} and back.log == ("jsonl",)
     assert set(RECORDED) == set(back.recorded())

@@ -145,12 +145,13 @@ def test_unreachable_coordinator_is_a_clear_error():
         jrl.distributed.initialize("127.0.0.1:1234", 2, 5)
 
 
-def test_cli_devices_flag_errors():
+def test_cli_devices_flag_errors(tmp_path):
     out = subprocess.run(
         [sys.executable, "-m", "jrl.cli", "train", "ppo", "--devices", "64"],
         capture_output=True,
         text=True,
         timeout=300,
         env={**os.environ, "JAX_PLATFORMS": "cpu"},
+        cwd=tmp_path,
     )
     assert out.returncode == 2 and "devices requested but only" in out.stderr

@@ -1,0 +1,62 @@
+"""A researcher's workflow through the CLI and the Python API: the same command twice,
+submodules reachable from ``import jrl``, the step budget's rounding said up front, cheap
+refusals before any folder is looked at."""
+
+import os
+import subprocess
+import sys
+
+JRL = [sys.executable, "-m", "jrl.cli"]
+
+
+def cli(*args, cwd, timeout=600):
+    env = {**os.environ, "JAX_PLATFORMS": "cpu", "MPLBACKEND": "Agg"}
+    return subprocess.run(
+        JRL + [str(a) for a in args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=env,
+        cwd=cwd,
+    )
+
+
+def test_the_same_command_twice_keeps_both_runs(tmp_path):
+    args = ["train", "ppo", "--seeds", "2", "--total-steps", "1024", "--quiet"]
+    first, second = cli(*args, cwd=tmp_path), cli(*args, cwd=tmp_path)
+    assert first.returncode == 0, first.stderr
+    assert second.returncode == 0, second.stderr
+    runs = tmp_path / "runs"
+    assert (runs / "ppo-CartPole-v1-seeds0-1" / "params.msgpack").is_file()
+    assert (runs / "ppo-CartPole-v1-seeds0-1-2" / "params.msgpack").is_file()
+    assert os.readlink(runs / "latest") == "ppo-CartPole-v1-seeds0-1-2"
+    assert "ppo-CartPole-v1-seeds0-1-2" in second.stdout
+    one = cli("train", "ppo", "--seed", "4", "--total-steps", "512", "--quiet", cwd=tmp_path)
+    assert one.returncode == 0 and (runs / "ppo-CartPole-v1-seed4").is_dir()
+    assert os.readlink(runs / "latest") == "ppo-CartPole-v1-seed4"
+
+
+def test_submodules_are_reachable_from_import_jrl():
+    code = "import jrl; print(jrl.experiment.evaluate_run.__name__, jrl.envs.names()[0])"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split()[0] == "evaluate_run"
+
+
+def test_the_rounding_of_total_steps_is_said_once_at_the_start(tmp_path):
+    out = cli(
+        "train", "ppo", "--total-steps", "1500", "--num-reports", "2", "--out", "r", cwd=tmp_path
+    )
+    assert out.returncode == 0, out.stderr
+    # 4 envs x 128 steps = 512 per iteration: 1500 -> 2 iterations, 1024 steps
+    assert out.stderr.count("total_steps 1,500 rounds down to 1,024 env steps per run") == 1
+    assert "(training return, mean of the last 5% of iterations)" in out.stdout
+
+
+def test_too_many_devices_is_refused_before_the_run_folder_is_looked_at(tmp_path):
+    """Even when the default run folder is taken (as after the Quick start line)."""
+    (tmp_path / "runs" / "ppo-CartPole-v1-seed0").mkdir(parents=True)
+    (tmp_path / "runs" / "ppo-CartPole-v1-seed0" / "config.json").write_text("{}")
+    out = cli("train", "ppo", "--devices", "64", cwd=tmp_path)
+    assert out.returncode == 2 and "devices requested but only" in out.stderr
+    assert sorted(p.name for p in (tmp_path / "runs").iterdir()) == ["ppo-CartPole-v1-seed0"]
