@@ -1,14 +1,21 @@
-"""Test-suite settings.
+"""Test-suite settings and shared references.
 
 The persistent compilation cache is shared by all test processes of a run
 (xdist workers and subprocesses), so identical programs built by different
-tests compile once.
+tests compile once. The ``ac_reference`` fixture holds the NumPy/JAX references
+of one actor-critic update that the agents' ``learn`` tests compare with.
 """
 
+import math
 import os
 import tempfile
 
 import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from jrl.types import Transition
 
 _CACHE = os.environ.setdefault(
     "JRL_TEST_COMPILE_CACHE", os.path.join(tempfile.gettempdir(), "jrl-test-jax-cache")
@@ -19,3 +26,98 @@ os.environ.setdefault(
 jax.config.update("jax_compilation_cache_dir", _CACHE)
 jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.5)
 jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
+
+
+# ---------------------------------------------------------------------------------------------
+# References for the actor-critic agents' `learn` tests (tests/test_ppo.py, test_a2c.py,
+# test_reinforce.py), written from the papers, independent of jrl's implementation.
+# ---------------------------------------------------------------------------------------------
+
+
+class ActorCriticReference:
+    """NumPy/JAX references for one actor-critic update (a fixture, ``ac_reference``)."""
+
+    @staticmethod
+    def gae(reward, value, bootstrap, terminated, truncated, gamma, lam):
+        """``(advantages, returns)`` of GAE (Schulman et al., 2016) by an explicit backward loop
+        over ``[T, N]`` arrays: the recursion stops at every episode end, a truncated step
+        bootstraps from ``bootstrap`` (V of its final observation), a terminated one does not."""
+        adv = np.zeros_like(reward)
+        last = np.zeros(reward.shape[1])
+        for t in reversed(range(reward.shape[0])):
+            not_term = 1.0 - terminated[t]
+            not_done = 1.0 - np.maximum(terminated[t], truncated[t])
+            delta = reward[t] + gamma * not_term * bootstrap[t] - value[t]
+            last = delta + gamma * lam * not_done * last
+            adv[t] = last
+        return adv, adv + value
+
+    @staticmethod
+    def monte_carlo(reward, bootstrap, terminated, truncated, gamma):
+        """Discounted returns over a ``[T, N]`` rollout by a backward loop, bootstrapped from
+        ``bootstrap`` where an episode was truncated and at the rollout's end."""
+        g = np.zeros_like(reward)
+        for t in reversed(range(reward.shape[0])):
+            done = np.maximum(terminated[t], truncated[t]) > 0
+            nxt = (
+                bootstrap[t] if t == reward.shape[0] - 1 else np.where(done, bootstrap[t], g[t + 1])
+            )
+            g[t] = reward[t] + gamma * (1.0 - terminated[t]) * nxt
+        return g
+
+    @staticmethod
+    def rollout(key, t=8, n=2, obs_dim=4, num_actions=2):
+        """A CartPole-shaped rollout ``[T, N]`` with episode ends of both kinds, and behaviour
+        log-probs and values unlike the current network's (so ratios and clipping matter)."""
+        import jax
+        import jax.numpy as jnp
+
+        k = jax.random.split(key, 6)
+        terminated = np.zeros((t, n), bool)
+        truncated = np.zeros((t, n), bool)
+        terminated[2, 0] = terminated[5, 1] = True
+        truncated[4, 0] = truncated[1, 1] = True
+        return Transition(
+            observation=jax.random.normal(k[0], (t, n, obs_dim)),
+            action=jax.random.randint(k[1], (t, n), 0, num_actions),
+            reward=jax.random.uniform(k[2], (t, n), minval=-1.0, maxval=2.0),
+            terminated=jnp.asarray(terminated),
+            truncated=jnp.asarray(truncated),
+            next_observation=jax.random.normal(k[3], (t, n, obs_dim)),
+            extras={
+                "log_prob": jnp.log(jax.random.uniform(k[4], (t, n), minval=0.2, maxval=0.8)),
+                "value": jax.random.normal(k[5], (t, n)),
+            },
+        )
+
+    @staticmethod
+    def adam_first_step(grads, lr, max_grad_norm, eps=1e-5):
+        """The change of the parameters by a first Adam step after global-norm clipping:
+        ``-lr * g / (|g| + eps)`` (the bias-corrected moments of one step are ``g`` and
+        ``g^2``)."""
+        norm = math.sqrt(sum(float(jnp.sum(g**2)) for g in jax.tree.leaves(grads)))
+        scale = min(1.0, max_grad_norm / norm) if max_grad_norm > 0 else 1.0
+        return jax.tree.map(lambda g: -lr * (g * scale) / (jnp.abs(g * scale) + eps), grads)
+
+    @staticmethod
+    def normalize(x):
+        """``(x - mean) / (std + 1e-8)`` over all elements."""
+        return (x - x.mean()) / (x.std() + 1e-8)
+
+    @staticmethod
+    def assert_step(new_params, old_params, expected_step):
+        """The parameters moved by ``expected_step``, leaf by leaf."""
+        import jax
+
+        for new, old, d in zip(
+            jax.tree.leaves(new_params),
+            jax.tree.leaves(old_params),
+            jax.tree.leaves(expected_step),
+            strict=True,
+        ):
+            np.testing.assert_allclose(np.asarray(new - old), d, rtol=2e-3, atol=1e-7)
+
+
+@pytest.fixture
+def ac_reference():
+    return ActorCriticReference
