@@ -1,0 +1,126 @@
+"""Checkpoint loading checks (jrl/checkpoint.py) that the size check of the file manifest does
+not reach: the array checksum (a step whose manifest was never written, as after a kill between
+orbax's commit and the manifest), a changed byte of the same size, an unreadable or invalid
+manifest, a missing file, unreadable arrays and an unreadable record; each refusal names the
+other checkpoints to fall back to."""
+
+import json
+import shutil
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import jrl.agents
+import jrl.envs
+from jrl import checkpoint, experiment
+from jrl.run import anakin
+
+PRNG_KEY = jax.dtypes.prng_key
+
+
+@pytest.fixture(scope="module")
+def run_states():
+    """PPO's train state of one run after init with two different keys (same shapes)."""
+    config = experiment.make_config("ppo", "CartPole-v1", total_steps=20_000)
+    env, params = jrl.envs.make("CartPole-v1")
+    built = jrl.agents.get("ppo").build(config, env, params)
+    keys = [jax.random.split(jax.random.key(s), 1) for s in (1, 2)]
+    states = [anakin.init_runs(built.algorithm, k) for k in keys]
+    return anakin.abstract_states(built.algorithm, keys[0]), states
+
+
+def save_two(tmp_path: Path, run_states) -> tuple[Path, object]:
+    """Checkpoints 1 and 2 (different states, the same tree) of a run folder."""
+    like, (first, second) = run_states
+    ck = checkpoint.Checkpointer(tmp_path, keep=3)
+    ck.save(1, first, {"m": np.arange(3.0)[None]}, {})
+    ck.save(2, second, {"m": np.arange(3.0)[None] + 1}, {})
+    ck.close()
+    return tmp_path / "checkpoints" / "2", like
+
+
+def data_files(step_dir: Path) -> list[Path]:
+    files = sorted(p for p in (step_dir / "arrays").rglob("*") if p.is_file())
+    return [p for p in files if p.parent.name == "d"]
+
+
+def same_leaves(a, b) -> bool:
+    """Whether two train states hold the same values (NaN equal to NaN; keys by their data)."""
+
+    def raw(x):
+        return np.asarray(jax.random.key_data(x) if jnp.issubdtype(x.dtype, PRNG_KEY) else x)
+
+    try:
+        for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b), strict=True):
+            np.testing.assert_array_equal(raw(x), raw(y))
+    except AssertionError:
+        return False
+    return True
+
+
+def test_a_step_without_its_manifest_still_loads(tmp_path, run_states):
+    """A kill between orbax's commit and the manifest leaves a step without one: it loads, and
+    the arrays are the ones saved."""
+    step, like = save_two(tmp_path, run_states)
+    (step / checkpoint.MANIFEST).unlink()
+    loaded = checkpoint.load(tmp_path, like)
+    assert loaded.step == 2 and same_leaves(loaded.state, run_states[1][1])
+    np.testing.assert_array_equal(loaded.history["m"], np.arange(3.0)[None] + 1)
+
+
+def test_the_array_checksum_refuses_other_arrays_when_the_manifest_is_missing(tmp_path, run_states):
+    """Step 2's arrays replaced by step 1's (well-formed data of the right shapes, so only the
+    checksum written with step 2's record can tell) and no manifest: refused, not loaded."""
+    step, like = save_two(tmp_path, run_states)
+    assert not same_leaves(*run_states[1])  # the two steps hold different values
+    (step / checkpoint.MANIFEST).unlink()
+    shutil.rmtree(step / "arrays")
+    shutil.copytree(tmp_path / "checkpoints" / "1" / "arrays", step / "arrays")
+    with pytest.raises(checkpoint.CheckpointError, match=r"checksum.*other checkpoints: \[1\]"):
+        checkpoint.load(tmp_path, like)
+    assert same_leaves(checkpoint.load(tmp_path, like, step=1).state, run_states[1][0])
+
+
+def test_a_changed_byte_of_the_same_size_is_refused_by_the_manifest(tmp_path, run_states):
+    step, like = save_two(tmp_path, run_states)
+    f = data_files(step)[0]
+    data = bytearray(f.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    f.write_bytes(bytes(data))
+    with pytest.raises(
+        checkpoint.CheckpointError, match=r"corrupt: .* differs from what was written.*\[1\]"
+    ):
+        checkpoint.load(tmp_path, like)
+
+
+def test_unreadable_arrays_without_a_manifest_are_refused(tmp_path, run_states):
+    step, like = save_two(tmp_path, run_states)
+    (step / checkpoint.MANIFEST).unlink()
+    for f in data_files(step):
+        f.write_bytes(f.read_bytes()[: f.stat().st_size // 2])
+    with pytest.raises(checkpoint.CheckpointError, match=r"unreadable.*other checkpoints: \[1\]"):
+        checkpoint.load(tmp_path, like)
+
+
+def test_a_bad_or_incomplete_manifest_is_refused(tmp_path, run_states):
+    step, like = save_two(tmp_path, run_states)
+    manifest = step / checkpoint.MANIFEST
+    record = json.loads(manifest.read_text())
+    manifest.write_text("{not json")
+    with pytest.raises(checkpoint.CheckpointError, match=r"not valid JSON.*\[1\]"):
+        checkpoint.load(tmp_path, like)
+    manifest.write_text(json.dumps(record))
+    name = next(n for n in record if n.startswith("arrays/"))
+    (step / name).unlink()
+    with pytest.raises(checkpoint.CheckpointError, match=rf"incomplete: {name} is missing.*\[1\]"):
+        checkpoint.load(tmp_path, like)
+
+
+def test_an_unreadable_record_is_refused(tmp_path, run_states):
+    step, like = save_two(tmp_path, run_states)
+    (step / "meta" / "metadata").write_text("{")
+    with pytest.raises(checkpoint.CheckpointError, match=r"unreadable: its record.*\[1\]"):
+        checkpoint.load(tmp_path, like)
