@@ -1,30 +1,95 @@
-"""The `jrl` command line, run as a user would (subprocesses)."""
+"""The `jrl` command line, run as a user would (subprocesses, each in a temporary folder)."""
 
+import json
 import os
+import socket
 import subprocess
 import sys
+from pathlib import Path
 
+import jax
+import numpy as np
 import pytest
 
+import jrl
+import jrl.agents
+from jrl import checkpoint, experiment
+
 JRL = [sys.executable, "-m", "jrl.cli"]
+# the CLI runs in subprocesses, forked from a process where JAX has started threads
+pytestmark = pytest.mark.filterwarnings("ignore:os.fork:RuntimeWarning")
 
 
-def run(*args, cwd=None, timeout=600):
-    env = {**os.environ, "JAX_PLATFORMS": "cpu", "MPLBACKEND": "Agg"}
+def run(*args, cwd, timeout=600, env=None, exe=JRL):
+    env = {**os.environ, "JAX_PLATFORMS": "cpu", "MPLBACKEND": "Agg", **(env or {})}
     return subprocess.run(
-        JRL + list(args), capture_output=True, text=True, timeout=timeout, cwd=cwd, env=env
+        exe + [str(a) for a in args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=cwd,
+        env=env,
     )
 
 
-def test_console_script_is_installed():
-    import shutil
+def test_console_script_is_installed(tmp_path):
+    """The `jrl` script of this environment (next to its python, not any `jrl` on PATH) runs
+    this jrl."""
+    exe = Path(sys.executable).parent / "jrl"
+    assert exe.is_file(), "the `jrl` console script is not installed in this environment"
+    assert exe.read_text().splitlines()[0] == f"#!{sys.executable}"
+    out = run("-V", cwd=tmp_path, exe=[str(exe)])
+    assert out.returncode == 0 and out.stdout.strip() == f"jrl {jrl.__version__}", out
+    out = run("agents", cwd=tmp_path, exe=[str(exe)])
+    assert out.returncode == 0 and [line.split()[0] for line in out.stdout.splitlines()] == (
+        jrl.agents.names()
+    )
 
-    exe = shutil.which("jrl") or os.path.join(os.path.dirname(sys.executable), "jrl")
-    assert os.path.exists(exe), "the `jrl` console script is not installed"
+
+def test_version_usage_and_bare_jrl(tmp_path):
+    for flag in ("-V", "--version"):
+        out = run(flag, cwd=tmp_path)
+        assert (out.returncode, out.stdout.strip()) == (0, f"jrl {jrl.__version__}"), out
+    out = run(cwd=tmp_path)  # bare `jrl`: the usage, on stderr, and exit 2
+    assert out.returncode == 2 and out.stdout == ""
+    assert out.stderr.startswith("usage:") and "jrl train AGENT" in out.stderr
+    out = run("--help", cwd=tmp_path)
+    assert out.returncode == 0 and out.stdout.startswith("usage:") and "jrl eval" in out.stdout
 
 
-def test_envs_lists_registered_envs():
-    out = run("envs")
+def test_agents_lists_every_agent_with_its_summary(tmp_path):
+    out = run("agents", cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    rows = [line.split(None, 1) for line in out.stdout.splitlines()]
+    assert rows == [[name, jrl.agents.summary(name)] for name in jrl.agents.names()]
+
+
+def test_envs_gymnax_lists_the_gymnax_envs(tmp_path):
+    import gymnax
+
+    out = run("envs", "--gymnax", cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    for env_id in jrl.envs.names() + [f"gymnax:{n}" for n in gymnax.registered_envs]:
+        assert any(line.startswith(env_id + " ") for line in lines), env_id
+    row = next(line for line in out.stdout.splitlines() if line.startswith("gymnax:CartPole-v1 "))
+    assert "Discrete(2)" in row and row.split()[-1] == "gymnax"
+    plain = run("envs", cwd=tmp_path)
+    assert "gymnax:" not in plain.stdout
+
+
+def test_debug_shows_the_traceback(tmp_path):
+    """Without --debug a user error is one line (exit 2); with it, the traceback."""
+    for args in (["train", "ppo", "--lr", "-1"], ["eval", "no/such/run"]):
+        quiet = run(*args, cwd=tmp_path)
+        assert quiet.returncode == 2 and "Traceback" not in quiet.stderr, quiet.stderr
+        loud = run(*args, "--debug", cwd=tmp_path)
+        assert loud.returncode == 1 and "Traceback (most recent call last)" in loud.stderr
+        assert quiet.stderr.strip().splitlines()[-1].removeprefix("jrl: error: ") in loud.stderr
+
+
+def test_envs_lists_registered_envs(tmp_path):
+    out = run("envs", cwd=tmp_path)
     assert out.returncode == 0, out.stderr
     lines = out.stdout.splitlines()
     assert lines[0].split()[:2] == ["id", "observation"]
@@ -40,8 +105,8 @@ def test_envs_lists_registered_envs():
     assert "Discrete(2)" in next(line for line in lines if line.startswith("CartPole-v1"))
 
 
-def test_train_help_lists_fields_with_docstrings():
-    out = run("train", "ppo", "--help")
+def test_train_help_lists_fields_with_docstrings(tmp_path):
+    out = run("train", "ppo", "--help", cwd=tmp_path)
     assert out.returncode == 0, out.stderr
     for text in [
         "--total-steps",
@@ -66,6 +131,7 @@ def test_train_writes_run_folder(tmp_path):
         str(tmp_path / "r"),
         "--lr",
         "1e-3",
+        cwd=tmp_path,
     )
     assert out.returncode == 0, out.stderr[-3000:]
     assert "ppo on CartPole-v1: final return" in out.stdout
@@ -79,7 +145,7 @@ def test_train_writes_run_folder(tmp_path):
         assert (tmp_path / "r" / name).is_file()
     assert '"learning_rate": 0.001' in (tmp_path / "r" / "config.json").read_text()
     assert "steps/s" in out.stderr  # the progress line
-    again = run("train", "ppo", "--total-steps", "2048", "--out", str(tmp_path / "r"))
+    again = run("train", "ppo", "--total-steps", "2048", "--out", str(tmp_path / "r"), cwd=tmp_path)
     assert again.returncode == 2 and "already holds a run" in again.stderr
 
 
@@ -106,9 +172,9 @@ def test_train_writes_run_folder(tmp_path):
 )
 def test_bad_input_is_one_clear_line(args, message, tmp_path):
     out = (
-        run(*args, "--out", str(tmp_path / "x"))
+        run(*args, "--out", str(tmp_path / "x"), cwd=tmp_path)
         if args[0] == "train" and len(args) > 2
-        else run(*args)
+        else run(*args, cwd=tmp_path)
     )
     assert out.returncode == 2, (out.stdout, out.stderr)
     assert message in out.stderr
@@ -116,6 +182,251 @@ def test_bad_input_is_one_clear_line(args, message, tmp_path):
     assert not (tmp_path / "x").exists()
 
 
-def test_ill_typed_value_rejected():
-    out = run("train", "ppo", "--lr", "abc")
+def test_ill_typed_value_rejected(tmp_path):
+    out = run("train", "ppo", "--lr", "abc", cwd=tmp_path)
     assert out.returncode == 2 and "--lr" in out.stderr
+
+
+# ------------------------------------------------------------------------- eval and render
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    """A PPO run folder of 2 seeds with checkpoints after iterations 4 and 8."""
+    run_dir = tmp_path_factory.mktemp("cli") / "run"
+    experiment.train(
+        "ppo",
+        "CartPole-v1",
+        2,
+        out=run_dir,
+        total_steps=4096,
+        num_reports=4,
+        checkpoint_every=2048,
+        progress=False,
+    )
+    assert checkpoint.steps(run_dir) == [4, 8]
+    return run_dir
+
+
+def test_eval_step_seed_and_stochastic(trained, tmp_path):
+    """`jrl eval --step --seed --episodes [--stochastic]` evaluates what the Python API does with
+    the same arguments, and writes it to eval.json."""
+    out = run("eval", trained, "--step", "4", "--seed", "3", "--episodes", "5", cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    stats = json.loads((trained / "eval.json").read_text())
+    assert (stats["checkpoint_iteration"], stats["seed"], stats["policy"]) == (4, 3, "greedy")
+    expected = experiment.evaluate_run(trained, episodes=5, seed=3, step=4)
+    assert stats["returns"] == expected["returns"] and np.shape(stats["returns"]) == (2, 5)
+    assert "checkpoint at iteration 4" in out.stdout
+    other_seed = experiment.evaluate_run(trained, episodes=5, seed=0, step=4)
+    assert other_seed["returns"] != stats["returns"]  # the seed reaches the episodes
+
+    out = run("eval", trained, "--stochastic", "--episodes", "5", cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    stats = json.loads((trained / "eval.json").read_text())
+    assert (stats["checkpoint_iteration"], stats["policy"]) == (8, "stochastic")
+    stochastic = experiment.evaluate_run(trained, episodes=5, greedy=False)
+    greedy = experiment.evaluate_run(trained, episodes=5)
+    assert stats["returns"] == stochastic["returns"] != greedy["returns"]
+
+
+def _episode_length(loaded, greedy: bool, seed: int) -> int:
+    """The length of the episode `jrl render --seed` plays (the key of episode_returns)."""
+    from jrl.evaluation import episode_returns, evaluation_env
+
+    env = evaluation_env(loaded.built.env)
+    _, length = episode_returns(
+        loaded.policy(0, greedy), env, jax.random.key(seed), 1, loaded.built.env_params
+    )
+    return int(length[0])
+
+
+def test_render_stochastic_fps_and_mp4(trained, tmp_path):
+    """`jrl render --stochastic --seed S --fps F`: the behaviour policy's episode (a seed where
+    it is not the greedy one's), at F frames per second, as GIF and as MP4."""
+    import imageio.v3 as iio
+
+    loaded = experiment.load_run(trained)
+    seed = next(
+        s
+        for s in range(20)
+        if _episode_length(loaded, False, s) != _episode_length(loaded, True, s)
+    )
+    length = _episode_length(loaded, False, seed)
+    args = ["render", trained, "--stochastic", "--seed", seed, "--max-steps", 1000]
+    out = run(*args, "--out", tmp_path / "ep.gif", "--fps", "10", cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    assert f"over {length} steps" in out.stdout
+    assert iio.imread(tmp_path / "ep.gif", index=None).shape[0] == length + 1
+    assert iio.immeta(tmp_path / "ep.gif", index=0)["duration"] == 100  # 1/10 s per frame
+    out = run(*args, "--out", tmp_path / "ep.mp4", "--fps", "24", cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    assert iio.immeta(tmp_path / "ep.mp4", plugin="FFMPEG")["fps"] == 24
+    assert iio.imread(tmp_path / "ep.mp4", plugin="FFMPEG", index=None).shape[0] == length + 1
+
+
+def test_render_refuses_an_unknown_extension(trained, tmp_path):
+    out = run("render", trained, "--out", tmp_path / "ep.avi", cwd=tmp_path)
+    assert out.returncode == 2 and "--out must end in .gif or .mp4" in out.stderr
+    assert list(tmp_path.iterdir()) == []
+
+
+# -------------------------------------------------------------------- overwrite and sweep
+
+
+SMALL = ["--total-steps", "2048", "--num-reports", "2", "--quiet"]
+
+
+def test_overwrite_replaces_the_run_and_keeps_other_files(tmp_path):
+    run_dir = tmp_path / "run"
+    experiment.train(
+        "ppo",
+        "CartPole-v1",
+        2,
+        out=run_dir,
+        total_steps=4096,
+        checkpoint_every=1024,
+        progress=False,
+    )
+    (run_dir / "eval.json").write_text("{}")  # an output of the old run
+    (run_dir / "notes.txt").write_text("mine")  # not a run output
+    out = run("train", "ppo", "--out", run_dir, "--overwrite", "--seed", "5", *SMALL, cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    spec = experiment.read_spec(run_dir)
+    assert (spec.options.seed, spec.options.seeds, spec.config.total_steps) == (5, 1, 2048)
+    assert checkpoint.steps(run_dir) == [4]  # the old run's 2, 4, 6, 8 are gone
+    rows = (run_dir / "metrics.csv").read_text().splitlines()[1:]
+    assert len(rows) == 2 and all(r.split(",")[:2] == ["0", "5"] for r in rows)  # run 0, seed 5
+    assert not (run_dir / "eval.json").exists()
+    assert (run_dir / "notes.txt").read_text() == "mine"
+
+
+def test_sweep_through_the_cli_and_its_exact_resume(tmp_path):
+    """A swept run from the CLI, stopped and resumed: the same parameters and metrics as the
+    uninterrupted sweep from Python; its runs are every seed of every value."""
+    sweep = ["--sweep", "learning_rate=0.001,0.0003", "--seeds", "2"]
+    split = tmp_path / "split"
+    out = run(
+        "train", "ppo", *sweep, *SMALL, "--out", split, "--stop-at-steps", "1024", cwd=tmp_path
+    )
+    assert out.returncode == 0 and "Resume with" in out.stderr, out.stderr
+    out = run("train", "--resume", split, "--quiet", cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    whole = tmp_path / "whole"
+    experiment.train(
+        "ppo",
+        "CartPole-v1",
+        2,
+        out=whole,
+        sweep={"learning_rate": [1e-3, 3e-4]},
+        total_steps=2048,
+        num_reports=2,
+        progress=False,
+    )
+    for name in ("params.msgpack", "metrics.csv"):
+        assert (whole / name).read_bytes() == (split / name).read_bytes(), name
+    spec = experiment.read_spec(split)
+    assert spec.run_sweep == {"learning_rate": [1e-3, 1e-3, 3e-4, 3e-4]}
+    assert spec.run_seeds == [0, 1, 0, 1]
+    out = run("train", "--resume", split, "--sweep", "learning_rate=0.1,0.2", cwd=tmp_path)
+    assert out.returncode == 2 and "--sweep cannot change when resuming" in out.stderr
+
+
+@pytest.mark.parametrize(
+    "item,message",
+    [
+        ("learning_rate", "--sweep expects FIELD=v1,v2,..., got 'learning_rate'"),
+        ("learning_rate=", "--sweep expects FIELD=v1,v2,..., got 'learning_rate='"),
+        ("learning_rate=fast,slow", "--sweep learning_rate: values must be numbers"),
+        ("num_envs=2,4", "cannot sweep ['num_envs']"),
+    ],
+)
+def test_sweep_parse_errors(item, message, tmp_path):
+    out = run("train", "ppo", "--sweep", item, "--out", tmp_path / "x", cwd=tmp_path)
+    assert out.returncode == 2 and message in out.stderr, out.stderr
+    assert "Traceback" not in out.stderr and not (tmp_path / "x").exists()
+
+
+# ------------------------------------------------------------------------------ multi-host
+
+
+def _free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_two_hosts_from_flags_and_from_jrl_variables(tmp_path):
+    """Process 0 from --coordinator/--num-processes/--process-id, process 1 from
+    --multihost and the JRL_* variables: one learner over both processes' devices, and only
+    process 0 writes its run folder (process 1 writes nothing and prints no summary)."""
+    address = f"127.0.0.1:{_free_port()}"
+    common = ["train", "ppo", "--num-envs", "4", "--total-steps", "2048", "--num-reports", "2"]
+    env = {**os.environ, "JAX_PLATFORMS": "cpu", "MPLBACKEND": "Agg"}
+    flags = ["--coordinator", address, "--num-processes", "2", "--process-id", "0"]
+    variables = {"JRL_COORDINATOR": address, "JRL_NUM_PROCESSES": "2", "JRL_PROCESS_ID": "1"}
+    procs = [
+        subprocess.Popen(
+            JRL + common + flags + ["--out", "p0", "--quiet"],
+            cwd=tmp_path,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        ),
+        subprocess.Popen(
+            JRL + common + ["--multihost", "--out", "p1"],
+            cwd=tmp_path,
+            env={**env, **variables},
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        ),
+    ]
+    outs = []
+    for p in procs:
+        try:
+            outs.append(p.communicate(timeout=600))
+        finally:
+            p.kill()
+    for p, (_, err) in zip(procs, outs):
+        assert p.returncode == 0, err[-3000:]
+    assert "final return" in outs[0][0] and "final return" not in outs[1][0]
+    assert "steps/s" not in outs[1][1]  # no progress line from process 1 either
+    spec = experiment.read_spec(tmp_path / "p0")
+    assert spec.options.devices == 2  # one CPU device per process
+    for name in experiment.RUN_FILES:
+        assert (tmp_path / "p0" / name).is_file(), name
+    assert not (tmp_path / "p1").exists()
+
+
+def test_initialize_reads_the_jrl_variables(monkeypatch):
+    """`jrl.distributed.initialize()` takes what is not given from JRL_COORDINATOR,
+    JRL_NUM_PROCESSES and JRL_PROCESS_ID (explicit arguments win), and refuses a partial set."""
+    import types
+
+    import jrl.distributed
+
+    calls = []
+    fake = types.SimpleNamespace(
+        config=types.SimpleNamespace(update=lambda *a: calls.append(("config", a))),
+        distributed=types.SimpleNamespace(initialize=lambda **kw: calls.append(("init", kw))),
+    )
+    monkeypatch.setattr(jrl.distributed, "jax", fake)
+    monkeypatch.setenv("JRL_COORDINATOR", "127.0.0.1:1234")
+    monkeypatch.setenv("JRL_NUM_PROCESSES", "3")
+    monkeypatch.setenv("JRL_PROCESS_ID", "0")  # process 0 hosts the coordinator: no probe
+    jrl.distributed.initialize()
+    init = dict(calls[-1][1])
+    assert (init["coordinator_address"], init["num_processes"], init["process_id"]) == (
+        "127.0.0.1:1234",
+        3,
+        0,
+    )
+    assert ("config", ("jax_cpu_collectives_implementation", "gloo")) in calls
+    jrl.distributed.initialize("127.0.0.1:999", 2, 0)  # explicit arguments win
+    assert calls[-1][1]["coordinator_address"] == "127.0.0.1:999"
+    assert calls[-1][1]["num_processes"] == 2
+    monkeypatch.delenv("JRL_PROCESS_ID")
+    with pytest.raises(ValueError, match="needs all of"):
+        jrl.distributed.initialize()
