@@ -215,9 +215,11 @@ def test_unknown_id_without_close_match_lists_registered():
 
 
 def test_make_builtin_cartpole():
-    pytest.importorskip("jrl.envs.cartpole")
+    from jrl.envs.cartpole import CartPole  # our own module: an import error is a failure
+
     env, params = jrl.envs.make("CartPole-v1")
     assert isinstance(env, TimeLimit) and env.max_episode_steps == 500
+    assert isinstance(env.unwrapped, CartPole)
     assert env.id == "CartPole-v1"
     assert env.action_space(params) == spaces.Discrete(2)
     assert env.observation_space(params).shape == (4,)

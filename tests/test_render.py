@@ -197,7 +197,7 @@ def test_mp4_without_imageio_ffmpeg(tmp_path, monkeypatch):
     "ignore:os.fork:RuntimeWarning"
 )  # ffmpeg runs as a subprocess (fork + exec)
 def test_mp4_round_trip(tmp_path):
-    pytest.importorskip("imageio_ffmpeg")
+    """MP4 through imageio-ffmpeg, which the test extra installs (no skip: CI checks MP4)."""
     frames = np.zeros((12, 37, 51, 3), np.uint8)  # odd sizes: padded to 38 x 52 for yuv420p
     for t in range(12):
         frames[t, :, 3 * t : 3 * t + 4] = 255
