@@ -22,11 +22,12 @@ __all__ = [
     "Wrapper",
     "spaces",
     "train",
+    "load_policy",
     "__version__",
 ]
 
 
-SUBMODULES = ("agents", "envs", "experiment", "evaluation", "render", "run", "wrappers")
+SUBMODULES = ("agents", "envs", "experiment", "evaluation", "export", "render", "run", "wrappers")
 """Submodules reachable as attributes of ``jrl`` without importing them first
 (``import jrl; jrl.experiment.evaluate_run(...)``)."""
 
@@ -36,6 +37,10 @@ def __getattr__(name: str):
         from jrl.experiment import train
 
         return train
+    if name == "load_policy":
+        from jrl.export import load_policy
+
+        return load_policy
     if name in SUBMODULES:
         import importlib
 

@@ -6,6 +6,7 @@
     jrl train --resume RUN_DIR                continue an interrupted run exactly
     jrl eval RUN_DIR [--episodes N] [--greedy | --stochastic]
     jrl render RUN_DIR [--out episode.gif] [--run R]
+    jrl export RUN_DIR --out DIR [--run R]    one run's policy for inference (jrl.load_policy)
 
 ``jrl train AGENT --help`` lists every config field with its docstring and
 the defaults of the chosen env's preset. Bad input (unknown agent or env,
@@ -20,6 +21,7 @@ SIGTERM finish the current chunk, write a checkpoint and exit with 130 or
 
 import argparse
 import dataclasses
+import json
 import os
 import sys
 from pathlib import Path
@@ -478,12 +480,40 @@ def cmd_render(args: Sequence[str]) -> int:
     return 0
 
 
+def cmd_export(args: Sequence[str]) -> int:
+    """``jrl export RUN_DIR --out DIR``: one run's policy as an inference-only artifact."""
+    p = _run_dir_parser(
+        "jrl export",
+        "Export one run's evaluation policy (parameters and normaliser statistics inside) as a "
+        "jax.export program; load it with jrl.load_policy(DIR) or jax.export.deserialize.",
+    )
+    p.add_argument("--out", required=True, help="folder to write (policy.jaxexport, ...)")
+    p.add_argument("--run", type=int, default=0, help="which run (seed) of the folder")
+    ns = _parse(p, args)
+    from jrl import export
+
+    try:
+        out = export.export_policy(ns.run_dir, ns.out, ns.run, ns.step, ns.greedy)
+    except (ValueError, FileNotFoundError, KeyError, TypeError) as e:
+        if ns.debug:
+            raise
+        raise CLIError(str(e)) from e
+    info = json.loads((out / export.INFO_FILE).read_text())
+    print(
+        f"exported {info['agent']} on {info['env_id']}, run {info['run']} (seed {info['seed']}), "
+        f"checkpoint at iteration {info['checkpoint_iteration']}, "
+        f"{'greedy' if info['greedy'] else 'stochastic'} policy -> {out}"
+    )
+    return 0
+
+
 COMMANDS = {
     "envs": cmd_envs,
     "agents": cmd_agents,
     "train": cmd_train,
     "eval": cmd_eval,
     "render": cmd_render,
+    "export": cmd_export,
 }
 
 
