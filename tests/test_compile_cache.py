@@ -58,31 +58,43 @@ def test_a_directory_chosen_for_jax_is_kept(tmp_path):
         + SCRIPT
     )
     out = _run(script, {"JRL_COMPILE_CACHE": str(tmp_path / "ignored")})
+    assert out.returncode == 0, out.stderr[-2000:]
     assert json.loads(out.stdout.strip().splitlines()[-1])["dir"] == str(tmp_path / "given")
     assert not (tmp_path / "ignored").exists()
 
 
 TRAIN = """
-import json, jax, jrl
+import collections, json, jax, jrl
+events = collections.Counter()
+jax.monitoring.register_event_listener(lambda name, **kw: events.update([name]))
 # an eager op compiles (and initialises JAX's cache) before train() turns it on
 jax.numpy.ones(3) + 1
 r = jrl.train("ppo", "CartPole-v1", total_steps=2048, num_envs=4, num_steps=32, progress=False,
               num_reports=1, compile_cache=%r)
-print(json.dumps({"compile": r.compile_seconds}))
+print(json.dumps({"hits": events.get("/jax/compilation_cache/cache_hits", 0),
+                  "writes": events.get("/jax/compilation_cache/cache_misses", 0)}))
 """
 
 
+def _cache_files(cache):
+    return {p.name for p in os.scandir(cache)}
+
+
 def test_second_process_loads_the_program(tmp_path):
-    """Run 1 writes the compiled PPO program; run 2 (a fresh process) compiles much faster."""
+    """Run 1 writes the compiled PPO programs to the cache; run 2 (a fresh process) loads them
+    from it and compiles nothing worth writing. (What that saves in seconds is measured by
+    benchmarks/compile_cache.py, not asserted here: a clock on a loaded 2-core machine flakes.)"""
     cache = str(tmp_path / "cache")
     first = _run(TRAIN % cache, {})
     assert first.returncode == 0, first.stderr[-2000:]
-    assert any(os.scandir(cache))  # something was written
+    written = _cache_files(cache)
+    one = json.loads(first.stdout.strip().splitlines()[-1])
+    assert one["writes"] >= 1 and written, one  # JAX's cache-miss event is its write
     second = _run(TRAIN % cache, {})
     assert second.returncode == 0, second.stderr[-2000:]
-    t1 = json.loads(first.stdout.strip().splitlines()[-1])["compile"]
-    t2 = json.loads(second.stdout.strip().splitlines()[-1])["compile"]
-    assert t2 < 0.5 * t1, (t1, t2)
+    two = json.loads(second.stdout.strip().splitlines()[-1])
+    assert two["hits"] >= one["writes"] and two["writes"] == 0, (one, two)
+    assert _cache_files(cache) == written
 
 
 def test_cli_flags(tmp_path):

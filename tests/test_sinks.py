@@ -7,6 +7,7 @@ import math
 import re
 import struct
 import sys
+import threading
 import time
 import types
 from pathlib import Path
@@ -435,15 +436,33 @@ def test_threaded_delivers_every_record_in_order():
     assert inner.closed == 1
 
 
+class BlockedSink(ListSink):
+    """Its writes wait until ``release`` is set (I/O that does not finish); ``entered`` is set
+    when the worker is inside the first write."""
+
+    def __init__(self):
+        super().__init__()
+        self.entered, self.release = threading.Event(), threading.Event()
+
+    def write(self, rec):
+        self.entered.set()
+        assert self.release.wait(timeout=60), "never released"
+        super().write(rec)
+
+
 def test_threaded_write_does_not_wait_for_slow_io():
-    inner = ListSink(delay=0.1)
+    """``write`` returns while the inner sink is still stuck in an earlier write (no timing: the
+    inner write cannot finish before the test releases it). How long a write takes is measured
+    in benchmarks/logging_overhead.py."""
+    inner = BlockedSink()
     sink = ThreadedSink(inner)
-    start = time.perf_counter()
     for i in range(3):
-        sink.write(small(i))
-    assert time.perf_counter() - start < 0.09  # the three writes take 0.3 s on the worker
+        sink.write(small(i))  # would never return if it waited for the inner write
+    assert inner.entered.wait(timeout=60)
+    assert inner.records == []  # all three still queued or in progress
+    inner.release.set()
     sink.close()
-    assert len(inner.records) == 3
+    assert [r.iteration for r in inner.records] == [0, 1, 2]
 
 
 def test_threaded_copies_the_arrays():
