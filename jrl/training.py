@@ -216,6 +216,25 @@ def _prepare_folder(spec: RunSpec, out_path: Path, start: Start) -> None:
         )
 
 
+def _result(
+    spec: RunSpec, history, final_state, compile_seconds, run_seconds, evals
+) -> TrainResult:
+    env_steps = np.asarray(history["train/env_steps"][0], np.int64)  # warm-up steps included
+    return TrainResult(
+        spec.agent,
+        spec.env_id,
+        spec.config,
+        spec.run_seeds,
+        spec.run_sweep,
+        env_steps,
+        history,
+        final_state,
+        compile_seconds,
+        run_seconds,
+        evals=evals,
+    )
+
+
 def _complete(spec: RunSpec, built, out_path: Path, start: Start) -> TrainResult:
     """A resume of a run whose last checkpoint is its last iteration: writes the final
     outputs that are missing (a kill after the final checkpoint), or refuses when all are
@@ -227,20 +246,7 @@ def _complete(spec: RunSpec, built, out_path: Path, start: Start) -> TrainResult
             f"iterations); evaluate it with `jrl eval {out_path}`"
         )
     state = start.state if spec.options.devices is None else anakin.first_device(start.state)
-    env_steps = np.asarray(start.history["train/env_steps"][0], np.int64)
-    result = TrainResult(
-        spec.agent,
-        spec.env_id,
-        spec.config,
-        spec.run_seeds,
-        spec.run_sweep,
-        env_steps,
-        start.history,
-        state,
-        0.0,
-        start.prior_seconds,
-        evals=start.evals,
-    )
+    result = _result(spec, start.history, state, 0.0, start.prior_seconds, start.evals)
     result.save(out_path, start.reports, write_metrics=False)
     print(
         f"jrl: {out_path} had finished training; wrote its missing {', '.join(missing)}",
@@ -303,19 +309,9 @@ def _finish(work: "ChunkWork", res: anakin.RunResult, reason: str | None) -> Tra
         raise TrainingInterrupted(
             f"{what}: stopped before the first chunk{resume_hint}", None, reason, saved
         )
-    env_steps = np.asarray(work.history["train/env_steps"][0], np.int64)  # warm-up included
-    result = TrainResult(
-        spec.agent,
-        spec.env_id,
-        spec.config,
-        spec.run_seeds,
-        spec.run_sweep,
-        env_steps,
-        work.history,
-        res.final_state,
-        res.compile_seconds,
-        work.start.prior_seconds + res.run_seconds,
-        evals=work.evals,
+    run_seconds = work.start.prior_seconds + res.run_seconds
+    result = _result(
+        spec, work.history, res.final_state, res.compile_seconds, run_seconds, work.evals
     )
     if out_path is not None:
         try:
