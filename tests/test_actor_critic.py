@@ -364,3 +364,50 @@ def test_init_values_do_not_depend_on_the_cpu_opt_level(agent):
 
     for a, b in zip(jax.tree.leaves(ours), jax.tree.leaves(default), strict=True):
         np.testing.assert_array_equal(raw(a), raw(b))
+
+
+def test_tanh_normal_rmsprop_and_init_log_std_in_a_real_run():
+    """PPO on Pendulum-v1 with ``continuous="tanh_normal"``, ``optimizer="rmsprop"`` and
+    ``init_log_std=-1``, through ``jrl.train``: the policy is a tanh-squashed Gaussian inside
+    the torque bounds (no ClipAction in the training env), the optimiser state is RMSProp's,
+    and the first iteration's entropy is that of a Gaussian with log std near -1 (the Gaussian
+    entropy 0.5 + 0.5 log(2 pi) + log_std: 0.419 at -1, 1.419 at the default 0)."""
+    import optax
+
+    from jrl.distributions import TanhNormal
+    from jrl.wrappers import ClipAction
+
+    res = jrl.train(
+        "ppo",
+        "Pendulum-v1",
+        seeds=2,
+        total_steps=4096,
+        num_epochs=1,
+        num_minibatches=4,
+        continuous="tanh_normal",
+        optimizer="rmsprop",
+        init_log_std=-1.0,
+        progress=False,
+        num_reports=1,
+    )
+    assert np.isfinite(res.metrics["train/loss"]).all()
+    entropy = res.metrics["train/entropy"][:, 0]
+    np.testing.assert_allclose(entropy, 0.5 + 0.5 * np.log(2 * np.pi) - 1.0, atol=0.1)
+    opt_state = res.final_state.agent_state.opt_state
+    kinds = {type(s) for s in jax.tree.leaves(opt_state, is_leaf=lambda x: hasattr(x, "_fields"))}
+    assert optax.ScaleByRmsState in kinds and optax.ScaleByAdamState not in kinds
+    env, params = jrl.envs.make("Pendulum-v1")
+    built = ppo.build(res.config, env, params)
+    e, chain = built.env, []
+    while hasattr(e, "env"):
+        chain.append(type(e))
+        e = e.env
+    assert ClipAction not in chain
+    p = jax.tree.map(lambda x: x[0], res.final_params)
+    log_std = p["params"]["policy_head"]["log_std"]
+    np.testing.assert_allclose(log_std, -1.0, atol=0.1)
+    obs = 100.0 * jax.random.normal(jax.random.key(0), (256, 3))  # far outside training
+    dist, _ = built.network.apply(p, obs)
+    assert isinstance(dist, TanhNormal)
+    actions = jax.vmap(lambda d, k: d.sample(k))(dist, jax.random.split(jax.random.key(1), 256))
+    assert float(jnp.abs(actions).max()) <= 2.0 and float(jnp.abs(dist.mode()).max()) <= 2.0

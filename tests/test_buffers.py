@@ -457,3 +457,51 @@ def test_uniform_stratified_bad_input():
         buf.add(state, jnp.zeros((2,)))
     with pytest.raises(ValueError, match="same number of items"):
         buf.sample(state, jax.random.key(0), 4)
+
+
+# ------------------------------------------------------------------ on-policy minibatches
+
+
+@VARIANTS
+def test_rollout_minibatches_cover_every_sample_once(variant):
+    """``[T, N] -> [M, T/M * N]``: every (step, env) sample exactly once per call, every
+    minibatch with T/M steps of each env, the leaves of a sample kept together, and another key
+    another order."""
+    t, n, m = 8, 3, 4
+    ids = jnp.arange(t * n).reshape(t, n)  # id = step * N + env
+    data = {"id": ids, "env": jnp.broadcast_to(jnp.arange(n), (t, n)), "obs": ids[..., None] * 10}
+    out = variant(lambda k: B.rollout_minibatches(data, k, m))(jax.random.key(0))
+    assert out["id"].shape == (m, t // m * n) and out["obs"].shape == (m, t // m * n, 1)
+    np.testing.assert_array_equal(np.sort(np.asarray(out["id"]).ravel()), np.arange(t * n))
+    np.testing.assert_array_equal(out["env"], out["id"] % n)
+    np.testing.assert_array_equal(out["obs"][..., 0], out["id"] * 10)
+    for block in np.asarray(out["env"]):
+        np.testing.assert_array_equal(np.bincount(block, minlength=n), [t // m] * n)
+    other = B.rollout_minibatches(data, jax.random.key(1), m)
+    assert not np.array_equal(other["id"], out["id"])
+    with pytest.raises(ValueError, match="not divisible into 3 minibatches"):
+        B.rollout_minibatches(data, jax.random.key(0), 3)
+
+
+def test_minibatch_epochs_visit_every_sample_once_per_epoch():
+    """``jrl.learner.minibatch_epochs`` runs ``num_epochs x num_minibatches`` steps that together
+    see each sample exactly ``num_epochs`` times, and averages the steps' metrics."""
+    from types import SimpleNamespace
+
+    from jrl.learner import minibatch_epochs
+
+    t, n, epochs, m = 8, 2, 3, 4
+    data = {"id": jnp.arange(t * n).reshape(t, n)}
+
+    def sgd_step(state, mb):
+        counts, steps = state
+        return (counts.at[mb["id"]].add(1), steps + 1), {"x": steps.astype(jnp.float32)}
+
+    config = SimpleNamespace(num_epochs=epochs, num_minibatches=m)
+    init = (jnp.zeros(t * n, jnp.int32), jnp.zeros((), jnp.int32))
+    (counts, steps), metrics = jax.jit(lambda k: minibatch_epochs(sgd_step, init, data, k, config))(
+        jax.random.key(0)
+    )
+    np.testing.assert_array_equal(counts, epochs)
+    assert int(steps) == epochs * m
+    np.testing.assert_allclose(metrics["x"], np.mean(np.arange(epochs * m)))

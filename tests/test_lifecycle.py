@@ -570,3 +570,34 @@ def test_evaluation_uses_the_training_normaliser_frozen():
     np.testing.assert_allclose(normalize(obs), expected, rtol=1e-5)
     assert isinstance(evaluation.evaluation_env(built.env), Environment)
     assert evaluation.evaluation_env(built.env).num_envs is None
+
+
+def test_env_overrides_travel_with_the_run(tmp_path):
+    """``env_overrides`` (a time limit of 20 and a heavier gravity) are part of the run: the
+    episodes of training and of evaluation last at most 20 steps, a stopped run resumes to the
+    bits of the one that never stopped, ``load_run`` rebuilds the overridden env, and a resume
+    asking for other overrides is refused."""
+    from jrl.wrappers import TimeLimit
+
+    overrides = {"max_episode_steps": 20, "gravity": 12.0}
+    kw = dict(total_steps=3072, num_reports=6, env_overrides=overrides, **QUIET)
+    whole = experiment.train("ppo", "CartPole-v1", 2, out=tmp_path / "whole", **kw)
+    with pytest.raises(experiment.TrainingInterrupted):
+        experiment.train("ppo", "CartPole-v1", 2, out=tmp_path / "split", stop_at_steps=1024, **kw)
+    with pytest.raises(checkpoint.CheckpointError, match="env_overrides"):
+        experiment.resume(tmp_path / "split", env_overrides={"max_episode_steps": 30}, **QUIET)
+    resumed = experiment.resume(tmp_path / "split", **QUIET)
+    assert_same_run(whole, resumed)
+    lengths = whole.metrics["train/episode_length"]
+    assert np.nanmax(lengths) <= 20 and np.nanmax(lengths) > 10  # cut at 20, not by CartPole
+
+    loaded = experiment.load_run(tmp_path / "split")
+    assert float(loaded.built.env_params.gravity) == 12.0
+    env, limits = evaluation.evaluation_env(loaded.built.env), []
+    while hasattr(env, "env"):
+        if isinstance(env, TimeLimit):
+            limits.append(env.max_episode_steps)
+        env = env.env
+    assert limits == [20]
+    stats = experiment.evaluate_run(tmp_path / "split", episodes=8)
+    assert stats["max"] <= 20 and stats["mean_length"] <= 20

@@ -648,3 +648,63 @@ def test_sinks_satisfy_the_protocol(tmp_path):
     ):
         assert isinstance(sink, sinks.Sink)
         sink.close()
+
+
+# ------------------------------------------------------------------------- in a real run
+
+
+def kept_scalars(logdir):
+    """{tag: [(step, value)]} as TensorBoard shows a log folder: its event files in order, a
+    SessionLog START at step s dropping the events read so far with step >= s."""
+    from tensorboardX.proto.event_pb2 import SessionLog
+
+    kept = []
+    for path in event_files(logdir):
+        for event in read_events(path):
+            if event.HasField("session_log") and event.session_log.status == SessionLog.START:
+                kept = [e for e in kept if e.step < event.step]
+            kept.append(event)
+    return scalars(kept)
+
+
+def test_tensorboard_in_a_run_and_its_resume(tmp_path):
+    """`log=["tensorboard"]` in a real run writes the mean/min/max of every metric over the
+    runs at each report's env steps, as metrics.csv has them. Continued from its checkpoint
+    after 1024 steps, the finished run replays the rest: TensorBoard then shows the curves of
+    the run once, the first file's later steps purged by the resumed file."""
+    import csv
+
+    import jrl
+
+    run = tmp_path / "run"
+    jrl.train(
+        "ppo",
+        "CartPole-v1",
+        seeds=2,
+        out=run,
+        total_steps=3072,
+        num_reports=6,
+        checkpoint_every=1024,
+        keep_checkpoints=5,
+        log=["tensorboard"],
+        progress=False,
+    )
+    whole = kept_scalars(run / "tb")
+    rows = list(csv.DictReader((run / "metrics.csv").open()))
+    steps = [512 * i for i in range(1, 7)]
+    for stat, reduce in (("mean", np.mean), ("min", np.min), ("max", np.max)):
+        expected = [
+            reduce([float(r["train/loss"]) for r in rows if int(r["env_steps"]) == s])
+            for s in steps
+        ]
+        got = whole[f"train/loss/{stat}"]
+        assert [s for s, _ in got] == steps
+        np.testing.assert_allclose([v for _, v in got], expected, rtol=1e-6)
+
+    jrl.experiment.resume(run, step=2, keep_checkpoints=5, progress=False)  # replays 1536..3072
+    files = event_files(run / "tb")
+    assert len(files) == 2
+    resumed = read_events(files[1])
+    assert any(e.HasField("session_log") and e.step == 1025 for e in resumed)
+    assert {s for s, _ in scalars(resumed)["train/loss/mean"]} == set(steps[2:])
+    assert kept_scalars(run / "tb") == whole  # each step once, with the same values
