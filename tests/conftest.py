@@ -2,8 +2,8 @@
 
 The persistent compilation cache is shared by all test processes of a run
 (xdist workers and subprocesses), so identical programs built by different
-tests compile once. The ``ac_reference`` fixture holds the NumPy/JAX references
-of one actor-critic update that the agents' ``learn`` tests compare with.
+tests compile once. The ``learn_reference`` fixture holds the NumPy/JAX references
+of one update that the agents' ``learn`` tests compare with.
 """
 
 import math
@@ -29,13 +29,13 @@ jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
 
 
 # ---------------------------------------------------------------------------------------------
-# References for the actor-critic agents' `learn` tests (tests/test_ppo.py, test_a2c.py,
-# test_reinforce.py), written from the papers, independent of jrl's implementation.
+# References for the agents' `learn` tests (tests/test_ppo.py, test_a2c.py, test_reinforce.py,
+# test_dqn.py, test_pqn.py), written from the papers, independent of jrl's implementation.
 # ---------------------------------------------------------------------------------------------
 
 
-class ActorCriticReference:
-    """NumPy/JAX references for one actor-critic update (a fixture, ``ac_reference``)."""
+class LearnReference:
+    """NumPy/JAX references for one update of an agent (a fixture, ``learn_reference``)."""
 
     @staticmethod
     def gae(reward, value, bootstrap, terminated, truncated, gamma, lam):
@@ -106,7 +106,8 @@ class ActorCriticReference:
 
     @staticmethod
     def assert_step(new_params, old_params, expected_step):
-        """The parameters moved by ``expected_step``, leaf by leaf."""
+        """The parameters moved by ``expected_step``, leaf by leaf (to 0.2%, or 1e-6 absolute:
+        Adam's ``g / (|g| + eps)`` magnifies float rounding where ``|g|`` is near ``eps``)."""
         import jax
 
         for new, old, d in zip(
@@ -115,9 +116,9 @@ class ActorCriticReference:
             jax.tree.leaves(expected_step),
             strict=True,
         ):
-            np.testing.assert_allclose(np.asarray(new - old), d, rtol=2e-3, atol=1e-7)
+            np.testing.assert_allclose(np.asarray(new - old), d, rtol=2e-3, atol=1e-6)
 
 
 @pytest.fixture
-def ac_reference():
-    return ActorCriticReference
+def learn_reference():
+    return LearnReference

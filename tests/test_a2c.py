@@ -47,7 +47,7 @@ def test_loss_by_hand():
     np.testing.assert_array_equal(grad, 0.0)
 
 
-def test_learn_matches_a_numpy_reference(ac_reference):
+def test_learn_matches_a_numpy_reference(learn_reference):
     """One update on the whole rollout: the metrics are the reference loss and its parts at the
     parameters before the update, and the update is one Adam step down its gradient."""
     gamma, lam, vf, ent_coef, lr = 0.9, 0.8, 0.5, 0.05, 2e-3
@@ -64,11 +64,11 @@ def test_learn_matches_a_numpy_reference(ac_reference):
     env, params = jrl.envs.make("CartPole-v1")
     built = a2c.build(cfg, env, params)
     state = built.agent.init(jax.random.key(0), built.spec)
-    batch = ac_reference.rollout(jax.random.key(1))
+    batch = learn_reference.rollout(jax.random.key(1))
     net = built.network
     boot = np.asarray(net.apply(state.params, batch.next_observation, method=net.value))
     f64 = lambda x: np.asarray(x, np.float64)  # noqa: E731
-    adv, target = ac_reference.gae(
+    adv, target = learn_reference.gae(
         f64(batch.reward),
         f64(batch.extras["value"]),
         boot,
@@ -77,7 +77,7 @@ def test_learn_matches_a_numpy_reference(ac_reference):
         gamma,
         lam,
     )
-    a = jnp.asarray(ac_reference.normalize(adv).reshape(-1), jnp.float32)
+    a = jnp.asarray(learn_reference.normalize(adv).reshape(-1), jnp.float32)
     g = jnp.asarray(target.reshape(-1), jnp.float32)
     obs, action = batch.observation.reshape(-1, 4), np.asarray(batch.action).reshape(-1)
 
@@ -96,5 +96,5 @@ def test_learn_matches_a_numpy_reference(ac_reference):
     for name, value in parts.items():
         np.testing.assert_allclose(learned.metrics[name], value, rtol=1e-5, atol=1e-6, err_msg=name)
     np.testing.assert_allclose(learned.metrics["train/value_target"], target.mean(), rtol=1e-5)
-    step = ac_reference.adam_first_step(grads, lr, cfg.max_grad_norm)
-    ac_reference.assert_step(learned.agent_state.params, state.params, step)
+    step = learn_reference.adam_first_step(grads, lr, cfg.max_grad_norm)
+    learn_reference.assert_step(learned.agent_state.params, state.params, step)

@@ -280,3 +280,35 @@ def test_quantile_loss_descent_finds_the_quantiles(kappa):
     # the sign: a quantile below (above) its target quantile gets a negative (positive) gradient
     g = grad(fitted + jnp.array([[-0.5, 0.5, -0.5, 0.5]]))
     np.testing.assert_array_equal(np.sign(g[0]), [-1, 1, -1, 1])
+
+
+def test_support_of_two_atoms_and_projection_refusals():
+    np.testing.assert_allclose(dist.support(2, -1.0, 3.0), [-1.0, 3.0])  # the smallest support
+    probs = jnp.ones((2, 5)) / 5
+    with pytest.raises(ValueError, match="need atoms"):  # atoms must be one axis
+        dist.categorical_projection(probs, jnp.zeros(2), jnp.ones(2), jnp.zeros((1, 5)))
+    with pytest.raises(ValueError, match="need atoms"):  # of the probabilities' length
+        dist.categorical_projection(probs, jnp.zeros(2), jnp.ones(2), dist.support(4, 0.0, 1.0))
+
+
+def test_categorical_loss_over_leading_dims():
+    """``[T, B, K]``: the cross-entropy of every row along the atoms axis (the hand values of
+    test_categorical_loss_hand_value_and_gradients, in both rows of each leading index)."""
+    logits = jnp.log(jnp.tile(jnp.array([1.0, 2.0, 3.0]), (2, 2, 1)))
+    target = jnp.tile(jnp.array([[0.5, 0.5, 0.0], [0.0, 0.0, 1.0]]), (2, 1, 1))
+    expected = [[0.5 * math.log(18.0), math.log(2.0)]] * 2
+    np.testing.assert_allclose(dist.categorical_loss(logits, target), expected, rtol=1e-6)
+
+
+def test_quantile_huber_loss_kappa_below_one_and_leading_dims():
+    # kappa = 1/2: H(u) / kappa = u^2 for |u| <= 1/2, else |u| - 1/4:
+    #   i=0: u = [.5, 3] -> [.25, 2.75], weights .25 -> mean .375
+    #   i=1: u = [-.5, 2] -> [.25, 1.75], weights [.25, .75] -> mean (.0625 + 1.3125) / 2 = .6875
+    np.testing.assert_allclose(
+        dist.quantile_huber_loss(QUANTILES, TARGETS, TAUS, 0.5), [1.0625], rtol=1e-6
+    )
+    # leading dims [T, B] = [2, 1]: each row as in the 2-D case (kappa = 1: 0.90625)
+    out = dist.quantile_huber_loss(
+        jnp.stack([QUANTILES, QUANTILES]), jnp.stack([TARGETS, TARGETS]), TAUS, 1.0
+    )
+    np.testing.assert_allclose(out, [[0.90625], [0.90625]], rtol=1e-6)

@@ -286,3 +286,64 @@ def test_epsilon_greedy_rows_are_independent_of_the_batch():
         for i in range(0, 64, 7)
     ]
     np.testing.assert_array_equal(np.asarray(batch)[::7], alone)
+
+
+# --- masks, leading dimensions and edges ---------------------------------------------------
+
+
+def test_masked_categorical_stays_finite_in_float16():
+    """Invalid actions get a large negative *finite* logit in the logits' own dtype: in float16
+    (largest magnitude 65504) the log-probabilities and their gradients stay finite."""
+    logits = jnp.array([[0.5, 2.0, -1.0], [1.0, 1.0, 1.0]], jnp.float16)
+    mask = jnp.array([[True, False, True], [False, True, True]])
+    dist = Categorical(logits, mask)
+    assert bool(jnp.all(jnp.isfinite(dist.log_probs)))
+    np.testing.assert_array_equal(np.asarray(dist.probs)[~np.asarray(mask)], 0.0)
+    np.testing.assert_allclose(np.asarray(dist.probs, np.float32)[1], [0.0, 0.5, 0.5], atol=1e-3)
+    grad = jax.grad(lambda x: Categorical(x, mask).log_prob(jnp.array([0, 2])).sum())(logits)
+    assert bool(jnp.all(jnp.isfinite(grad)))
+
+
+def test_masked_argmax_and_max_over_leading_dims():
+    """``values [T, N, A]``: the best valid action of each row, along the last axis."""
+    from jrl.distributions import masked_argmax, masked_max
+
+    values = jnp.array([[[1.0, 5.0, 3.0], [9.0, 2.0, 4.0]], [[0.0, -1.0, 7.0], [2.0, 8.0, 6.0]]])
+    mask = jnp.array(
+        [[[True, False, True], [True, True, True]], [[True, True, False], [True, False, True]]]
+    )
+    np.testing.assert_array_equal(masked_argmax(values, mask), [[2, 0], [0, 2]])
+    np.testing.assert_array_equal(masked_max(values, mask), [[3.0, 9.0], [0.0, 6.0]])
+    np.testing.assert_array_equal(masked_argmax(values), [[1, 0], [2, 1]])
+    np.testing.assert_array_equal(masked_max(values), [[5.0, 9.0], [7.0, 8.0]])
+
+
+def test_multi_categorical_from_flat_with_leading_dims_and_a_mask():
+    """Three dimensions (2, 3, 2) from flat logits ``[T, N, 7]``: log_prob and entropy are the
+    sums over the dimensions of log-softmaxes of the right slices; the mask's slices go with
+    them; a mask of another length is refused."""
+    nvec = (2, 3, 2)
+    logits = jax.random.normal(KEY, (2, 3, 7))
+    mask = np.ones((2, 3, 7), bool)
+    mask[..., 3] = False  # the second dimension's middle value is invalid everywhere
+    dist = MultiCategorical.from_flat(logits, nvec, jnp.asarray(mask))
+    x = jnp.broadcast_to(jnp.array([1, 2, 0]), (2, 3, 3))
+    parts = np.split(np.where(mask, np.asarray(logits, np.float64), -np.inf), [2, 5], axis=-1)
+    expected = sum(_np_log_softmax(p)[..., int(a)] for p, a in zip(parts, [1, 2, 0]))
+    np.testing.assert_allclose(dist.log_prob(x), expected, rtol=1e-5)
+    log_ps = [_np_log_softmax(p) for p in parts]  # -inf for the invalid value
+    entropy = sum(-np.sum(np.exp(lp) * np.where(np.isfinite(lp), lp, 0.0), -1) for lp in log_ps)
+    np.testing.assert_allclose(dist.entropy(), entropy, rtol=1e-5)
+    assert dist.mode().shape == (2, 3, 3) and not bool(jnp.any(dist.mode()[..., 1] == 1))
+    with pytest.raises(ValueError, match="logits last axis 6"):
+        MultiCategorical.from_flat(logits[..., :6], nvec)
+    with pytest.raises(ValueError):
+        MultiCategorical(dist.logits, dist.mask[:2]).entropy()
+
+
+def test_tanh_normal_log_prob_is_finite_at_the_bounds():
+    """Actions exactly at ``low`` and ``high`` (what clipping or a saturated tanh gives) are
+    clipped just inside before arctanh: a finite log-density."""
+    dist = TanhNormal(jnp.zeros((2, 1)), jnp.zeros((2, 1)), low=-2.0, high=2.0)
+    log_p = dist.log_prob(jnp.array([[2.0], [-2.0]]))
+    assert bool(jnp.all(jnp.isfinite(log_p))) and float(log_p.max()) < -5.0

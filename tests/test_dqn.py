@@ -10,8 +10,7 @@ import pytest
 import jrl
 import jrl.agents
 import jrl.envs as jrl_envs
-from jrl import experiment
-from jrl import buffers
+from jrl import buffers, experiment
 from jrl.agents import dqn
 from jrl.types import Transition
 
@@ -479,3 +478,137 @@ def test_value_based_spaces():
         EnvSpec(bad, spaces.Discrete(4)).value_based("DQN")
     with pytest.raises(ValueError, match="DQN needs a Discrete"):
         jrl.train("dqn", "Pendulum-v1", total_steps=2_000, learning_starts=100, progress=False)
+
+
+# ------------------------------------------------------------------ learn against a reference
+
+
+def _c51_projection(probs, reward, discount, atoms):
+    """C51's projection (Bellemare et al., 2017, Algorithm 1) by loops over items and atoms."""
+    v_min, v_max, dz = atoms[0], atoms[-1], atoms[1] - atoms[0]
+    out = np.zeros_like(probs)
+    for i in range(probs.shape[0]):
+        for j, z in enumerate(atoms):
+            b = (np.clip(reward[i] + discount[i] * z, v_min, v_max) - v_min) / dz
+            lo, hi = int(np.floor(b)), int(np.ceil(b))
+            if lo == hi:
+                out[i, lo] += probs[i, j]
+            else:
+                out[i, lo] += probs[i, j] * (hi - b)
+                out[i, hi] += probs[i, j] * (b - lo)
+    return out
+
+
+def _quantile_huber(theta, target, kappa):
+    """QR-DQN's loss per item (Dabney et al., 2018, eq. 10): sum_i mean_j of
+    |tau_i - 1{u < 0}| * Huber_kappa(u) / kappa, u = target_j - theta_i, tau_i = (2i+1)/(2N);
+    ``theta [B, N]``, ``target [B, M]``."""
+    n = theta.shape[-1]
+    taus = (2 * jnp.arange(n) + 1) / (2 * n)
+    u = target[:, None, :] - theta[:, :, None]
+    huber = jnp.where(jnp.abs(u) <= kappa, 0.5 * u**2, kappa * (jnp.abs(u) - 0.5 * kappa))
+    weight = jnp.abs(taus[:, None] - (u < 0))
+    return jnp.sum(jnp.mean(weight * huber / kappa, axis=-1), axis=-1)
+
+
+LEARN_CASES = {
+    "double-mse": dict(double_q=True, loss="mse"),
+    "single-huber": dict(double_q=False, loss="huber"),
+    "c51": dict(distribution="categorical", num_atoms=11, v_min=-2.0, v_max=3.0),
+    "qrdqn": dict(distribution="quantile", num_atoms=5, kappa=1.0),
+}
+
+
+@pytest.mark.parametrize("case", sorted(LEARN_CASES))
+def test_learn_matches_a_numpy_reference(case, learn_reference):
+    """One update on a prioritised-looking sample (unequal importance weights), the target
+    network apart from the online one: the loss, priorities and Q metric of ``learn`` are the
+    reference's (bootstrap action from the online net, or from the target net without double
+    Q; value from the target net; Huber or squared TD, C51's projected cross-entropy or QR-DQN's
+    quantile Huber loss), the update is one Adam step down the weighted loss, and the target
+    moves by tau towards the new parameters."""
+    lr, tau = 1e-3, 0.5
+    cfg = dqn.DQNConfig(
+        total_steps=1000,
+        learning_starts=100,
+        num_envs=2,
+        learning_rate=lr,
+        tau=tau,
+        target_update_interval=1,
+        max_grad_norm=10.0,
+        **LEARN_CASES[case],
+    )
+    env, params = jrl_envs.make("CartPole-v1")
+    built = dqn.build(cfg, env, params)
+    net = built.network
+    state = built.agent.init(jax.random.key(0), built.spec)
+    state = state.replace(target_params=built.agent.init(jax.random.key(9), built.spec).params)
+    b = 6
+    k = jax.random.split(jax.random.key(1), 5)
+    items = buffers.NStepTransition(
+        observation=jax.random.normal(k[0], (b, 4)),
+        action=jnp.asarray([0, 1, 1, 0, 1, 0]),
+        reward=jax.random.uniform(k[1], (b,), minval=-1.0, maxval=2.0),
+        discount=jnp.asarray([0.9, 0.0, 0.81, 0.9, 0.0, 0.729]),
+        next_observation=jax.random.normal(k[2], (b, 4)),
+        terminated=jnp.asarray([False, True, False, False, True, False]),
+        truncated=jnp.zeros(b, bool),
+        steps=jnp.asarray([1, 1, 2, 1, 1, 3]),
+    )
+    weights = jnp.asarray([1.0, 0.5, 0.25, 1.0, 0.75, 0.1])
+    sample = buffers.Sample(items, jnp.arange(b), weights)
+    r, d, a = (np.asarray(x, np.float64) for x in (items.reward, items.discount, items.action))
+    a = a.astype(int)
+    rows = np.arange(b)
+    atoms = np.linspace(cfg.v_min, cfg.v_max, cfg.num_atoms)
+
+    def q_of(out):  # action values from the network's output
+        out = np.asarray(out, np.float64)
+        if cfg.distribution == "categorical":
+            e = np.exp(out - out.max(-1, keepdims=True))
+            return (e / e.sum(-1, keepdims=True) * atoms).sum(-1)
+        return out.mean(-1) if cfg.distribution == "quantile" else out
+
+    next_online = net.apply(state.params, items.next_observation)
+    next_target = np.asarray(net.apply(state.target_params, items.next_observation), np.float64)
+    greedy = np.argmax(q_of(next_online) if cfg.double_q else q_of(next_target), axis=-1)
+    if cfg.distribution == "none":
+        target = r + d * next_target[rows, greedy]
+    elif cfg.distribution == "categorical":
+        logits = next_target[rows, greedy]
+        probs = np.exp(logits - logits.max(-1, keepdims=True))
+        target = _c51_projection(probs / probs.sum(-1, keepdims=True), r, d, atoms)
+    else:
+        target = r[:, None] + d[:, None] * next_target[rows, greedy]
+    target = jnp.asarray(target, jnp.float32)
+
+    def reference(p):
+        taken = net.apply(p, items.observation)[rows, a]
+        if cfg.distribution == "none":
+            td = taken - target
+            # optax's Huber loss: 0.5 u^2 for |u| <= 1, |u| - 0.5 beyond
+            huber = jnp.where(jnp.abs(td) <= 1, 0.5 * td**2, jnp.abs(td) - 0.5)
+            per_item = huber if cfg.loss == "huber" else 0.5 * td**2
+            priority = jnp.abs(td)
+        elif cfg.distribution == "categorical":
+            per_item = priority = -jnp.sum(target * jax.nn.log_softmax(taken), axis=-1)
+        else:
+            per_item = priority = _quantile_huber(taken, target, cfg.kappa)
+        return jnp.mean(weights * per_item), (priority, taken)
+
+    (loss, (priority, taken)), grads = jax.value_and_grad(reference, has_aux=True)(state.params)
+    learned = built.agent.learn(state, sample, jax.random.key(2))
+    m = learned.metrics
+    np.testing.assert_allclose(m["train/loss"], loss, rtol=1e-5, atol=1e-7)
+    np.testing.assert_allclose(learned.priorities, priority, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(m["train/q"], q_of(np.asarray(taken)[:, None])[:, 0].mean(), 1e-5)
+    np.testing.assert_allclose(m["train/epsilon"], cfg.epsilon_start)
+    assert int(learned.agent_state.num_updates) == 1
+    step = learn_reference.adam_first_step(grads, lr, cfg.max_grad_norm, eps=cfg.adam_eps)
+    learn_reference.assert_step(learned.agent_state.params, state.params, step)
+    for new_t, old_t, new in zip(
+        jax.tree.leaves(learned.agent_state.target_params),
+        jax.tree.leaves(state.target_params),
+        jax.tree.leaves(learned.agent_state.params),
+    ):
+        np.testing.assert_allclose(new_t, tau * new + (1 - tau) * old_t, rtol=1e-6, atol=1e-7)

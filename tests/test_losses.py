@@ -56,3 +56,25 @@ def test_normalize():
     x = jnp.array([1.0, 2.0, 3.0, 4.0])
     z = losses.normalize(x)
     np.testing.assert_allclose(z, (np.array([1, 2, 3, 4]) - 2.5) / math.sqrt(1.25), rtol=1e-5)
+
+
+def test_normalize_guards_a_zero_spread_with_eps():
+    """The eps of the denominator: a constant input normalises to zeros, and a spread of eps
+    itself halves the normalised values ((x - mean) / (std + eps) with std = eps)."""
+    np.testing.assert_array_equal(losses.normalize(jnp.full(4, 3.0)), 0.0)
+    np.testing.assert_allclose(losses.normalize(jnp.array([0.0, 2e-8])), [-0.5, 0.5], rtol=1e-5)
+
+
+def test_clip_fraction_counts_ratios_outside_the_range_only():
+    """A ratio on the edge of [1 - eps, 1 + eps] is not clipped (clipping leaves it as it is):
+    with eps = 0, ratios of exactly 1 count 0 and one ratio of e counts 1 of 3."""
+    log_prob = jnp.array([0.0, 0.0, 1.0])
+    _, frac = losses.clipped_surrogate_loss(log_prob, jnp.zeros(3), jnp.ones(3), 0.0)
+    np.testing.assert_allclose(frac, 1 / 3, rtol=1e-6)
+
+
+def test_value_loss_clips_only_with_both_old_values_and_clip_eps():
+    v, g, old = jnp.array([1.0, 3.0]), jnp.array([2.0, 0.0]), jnp.array([0.0, 2.5])
+    plain = 0.5 * (1 + 9) / 2
+    np.testing.assert_allclose(losses.value_loss(v, g, old, None), plain)
+    np.testing.assert_allclose(losses.value_loss(v, g, None, 0.5), plain)

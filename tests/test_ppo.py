@@ -108,7 +108,7 @@ def test_entropy_bonus_gradient_raises_the_entropy():
 
 
 @pytest.mark.parametrize("clip_value", [True, False])
-def test_learn_matches_a_numpy_reference(clip_value, ac_reference):
+def test_learn_matches_a_numpy_reference(clip_value, learn_reference):
     """One epoch of one minibatch: the metrics of ``learn`` are the reference loss and its
     parts at the parameters before the update, and the update is one Adam step down the
     reference loss's gradient."""
@@ -131,12 +131,12 @@ def test_learn_matches_a_numpy_reference(clip_value, ac_reference):
     env, params = jrl.envs.make("CartPole-v1")
     built = ppo.build(cfg, env, params)
     state = built.agent.init(jax.random.key(0), built.spec)
-    batch = ac_reference.rollout(jax.random.key(1))
+    batch = learn_reference.rollout(jax.random.key(1))
     net = built.network
 
     boot = np.asarray(net.apply(state.params, batch.next_observation, method=net.value))
     old_value = np.asarray(batch.extras["value"], np.float64)
-    adv, target = ac_reference.gae(
+    adv, target = learn_reference.gae(
         np.asarray(batch.reward, np.float64),
         old_value,
         boot,
@@ -145,7 +145,7 @@ def test_learn_matches_a_numpy_reference(clip_value, ac_reference):
         gamma,
         lam,
     )
-    adv = ac_reference.normalize(adv)
+    adv = learn_reference.normalize(adv)
     flat = lambda x: jnp.asarray(np.asarray(x).reshape(-1), jnp.float32)  # noqa: E731
     obs = batch.observation.reshape(-1, 4)
     action, old_lp = np.asarray(batch.action).reshape(-1), flat(batch.extras["log_prob"])
@@ -181,5 +181,5 @@ def test_learn_matches_a_numpy_reference(clip_value, ac_reference):
     np.testing.assert_allclose(m["train/value_target"], target.mean(), rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(m["train/learning_rate"], lr, rtol=1e-6)
     assert int(learned.agent_state.num_updates) == 1
-    step = ac_reference.adam_first_step(grads, lr, 0.5)
-    ac_reference.assert_step(learned.agent_state.params, state.params, step)
+    step = learn_reference.adam_first_step(grads, lr, 0.5)
+    learn_reference.assert_step(learned.agent_state.params, state.params, step)

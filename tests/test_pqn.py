@@ -347,3 +347,53 @@ def test_pqn_truncation_probe():
         p = jax.tree.map(lambda x, r=r: x[r], res.final_params)
         q = np.asarray(built.network.apply(p, obs))
         np.testing.assert_allclose(q, target, rtol=0.10, err_msg=f"run {r}: {q}")
+
+
+def test_learn_matches_a_numpy_reference(learn_reference):
+    """One epoch of one minibatch (Adam, to compare one step): Peng's Q(lambda) targets of the
+    scaled rewards by a backward loop over the pre-update network's max Q on the successors,
+    the loss ``0.5 mean((Q(s, a) - G)^2)`` and its metrics, one Adam step down its gradient."""
+    gamma, lam, scale, lr = 0.9, 0.7, 0.1, 1e-3
+    config = pqn.PQNConfig(
+        total_steps=16 * 10,
+        num_envs=2,
+        num_steps=8,
+        num_epochs=1,
+        num_minibatches=1,
+        learning_rate=lr,
+        optimizer="adam",
+        gamma=gamma,
+        q_lambda=lam,
+        reward_scale=scale,
+    )
+    env, params = jrl_envs.make("CartPole-v1")
+    built = pqn.build(config, env, params)
+    state = built.agent.init(jax.random.key(0), built.spec)
+    batch = learn_reference.rollout(jax.random.key(1))
+    net = built.network
+    max_q = np.asarray(net.apply(state.params, batch.next_observation), np.float64).max(-1)
+    reward = np.asarray(batch.reward, np.float64) * scale
+    term, trunc = np.asarray(batch.terminated), np.asarray(batch.truncated)
+    g = np.zeros_like(reward)
+    for t in reversed(range(8)):
+        last = (t == 7) | term[t] | trunc[t]
+        nxt = np.where(last, max_q[t], g[min(t + 1, 7)])
+        g[t] = reward[t] + gamma * (1 - term[t]) * ((1 - lam) * max_q[t] + lam * nxt)
+    obs, action = batch.observation.reshape(-1, 4), np.asarray(batch.action).reshape(-1)
+    target = jnp.asarray(g.reshape(-1), jnp.float32)
+
+    def reference(p):
+        q = net.apply(p, obs)[jnp.arange(len(action)), action]
+        return 0.5 * jnp.mean((q - target) ** 2), q
+
+    (loss, q), grads = jax.value_and_grad(reference, has_aux=True)(state.params)
+    learned = built.agent.learn(state, batch, jax.random.key(2))
+    m = learned.metrics
+    np.testing.assert_allclose(m["train/loss"], loss, rtol=1e-5, atol=1e-7)
+    np.testing.assert_allclose(m["train/q"], q.mean(), rtol=1e-5, atol=1e-7)
+    np.testing.assert_allclose(m["train/q_target"], g.mean(), rtol=1e-5)
+    np.testing.assert_allclose(m["train/epsilon"], config.epsilon_start)
+    np.testing.assert_allclose(m["train/learning_rate"], lr, rtol=1e-6)
+    assert int(learned.agent_state.num_updates) == 1
+    step = learn_reference.adam_first_step(grads, lr, config.max_grad_norm, eps=1e-8)
+    learn_reference.assert_step(learned.agent_state.params, state.params, step)

@@ -65,7 +65,7 @@ def test_loss_is_policy_gradient_plus_weighted_baseline_loss():
     np.testing.assert_allclose(grad, 0.5 * (values - mb.target) / 2, rtol=1e-6)
 
 
-def test_learn_matches_a_numpy_reference(ac_reference):
+def test_learn_matches_a_numpy_reference(learn_reference):
     """One update on the whole rollout: Monte Carlo returns (bootstrapped at truncations and at
     the rollout's end), advantages ``G - V`` normalised, and the metrics and the one Adam step of
     ``-mean(log pi(a|s) A) + vf_coef * 0.5 mean((V - G)^2)``."""
@@ -76,14 +76,14 @@ def test_learn_matches_a_numpy_reference(ac_reference):
     env, params = jrl.envs.make("CartPole-v1")
     built = reinforce.build(cfg, env, params)
     state = built.agent.init(jax.random.key(0), built.spec)
-    batch = ac_reference.rollout(jax.random.key(1))
+    batch = learn_reference.rollout(jax.random.key(1))
     net = built.network
     boot = np.asarray(net.apply(state.params, batch.next_observation, method=net.value))
     f64 = lambda x: np.asarray(x, np.float64)  # noqa: E731
-    g = ac_reference.monte_carlo(
+    g = learn_reference.monte_carlo(
         f64(batch.reward), boot, f64(batch.terminated), f64(batch.truncated), gamma
     )
-    adv = ac_reference.normalize(g - f64(batch.extras["value"]))
+    adv = learn_reference.normalize(g - f64(batch.extras["value"]))
     a, g32 = (jnp.asarray(x.reshape(-1), jnp.float32) for x in (adv, g))
     obs, action = batch.observation.reshape(-1, 4), np.asarray(batch.action).reshape(-1)
 
@@ -103,8 +103,8 @@ def test_learn_matches_a_numpy_reference(ac_reference):
         np.testing.assert_allclose(learned.metrics[name], value, rtol=1e-5, atol=1e-6, err_msg=name)
     np.testing.assert_allclose(learned.metrics["train/value_target"], g.mean(), rtol=1e-5)
     assert int(learned.agent_state.num_updates) == 1
-    step = ac_reference.adam_first_step(grads, lr, cfg.max_grad_norm)
-    ac_reference.assert_step(learned.agent_state.params, state.params, step)
+    step = learn_reference.adam_first_step(grads, lr, cfg.max_grad_norm)
+    learn_reference.assert_step(learned.agent_state.params, state.params, step)
 
 
 def test_registered_with_its_hyperparameters_and_presets():

@@ -293,3 +293,33 @@ def test_against_numpy_reference(seed):
         np.testing.assert_allclose(
             lam_ret[:, j], _np_lambda(*no_v, gamma, lam), rtol=1e-4, atol=1e-5
         )
+
+
+@pytest.mark.parametrize("end", ["terminated", "truncated"])
+def test_vtrace_at_an_episode_end(end):
+    """T = 3, gamma = 0.9, lambda = 1, ratios [1, 0.5, 2] (rho = c = pg_rho = [1, 0.5, 1]),
+    r = [1, 2, 3], V = [0.5, 1, 1.5], bootstrap = [4, 5, 6]; the episode ends at t = 1.
+    terminated: d = [1 + 3.6 - .5, .5 (2 - 1), 3 + 5.4 - 1.5] = [4.1, .5, 6.9]; the trace stops
+      at t = 1: vs = V + [4.1 + .9 * .5, .5, 6.9] = [5.05, 1.5, 8.4];
+      pg = [1 + .9 * vs_1 - .5, .5 (2 - 1), 6.9] = [1.85, .5, 6.9].
+    truncated: d_1 = .5 (2 + .9 * 5 - 1) = 2.75: vs = V + [4.1 + .9 * 2.75, 2.75, 6.9]
+      = [7.075, 3.75, 8.4]; pg_1 bootstraps from its own final observation (5), not vs_2:
+      pg = [.5 + .9 * 3.75, 2.75, 6.9] = [3.875, 2.75, 6.9]."""
+    flags = jnp.array([False, True, False])
+    none = jnp.zeros(3, bool)
+    term, trunc = (flags, none) if end == "terminated" else (none, flags)
+    vs, pg = R.vtrace(
+        _f([1.0, 2.0, 3.0]),
+        _f([0.5, 1.0, 1.5]),
+        _f([4.0, 5.0, 6.0]),
+        term,
+        trunc,
+        jnp.log(jnp.array([1.0, 0.5, 2.0])),
+        0.9,
+    )
+    if end == "terminated":
+        np.testing.assert_allclose(vs, [5.05, 1.5, 8.4], rtol=1e-5)
+        np.testing.assert_allclose(pg, [1.85, 0.5, 6.9], rtol=1e-5)
+    else:
+        np.testing.assert_allclose(vs, [7.075, 3.75, 8.4], rtol=1e-5)
+        np.testing.assert_allclose(pg, [3.875, 2.75, 6.9], rtol=1e-5)
