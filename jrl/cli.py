@@ -440,7 +440,7 @@ def cmd_render(args: Sequence[str]) -> int:
     p = _run_dir_parser(
         "jrl render",
         "Render one episode of a trained run's policy to a GIF (or an MP4 with "
-        "pip install jrl[video]).",
+        "pip install jrl-jax[video]).",
     )
     p.add_argument(
         "--out", default=None, help="video file, .gif or .mp4 (default: RUN_DIR/episode.gif)"

@@ -65,7 +65,7 @@ class RunOptions:
     at the end of a chunk; 0: only at the end and on Ctrl-C/SIGTERM."""
     log: tuple[str, ...] = ()
     """Extra metric sinks besides metrics.csv: jsonl, tensorboard (in OUT/tb), wandb (pip install
-    jrl[wandb]); a resumed run keeps its own."""
+    jrl-jax[wandb]); a resumed run keeps its own."""
     keep_checkpoints: int = 3
     """How many checkpoints to keep."""
     stop_at_steps: int | None = None

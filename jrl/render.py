@@ -18,7 +18,7 @@ CartPole episode draws 11 frames, not ``max_steps + 1``, and memory holds
 one chunk of frames on the device at a time.
 
 ``write_video`` writes ``.gif`` with Pillow (through imageio, always
-installed) and ``.mp4`` with ffmpeg (``pip install jrl[video]``, which adds
+installed) and ``.mp4`` with ffmpeg (``pip install jrl-jax[video]``, which adds
 imageio-ffmpeg), atomically.
 """
 
@@ -46,7 +46,9 @@ VIDEO_EXTENSIONS = (".gif", ".mp4")
 """File extensions :func:`write_video` writes."""
 
 _RENDER_CHUNK = 32  # states drawn per compiled render call (bounds frame memory on the device)
-_MP4_HINT = "writing .mp4 needs `pip install jrl[video]` (imageio-ffmpeg); .gif works without it"
+_MP4_HINT = (
+    "writing .mp4 needs `pip install jrl-jax[video]` (imageio-ffmpeg); .gif works without it"
+)
 
 
 # --------------------------------------------------------------------------
@@ -215,7 +217,7 @@ def write_video(frames: np.ndarray | jax.Array, path: str | os.PathLike, fps: fl
       most 50, since most viewers slow shorter delays down to 0.1 s. Every
       frame is kept, repeated ones included (see :func:`_write_gif`).
     - ``.mp4``: H.264 through imageio's ffmpeg plugin; needs imageio-ffmpeg
-      (``pip install jrl[video]``). Odd heights or widths are padded by one
+      (``pip install jrl-jax[video]``). Odd heights or widths are padded by one
       row or column (repeating the edge), as H.264's yuv420p needs even ones.
 
     The file is written to a temporary name in the same folder (created if

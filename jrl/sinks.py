@@ -24,7 +24,7 @@ What each sink writes:
   ``<name>/mean``, ``<name>/min``, ``<name>/max`` at global step ``env_steps``
   (NaN runs skipped; a metric NaN in every run is not written). Per-run curves
   are in the CSV/JSONL files.
-- ``wandb`` (:class:`WandbSink`, needs ``pip install jrl[wandb]``): the same
+- ``wandb`` (:class:`WandbSink`, needs ``pip install jrl-jax[wandb]``): the same
   mean/min/max dict logged at step ``env_steps`` to one wandb run.
 
 Resuming from a checkpoint at iteration ``k`` (``env_steps`` ``S``): the CSV and
@@ -381,7 +381,8 @@ class TensorBoardSink:
 class WandbSink:
     """One wandb run: the mean/min/max dict of :func:`summarize` logged at step ``env_steps``.
 
-    The arguments go to ``wandb.init`` (``run_name`` as ``name``). Needs ``pip install jrl[wandb]``.
+    The arguments go to ``wandb.init`` (``run_name`` as ``name``). Needs
+    ``pip install jrl-jax[wandb]``.
     """
 
     def __init__(
@@ -394,7 +395,7 @@ class WandbSink:
         try:
             import wandb
         except ImportError as err:
-            raise ImportError("the wandb sink needs `pip install jrl[wandb]`") from err
+            raise ImportError("the wandb sink needs `pip install jrl-jax[wandb]`") from err
         self._run = wandb.init(
             project=project,
             name=run_name,
@@ -534,7 +535,7 @@ def check_available(names: Sequence[str]) -> None:
         try:
             import wandb  # noqa: F401
         except ImportError:
-            raise ImportError("the wandb sink needs `pip install jrl[wandb]`") from None
+            raise ImportError("the wandb sink needs `pip install jrl-jax[wandb]`") from None
 
 
 def make_sinks(

@@ -179,7 +179,7 @@ def test_overwrite_checks_before_it_deletes_and_only_deletes_a_jrl_run(tmp_path)
         has_wandb = False
     if not has_wandb:  # the sink cannot be built: refused before the old run is touched
         out = cli("train", "ppo", "--out", run, "--overwrite", "--log", "wandb")
-        assert out.returncode == 2 and "pip install jrl[wandb]" in out.stderr
+        assert out.returncode == 2 and "pip install jrl-jax[wandb]" in out.stderr
         assert {p: p.read_bytes() for p in run.rglob("*") if p.is_file()} == before
     out = cli("train", "ppo", "--out", run, "--total-steps", "2048")
     assert out.returncode == 2 and f"jrl train --resume {run}" in out.stderr

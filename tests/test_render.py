@@ -188,7 +188,7 @@ def test_interrupted_write_leaves_no_partial_file(tmp_path, monkeypatch):
 
 def test_mp4_without_imageio_ffmpeg(tmp_path, monkeypatch):
     monkeypatch.setitem(sys.modules, "imageio_ffmpeg", None)  # makes `import imageio_ffmpeg` fail
-    with pytest.raises(ImportError, match=r"pip install jrl\[video\]"):
+    with pytest.raises(ImportError, match=r"pip install jrl-jax\[video\]"):
         write_video(np.zeros((2, 4, 4, 3), np.uint8), tmp_path / "out" / "a.mp4")
     assert not (tmp_path / "out").exists()
 

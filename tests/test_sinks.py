@@ -356,7 +356,7 @@ def test_tensorboard_resume_purges_steps_after_the_checkpoint(tmp_path):
 def test_wandb_missing_asks_for_the_extra(monkeypatch):
     monkeypatch.setitem(sys.modules, "wandb", None)  # `import wandb` fails, installed or not
     with pytest.raises(
-        ImportError, match=re.escape("the wandb sink needs `pip install jrl[wandb]`")
+        ImportError, match=re.escape("the wandb sink needs `pip install jrl-jax[wandb]`")
     ):
         WandbSink(project="p")
 
@@ -634,7 +634,7 @@ def test_make_sinks_closes_what_it_opened_when_one_fails(tmp_path, monkeypatch):
             super().close()
 
     monkeypatch.setattr(sinks, "CSVSink", Tracked)
-    with pytest.raises(ImportError, match="jrl\\[wandb\\]"):
+    with pytest.raises(ImportError, match="jrl-jax\\[wandb\\]"):
         make_sinks(["csv", "wandb"], tmp_path, runs=RUNS, config={})
     assert len(opened) == 1 and opened[0]._file.closed
 
