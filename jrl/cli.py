@@ -47,6 +47,7 @@ def cmd_envs(args: Sequence[str]) -> int:
     p.add_argument(
         "--gymnax", action="store_true", help="also list gymnax environments (as gymnax:<name>)"
     )
+    p.add_argument("--import", action="append", default=[], metavar="MODULE", help="a plugin")
     ns = p.parse_args(list(args))
     rows = [("id", "observation space", "action space", "source")]
     ids = jrl.envs.names()
@@ -207,18 +208,24 @@ def _parse_train(args: list[str]):
         if getattr(ns.config, f.name) != getattr(preset, f.name)
     }
     given = {a.split("=", 1)[0] for a in rest if a.startswith("--")}
-    # every --sweep occurrence (tyro keeps only the last one of a repeated flag)
+    # every --sweep and --import occurrence (tyro keeps only the last one of a repeated flag)
     cli = dataclasses.replace(ns.cli, sweep=_sweep_items(rest))
-    return agent, cli, ns.options, overrides, saved, given
+    options = dataclasses.replace(ns.options, plugins=_flag_values(rest, "--import"))
+    return agent, cli, options, overrides, saved, given
 
 
 def _sweep_items(args: Sequence[str]) -> tuple[str, ...]:
     """The FIELD=v1,v2 items of every ``--sweep`` in ``args``."""
+    return _flag_values(args, "--sweep")
+
+
+def _flag_values(args: Sequence[str], flag: str) -> tuple[str, ...]:
+    """The values of every occurrence of ``flag`` in ``args`` (``flag V W`` or ``flag=V``)."""
     items, taking = [], False
     for a in args:
         if a.startswith("--"):
-            taking = a == "--sweep"
-            if a.startswith("--sweep="):
+            taking = a == flag
+            if a.startswith(flag + "="):
                 items.append(a.split("=", 1)[1])
         elif taking:
             items.append(a)
@@ -380,6 +387,13 @@ def _run_dir_parser(prog: str, description: str) -> argparse.ArgumentParser:
         help="the behaviour policy (sampled actions; epsilon-greedy for value-based agents)",
     )
     p.add_argument("--debug", action="store_true", help="show tracebacks on errors")
+    p.add_argument(
+        "--import",
+        action="append",
+        default=[],
+        metavar="MODULE",
+        help="a module that registers envs or agents (the run's own are imported anyway)",
+    )
     return p
 
 
@@ -528,6 +542,12 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         print(f"jrl {__version__}")
         return 0
+    try:  # before any name is looked up: plugins register envs and agents
+        from jrl import plugins
+
+        plugins.load([*_flag_values(argv, "--import"), *plugins.from_environment()])
+    except ImportError as e:
+        return _fail(str(e))
     command = COMMANDS.get(argv[0])
     if command is None:
         from jrl import names

@@ -30,7 +30,7 @@ import numpy as np
 
 import jrl.agents
 import jrl.envs
-from jrl import names, run_folder, training
+from jrl import names, plugins, run_folder, training
 from jrl.checkpoint import CheckpointError
 from jrl.options import RECORDED, RunOptions, RunSpec
 from jrl.result import RETURN_KEY, TrainResult
@@ -179,7 +179,8 @@ def train(
         ``eval/episode_return``), ``checkpoint_every`` and ``keep_checkpoints``,
         ``log`` ("jsonl", "tensorboard", "wandb"), ``stop_at_steps`` (stop as on
         SIGINT after the chunk reaching this many env steps per run),
-        ``env_overrides``, ``progress``, ``compile_cache``, ``overwrite``.
+        ``env_overrides``, ``progress``, ``compile_cache``, ``overwrite``, ``plugins``
+        (modules that register envs or agents, imported first and recorded: :mod:`jrl.plugins`).
       **kwargs: the run options above, and config fields, e.g.
         ``total_steps=100_000, learning_rate=3e-4``.
 
@@ -192,6 +193,9 @@ def train(
     opts, overrides = _split_options(dict(kwargs), options)
     if seeds is not None:
         opts = dataclasses.replace(opts, seeds=seeds)
+    opts = dataclasses.replace(
+        opts, plugins=plugins.load([*opts.plugins, *plugins.from_environment()])
+    )
     _start(opts)
     opts = opts.validate(has_out=out is not None).normalized()
     if opts.devices is None and jax.process_count() > 1:

@@ -63,6 +63,9 @@ class RunOptions:
     checkpoint_every: int = 0
     """Write a checkpoint (the whole train state, every seed) every this many env steps per run,
     at the end of a chunk; 0: only at the end and on Ctrl-C/SIGTERM."""
+    plugins: Annotated[tuple[str, ...], tyro.conf.arg(name="import")] = ()
+    """Modules to import first, which register envs or agents (jrl.plugins; also $JRL_PLUGINS);
+    recorded, so resume, eval, render and export import them again."""
     log: tuple[str, ...] = ()
     """Extra metric sinks besides metrics.csv: jsonl, tensorboard (in OUT/tb), wandb (pip install
     jrl-jax[wandb]); a resumed run keeps its own."""
@@ -137,6 +140,7 @@ class RunOptions:
             values[name] = value
         values["sweep"] = {k: tuple(float(v) for v in vs) for k, vs in self.sweep.items()}
         values["env_overrides"], values["log"] = dict(self.env_overrides), tuple(self.log)
+        values["plugins"] = tuple(str(m) for m in self.plugins)
         return RunOptions(**values)
 
     def record(self) -> dict[str, Any]:
@@ -146,7 +150,7 @@ class RunOptions:
             value = getattr(self, name)
             if name == "sweep":
                 value = {k: list(v) for k, v in value.items()}
-            out[_RECORD_KEYS.get(name, name)] = list(value) if name == "log" else value
+            out[_RECORD_KEYS.get(name, name)] = list(value) if name in ("log", "plugins") else value
         return out
 
     @classmethod
@@ -177,6 +181,7 @@ RECORDED = (
     "checkpoint_every",
     "log",
     "keys",
+    "plugins",
 )
 """Options that define a run (saved in ``config.json``; a resumed run keeps them)."""
 

@@ -29,7 +29,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from jrl import checkpoint, files
+from jrl import checkpoint, files, plugins
 from jrl.checkpoint import CheckpointError
 from jrl.options import RunSpec
 
@@ -224,4 +224,7 @@ def read_spec(run_dir: str | os.PathLike) -> RunSpec:
         record = json.loads(cfg.read_text())
     except ValueError as e:
         raise CheckpointError(f"{cfg} is not valid JSON ({e})") from None
+    run = record.get("run") if isinstance(record, dict) else None
+    recorded = run.get("plugins", ()) if isinstance(run, dict) else ()
+    plugins.load([*recorded, *plugins.from_environment()])  # the run's own envs and agents
     return RunSpec.from_record(record, cfg)
