@@ -135,6 +135,7 @@ def test_run_record_round_trips_and_keeps_the_format_of_older_folders():
         "checkpoint_every",
         "log",
         "keys",
+        "plugins",
     }
     back = RunOptions.from_record(record)
     assert back.keys == "per_seed"
