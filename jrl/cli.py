@@ -441,8 +441,12 @@ def cmd_eval(args: Sequence[str]) -> int:
         f"IQM {stats['iqm']:.2f}  (min {stats['min']:.2f}, max {stats['max']:.2f}; mean length "
         f"{stats['mean_length']:.1f})"
     )
+    for g in stats["sweep_groups"]:
+        print(f"  [{g['sweep']}] mean {g['mean']:.2f}  std {g['std']:.2f}  IQM {g['iqm']:.2f}")
+    base = ("run", "seed", "mean", "std")
     for r in stats["runs"]:
-        print(f"  run {r['run']} (seed {r['seed']}): {r['mean']:.2f} ± {r['std']:.2f}")
+        swept = "".join(f", {k}={v:g}" for k, v in r.items() if k not in base)
+        print(f"  run {r['run']} (seed {r['seed']}{swept}): {r['mean']:.2f} ± {r['std']:.2f}")
     print(f"written: {out}")
     return 0
 

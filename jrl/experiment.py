@@ -33,7 +33,7 @@ import jrl.envs
 from jrl import names, plugins, run_folder, training
 from jrl.checkpoint import CheckpointError
 from jrl.options import RECORDED, RunOptions, RunSpec
-from jrl.result import RETURN_KEY, TrainResult
+from jrl.result import RETURN_KEY, TrainResult, sweep_groups
 from jrl.run import anakin
 from jrl.run_folder import RUN_FILES, read_spec
 from jrl.training import NonFiniteError, TrainingInterrupted
@@ -349,6 +349,13 @@ def load_run(run_dir: str | os.PathLike, step: int | None = None) -> LoadedRun:
     return LoadedRun(spec, built, state, ck.step, ck)
 
 
+def _iqm(sorted_values: np.ndarray) -> float:
+    """Interquartile mean of sorted values (the middle half; all of them when fewer than 4)."""
+    q = len(sorted_values) // 4
+    middle = sorted_values[q : len(sorted_values) - q]
+    return float(middle.mean() if len(middle) else sorted_values.mean())
+
+
 def evaluate_run(
     run_dir: str | os.PathLike,
     episodes: int = 100,
@@ -368,9 +375,19 @@ def evaluate_run(
     )
     returns = np.asarray(returns, np.float64)
     flat = np.sort(returns.reshape(-1))
-    q = len(flat) // 4
-    iqm = float(flat[q : len(flat) - q].mean()) if len(flat) - 2 * q > 0 else float(flat.mean())
+    iqm = _iqm(flat)
     spec = loaded.spec
+    groups = [
+        {
+            "sweep": label,
+            "runs": idx.tolist(),
+            "mean": float(returns[idx].mean()),
+            "std": float(returns[idx].std()),
+            "iqm": _iqm(np.sort(returns[idx].reshape(-1))),
+        }
+        for label, idx in sweep_groups(spec.run_sweep, returns.shape[0])
+        if label
+    ]
     return {
         "agent": spec.agent,
         "env_id": spec.env_id,
@@ -395,5 +412,6 @@ def evaluate_run(
             }
             for r in range(returns.shape[0])
         ],
+        "sweep_groups": groups,  # per combination of swept values (empty without a sweep)
         "returns": returns.tolist(),
     }

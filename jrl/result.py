@@ -71,16 +71,7 @@ class TrainResult:
 
     def groups(self) -> list[tuple[str, np.ndarray]]:
         """(label, run indices) for each combination of swept values (one group without a sweep)."""
-        if not self.sweep:
-            return [("", np.arange(self.num_runs))]
-        keys = [tuple(self.sweep[k][i] for k in self.sweep) for i in range(self.num_runs)]
-        out: dict[tuple, list[int]] = {}
-        for i, key in enumerate(keys):
-            out.setdefault(key, []).append(i)
-        return [
-            (", ".join(f"{n}={v:g}" for n, v in zip(self.sweep, key)), np.asarray(idx))
-            for key, idx in out.items()
-        ]
+        return sweep_groups(self.sweep, self.num_runs)
 
     def summary(self) -> str:
         """A one-line summary of the run."""
@@ -206,11 +197,26 @@ class TrainResult:
         return out
 
 
+def sweep_groups(sweep: dict[str, list[float]], num_runs: int) -> list[tuple[str, np.ndarray]]:
+    """``(label, run indices)`` for each combination of swept values, in order (one group,
+    labelled "", without a sweep); ``sweep`` maps each swept field to its ``[R]`` values."""
+    if not sweep:
+        return [("", np.arange(num_runs))]
+    out: dict[tuple, list[int]] = {}
+    for i in range(num_runs):
+        out.setdefault(tuple(sweep[k][i] for k in sweep), []).append(i)
+    return [
+        (", ".join(f"{n}={v:g}" for n, v in zip(sweep, key)), np.asarray(idx))
+        for key, idx in out.items()
+    ]
+
+
 class Progress:
     """A live progress line on a terminal (plain lines when not a terminal)."""
 
-    def __init__(self, label: str, total_steps: int, stream=None):
+    def __init__(self, label: str, total_steps: int, stream=None, groups=None):
         self.label, self.total = label, total_steps
+        self.groups = groups or []  # (label, run indices) of a sweep: one return per value
         self.stream = stream or sys.stderr
         self.tty = hasattr(self.stream, "isatty") and self.stream.isatty()
 
@@ -221,6 +227,10 @@ class Progress:
             if ret is not None and np.isfinite(ret).any()
             else "return      n/a         "
         )
+        if len(self.groups) > 1 and ret is not None and np.isfinite(ret).any():
+            shown = [f"{label}: {np.nanmean(ret[idx]):.1f}" for label, idx in self.groups[:4]]
+            more = f", +{len(self.groups) - 4} more" if len(self.groups) > 4 else ""
+            ret_txt = "return " + ", ".join(shown) + more
         pct = 100.0 * report.iteration / report.num_iterations
         line = (
             f"[{self.label}] {report.env_steps:>10,}/{self.total:,} steps ({pct:5.1f}%) | "

@@ -35,7 +35,7 @@ import jrl.envs
 from jrl import checkpoint, run_folder, sinks
 from jrl.checkpoint import CheckpointError
 from jrl.options import RunSpec
-from jrl.result import Progress, TrainResult
+from jrl.result import Progress, TrainResult, sweep_groups
 from jrl.run import anakin
 
 __all__ = [
@@ -383,7 +383,9 @@ class ChunkWork:
         self.sinks = self.checkpointer = self.progress = None
         writer = jax.process_index() == 0
         if spec.options.progress and writer:
-            self.progress = Progress(self.label, spec.config.num_iterations * self.per_iter)
+            groups = sweep_groups(spec.run_sweep, len(seeds))
+            total = spec.config.num_iterations * self.per_iter
+            self.progress = Progress(self.label, total, groups=groups)
         self._compile_checks()
 
     def open_outputs(self) -> None:

@@ -60,3 +60,32 @@ def test_too_many_devices_is_refused_before_the_run_folder_is_looked_at(tmp_path
     out = cli("train", "ppo", "--devices", "64", cwd=tmp_path)
     assert out.returncode == 2 and "devices requested but only" in out.stderr
     assert sorted(p.name for p in (tmp_path / "runs").iterdir()) == ["ppo-CartPole-v1-seed0"]
+
+
+def test_a_sweep_is_reported_per_swept_value(tmp_path):
+    """The progress line, the summary and jrl eval show each swept value's return, and eval's
+    per-run lines name the value of each run."""
+    out = cli(
+        "train",
+        "ppo",
+        "--sweep",
+        "learning_rate=0.001,0.0003",
+        "--seeds",
+        "2",
+        "--total-steps",
+        "2048",
+        "--num-reports",
+        "2",
+        "--out",
+        "r",
+        cwd=tmp_path,
+    )
+    assert out.returncode == 0, out.stderr
+    progress = [line for line in out.stderr.splitlines() if "steps/s" in line]
+    assert progress and "learning_rate=0.001: " in progress[-1]
+    assert "learning_rate=0.0003: " in progress[-1]
+    assert "[learning_rate=0.001] final return" in out.stdout
+    ev = cli("eval", "r", "--episodes", "2", cwd=tmp_path)
+    assert ev.returncode == 0, ev.stderr
+    assert "[learning_rate=0.001] mean" in ev.stdout and "[learning_rate=0.0003] mean" in ev.stdout
+    assert "run 3 (seed 1, learning_rate=0.0003)" in ev.stdout
