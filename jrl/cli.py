@@ -22,6 +22,8 @@ SIGTERM finish the current chunk, write a checkpoint and exit with 130 or
 import argparse
 import dataclasses
 import json
+
+import numpy as np
 import os
 import sys
 from pathlib import Path
@@ -45,35 +47,54 @@ def cmd_envs(args: Sequence[str]) -> int:
 
     p = argparse.ArgumentParser(prog="jrl envs", description="List registered environments.")
     p.add_argument(
-        "--gymnax", action="store_true", help="also list gymnax environments (as gymnax:<name>)"
+        "--all",
+        "--gymnax",
+        dest="all",
+        action="store_true",
+        help="also list the gymnax environments (as gymnax:<name>)",
     )
     p.add_argument("--import", action="append", default=[], metavar="MODULE", help="a plugin")
     ns = p.parse_args(list(args))
     rows = [("id", "observation space", "action space", "source")]
     ids = jrl.envs.names()
-    if ns.gymnax:
+    if ns.all:
         import gymnax
 
         ids = ids + [f"gymnax:{n}" for n in gymnax.registered_envs]
     for env_id in ids:
         try:
             env, params = jrl.envs.make(env_id)
-            rows.append(
-                (
-                    env_id,
-                    repr(env.observation_space(params)),
-                    repr(env.action_space(params)),
-                    jrl.envs.entry(env_id).source,
-                )
-            )
+            observation, action = env.observation_space(params), env.action_space(params)
+            source = jrl.envs.entry(env_id).source
+            rows.append((env_id, _short_space(observation), _short_space(action), source))
         except Exception as e:  # an env that cannot be built here (missing optional dependency)
-            rows.append((env_id, "-", "-", f"unavailable: {type(e).__name__}: {e}"[:80]))
+            rows.append((env_id, f"({type(e).__name__})", "-", "unavailable"))
+    # ids whole; the observation column gives way so that the table fits 100 columns
+    id_width = max(len(r[0]) for r in rows)
+    limits = (id_width, 100 - id_width - 16 - 11 - 6, 16, 11)
+    rows = [tuple(_clip(c, n) for c, n in zip(r, limits)) for r in rows]
     widths = [max(len(r[i]) for r in rows) for i in range(4)]
     for i, r in enumerate(rows):
         print("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip())
         if i == 0:
             print("  ".join("-" * w for w in widths))
     return 0
+
+
+def _short_space(space) -> str:
+    """A space without its bounds: ``Box(6,) float32``, ``Discrete(3)``, ``Dict(a: ..., ...)``."""
+    from jrl import spaces
+
+    if isinstance(space, spaces.Box):
+        return f"Box{tuple(space.shape)} {np.dtype(space.dtype).name}"
+    if isinstance(space, spaces.Dict):
+        inner = ", ".join(f"{k}: {_short_space(v)}" for k, v in space.spaces.items())
+        return f"Dict({inner})"
+    return repr(space)
+
+
+def _clip(text: str, width: int) -> str:
+    return text if len(text) <= width else text[: width - 3] + "..."
 
 
 def cmd_agents(args: Sequence[str]) -> int:

@@ -89,3 +89,13 @@ def test_a_sweep_is_reported_per_swept_value(tmp_path):
     assert ev.returncode == 0, ev.stderr
     assert "[learning_rate=0.001] mean" in ev.stdout and "[learning_rate=0.0003] mean" in ev.stdout
     assert "run 3 (seed 1, learning_rate=0.0003)" in ev.stdout
+
+
+def test_jrl_envs_fits_100_columns_and_lists_gymnax_with_all(tmp_path):
+    short = cli("envs", cwd=tmp_path)
+    full = cli("envs", "--all", cwd=tmp_path)
+    assert short.returncode == 0 and full.returncode == 0, (short.stderr, full.stderr)
+    for out in (short, full):
+        assert max(len(line) for line in out.stdout.splitlines()) <= 100
+    assert "CartPole-v1" in short.stdout and "Box(4,) float32" in short.stdout
+    assert "gymnax:" not in short.stdout and "gymnax:Breakout-MinAtar" in full.stdout
