@@ -164,7 +164,10 @@ def train(
 
     Args:
       agent: a registered agent name (``jrl.agents.names()``), e.g. "ppo".
-      env: a registered env id (``jrl.envs.names()``) or "gymnax:<name>".
+      env: a registered env id (``jrl.envs.names()``), "gymnax:<name>", or an
+        :class:`~jrl.env.Environment` object (or ``(env, params)``), registered for this
+        process under its ``id``; a run folder of an env object is resumed, evaluated or
+        rendered in a process that registers the env again (a plugin: :mod:`jrl.plugins`).
       seeds: independent runs per swept value (vmapped); default ``options.seeds`` (1).
       out: run folder to write (refuses a folder holding another run unless
         ``overwrite``, which first removes that run's files).
@@ -197,6 +200,9 @@ def train(
         opts, plugins=plugins.load([*opts.plugins, *plugins.from_environment()])
     )
     _start(opts)
+    env, object_overrides = _env_id(env)
+    if object_overrides:
+        opts = dataclasses.replace(opts, env_overrides={**object_overrides, **opts.env_overrides})
     opts = opts.validate(has_out=out is not None).normalized()
     if opts.devices is None and jax.process_count() > 1:
         opts = dataclasses.replace(opts, devices=jax.device_count())
@@ -210,6 +216,45 @@ def train(
     with run_folder.RunLock(out_path, quiet=not opts.progress):
         run_folder.check_out_dir(out_path, opts.overwrite)
         return training.execute(spec, out_path)
+
+
+def _env_id(env: Any) -> tuple[str, dict[str, Any]]:
+    """``(registered id, parameter overrides)`` of :func:`train`'s ``env``: an id as it is;
+    an :class:`~jrl.env.Environment` (or ``(env, params)``) is registered under its ``id``
+    (its class name when it has none) for this process, its params' fields that differ from
+    the defaults becoming overrides (numbers and booleans only, as the run record is JSON)."""
+    if isinstance(env, str):
+        return env, {}
+    from jrl.env import Environment
+
+    env_obj, params = env if isinstance(env, tuple) and len(env) == 2 else (env, None)
+    if not isinstance(env_obj, Environment):
+        raise TypeError(
+            f"env must be a registered id, an Environment or (Environment, params), got {env!r}"
+        )
+    env_id = env_obj.id if env_obj.id != Environment.id else type(env_obj).__name__
+    try:
+        registered = jrl.envs.entry(env_id)
+    except jrl.envs.UnknownEnvError:
+        registered = None
+    if registered is not None and registered.source != "object":
+        if type(registered.build()) is not type(env_obj):
+            raise ValueError(
+                f"an env object's id {env_id!r} is registered for another env; give your env "
+                "class another id, or register it with jrl.envs.register"
+            )
+    else:  # the registered env of that id (its time limit included) is this one's class
+        jrl.envs.register(env_id, lambda: env_obj, source="object", overwrite=True)
+    overrides: dict[str, Any] = {}
+    if params is not None and dataclasses.is_dataclass(params):
+        default = env_obj.default_params
+        for f in dataclasses.fields(params):
+            value, base = getattr(params, f.name), getattr(default, f.name)
+            if np.asarray(value).shape == () and value != base:
+                if not isinstance(np.asarray(value).item(), (bool, int, float)):
+                    raise TypeError(f"env parameter {f.name} = {value!r} is not a number")
+                overrides[f.name] = np.asarray(value).item()
+    return env_id, overrides
 
 
 def _check_sweep(spec: RunSpec, overrides: dict[str, Any]) -> None:

@@ -2,9 +2,12 @@
 submodules reachable from ``import jrl``, the step budget's rounding said up front, cheap
 refusals before any folder is looked at."""
 
+import json
 import os
 import subprocess
 import sys
+
+import pytest
 
 JRL = [sys.executable, "-m", "jrl.cli"]
 
@@ -99,3 +102,44 @@ def test_jrl_envs_fits_100_columns_and_lists_gymnax_with_all(tmp_path):
         assert max(len(line) for line in out.stdout.splitlines()) <= 100
     assert "CartPole-v1" in short.stdout and "Box(4,) float32" in short.stdout
     assert "gymnax:" not in short.stdout and "gymnax:Breakout-MinAtar" in full.stdout
+
+
+def test_train_accepts_an_env_object_with_params(tmp_path, monkeypatch):
+    """An Environment object (or (env, params)) trains like an id: a jrl env's object uses its
+    registered id; the params' changed fields become recorded overrides."""
+    import jax.numpy as jnp
+
+    import jrl
+    from jrl import spaces
+    from jrl.env import Environment
+    from jrl.envs import registry
+    from jrl.envs.cartpole import CartPole
+
+    monkeypatch.setattr(registry, "_REGISTRY", dict(registry._REGISTRY))  # for this test only
+
+    class Flat(Environment):  # no id: registered under its class name
+        default_params = None
+
+        def reset_env(self, key, params):
+            return jnp.zeros((), jnp.int32), jnp.zeros((1,), jnp.float32)
+
+        def step_env(self, key, state, action, params):
+            done = state + 1 >= 5
+            return state + 1, jnp.zeros((1,), jnp.float32), jnp.float32(1.0), done, {}
+
+        def observation_space(self, params=None):
+            return spaces.Box(0.0, 1.0, (1,), jnp.float32)
+
+        def action_space(self, params=None):
+            return spaces.Discrete(2)
+
+    res = jrl.train("reinforce", Flat(), total_steps=4096, progress=False)
+    assert res.env_id == "Flat" and float(res.final_returns()[0]) == 5.0
+    env = CartPole()
+    params = env.default_params.replace(gravity=12.0)
+    res = jrl.train("ppo", (env, params), total_steps=1024, progress=False, out=tmp_path / "r")
+    assert res.env_id == "CartPole-v1"
+    record = json.loads((tmp_path / "r" / "config.json").read_text())
+    assert record["run"]["env_overrides"] == {"gravity": 12.0}
+    with pytest.raises(TypeError, match="env must be a registered id"):
+        jrl.train("ppo", 3, progress=False)
