@@ -7,4 +7,12 @@
 
 from jrl.envs.registry import EnvEntry, UnknownEnvError, entry, make, names, register
 
-__all__ = ["EnvEntry", "UnknownEnvError", "entry", "make", "names", "register"]
+__all__ = ["EnvEntry", "UnknownEnvError", "entry", "make", "names", "register", "to_gymnasium"]
+
+
+def to_gymnasium(env_id: str, render_mode: str | None = None, **param_overrides):
+    """A ``gymnasium.Env`` stepping the registered jrl env ``env_id``
+    (:mod:`jrl.envs.gymnasium_adapter`; needs the ``gymnasium`` package)."""
+    from jrl.envs.gymnasium_adapter import to_gymnasium as make_gymnasium
+
+    return make_gymnasium(env_id, render_mode, **param_overrides)

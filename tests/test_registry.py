@@ -85,6 +85,7 @@ def test_public_api():
         "make",
         "names",
         "register",
+        "to_gymnasium",
     }
     for name in jrl.envs.__all__:
         assert hasattr(jrl.envs, name)
