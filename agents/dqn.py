@@ -475,6 +475,7 @@ def build(config: DQNConfig, env, env_params, num_devices: int = 1) -> Built:
         config.dueling,
         num_atoms=head.num_atoms,
         noisy=config.noisy,
+        torso=config.torso,
     )
     agent = make_dqn(network, config, head)
     buffer, beta = replay_buffer(config, num_devices)

@@ -229,6 +229,7 @@ def build(config: PQNConfig, env, env_params, num_devices: int = 1) -> Built:
         config.activation,
         max(len(obs_space.shape), 1),
         layer_norm=config.layer_norm,
+        torso=config.torso,
     )
     agent = make_pqn(network, config)
     algorithm = on_policy(agent, env, config.num_steps, env_params, num_devices)

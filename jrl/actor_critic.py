@@ -127,6 +127,8 @@ class ActorCriticConfig(RolloutConfig):
     """Normalise observations by running statistics (NormalizeObservation)."""
     normalize_rewards: bool = False
     """Scale rewards by the running std of the discounted return (NormalizeReward)."""
+    shared_torso: bool = False
+    """One torso feeds both the policy and the value head (separate torsos by default)."""
 
     def checks(self) -> list[Check]:
         return super().checks() + [

@@ -85,6 +85,8 @@ def build_on_policy(
         obs_ndim,
         config.continuous,
         config.init_log_std,
+        config.torso,
+        config.shared_torso,
     )
     agent = make_actor_critic(network, loss_fn, config, advantages)
     algorithm = on_policy(agent, env, config.num_steps, env_params, num_devices)

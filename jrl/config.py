@@ -116,6 +116,9 @@ class AgentConfig:
     """Hidden layer widths of the network's MLP(s)."""
     activation: str = "tanh"
     """Hidden activation: tanh, relu, gelu, silu or elu."""
+    torso: str = "mlp"
+    """The network torso (jrl.networks.TORSOS): mlp, layernorm_mlp, minatar_cnn or nature_cnn
+    (image observations [H, W, C]), or one registered by a plugin."""
 
     @classmethod
     def sweepable(cls) -> tuple[str, ...]:
@@ -159,6 +162,10 @@ class AgentConfig:
             (
                 c.activation in networks.ACTIVATIONS,
                 f"activation must be one of {sorted(networks.ACTIVATIONS)}, got {c.activation!r}",
+            ),
+            (
+                c.torso in networks.TORSOS,
+                f"torso must be one of {sorted(networks.TORSOS)}, got {c.torso!r}",
             ),
         ]
 

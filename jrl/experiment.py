@@ -185,7 +185,8 @@ def train(
         ``env_overrides``, ``progress``, ``compile_cache``, ``overwrite``, ``plugins``
         (modules that register envs or agents, imported first and recorded: :mod:`jrl.plugins`).
       **kwargs: the run options above, and config fields, e.g.
-        ``total_steps=100_000, learning_rate=3e-4``.
+        ``total_steps=100_000, learning_rate=3e-4``; ``torso`` may also be a flax module
+        factory (see :data:`jrl.networks.TORSOS`), registered under its ``__name__``.
 
     Raises:
       TrainingInterrupted: on SIGINT/SIGTERM (after the current chunk, with a
@@ -194,6 +195,12 @@ def train(
         checkpoint is kept).
     """
     opts, overrides = _split_options(dict(kwargs), options)
+    if callable(overrides.get("torso")):  # a flax module factory: registered under its name
+        from jrl import networks
+
+        factory = overrides["torso"]
+        overrides["torso"] = getattr(factory, "__name__", type(factory).__name__)
+        networks.register_torso(overrides["torso"], factory, overwrite=True)
     if seeds is not None:
         opts = dataclasses.replace(opts, seeds=seeds)
     opts = dataclasses.replace(

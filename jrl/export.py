@@ -95,17 +95,25 @@ def export_policy(
 
 def load_policy(path: str | os.PathLike) -> Callable[..., Any]:
     """A jitted ``policy(obs [B, ...], key=None) -> actions [B, ...]`` from an exported folder
-    (or its ``policy.jaxexport`` file). ``key`` (a typed PRNG key) only matters for a
-    stochastic export; the default is ``key(0)``."""
+    (or its ``policy.jaxexport`` file); observations are cast to the dtypes the policy was
+    exported with. ``key`` (a typed PRNG key) only matters for a stochastic export; the
+    default is ``key(0)``."""
     path = Path(path)
     file = path / POLICY_FILE if path.is_dir() else path
     if not file.is_file():
         raise FileNotFoundError(f"no exported policy at {path} (expected {POLICY_FILE})")
     exported = jax.export.deserialize(bytearray(file.read_bytes()))
+    dtypes = [a.dtype for a in exported.in_avals[:-1]]  # the observation leaves', in order
 
     @jax.jit
     def call(obs, key_data):
-        return exported.call(obs, key_data)
+        leaves, tree = jax.tree.flatten(obs)
+        if len(leaves) != len(dtypes):
+            raise ValueError(
+                f"the policy takes {len(dtypes)} observation arrays, got {len(leaves)}"
+            )
+        leaves = [jnp.asarray(x, d) for x, d in zip(leaves, dtypes)]  # e.g. bool images
+        return exported.call(jax.tree.unflatten(tree, leaves), key_data)
 
     def policy(obs, key: jax.Array | None = None):
         key = jax.random.key(0) if key is None else key

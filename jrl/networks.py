@@ -26,12 +26,17 @@ from jrl import distributions, spaces
 __all__ = [
     "ACTIVATIONS",
     "MLP",
+    "TORSOS",
     "ActorCritic",
+    "MinAtarCNN",
+    "NatureCNN",
     "NoisyDense",
     "PolicyHead",
     "QNetwork",
     "activation",
     "example_observation",
+    "make_torso",
+    "register_torso",
 ]
 
 Activation = Callable[[jax.Array], jax.Array]
@@ -90,6 +95,86 @@ class MLP(nn.Module):
         return x
 
 
+class MinAtarCNN(nn.Module):
+    """A small CNN for MinAtar-sized images ``[..., H, W, C]``: one 3x3 conv with 16
+    channels (stride 1, as in Young & Tian, 2019), then the MLP of ``hidden_sizes``."""
+
+    hidden_sizes: Sequence[int] = (128,)
+    activation: str = "relu"
+    obs_ndim: int = 3
+    orthogonal: bool = True
+
+    @nn.compact
+    def __call__(self, x: jax.Array) -> jax.Array:
+        x = _images(x, self.obs_ndim)
+        kernel_init = nn.initializers.orthogonal(np.sqrt(2.0)) if self.orthogonal else None
+        conv = nn.Conv(16, (3, 3), padding="VALID", **_init(kernel_init))
+        x = activation(self.activation)(conv(x))
+        return MLP(self.hidden_sizes, self.activation, 3, orthogonal=self.orthogonal)(x)
+
+
+class NatureCNN(nn.Module):
+    """The DQN Nature CNN (Mnih et al., 2015) for larger images ``[..., H, W, C]``: convs of
+    32 8x8/4, 64 4x4/2, 64 3x3/1, then the MLP of ``hidden_sizes`` (512 in the paper)."""
+
+    hidden_sizes: Sequence[int] = (512,)
+    activation: str = "relu"
+    obs_ndim: int = 3
+    orthogonal: bool = True
+
+    @nn.compact
+    def __call__(self, x: jax.Array) -> jax.Array:
+        x = _images(x, self.obs_ndim)
+        kernel_init = nn.initializers.orthogonal(np.sqrt(2.0)) if self.orthogonal else None
+        act = activation(self.activation)
+        for features, kernel, stride in ((32, 8, 4), (64, 4, 2), (64, 3, 1)):
+            conv = nn.Conv(
+                features, (kernel, kernel), (stride, stride), "VALID", **_init(kernel_init)
+            )
+            x = act(conv(x))
+        return MLP(self.hidden_sizes, self.activation, 3, orthogonal=self.orthogonal)(x)
+
+
+def _images(x: jax.Array, obs_ndim: int) -> jax.Array:
+    """``[..., H, W, C]`` as float32 images (the MLP after the convs flattens the trailing
+    three dims of their output)."""
+    if obs_ndim != 3:
+        raise ValueError(f"a CNN torso needs image observations [H, W, C], got {obs_ndim} dims")
+    return jnp.asarray(x, jnp.float32)
+
+
+def _init(kernel_init) -> dict:
+    return {} if kernel_init is None else {"kernel_init": kernel_init}
+
+
+TORSOS: dict[str, Callable[..., nn.Module]] = {
+    "mlp": lambda **kw: MLP(**kw),
+    "layernorm_mlp": lambda **kw: MLP(**kw, layer_norm=True),
+    "minatar_cnn": lambda **kw: MinAtarCNN(**kw),
+    "nature_cnn": lambda **kw: NatureCNN(**kw),
+}
+"""Torso name -> ``factory(hidden_sizes=, activation=, obs_ndim=, orthogonal=) -> Module``
+mapping observations ``[..., *obs_shape]`` to features ``[..., F]``; the ``torso`` config
+value of every agent. :func:`register_torso` adds one (e.g. from a plugin)."""
+
+
+def register_torso(name: str, factory: Callable[..., nn.Module], overwrite: bool = False) -> None:
+    """Adds a torso: ``factory(hidden_sizes=, activation=, obs_ndim=, orthogonal=)`` returns a
+    flax module ``obs [..., *obs_shape] -> features [..., F]``."""
+    if name in TORSOS and not overwrite:
+        raise ValueError(f"torso {name!r} is registered already (pass overwrite=True)")
+    TORSOS[name] = factory
+
+
+def make_torso(name: str, hidden_sizes, act: str, obs_ndim: int, orthogonal: bool = True):
+    """The torso called ``name`` (:data:`TORSOS`)."""
+    if name not in TORSOS:
+        raise ValueError(f"unknown torso {name!r}; choose from {sorted(TORSOS)}")
+    return TORSOS[name](
+        hidden_sizes=tuple(hidden_sizes), activation=act, obs_ndim=obs_ndim, orthogonal=orthogonal
+    )
+
+
 class PolicyHead(nn.Module):
     """Maps features ``[..., F]`` to an action distribution for ``action_space``.
 
@@ -139,10 +224,13 @@ class ActorCritic(nn.Module):
     obs_ndim: int = 1
     continuous: str = "normal"
     init_log_std: float = 0.0
+    torso: str = "mlp"  # a name of TORSOS
+    shared_torso: bool = False  # one torso feeds both heads
 
     def setup(self):
-        self.actor_torso = MLP(self.hidden_sizes, self.activation, self.obs_ndim)
-        self.critic_torso = MLP(self.hidden_sizes, self.activation, self.obs_ndim)
+        make = lambda: make_torso(self.torso, self.hidden_sizes, self.activation, self.obs_ndim)
+        self.actor_torso = make()
+        self.critic_torso = self.actor_torso if self.shared_torso else make()
         self.policy_head = PolicyHead(self.action_space, self.continuous, self.init_log_std)
         self.value_head = _dense(1, 1.0)
 
@@ -250,6 +338,7 @@ class QNetwork(nn.Module):
     noisy: bool = False  # NoisyDense output layers (Fortunato et al., 2018)
     layer_norm: bool = False  # LayerNorm after each hidden Dense of the torso
     sigma0: float = 0.5  # NoisyDense's initial noise scale (used when noisy)
+    torso: str = "mlp"  # a name of TORSOS
 
     def _out(self, features: jax.Array, size: int, noise: bool) -> jax.Array:
         if self.noisy:
@@ -260,13 +349,19 @@ class QNetwork(nn.Module):
     def __call__(self, obs: jax.Array, noise: bool = False) -> jax.Array:
         if self.num_atoms < 1:
             raise ValueError(f"num_atoms must be >= 1, got {self.num_atoms}")
-        features = MLP(
-            self.hidden_sizes,
-            self.activation,
-            self.obs_ndim,
-            layer_norm=self.layer_norm,
-            orthogonal=False,
-        )(obs)
+        if self.torso == "mlp":  # (the layer_norm switch is PQN's)
+            torso = MLP(
+                self.hidden_sizes,
+                self.activation,
+                self.obs_ndim,
+                layer_norm=self.layer_norm,
+                orthogonal=False,
+            )
+        else:
+            torso = make_torso(
+                self.torso, self.hidden_sizes, self.activation, self.obs_ndim, orthogonal=False
+            )
+        features = torso(obs)
         num_actions, num_atoms = self.num_actions, self.num_atoms
         batch = features.shape[:-1]
         if not self.dueling:

@@ -1,0 +1,104 @@
+"""Networks as config values: the torsos of jrl.networks.TORSOS (MLP, LayerNorm MLP, MinAtar
+and Nature CNNs), a shared actor-critic torso, a user's own torso, end to end."""
+
+import json
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import jrl
+from jrl import experiment, networks, spaces
+
+SHAPES = {
+    "mlp": (4,),
+    "layernorm_mlp": (4,),
+    "minatar_cnn": (10, 10, 4),
+    "nature_cnn": (84, 84, 4),
+}
+
+
+@pytest.mark.parametrize("torso", sorted(SHAPES))
+def test_every_torso_in_actor_critic_and_q_networks(torso):
+    shape = SHAPES[torso]
+    obs = jnp.ones((2, 5) + shape)  # two leading batch dims
+    separate = networks.ActorCritic(spaces.Discrete(3), (32,), "relu", len(shape), torso=torso)
+    shared = separate.clone(shared_torso=True)
+    p_sep = separate.init(jax.random.key(0), jnp.zeros((1,) + shape))
+    p_shared = shared.init(jax.random.key(0), jnp.zeros((1,) + shape))
+    dist, value = separate.apply(p_sep, obs)
+    assert value.shape == (2, 5) and dist.logits.shape == (2, 5, 3)
+    assert "critic_torso" in p_sep["params"] and "critic_torso" not in p_shared["params"]
+    count = lambda p: sum(x.size for x in jax.tree.leaves(p))  # noqa: E731
+    heads = count(p_sep["params"]["policy_head"]) + count(p_sep["params"]["value_head"])
+    torso_size = count(p_sep["params"]["actor_torso"])
+    assert count(p_sep) == heads + 2 * torso_size and count(p_shared) == heads + torso_size
+    q = networks.QNetwork(3, (32,), "relu", len(shape), torso=torso)
+    assert q.apply(q.init(jax.random.key(0), jnp.zeros((1,) + shape)), obs).shape == (2, 5, 3)
+
+
+def test_layernorm_torso_normalises_hidden_layers():
+    mlp = networks.make_torso("layernorm_mlp", (8,), "tanh", 1)
+    p = mlp.init(jax.random.key(0), jnp.zeros((1, 3)))
+    assert "LayerNorm_0" in p["params"]
+    with pytest.raises(ValueError, match="unknown torso 'resnet'"):
+        networks.make_torso("resnet", (8,), "tanh", 1)
+    with pytest.raises(ValueError, match="needs image observations"):
+        networks.make_torso("nature_cnn", (8,), "relu", 1).init(
+            jax.random.key(0), jnp.zeros((1, 4))
+        )
+
+
+def test_torso_is_a_config_value_with_a_clear_error():
+    config = experiment.make_config("ppo", "CartPole-v1", torso="layernorm_mlp", shared_torso=True)
+    assert config.torso == "layernorm_mlp" and config.shared_torso
+    with pytest.raises(ValueError, match="torso must be one of"):
+        experiment.make_config("dqn", "CartPole-v1", torso="resnet")
+
+
+def test_a_users_flax_torso_trains_and_is_recorded(tmp_path, monkeypatch):
+    monkeypatch.setattr(networks, "TORSOS", dict(networks.TORSOS))  # registered for this test
+
+    class Tiny(nn.Module):
+        obs_ndim: int = 1
+
+        @nn.compact
+        def __call__(self, x):
+            return nn.tanh(nn.Dense(16)(x.reshape(x.shape[: x.ndim - self.obs_ndim] + (-1,))))
+
+    def tiny(hidden_sizes, activation, obs_ndim, orthogonal):
+        return Tiny(obs_ndim)
+
+    res = jrl.train(
+        "a2c", "CartPole-v1", torso=tiny, total_steps=1024, progress=False, out=tmp_path / "r"
+    )
+    assert res.config.torso == "tiny"
+    assert json.loads((tmp_path / "r" / "config.json").read_text())["config"]["torso"] == "tiny"
+    kernel = res.final_params["params"]["actor_torso"]["Dense_0"]["kernel"]
+    assert kernel.shape == (1, 4, 16)  # [runs, obs, 16]: the user's layer, not an MLP's 64
+
+
+def test_ppo_with_a_minatar_cnn_end_to_end(tmp_path):
+    """Pixels: gymnax's MinAtar Breakout with the MinAtar CNN, through the run folder,
+    evaluation and export."""
+    from jrl import export
+
+    run = tmp_path / "run"
+    res = jrl.train(
+        "ppo",
+        "gymnax:Breakout-MinAtar",
+        torso="minatar_cnn",
+        hidden_sizes=(32,),
+        num_envs=4,
+        num_steps=32,
+        total_steps=256,
+        progress=False,
+        out=run,
+    )
+    assert np.isfinite(res.metrics["train/loss"]).all()
+    stats = experiment.evaluate_run(run, episodes=2)
+    assert stats["env_id"] == "gymnax:Breakout-MinAtar" and len(stats["runs"]) == 1
+    policy = jrl.load_policy(export.export_policy(run, tmp_path / "policy"))
+    assert policy(jnp.zeros((3, 10, 10, 4), bool)).shape == (3,)
