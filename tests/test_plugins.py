@@ -16,14 +16,16 @@ from jrl import plugins
 
 PLUGIN = textwrap.dedent(
     '''
-    """A user's plugin: the Corridor-v0 env and the 'corridor_pg' agent."""
+    """A user's plugin: the Corridor-v0 env, the 'wide' torso and the 'corridor_pg' agent."""
     import dataclasses
 
+    import flax.linen as nn
     import jax.numpy as jnp
     from flax import struct
 
     import jrl.agents
     import jrl.envs
+    import jrl.networks
     from jrl import spaces
     from jrl.agents import reinforce
     from jrl.env import Environment
@@ -77,8 +79,25 @@ PLUGIN = textwrap.dedent(
 
         num_envs: int = 4
         num_steps: int = 32
+        torso: str = "wide"
 
 
+    class Wide(nn.Module):
+        """The user's torso: one wide tanh layer."""
+
+        obs_ndim: int = 1
+
+        @nn.compact
+        def __call__(self, x):
+            x = x.reshape(x.shape[: x.ndim - self.obs_ndim] + (-1,))
+            return nn.tanh(nn.Dense(48)(x))
+
+
+    def wide(hidden_sizes, activation, obs_ndim, orthogonal):
+        return Wide(obs_ndim)
+
+
+    jrl.networks.register_torso("wide", wide, overwrite=True)
     jrl.envs.register("Corridor-v0", Corridor, max_episode_steps=50, overwrite=True)
     jrl.agents.register("corridor_pg", CorridorPGConfig, reinforce.build, overwrite=True)
     '''
@@ -125,6 +144,7 @@ def test_a_plugin_env_and_agent_through_the_cli(plugin_dir):
     assert out.returncode == 0, out.stderr
     record = json.loads((cwd / "run" / "config.json").read_text())
     assert record["agent"] == "corridor_pg" and record["run"]["plugins"] == ["myplug"]
+    assert record["config"]["torso"] == "wide"  # the plugin's network
     # without --import: the run folder's record brings the plugin back
     for args in (
         ["train", "--resume", "run", "--quiet"],
@@ -152,8 +172,10 @@ def test_unknown_plugin_is_one_clear_line(tmp_path):
 
 
 def test_python_api_records_plugins(plugin_dir, monkeypatch):
+    from jrl import networks
     from jrl.envs import registry
 
+    monkeypatch.setattr(networks, "TORSOS", dict(networks.TORSOS))
     monkeypatch.chdir(plugin_dir)  # the user's folder, where their module lives
     monkeypatch.setattr(sys, "path", list(sys.path))
     monkeypatch.setattr(jrl.agents, "_ENTRIES", dict(jrl.agents._ENTRIES))  # registered for
