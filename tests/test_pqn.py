@@ -313,14 +313,16 @@ def test_sharded_two_devices_equal_one_device():
 
 
 @pytest.mark.learning
-def test_pqn_cartpole_400():
-    """PQN, the CartPole-v1 defaults (16 envs x 64 steps, 4 epochs x 16 minibatches), 4 seeds,
-    131,072 steps (128 iterations); about 25 s with compile on the 2-core CI machine."""
+def test_pqn_cartpole_450():
+    """PQN, the CartPole-v1 defaults (16 envs x 64 steps, 4 epochs x 16 minibatches), 8 seeds,
+    131,072 steps (128 iterations)."""
     res = jrl.train(
-        "pqn", "CartPole-v1", seeds=4, total_steps=131_072, progress=False, num_reports=4
+        "pqn", "CartPole-v1", seeds=8, total_steps=131_072, progress=False, num_reports=4
     )
     final = res.final_returns()
-    assert final.mean() >= 400, (final, res.summary())
+    # measured 2026-12-01, 8 seeds (benchmarks/learning_reach.py): 500.0 +- 0.0 (every seed
+    # 500); threshold 10% below
+    assert final.mean() >= 450, (final, res.summary())
 
 
 @pytest.mark.learning

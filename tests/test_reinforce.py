@@ -121,13 +121,15 @@ def test_registered_with_its_hyperparameters_and_presets():
 
 
 @pytest.mark.learning
-def test_reinforce_cartpole_400():
-    """4 seeds, 5e5 steps: mean final training return >= 400."""
+def test_reinforce_cartpole_420():
+    """8 seeds, 5e5 steps: mean final training return >= 420."""
     res = jrl.train(
-        "reinforce", "CartPole-v1", seeds=4, total_steps=500_000, progress=False, num_reports=4
+        "reinforce", "CartPole-v1", seeds=8, total_steps=500_000, progress=False, num_reports=4
     )
     final = res.final_returns()
-    assert final.mean() >= 400, (final, res.summary())
+    # measured 2026-12-01, 8 seeds (benchmarks/learning_reach.py): 468.9 +- 6.1 (459.2 .. 475.7);
+    # threshold 10% below
+    assert final.mean() >= 420, (final, res.summary())
 
 
 @pytest.mark.learning
