@@ -350,6 +350,25 @@ def test_quantile_head_by_hand():
     np.testing.assert_allclose(head.q_values(jnp.array([[[0.0, 2.0], [4.0, 6.0]]])), [[1.0, 5.0]])
 
 
+@pytest.mark.parametrize("head", ["scalar", "categorical", "quantile"])
+def test_heads_hold_the_target_constant(head):
+    """Semi-gradient TD: a head's loss takes gradient through the output at the action taken
+    only, never through the target network's output (even when the caller's is differentiable)."""
+    make = {
+        "scalar": lambda: dqn.scalar_head("huber"),
+        "categorical": lambda: dqn.categorical_head(3, 0.0, 2.0),
+        "quantile": lambda: dqn.quantile_head(3),
+    }[head]()
+    shape = (2,) if head == "scalar" else (2, 3)
+    taken = jnp.reshape(jnp.arange(np.prod(shape), dtype=jnp.float32), shape) / 4
+    nxt = jnp.reshape(jnp.arange(np.prod(shape), dtype=jnp.float32)[::-1], shape) / 3
+    reward, discount = jnp.array([0.5, -1.0]), jnp.array([0.9, 0.9])
+    loss = lambda t, n: make.loss(t, n, reward, discount)[0].sum()  # noqa: E731
+    g_taken, g_next = jax.grad(loss, argnums=(0, 1))(taken, nxt)
+    assert float(jnp.abs(g_taken).sum()) > 0
+    np.testing.assert_array_equal(g_next, 0.0)
+
+
 def test_masked_bootstrap_action():
     """The bootstrap action is the best *valid* action of the next state."""
     q_online = jnp.array([[5.0, 1.0, 3.0]])
@@ -602,6 +621,7 @@ def test_learn_matches_a_numpy_reference(case, learn_reference):
     np.testing.assert_allclose(m["train/loss"], loss, rtol=1e-5, atol=1e-7)
     np.testing.assert_allclose(learned.priorities, priority, rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(m["train/q"], q_of(np.asarray(taken)[:, None])[:, 0].mean(), 1e-5)
+    np.testing.assert_allclose(m["train/priority"], np.mean(priority), rtol=1e-5)
     np.testing.assert_allclose(m["train/epsilon"], cfg.epsilon_start)
     assert int(learned.agent_state.num_updates) == 1
     step = learn_reference.adam_first_step(grads, lr, cfg.max_grad_norm, eps=cfg.adam_eps)
