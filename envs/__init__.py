@@ -5,9 +5,26 @@
 ``"gymnax:<name>"`` ids adapt gymnax environments.
 """
 
-from jrl.envs.registry import EnvEntry, UnknownEnvError, entry, make, names, register
+from jrl.envs.registry import (
+    EnvEntry,
+    UnknownEnvError,
+    entry,
+    make,
+    names,
+    register,
+    register_object,
+)
 
-__all__ = ["EnvEntry", "UnknownEnvError", "entry", "make", "names", "register", "to_gymnasium"]
+__all__ = [
+    "EnvEntry",
+    "UnknownEnvError",
+    "entry",
+    "make",
+    "names",
+    "register",
+    "register_object",
+    "to_gymnasium",
+]
 
 
 def to_gymnasium(env_id: str, render_mode: str | None = None, **param_overrides):

@@ -14,6 +14,8 @@ import dataclasses
 import importlib
 from typing import Any, Callable
 
+import numpy as np
+
 from jrl import names as _names
 from jrl.env import Environment
 from jrl.wrappers import CheckActions, TimeLimit
@@ -129,6 +131,43 @@ def make(
     if check:
         env = CheckActions(env)
     return env, params
+
+
+def register_object(env: Any) -> tuple[str, dict[str, Any]]:
+    """``(registered id, parameter overrides)`` of an env given to ``jrl.train``: an id as it is;
+    an :class:`~jrl.env.Environment` (or ``(env, params)``) is registered under its ``id``
+    (its class name when it has none) for this process, its params' fields that differ from
+    the defaults becoming overrides (numbers and booleans only, as the run record is JSON)."""
+    if isinstance(env, str):
+        return env, {}
+    env_obj, params = env if isinstance(env, tuple) and len(env) == 2 else (env, None)
+    if not isinstance(env_obj, Environment):
+        raise TypeError(
+            f"env must be a registered id, an Environment or (Environment, params), got {env!r}"
+        )
+    env_id = env_obj.id if env_obj.id != Environment.id else type(env_obj).__name__
+    try:
+        registered = entry(env_id)
+    except UnknownEnvError:
+        registered = None
+    if registered is not None and registered.source != "object":
+        if type(registered.build()) is not type(env_obj):
+            raise ValueError(
+                f"an env object's id {env_id!r} is registered for another env; give your env "
+                "class another id, or register it with jrl.envs.register"
+            )
+    else:  # the registered env of that id (its time limit included) is this one's class
+        register(env_id, lambda: env_obj, source="object", overwrite=True)
+    overrides: dict[str, Any] = {}
+    if params is not None and dataclasses.is_dataclass(params):
+        default = env_obj.default_params
+        for f in dataclasses.fields(params):
+            value, base = getattr(params, f.name), getattr(default, f.name)
+            if np.asarray(value).shape == () and value != base:
+                if not isinstance(np.asarray(value).item(), (bool, int, float)):
+                    raise TypeError(f"env parameter {f.name} = {value!r} is not a number")
+                overrides[f.name] = np.asarray(value).item()
+    return env_id, overrides
 
 
 def _register_builtins() -> None:

@@ -170,6 +170,25 @@ class CLIOptions:
     """Show tracebacks on errors."""
 
 
+def _train_args(config_cls: type, preset):
+    """The dataclass ``jrl train AGENT`` parses: the agent's config (defaults: ``preset``),
+    the run options and the command's own flags, all flattened."""
+    import tyro
+
+    from jrl.options import RunOptions
+
+    @dataclasses.dataclass
+    class TrainArgs:
+        config: Annotated[config_cls, tyro.conf.arg(name="")] = preset  # type: ignore[valid-type]
+        """Agent configuration (defaults shown are the env's preset)."""
+        options: Annotated[RunOptions, tyro.conf.arg(name="")] = RunOptions()
+        """Run options."""
+        cli: Annotated[CLIOptions, tyro.conf.arg(name="")] = CLIOptions()
+        """Command-line options."""
+
+    return TrainArgs
+
+
 def _parse_train(args: list[str]):
     """``(agent, cli options, run options, config overrides, saved spec or None, given flags)``."""
     import tyro
@@ -177,7 +196,6 @@ def _parse_train(args: list[str]):
     import jrl.agents
     import jrl.envs
     from jrl import experiment
-    from jrl.options import RunOptions
 
     resume_dir, saved = _resume_target(args), None
     if resume_dir is not None:
@@ -206,15 +224,7 @@ def _parse_train(args: list[str]):
     else:
         preset = experiment.make_config(agent, env_id)
 
-    @dataclasses.dataclass
-    class TrainArgs:
-        config: Annotated[config_cls, tyro.conf.arg(name="")] = preset  # type: ignore[valid-type]
-        """Agent configuration (defaults shown are the env's preset)."""
-        options: Annotated[RunOptions, tyro.conf.arg(name="")] = RunOptions()
-        """Run options."""
-        cli: Annotated[CLIOptions, tyro.conf.arg(name="")] = CLIOptions()
-        """Command-line options."""
-
+    TrainArgs = _train_args(config_cls, preset)
     ns = tyro.cli(
         TrainArgs,
         args=rest,
@@ -230,9 +240,14 @@ def _parse_train(args: list[str]):
     }
     given = {a.split("=", 1)[0] for a in rest if a.startswith("--")}
     # every --sweep and --import occurrence (tyro keeps only the last one of a repeated flag)
-    cli = dataclasses.replace(ns.cli, sweep=_sweep_items(rest))
-    options = dataclasses.replace(ns.options, plugins=_flag_values(rest, "--import"))
-    return agent, cli, options, overrides, saved, given
+    return (
+        agent,
+        dataclasses.replace(ns.cli, sweep=_sweep_items(rest)),
+        dataclasses.replace(ns.options, plugins=_flag_values(rest, "--import")),
+        overrides,
+        saved,
+        given,
+    )
 
 
 def _sweep_items(args: Sequence[str]) -> tuple[str, ...]:

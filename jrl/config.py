@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import typing
 from typing import Annotated, Any, ClassVar, Iterable
 
 import jax.numpy as jnp
@@ -39,6 +40,7 @@ __all__ = [
     "ReplayConfig",
     "RolloutConfig",
     "check",
+    "coerce_field",
     "envs_per_device",
     "hparams_from",
 ]
@@ -86,6 +88,44 @@ def _finite_floats(config: Any) -> list[Check]:
             ok = math.isfinite(value) and abs(value) <= FLOAT32_MAX
             out.append((ok, f"{f.name} must be a finite number (float32), got {value!r}"))
     return out
+
+
+def coerce_field(field: dataclasses.Field, value: Any, hints: dict[str, Any]) -> Any:
+    """``value`` checked and converted to the declared type of a config ``field`` (``hints``:
+    the class's type hints); ``TypeError`` naming the field otherwise."""
+    tp = hints[field.name]
+    try:
+        if tp is bool:
+            if isinstance(value, str):
+                if value.lower() in ("true", "1", "yes"):
+                    return True
+                if value.lower() in ("false", "0", "no"):
+                    return False
+                raise ValueError
+            if not isinstance(value, (bool, np.bool_)):
+                raise ValueError
+            return bool(value)
+        if tp is int:
+            if isinstance(value, bool) or (
+                isinstance(value, float) and not float(value).is_integer()
+            ):
+                raise ValueError
+            return int(value)
+        if tp is float:
+            if isinstance(value, bool):
+                raise ValueError
+            return float(value)
+        if tp is str:
+            if not isinstance(value, str):
+                raise ValueError
+            return value
+        if typing.get_origin(tp) is tuple:
+            return tuple(int(v) for v in value)
+    except (TypeError, ValueError):
+        raise TypeError(
+            f"config field {field.name!r} expects {getattr(tp, '__name__', tp)}, got {value!r}"
+        ) from None
+    return value
 
 
 @dataclasses.dataclass(frozen=True)

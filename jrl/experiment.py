@@ -32,6 +32,7 @@ import jrl.agents
 import jrl.envs
 from jrl import names, plugins, run_folder, training
 from jrl.checkpoint import CheckpointError
+from jrl.config import coerce_field
 from jrl.options import RECORDED, RunOptions, RunSpec
 from jrl.result import RETURN_KEY, TrainResult, sweep_groups
 from jrl.run import anakin
@@ -62,43 +63,6 @@ RESERVED_NAMES = OPTION_NAMES | {"env", "out", "options", "agent", "resume", "de
 """Names no agent config field may have (run options and ``jrl train``'s own flags)."""
 
 
-def _coerce(field: dataclasses.Field, value: Any, hints: dict[str, Any]) -> Any:
-    """Checks/converts an override to the field's declared type."""
-    tp = hints[field.name]
-    try:
-        if tp is bool:
-            if isinstance(value, str):
-                if value.lower() in ("true", "1", "yes"):
-                    return True
-                if value.lower() in ("false", "0", "no"):
-                    return False
-                raise ValueError
-            if not isinstance(value, (bool, np.bool_)):
-                raise ValueError
-            return bool(value)
-        if tp is int:
-            if isinstance(value, bool) or (
-                isinstance(value, float) and not float(value).is_integer()
-            ):
-                raise ValueError
-            return int(value)
-        if tp is float:
-            if isinstance(value, bool):
-                raise ValueError
-            return float(value)
-        if tp is str:
-            if not isinstance(value, str):
-                raise ValueError
-            return value
-        if typing.get_origin(tp) is tuple:
-            return tuple(int(v) for v in value)
-    except (TypeError, ValueError):
-        raise TypeError(
-            f"config field {field.name!r} expects {getattr(tp, '__name__', tp)}, got {value!r}"
-        ) from None
-    return value
-
-
 def make_config(agent: str, env_id: str, **overrides: Any):
     """The agent's config: defaults, then the env's preset, then ``overrides``.
 
@@ -125,7 +89,7 @@ def make_config(agent: str, env_id: str, **overrides: Any):
             f"unknown {agent} config field(s): {hints_txt}. Fields: {', '.join(sorted(fields))}"
         )
     values = dict(config_cls.PRESETS.get(env_id, {}))
-    values.update({k: _coerce(fields[k], v, hints) for k, v in overrides.items()})
+    values.update({k: coerce_field(fields[k], v, hints) for k, v in overrides.items()})
     config = config_cls(**values)
     config.validate()
     return config
@@ -207,7 +171,7 @@ def train(
         opts, plugins=plugins.load([*opts.plugins, *plugins.from_environment()])
     )
     _start(opts)
-    env, object_overrides = _env_id(env)
+    env, object_overrides = jrl.envs.register_object(env)
     if object_overrides:
         opts = dataclasses.replace(opts, env_overrides={**object_overrides, **opts.env_overrides})
     opts = opts.validate(has_out=out is not None).normalized()
@@ -216,78 +180,13 @@ def train(
     if opts.devices is not None:  # too many devices: refused before any folder is looked at
         anakin.make_mesh(opts.devices)
     spec = RunSpec(agent, env, make_config(agent, env, **overrides), opts)
-    _check_sweep(spec, overrides)
+    spec.check_sweep(overrides)
     if out is None or jax.process_index() != 0:  # only process 0 writes the run folder
         return training.execute(spec, None)
     out_path = Path(out)
     with run_folder.RunLock(out_path, quiet=not opts.progress):
         run_folder.check_out_dir(out_path, opts.overwrite)
         return training.execute(spec, out_path)
-
-
-def _env_id(env: Any) -> tuple[str, dict[str, Any]]:
-    """``(registered id, parameter overrides)`` of :func:`train`'s ``env``: an id as it is;
-    an :class:`~jrl.env.Environment` (or ``(env, params)``) is registered under its ``id``
-    (its class name when it has none) for this process, its params' fields that differ from
-    the defaults becoming overrides (numbers and booleans only, as the run record is JSON)."""
-    if isinstance(env, str):
-        return env, {}
-    from jrl.env import Environment
-
-    env_obj, params = env if isinstance(env, tuple) and len(env) == 2 else (env, None)
-    if not isinstance(env_obj, Environment):
-        raise TypeError(
-            f"env must be a registered id, an Environment or (Environment, params), got {env!r}"
-        )
-    env_id = env_obj.id if env_obj.id != Environment.id else type(env_obj).__name__
-    try:
-        registered = jrl.envs.entry(env_id)
-    except jrl.envs.UnknownEnvError:
-        registered = None
-    if registered is not None and registered.source != "object":
-        if type(registered.build()) is not type(env_obj):
-            raise ValueError(
-                f"an env object's id {env_id!r} is registered for another env; give your env "
-                "class another id, or register it with jrl.envs.register"
-            )
-    else:  # the registered env of that id (its time limit included) is this one's class
-        jrl.envs.register(env_id, lambda: env_obj, source="object", overwrite=True)
-    overrides: dict[str, Any] = {}
-    if params is not None and dataclasses.is_dataclass(params):
-        default = env_obj.default_params
-        for f in dataclasses.fields(params):
-            value, base = getattr(params, f.name), getattr(default, f.name)
-            if np.asarray(value).shape == () and value != base:
-                if not isinstance(np.asarray(value).item(), (bool, int, float)):
-                    raise TypeError(f"env parameter {f.name} = {value!r} is not a number")
-                overrides[f.name] = np.asarray(value).item()
-    return env_id, overrides
-
-
-def _check_sweep(spec: RunSpec, overrides: dict[str, Any]) -> None:
-    """Refuses a sweep of a field that cannot vary in one program, a field both set and
-    swept, or a value that is invalid on its own."""
-    sweep, config = spec.options.sweep, spec.config
-    both = sorted(set(sweep) & set(overrides))
-    if both:
-        raise ValueError(
-            f"{both[0]} is both set ({both[0]}={overrides[both[0]]!r}) and swept "
-            f"({list(sweep[both[0]])}); give one of them"
-        )
-    sweepable = jrl.agents.get(spec.agent).sweepable
-    bad = sorted(set(sweep) - set(sweepable))
-    if bad:
-        raise ValueError(
-            f"cannot sweep {bad} in one program: sweepable fields are {list(sweepable)}"
-        )
-    if "gamma" in sweep and getattr(config, "normalize_rewards", False):
-        raise ValueError(
-            "cannot sweep gamma with normalize_rewards: the reward normaliser's discount is fixed "
-            "when the env is built; sweep it in separate runs or turn normalize_rewards off"
-        )
-    for k, vs in sweep.items():
-        for v in vs:  # each value must be valid on its own
-            dataclasses.replace(config, **{k: v}).validate()
 
 
 def resume(
@@ -323,9 +222,8 @@ def resume(
     if jax.process_count() > 1:
         raise CheckpointError("multi-process runs write no checkpoints, so they cannot be resumed")
     opts.validate()
-    diffs = _resume_differences(
-        spec, agent, env, {k: kwargs[k] for k in kwargs if k in RECORDED}, overrides
-    )
+    recorded = {k: kwargs[k] for k in kwargs if k in RECORDED}
+    diffs = spec.resume_differences(agent, env, recorded, overrides)
     if diffs:
         raise CheckpointError(
             f"{run_dir} holds a different run; --resume continues the saved one: "
@@ -334,32 +232,6 @@ def resume(
     spec = dataclasses.replace(spec, options=opts)
     with run_folder.RunLock(run_dir, quiet=not opts.progress):  # resume is single-process
         return training.execute(spec, run_dir, step, resuming=True)
-
-
-def _resume_differences(spec: RunSpec, agent, env, recorded: dict, overrides: dict) -> list[str]:
-    """What a resume call asks that differs from the saved run, one phrase each."""
-    diffs = []
-    if agent is not None and agent != spec.agent:
-        diffs.append(f"agent: saved {spec.agent!r}, given {agent!r}")
-    if env is not None and env != spec.env_id:
-        diffs.append(f"env: saved {spec.env_id!r}, given {env!r}")
-    saved_opts = spec.options
-    given_opts = dataclasses.replace(saved_opts, **recorded).normalized()
-    for k in sorted(recorded):
-        saved_value, given_value = getattr(saved_opts, k), getattr(given_opts, k)
-        if k == "devices":  # one device is the default: devices=1 asks for no change
-            saved_value, given_value = saved_value or 1, given_value or 1
-        if saved_value != given_value:
-            diffs.append(f"{k}: saved {getattr(saved_opts, k)!r}, given {getattr(given_opts, k)!r}")
-    if not diffs and overrides:
-        saved = dataclasses.asdict(spec.config)
-        given = make_config(spec.agent, spec.env_id, **{**saved, **overrides})
-        diffs += [
-            f"{k}: saved {getattr(spec.config, k)!r}, given {getattr(given, k)!r}"
-            for k in sorted(overrides)
-            if getattr(given, k) != getattr(spec.config, k)
-        ]
-    return diffs
 
 
 @dataclasses.dataclass

@@ -271,6 +271,63 @@ class RunSpec:
         out += [f"{k}: {mine[k]!r} vs {theirs[k]!r}" for k in RECORDED if mine[k] != theirs[k]]
         return out
 
+    def check_sweep(self, overrides: dict[str, Any]) -> None:
+        """Refuses a sweep of a field that cannot vary in one program, a field both set and
+        swept, or a value that is invalid on its own."""
+        sweep, config = self.options.sweep, self.config
+        both = sorted(set(sweep) & set(overrides))
+        if both:
+            raise ValueError(
+                f"{both[0]} is both set ({both[0]}={overrides[both[0]]!r}) and swept "
+                f"({list(sweep[both[0]])}); give one of them"
+            )
+        import jrl.agents
+
+        sweepable = jrl.agents.get(self.agent).sweepable
+        bad = sorted(set(sweep) - set(sweepable))
+        if bad:
+            raise ValueError(
+                f"cannot sweep {bad} in one program: sweepable fields are {list(sweepable)}"
+            )
+        if "gamma" in sweep and getattr(config, "normalize_rewards", False):
+            raise ValueError(
+                "cannot sweep gamma with normalize_rewards: the reward normaliser's discount is "
+                "fixed when the env is built; sweep it in separate runs or turn normalize_rewards "
+                "off"
+            )
+        for k, vs in sweep.items():
+            for v in vs:  # each value must be valid on its own
+                dataclasses.replace(config, **{k: v}).validate()
+
+    def resume_differences(self, agent, env, recorded: dict, overrides: dict) -> list[str]:
+        """What a resume call asks that differs from the saved run, one phrase each."""
+        diffs = []
+        if agent is not None and agent != self.agent:
+            diffs.append(f"agent: saved {self.agent!r}, given {agent!r}")
+        if env is not None and env != self.env_id:
+            diffs.append(f"env: saved {self.env_id!r}, given {env!r}")
+        saved_opts = self.options
+        given_opts = dataclasses.replace(saved_opts, **recorded).normalized()
+        for k in sorted(recorded):
+            saved_value, given_value = getattr(saved_opts, k), getattr(given_opts, k)
+            if k == "devices":  # one device is the default: devices=1 asks for no change
+                saved_value, given_value = saved_value or 1, given_value or 1
+            if saved_value != given_value:
+                diffs.append(
+                    f"{k}: saved {getattr(saved_opts, k)!r}, given {getattr(given_opts, k)!r}"
+                )
+        if not diffs and overrides:
+            saved = dataclasses.asdict(self.config)
+            from jrl.experiment import make_config
+
+            given = make_config(self.agent, self.env_id, **{**saved, **overrides})
+            diffs += [
+                f"{k}: saved {getattr(self.config, k)!r}, given {getattr(given, k)!r}"
+                for k in sorted(overrides)
+                if getattr(given, k) != getattr(self.config, k)
+            ]
+        return diffs
+
     @classmethod
     def from_record(cls, record: dict[str, Any], where: Path) -> "RunSpec":
         """Parses a ``config.json`` record (``where`` names it in errors); fields an agent's

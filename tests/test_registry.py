@@ -85,6 +85,7 @@ def test_public_api():
         "make",
         "names",
         "register",
+        "register_object",
         "to_gymnasium",
     }
     for name in jrl.envs.__all__:
