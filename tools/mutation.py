@@ -28,8 +28,8 @@ module named in ``jrl.agents.BUILTIN``: its top-level functions whose names cont
 ``tests/test_<module>.py`` without the ``learning`` tests, unless :data:`TESTS` names a faster
 selection; a new agent module without loss or target code or without tests fails the check.
 
-When there are more mutants than ``--sample`` (default 260, which fits in about 4 minutes on 2
-cores), a fixed-seed sample is drawn, stratified so that every target file gets its share.
+When there are more mutants than ``--sample`` (default 260: about 3.5 minutes on 2 idle cores),
+a fixed-seed sample is drawn, stratified so that every target file gets its share.
 
 Usage::
 
@@ -67,7 +67,7 @@ AGENT_WORDS = ("loss", "target", "advantage", "head")
 """An agent module's top-level functions whose names contain one of these are mutated."""
 
 SAMPLE = 260
-"""Mutants a CI run samples (of about 400): about 4 minutes on the 2-core CI machine."""
+"""Mutants a CI run samples (of about 400): about 384 CPU seconds, 3.5 minutes on 2 idle cores."""
 FAST = ["-m", "not learning"]
 TESTS: dict[str, list[str]] = {
     "jrl/losses.py": ["tests/test_losses.py", "tests/test_ppo.py", "tests/test_a2c.py"],
