@@ -40,17 +40,18 @@ def test_ppo_pendulum_continuous():
         "ppo", "Pendulum-v1", seeds=8, total_steps=150_000, progress=False, num_reports=4
     )
     final = res.final_returns()
-    # measured 2026-12-01, 8 seeds: -183.2 +- 25.1 (-231.6 .. -153.3); threshold 12% below
-    assert final.mean() >= -205, (final, res.summary())
+    # measured 2026-12-01, 8 seeds: -168.1 +- 18.9 (-201.9 .. -139.4); threshold 13% below
+    assert final.mean() >= -190, (final, res.summary())
 
 
 def test_a2c_cartpole_450():
-    """A2C, its CartPole-v1 defaults, 8 seeds, 5e5 steps."""
+    """A2C, its CartPole-v1 defaults, 16 seeds, 5e5 steps."""
     res = jrl.train(
-        "a2c", "CartPole-v1", seeds=8, total_steps=500_000, progress=False, num_reports=4
+        "a2c", "CartPole-v1", seeds=16, total_steps=500_000, progress=False, num_reports=4
     )
     final = res.final_returns()
-    # measured 2026-12-01, 8 seeds: 500.0 +- 0.0 (every seed 500); threshold 10% below
+    # measured 2026-12-01, 16 seeds: 500.0 +- 0.0 (every seed 500; with 8 seeds one of them
+    # stalls at 192: 461.5 +- 102.0, so 16 seeds); threshold 10% below
     assert final.mean() >= 450, (final, res.summary())
 
 
@@ -107,19 +108,21 @@ def test_sweep_learning_rate_in_one_program():
 # ---------------------------------------------------------------------------
 
 
-# Measured 2026-12-01 with 8 seeds (benchmarks/learning_reach.py): mean +- std (min .. max).
+# Measured 2026-12-01 with the test's seeds (benchmarks/learning_reach.py): mean +- std over the
+# seeds (min .. max). DQN and QR-DQN spread widely from seed to seed: 16 seeds keep their mean
+# steady (its standard error 18 and 14) for a threshold 12% below it.
 @pytest.mark.parametrize(
     "agent,env_id,seeds,steps,threshold",
     [
-        ("dqn", "CartPole-v1", 8, 100_000, 400),  # 453.2 +- 64.2 (299.7 .. 500)
-        ("rainbow", "CartPole-v1", 8, 100_000, 450),  # 499.7 +- 0.8 (497.6 .. 500)
+        ("dqn", "CartPole-v1", 16, 100_000, 385),  # 438.9 +- 72.4 (262.2 .. 500)
+        ("rainbow", "CartPole-v1", 8, 100_000, 440),  # 492.7 +- 10.6 (469.5 .. 500)
         ("c51", "CartPole-v1", 8, 100_000, 450),  # 500.0 +- 0.0 (every seed 500)
-        ("qrdqn", "CartPole-v1", 8, 100_000, 400),  # 450.5 +- 67.7 (303.9 .. 500)
-        ("dqn", "Acrobot-v1", 8, 60_000, -102),  # -90.5 +- 11.7 (-120.5 .. -83.0)
+        ("qrdqn", "CartPole-v1", 16, 100_000, 395),  # 447.2 +- 56.3 (318.8 .. 498.5)
+        ("dqn", "Acrobot-v1", 8, 60_000, -102),  # -89.3 +- 3.0 (-95.9 .. -85.8)
     ],
 )
 def test_value_based_thresholds(agent, env_id, seeds, steps, threshold):
-    """The env's preset with ``steps`` env steps per seed; each threshold 10-13% below the
+    """The env's preset with ``steps`` env steps per seed; each threshold 10-14% below the
     measured mean."""
     res = jrl.train(agent, env_id, seeds=seeds, total_steps=steps, progress=False, num_reports=4)
     final = res.final_returns()

@@ -127,8 +127,8 @@ def test_reinforce_cartpole_420():
         "reinforce", "CartPole-v1", seeds=8, total_steps=500_000, progress=False, num_reports=4
     )
     final = res.final_returns()
-    # measured 2026-12-01, 8 seeds (benchmarks/learning_reach.py): 468.9 +- 6.1 (459.2 .. 475.7);
-    # threshold 10% below
+    # measured 2026-12-01, 8 seeds (benchmarks/learning_reach.py): 466.9 +- 14.5 (442.6 ..
+    # 487.6); threshold 10% below
     assert final.mean() >= 420, (final, res.summary())
 
 
