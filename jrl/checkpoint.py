@@ -53,7 +53,6 @@ from jrl import __version__, files
 from jrl.types import PyTree
 
 __all__ = [
-    "delete_after",
     "FORMAT_VERSION",
     "CheckpointError",
     "Checkpoint",
@@ -317,17 +316,6 @@ def steps(run_dir: str | Path) -> list[int]:
         for p in d.iterdir()
         if p.is_dir() and p.name.isdigit() and (p / "meta").is_dir() and (p / "arrays").is_dir()
     )
-
-
-def delete_after(run_dir: str | Path, step: int) -> list[int]:
-    """Deletes the committed checkpoints after ``step`` (a run continued from an older
-    checkpoint replaces their history); returns the steps deleted."""
-    import shutil
-
-    later = [s for s in steps(run_dir) if s > int(step)]
-    for s in later:
-        shutil.rmtree(Path(run_dir) / CHECKPOINT_DIR / str(s))
-    return later
 
 
 def load(

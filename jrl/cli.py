@@ -22,8 +22,6 @@ SIGTERM finish the current chunk, write a checkpoint and exit with 130 or
 import argparse
 import dataclasses
 import json
-
-import numpy as np
 import os
 import sys
 from pathlib import Path
@@ -83,6 +81,8 @@ def cmd_envs(args: Sequence[str]) -> int:
 
 def _short_space(space) -> str:
     """A space without its bounds: ``Box(6,) float32``, ``Discrete(3)``, ``Dict(a: ..., ...)``."""
+    import numpy as np
+
     from jrl import spaces
 
     if isinstance(space, spaces.Box):
@@ -242,17 +242,12 @@ def _parse_train(args: list[str]):
     # every --sweep and --import occurrence (tyro keeps only the last one of a repeated flag)
     return (
         agent,
-        dataclasses.replace(ns.cli, sweep=_sweep_items(rest)),
+        dataclasses.replace(ns.cli, sweep=_flag_values(rest, "--sweep")),
         dataclasses.replace(ns.options, plugins=_flag_values(rest, "--import")),
         overrides,
         saved,
         given,
     )
-
-
-def _sweep_items(args: Sequence[str]) -> tuple[str, ...]:
-    """The FIELD=v1,v2 items of every ``--sweep`` in ``args``."""
-    return _flag_values(args, "--sweep")
 
 
 def _flag_values(args: Sequence[str], flag: str) -> tuple[str, ...]:
@@ -276,15 +271,11 @@ def _check_resume_flags(cli: CLIOptions, options, saved, given: set[str]) -> Non
         if cli.resume_step is not None:
             raise CLIError("--resume-step goes with --resume RUN_DIR")
         return
-    for name in RECORDED:
-        if name in ("sweep", "env_overrides"):  # not flags of their own: checked below
-            continue
-        flag = f"--{name.replace('_', '-')}"
-        value, asked = getattr(saved.options, name), getattr(options.normalized(), name)
-        if name == "devices":  # one device is the default: --devices 1 asks for no change
-            value, asked = value or 1, asked or 1
-        if flag in given and asked != value:
-            raise CLIError(f"{flag} cannot change when resuming (the run has {value!r})")
+    flags = {name: f"--{name.replace('_', '-')}" for name in RECORDED}  # sweep: checked below
+    asked = [name for name in RECORDED if name != "sweep" and flags[name] in given]
+    for name in options.normalized().changed_from(saved.options, asked):
+        value = getattr(saved.options, name)
+        raise CLIError(f"{flags[name]} cannot change when resuming (the run has {value!r})")
     if cli.sweep and _parse_sweep(cli.sweep) != {
         k: list(v) for k, v in saved.options.sweep.items()
     }:

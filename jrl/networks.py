@@ -28,8 +28,7 @@ __all__ = [
     "MLP",
     "TORSOS",
     "ActorCritic",
-    "MinAtarCNN",
-    "NatureCNN",
+    "ConvTorso",
     "NoisyDense",
     "PolicyHead",
     "QNetwork",
@@ -95,28 +94,11 @@ class MLP(nn.Module):
         return x
 
 
-class MinAtarCNN(nn.Module):
-    """A small CNN for MinAtar-sized images ``[..., H, W, C]``: one 3x3 conv with 16
-    channels (stride 1, as in Young & Tian, 2019), then the MLP of ``hidden_sizes``."""
+class ConvTorso(nn.Module):
+    """Convolutions over images ``[..., H, W, C]`` (``convs``: ``(features, kernel, stride)``
+    per layer, "VALID" padding), then the MLP of ``hidden_sizes``."""
 
-    hidden_sizes: Sequence[int] = (128,)
-    activation: str = "relu"
-    obs_ndim: int = 3
-    orthogonal: bool = True
-
-    @nn.compact
-    def __call__(self, x: jax.Array) -> jax.Array:
-        x = _images(x, self.obs_ndim)
-        kernel_init = nn.initializers.orthogonal(np.sqrt(2.0)) if self.orthogonal else None
-        conv = nn.Conv(16, (3, 3), padding="VALID", **_init(kernel_init))
-        x = activation(self.activation)(conv(x))
-        return MLP(self.hidden_sizes, self.activation, 3, orthogonal=self.orthogonal)(x)
-
-
-class NatureCNN(nn.Module):
-    """The DQN Nature CNN (Mnih et al., 2015) for larger images ``[..., H, W, C]``: convs of
-    32 8x8/4, 64 4x4/2, 64 3x3/1, then the MLP of ``hidden_sizes`` (512 in the paper)."""
-
+    convs: Sequence[tuple[int, int, int]]
     hidden_sizes: Sequence[int] = (512,)
     activation: str = "relu"
     obs_ndim: int = 3
@@ -124,34 +106,29 @@ class NatureCNN(nn.Module):
 
     @nn.compact
     def __call__(self, x: jax.Array) -> jax.Array:
-        x = _images(x, self.obs_ndim)
-        kernel_init = nn.initializers.orthogonal(np.sqrt(2.0)) if self.orthogonal else None
-        act = activation(self.activation)
-        for features, kernel, stride in ((32, 8, 4), (64, 4, 2), (64, 3, 1)):
-            conv = nn.Conv(
-                features, (kernel, kernel), (stride, stride), "VALID", **_init(kernel_init)
+        if self.obs_ndim != 3:
+            raise ValueError(
+                f"a CNN torso needs image observations [H, W, C], got {self.obs_ndim} dims"
             )
-            x = act(conv(x))
+        x = jnp.asarray(x, jnp.float32)  # the MLP below flattens the convs' trailing 3 dims
+        init = {"kernel_init": nn.initializers.orthogonal(np.sqrt(2.0))} if self.orthogonal else {}
+        act = activation(self.activation)
+        for features, kernel, stride in self.convs:
+            x = act(nn.Conv(features, (kernel, kernel), (stride, stride), "VALID", **init)(x))
         return MLP(self.hidden_sizes, self.activation, 3, orthogonal=self.orthogonal)(x)
 
 
-def _images(x: jax.Array, obs_ndim: int) -> jax.Array:
-    """``[..., H, W, C]`` as float32 images (the MLP after the convs flattens the trailing
-    three dims of their output)."""
-    if obs_ndim != 3:
-        raise ValueError(f"a CNN torso needs image observations [H, W, C], got {obs_ndim} dims")
-    return jnp.asarray(x, jnp.float32)
-
-
-def _init(kernel_init) -> dict:
-    return {} if kernel_init is None else {"kernel_init": kernel_init}
+MINATAR_CONVS = ((16, 3, 1),)
+"""One 3x3 conv with 16 channels, stride 1: the MinAtar network (Young & Tian, 2019)."""
+NATURE_CONVS = ((32, 8, 4), (64, 4, 2), (64, 3, 1))
+"""The DQN Nature CNN's convolutions (Mnih et al., 2015; 512 hidden units after them)."""
 
 
 TORSOS: dict[str, Callable[..., nn.Module]] = {
     "mlp": lambda **kw: MLP(**kw),
     "layernorm_mlp": lambda **kw: MLP(**kw, layer_norm=True),
-    "minatar_cnn": lambda **kw: MinAtarCNN(**kw),
-    "nature_cnn": lambda **kw: NatureCNN(**kw),
+    "minatar_cnn": lambda **kw: ConvTorso(MINATAR_CONVS, **kw),
+    "nature_cnn": lambda **kw: ConvTorso(NATURE_CONVS, **kw),
 }
 """Torso name -> ``factory(hidden_sizes=, activation=, obs_ndim=, orthogonal=) -> Module``
 mapping observations ``[..., *obs_shape]`` to features ``[..., F]``; the ``torso`` config

@@ -14,6 +14,7 @@ straight from the dataclass, docstrings included.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import itertools
 import json
@@ -89,12 +90,10 @@ class RunOptions:
         """Raises ``ValueError`` for the first out-of-range option; returns ``self``."""
         if self.keys not in ("per_seed", "split"):
             raise ValueError(f"keys must be 'per_seed' or 'split', got {self.keys!r}")
-        hints = typing.get_type_hints(RunOptions)
-        for f in dataclasses.fields(self):
-            value = getattr(self, f.name)
-            if hints[f.name] in (int, int | None) and value is not None:
-                if isinstance(value, bool) or not float(value).is_integer():
-                    raise ValueError(f"{f.name} must be a whole number, got {value!r}")
+        for name in _whole_number_fields():
+            value = getattr(self, name)
+            if value is not None and (isinstance(value, bool) or not float(value).is_integer()):
+                raise ValueError(f"{name} must be a whole number, got {value!r}")
         checks = [
             (int(self.seeds) >= 1, f"seeds must be >= 1, got {self.seeds}"),
             (int(self.num_reports) >= 1, f"num_reports must be >= 1, got {self.num_reports}"),
@@ -131,13 +130,9 @@ class RunOptions:
 
     def normalized(self) -> "RunOptions":
         """The same options with plain Python types (ints, float tuples, a tuple of sink names)."""
-        hints = typing.get_type_hints(RunOptions)
-        values = {}
-        for name in (f.name for f in dataclasses.fields(self)):
-            value = getattr(self, name)
-            if hints[name] in (int, int | None) and value is not None:
-                value = int(value)
-            values[name] = value
+        values = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        for name in _whole_number_fields():
+            values[name] = None if values[name] is None else int(values[name])
         values["sweep"] = {k: tuple(float(v) for v in vs) for k, vs in self.sweep.items()}
         values["env_overrides"], values["log"] = dict(self.env_overrides), tuple(self.log)
         values["plugins"] = tuple(str(m) for m in self.plugins)
@@ -164,6 +159,25 @@ class RunOptions:
     def recorded(self) -> dict[str, Any]:
         """The :data:`RECORDED` options by name."""
         return {name: getattr(self, name) for name in RECORDED}
+
+    def changed_from(self, saved: "RunOptions", names) -> list[str]:
+        """The options of ``names`` whose values here differ from ``saved`` (both normalized);
+        ``devices`` 1 and None (the default: one device) count as equal."""
+        out = []
+        for name in names:
+            mine, theirs = getattr(self, name), getattr(saved, name)
+            if name == "devices":
+                mine, theirs = mine or 1, theirs or 1
+            if mine != theirs:
+                out.append(name)
+        return out
+
+
+@functools.cache
+def _whole_number_fields() -> tuple[str, ...]:
+    """The options declared ``int`` (or ``int | None``)."""
+    hints = typing.get_type_hints(RunOptions)
+    return tuple(name for name, tp in hints.items() if tp in (int, int | None))
 
 
 _RECORD_KEYS = {"seeds": "num_seeds", "sweep": "sweep_values"}
@@ -308,14 +322,10 @@ class RunSpec:
             diffs.append(f"env: saved {self.env_id!r}, given {env!r}")
         saved_opts = self.options
         given_opts = dataclasses.replace(saved_opts, **recorded).normalized()
-        for k in sorted(recorded):
-            saved_value, given_value = getattr(saved_opts, k), getattr(given_opts, k)
-            if k == "devices":  # one device is the default: devices=1 asks for no change
-                saved_value, given_value = saved_value or 1, given_value or 1
-            if saved_value != given_value:
-                diffs.append(
-                    f"{k}: saved {getattr(saved_opts, k)!r}, given {getattr(given_opts, k)!r}"
-                )
+        diffs += [
+            f"{k}: saved {getattr(saved_opts, k)!r}, given {getattr(given_opts, k)!r}"
+            for k in given_opts.changed_from(saved_opts, sorted(recorded))
+        ]
         if not diffs and overrides:
             saved = dataclasses.asdict(self.config)
             from jrl.experiment import make_config

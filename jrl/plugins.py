@@ -7,14 +7,14 @@ A plugin is any importable module that calls ``jrl.envs.register`` or
 them before anything is looked up. A run records its plugins in
 ``config.json``, and resume, ``jrl eval``, ``jrl render`` and ``jrl export``
 import them again, so a run of a custom env or agent works like any other.
-As with ``python -m``, the current directory is searched for them too.
+A plugin must be importable as it is: installed, on ``PYTHONPATH``, or in the
+current folder when Python searches it (``python -m jrl.cli``).
 """
 
 from __future__ import annotations
 
 import importlib
 import os
-import sys
 from typing import Iterable
 
 __all__ = ["ENV_VAR", "PluginError", "from_environment", "load"]
@@ -34,14 +34,12 @@ def from_environment() -> tuple[str, ...]:
 def load(modules: Iterable[str]) -> tuple[str, ...]:
     """Imports each module (once; importing twice is harmless) and returns their names."""
     names = tuple(dict.fromkeys(str(m) for m in modules))
-    if names and os.getcwd() not in sys.path and "" not in sys.path:
-        sys.path.append(os.getcwd())
     for name in names:
         try:
             importlib.import_module(name)
         except Exception as e:  # an ImportError, or the plugin's own error while registering
             raise PluginError(
                 f"plugin {name!r} could not be imported ({type(e).__name__}: {e}); it must be an "
-                "importable module (on PYTHONPATH or in the current folder)"
+                "importable module (installed, or on PYTHONPATH)"
             ) from e
     return names

@@ -288,7 +288,7 @@ def _run(work: "ChunkWork", stop: StopRequest) -> anakin.RunResult:
         mesh=work.mesh,
         start_iteration=work.start.iteration,
         hooks=anakin.RunHooks(on_chunk=work, on_report=work.progress, should_stop=should_stop),
-        check_memory=False,  # done by execute() before the folder changed
+        memory_check=False,  # done by execute() before the folder changed
     )
     if work.checkpointer is not None and work.last_checkpoint != res.iterations:
         final = res.final_state if work.mesh is None else res.sharded_state

@@ -176,8 +176,7 @@ def test_python_api_records_plugins(plugin_dir, monkeypatch):
     from jrl.envs import registry
 
     monkeypatch.setattr(networks, "TORSOS", dict(networks.TORSOS))
-    monkeypatch.chdir(plugin_dir)  # the user's folder, where their module lives
-    monkeypatch.setattr(sys, "path", list(sys.path))
+    monkeypatch.syspath_prepend(str(plugin_dir))  # the user's PYTHONPATH holds their module
     monkeypatch.setattr(jrl.agents, "_ENTRIES", dict(jrl.agents._ENTRIES))  # registered for
     monkeypatch.setattr(registry, "_REGISTRY", dict(registry._REGISTRY))  # this test only
     monkeypatch.delitem(sys.modules, "myplug", raising=False)

@@ -329,7 +329,7 @@ def run(
     mesh: Mesh | None = None,
     start_iteration: int = 0,
     hooks: RunHooks = RunHooks(),
-    check_memory: bool = True,
+    memory_check: bool = True,
 ) -> RunResult:
     """Trains ``len(keys)`` runs for ``num_iterations`` iterations each.
 
@@ -348,13 +348,13 @@ def run(
         (:func:`chunk_lengths` of ``num_iterations``) are run, so a resumed
         run executes the same compiled chunks as an uninterrupted one.
       hooks: host callbacks (:class:`RunHooks`).
-      check_memory: refuse runs whose states do not fit (:func:`check_memory`);
+      memory_check: refuse runs whose states do not fit (:func:`check_memory`);
         False when the caller has checked already.
     """
     if num_iterations <= 0:
         raise ValueError(f"num_iterations must be positive, got {num_iterations}")
-    if check_memory:
-        _check_memory(algorithm, keys, mesh)
+    if memory_check:
+        check_memory(algorithm, keys, mesh)
     lengths = _remaining_chunks(num_iterations, num_reports, start_iteration)
     if initial_state is not None:
         states = jax.tree.map(jnp.copy, initial_state)  # the chunks donate their input
@@ -445,6 +445,3 @@ def _run_chunks(
         None if mesh is None else states,
         iterations=done,
     )
-
-
-_check_memory = check_memory  # run()'s flag of the same name shadows it there
