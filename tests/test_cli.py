@@ -7,6 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import imageio.v3 as iio
 import jax
 import numpy as np
 import pytest
@@ -434,3 +435,22 @@ def test_initialize_reads_the_jrl_variables(monkeypatch):
     monkeypatch.delenv("JRL_PROCESS_ID")
     with pytest.raises(ValueError, match="needs all of"):
         jrl.distributed.initialize()
+
+
+def test_render_a_gymnax_run_and_refuse_one_that_cannot_draw(tmp_path):
+    """`jrl render` on gymnax runs: MinAtar draws its observation cells; Catch cannot be drawn,
+    said in one line, exit 2."""
+    small = ["--total-steps", "1024", "--num-reports", "1", "--quiet"]
+    out = run(
+        "train", "ppo", "--env", "gymnax:Breakout-MinAtar", "--out", "b", *small, cwd=tmp_path
+    )
+    assert out.returncode == 0, out.stderr
+    out = run("render", "b", "--out", "b.gif", "--max-steps", "20", cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    frames = iio.imread(tmp_path / "b.gif", index=None)
+    assert frames.shape[1:] == (160, 160, 3) and 2 <= len(frames) <= 21
+    out = run("train", "ppo", "--env", "gymnax:Catch-bsuite", "--out", "c", *small, cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    out = run("render", "c", "--out", "c.gif", cwd=tmp_path)
+    assert out.returncode == 2 and "Catch-bsuite cannot render" in out.stderr
+    assert len(out.stderr.strip().splitlines()) == 1 and not (tmp_path / "c.gif").exists()
