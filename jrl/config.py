@@ -157,8 +157,8 @@ class AgentConfig:
     activation: str = "tanh"
     """Hidden activation: tanh, relu, gelu, silu or elu."""
     torso: str = "mlp"
-    """The network torso (jrl.networks.TORSOS): mlp, layernorm_mlp, minatar_cnn or nature_cnn
-    (image observations [H, W, C]), or one registered by a plugin."""
+    """The network torso (jrl.networks.TORSOS): mlp, layernorm_mlp, or for image observations
+    [H, W, C] minatar_cnn, nature_cnn or impala_resnet; or one registered by a plugin."""
 
     @classmethod
     def sweepable(cls) -> tuple[str, ...]:

@@ -118,6 +118,39 @@ class ConvTorso(nn.Module):
         return MLP(self.hidden_sizes, self.activation, 3, orthogonal=self.orthogonal)(x)
 
 
+class ImpalaResNet(nn.Module):
+    """The IMPALA ResNet torso (Espeholt et al., 2018) over images ``[..., H, W, C]``: per
+    stage of ``channels``, a 3x3 conv, a 3x3 max-pool of stride 2 and two residual blocks
+    (``x + conv(act(conv(act(x))))``), all "SAME" padded; then ``act``, and the MLP of
+    ``hidden_sizes`` (256 in the paper) on the flattened features."""
+
+    channels: Sequence[int] = (16, 32, 32)
+    hidden_sizes: Sequence[int] = (256,)
+    activation: str = "relu"
+    obs_ndim: int = 3
+    orthogonal: bool = True
+
+    @nn.compact
+    def __call__(self, x: jax.Array) -> jax.Array:
+        if self.obs_ndim != 3:
+            raise ValueError(
+                f"a CNN torso needs image observations [H, W, C], got {self.obs_ndim} dims"
+            )
+        x = jnp.asarray(x, jnp.float32)
+        init = {"kernel_init": nn.initializers.orthogonal(np.sqrt(2.0))} if self.orthogonal else {}
+        act = activation(self.activation)
+        conv = lambda features: nn.Conv(features, (3, 3), padding="SAME", **init)
+        batch = x.shape[:-3]
+        x = x.reshape((-1, *x.shape[-3:]))  # flax's max_pool wants one batch dim
+        for features in self.channels:
+            x = conv(features)(x)
+            x = nn.max_pool(x, (3, 3), strides=(2, 2), padding="SAME")
+            for _ in range(2):
+                x = x + conv(features)(act(conv(features)(act(x))))
+        x = act(x).reshape(batch + x.shape[-3:])
+        return MLP(self.hidden_sizes, self.activation, 3, orthogonal=self.orthogonal)(x)
+
+
 MINATAR_CONVS = ((16, 3, 1),)
 """One 3x3 conv with 16 channels, stride 1: the MinAtar network (Young & Tian, 2019)."""
 NATURE_CONVS = ((32, 8, 4), (64, 4, 2), (64, 3, 1))
@@ -129,6 +162,7 @@ TORSOS: dict[str, Callable[..., nn.Module]] = {
     "layernorm_mlp": lambda **kw: MLP(**kw, layer_norm=True),
     "minatar_cnn": lambda **kw: ConvTorso(MINATAR_CONVS, **kw),
     "nature_cnn": lambda **kw: ConvTorso(NATURE_CONVS, **kw),
+    "impala_resnet": lambda **kw: ImpalaResNet(**kw),
 }
 """Torso name -> ``factory(hidden_sizes=, activation=, obs_ndim=, orthogonal=) -> Module``
 mapping observations ``[..., *obs_shape]`` to features ``[..., F]``; the ``torso`` config
