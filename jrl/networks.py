@@ -96,13 +96,15 @@ class MLP(nn.Module):
 
 class ConvTorso(nn.Module):
     """Convolutions over images ``[..., H, W, C]`` (``convs``: ``(features, kernel, stride)``
-    per layer, "VALID" padding), then the MLP of ``hidden_sizes``."""
+    per layer, "VALID" padding), then the MLP of ``hidden_sizes``; ``layer_norm`` puts a
+    LayerNorm after each conv and hidden Dense, before the activation."""
 
     convs: Sequence[tuple[int, int, int]]
     hidden_sizes: Sequence[int] = (512,)
     activation: str = "relu"
     obs_ndim: int = 3
     orthogonal: bool = True
+    layer_norm: bool = False
 
     @nn.compact
     def __call__(self, x: jax.Array) -> jax.Array:
@@ -114,8 +116,9 @@ class ConvTorso(nn.Module):
         init = {"kernel_init": nn.initializers.orthogonal(np.sqrt(2.0))} if self.orthogonal else {}
         act = activation(self.activation)
         for features, kernel, stride in self.convs:
-            x = act(nn.Conv(features, (kernel, kernel), (stride, stride), "VALID", **init)(x))
-        return MLP(self.hidden_sizes, self.activation, 3, orthogonal=self.orthogonal)(x)
+            x = nn.Conv(features, (kernel, kernel), (stride, stride), "VALID", **init)(x)
+            x = act(nn.LayerNorm()(x) if self.layer_norm else x)
+        return MLP(self.hidden_sizes, self.activation, 3, self.layer_norm, self.orthogonal)(x)
 
 
 class ImpalaResNet(nn.Module):
@@ -159,7 +162,7 @@ NATURE_CONVS = ((32, 8, 4), (64, 4, 2), (64, 3, 1))
 
 TORSOS: dict[str, Callable[..., nn.Module]] = {
     "mlp": lambda **kw: MLP(**kw),
-    "layernorm_mlp": lambda **kw: MLP(**kw, layer_norm=True),
+    "layernorm_mlp": lambda **kw: MLP(**{**kw, "layer_norm": True}),
     "minatar_cnn": lambda **kw: ConvTorso(MINATAR_CONVS, **kw),
     "nature_cnn": lambda **kw: ConvTorso(NATURE_CONVS, **kw),
     "impala_resnet": lambda **kw: ImpalaResNet(**kw),
@@ -177,13 +180,30 @@ def register_torso(name: str, factory: Callable[..., nn.Module], overwrite: bool
     TORSOS[name] = factory
 
 
-def make_torso(name: str, hidden_sizes, act: str, obs_ndim: int, orthogonal: bool = True):
-    """The torso called ``name`` (:data:`TORSOS`)."""
+def make_torso(
+    name: str,
+    hidden_sizes,
+    act: str,
+    obs_ndim: int,
+    orthogonal: bool = True,
+    layer_norm: bool = False,
+):
+    """The torso called ``name`` (:data:`TORSOS`). ``layer_norm=True`` is passed on to the
+    factory (``mlp``, ``layernorm_mlp``, ``minatar_cnn`` and ``nature_cnn`` take it); a torso
+    whose factory does not take it is refused, not built without it."""
     if name not in TORSOS:
         raise ValueError(f"unknown torso {name!r}; choose from {sorted(TORSOS)}")
-    return TORSOS[name](
+    kwargs = dict(
         hidden_sizes=tuple(hidden_sizes), activation=act, obs_ndim=obs_ndim, orthogonal=orthogonal
     )
+    if not layer_norm:
+        return TORSOS[name](**kwargs)
+    try:
+        return TORSOS[name](**kwargs, layer_norm=True)
+    except TypeError as e:
+        if "layer_norm" not in str(e):
+            raise
+        raise ValueError(f"the {name!r} torso has no layer_norm option") from None
 
 
 class PolicyHead(nn.Module):
@@ -322,9 +342,9 @@ def _symmetric_uniform(bound: float):
 class QNetwork(nn.Module):
     """Action values for a Discrete action space: ``obs [..., *obs_shape] -> q [..., num_actions]``.
 
-    An MLP torso (flax's default init, no orthogonal QR; ``layer_norm`` puts a
-    LayerNorm after each hidden Dense, before the activation) and a Dense
-    head; with ``dueling`` (Wang et al., 2016) separate value and advantage
+    A torso (``torso``, :func:`make_torso`; flax's default init, no orthogonal
+    QR; ``layer_norm`` puts a LayerNorm after each hidden layer, before the
+    activation) and a Dense head; with ``dueling`` (Wang et al., 2016) separate value and advantage
     streams are combined as ``q = v + a - mean_a(a)``.
 
     ``num_atoms = K > 1`` gives ``[..., num_actions, K]`` numbers per action
@@ -347,7 +367,7 @@ class QNetwork(nn.Module):
     dueling: bool = False
     num_atoms: int = 1  # > 1: outputs [..., num_actions, num_atoms]
     noisy: bool = False  # NoisyDense output layers (Fortunato et al., 2018)
-    layer_norm: bool = False  # LayerNorm after each hidden Dense of the torso
+    layer_norm: bool = False  # LayerNorm after each hidden layer of the torso (make_torso)
     sigma0: float = 0.5  # NoisyDense's initial noise scale (used when noisy)
     torso: str = "mlp"  # a name of TORSOS
 
@@ -360,18 +380,14 @@ class QNetwork(nn.Module):
     def __call__(self, obs: jax.Array, noise: bool = False) -> jax.Array:
         if self.num_atoms < 1:
             raise ValueError(f"num_atoms must be >= 1, got {self.num_atoms}")
-        if self.torso == "mlp":  # (the layer_norm switch is PQN's)
-            torso = MLP(
-                self.hidden_sizes,
-                self.activation,
-                self.obs_ndim,
-                layer_norm=self.layer_norm,
-                orthogonal=False,
-            )
-        else:
-            torso = make_torso(
-                self.torso, self.hidden_sizes, self.activation, self.obs_ndim, orthogonal=False
-            )
+        torso = make_torso(  # (the layer_norm switch is PQN's)
+            self.torso,
+            self.hidden_sizes,
+            self.activation,
+            self.obs_ndim,
+            orthogonal=False,
+            layer_norm=self.layer_norm,
+        )
         features = torso(obs)
         num_actions, num_atoms = self.num_actions, self.num_atoms
         batch = features.shape[:-1]

@@ -54,6 +54,22 @@ def test_impala_resnet_shapes_and_residual_blocks():
     assert net.apply(params, x).shape == (2, 5, 256)
 
 
+def test_layer_norm_reaches_the_cnn_torso_or_is_refused():
+    """PQN's layer_norm switch puts a LayerNorm after each conv and hidden Dense of a CNN torso
+    too; a torso without the option is refused rather than built without it."""
+    q = networks.QNetwork(3, (32,), "relu", 3, layer_norm=True, torso="minatar_cnn")
+    p = q.init(jax.random.key(0), jnp.zeros((1, 10, 10, 4)))["params"]["ConvTorso_0"]
+    assert "LayerNorm_0" in p and "LayerNorm_0" in p["MLP_0"]
+    plain = networks.QNetwork(3, (32,), "relu", 3, torso="minatar_cnn")
+    assert (
+        "LayerNorm_0"
+        not in plain.init(jax.random.key(0), jnp.zeros((1, 10, 10, 4)))["params"]["ConvTorso_0"]
+    )
+    resnet = networks.QNetwork(3, (32,), "relu", 3, layer_norm=True, torso="impala_resnet")
+    with pytest.raises(ValueError, match="'impala_resnet' torso has no layer_norm option"):
+        resnet.init(jax.random.key(0), jnp.zeros((1, 16, 16, 3)))
+
+
 def test_layernorm_torso_normalises_hidden_layers():
     mlp = networks.make_torso("layernorm_mlp", (8,), "tanh", 1)
     p = mlp.init(jax.random.key(0), jnp.zeros((1, 3)))
@@ -117,3 +133,25 @@ def test_ppo_with_a_minatar_cnn_end_to_end(tmp_path):
     assert stats["env_id"] == "gymnax:Breakout-MinAtar" and len(stats["runs"]) == 1
     policy = jrl.load_policy(export.export_policy(run, tmp_path / "policy"))
     assert policy(jnp.zeros((3, 10, 10, 4), bool)).shape == (3,)
+
+
+@pytest.mark.parametrize("agent", ["ppo", "dqn", "pqn"])
+def test_minatar_presets_pick_the_minatar_network_and_train(agent):
+    """Every MinAtar env has a preset with the MinAtar network (a CNN torso on the 10x10
+    images); one short run of each agent on it trains and gives finite losses."""
+    from jrl.config import MINATAR_ENVS
+
+    for env_id in MINATAR_ENVS:
+        config = experiment.make_config(agent, env_id)
+        assert (config.torso, config.hidden_sizes, config.activation) == (
+            "minatar_cnn",
+            (128,),
+            "relu",
+        )
+    short = {"ppo": {"num_envs": 8, "num_steps": 32}, "pqn": {"num_envs": 8, "num_steps": 32}}
+    short["dqn"] = {"learning_starts": 64, "buffer_size": 1024}
+    res = jrl.train(
+        agent, "gymnax:Breakout-MinAtar", total_steps=512, progress=False, **short[agent]
+    )
+    assert res.config.torso == "minatar_cnn"
+    assert np.isfinite(res.metrics["train/loss"]).all()
