@@ -442,7 +442,18 @@ def test_render_a_gymnax_run_and_refuse_one_that_cannot_draw(tmp_path):
     said in one line, exit 2."""
     small = ["--total-steps", "1024", "--num-reports", "1", "--quiet"]
     out = run(
-        "train", "ppo", "--env", "gymnax:Breakout-MinAtar", "--out", "b", *small, cwd=tmp_path
+        "train",
+        "ppo",
+        "--env",
+        "gymnax:Breakout-MinAtar",
+        "--out",
+        "b",
+        "--num-envs",
+        "4",
+        "--num-steps",
+        "32",
+        *small,
+        cwd=tmp_path,
     )
     assert out.returncode == 0, out.stderr
     out = run("render", "b", "--out", "b.gif", "--max-steps", "20", cwd=tmp_path)
