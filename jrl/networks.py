@@ -94,6 +94,15 @@ class MLP(nn.Module):
         return x
 
 
+def _conv_setup(obs_ndim: int, orthogonal: bool, act: str):
+    """A CNN torso's conv kwargs (orthogonal(sqrt 2) kernels, or flax's default) and activation;
+    ``ValueError`` unless the observations are images ``[H, W, C]``."""
+    if obs_ndim != 3:
+        raise ValueError(f"a CNN torso needs image observations [H, W, C], got {obs_ndim} dims")
+    init = {"kernel_init": nn.initializers.orthogonal(np.sqrt(2.0))} if orthogonal else {}
+    return init, activation(act)
+
+
 class ConvTorso(nn.Module):
     """Convolutions over images ``[..., H, W, C]`` (``convs``: ``(features, kernel, stride)``
     per layer, "VALID" padding), then the MLP of ``hidden_sizes``; ``layer_norm`` puts a
@@ -108,13 +117,8 @@ class ConvTorso(nn.Module):
 
     @nn.compact
     def __call__(self, x: jax.Array) -> jax.Array:
-        if self.obs_ndim != 3:
-            raise ValueError(
-                f"a CNN torso needs image observations [H, W, C], got {self.obs_ndim} dims"
-            )
+        init, act = _conv_setup(self.obs_ndim, self.orthogonal, self.activation)
         x = jnp.asarray(x, jnp.float32)  # the MLP below flattens the convs' trailing 3 dims
-        init = {"kernel_init": nn.initializers.orthogonal(np.sqrt(2.0))} if self.orthogonal else {}
-        act = activation(self.activation)
         for features, kernel, stride in self.convs:
             x = nn.Conv(features, (kernel, kernel), (stride, stride), "VALID", **init)(x)
             x = act(nn.LayerNorm()(x) if self.layer_norm else x)
@@ -135,13 +139,8 @@ class ImpalaResNet(nn.Module):
 
     @nn.compact
     def __call__(self, x: jax.Array) -> jax.Array:
-        if self.obs_ndim != 3:
-            raise ValueError(
-                f"a CNN torso needs image observations [H, W, C], got {self.obs_ndim} dims"
-            )
+        init, act = _conv_setup(self.obs_ndim, self.orthogonal, self.activation)
         x = jnp.asarray(x, jnp.float32)
-        init = {"kernel_init": nn.initializers.orthogonal(np.sqrt(2.0))} if self.orthogonal else {}
-        act = activation(self.activation)
         conv = lambda features: nn.Conv(features, (3, 3), padding="SAME", **init)
         batch = x.shape[:-3]
         x = x.reshape((-1, *x.shape[-3:]))  # flax's max_pool wants one batch dim
