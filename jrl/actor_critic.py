@@ -52,6 +52,7 @@ __all__ = [
     "SequenceMinibatch",
     "gae",
     "make_actor_critic",
+    "recurrent_unroll",
 ]
 
 
@@ -296,7 +297,7 @@ def _recurrent_actor_critic(
     hparams, total_updates = config.hparams(), config.num_iterations
     core, size = config.recurrent, config.core_size
     initial = lambda num: networks.initial_core_state(core, size, num)
-    unroll = _unroll(network, initial)
+    unroll = recurrent_unroll(network, initial)
 
     def init(key: PRNGKey, spec: EnvSpec) -> ActorCriticState:
         obs = networks.example_observation(spec.observation_space)
@@ -348,7 +349,7 @@ def _recurrent_actor_critic(
     return Agent(init=init, act=memoryless_act, learn=learn, policy=None, recurrent=recurrent)
 
 
-def _unroll(network: nn.Module, initial: Callable[[int], PyTree]):
+def recurrent_unroll(network: nn.Module, initial: Callable[[int], PyTree]):
     """``unroll(params, hidden, obs, episode_start, next_obs=None)``: the recurrent network
     replayed over ``obs`` ``[T, n, ...]`` from ``hidden`` (``[n, ...]`` per leaf), the state
     put back to ``initial(n)`` before every step
