@@ -67,7 +67,8 @@ def episode_frames(
     """Plays one episode from a reset and renders every state of it.
 
     Args:
-      policy: ``policy(obs, key) -> action`` on a batch of one: ``obs`` has a
+      policy: ``policy(obs, key) -> action`` (or a
+        :class:`~jrl.evaluation.StatefulPolicy`) on a batch of one: ``obs`` has a
         leading ``[1]`` axis (every leaf, for a dict observation such as a
         masked env's ``{"observation", "action_mask"}``) and so must the
         action, e.g. ``[1]`` int32 for a discrete action, ``[1, A]`` for a box.

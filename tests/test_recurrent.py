@@ -12,8 +12,9 @@ import numpy as np
 import pytest
 
 import jrl
+import jrl.agents
 import jrl.envs
-from jrl import actor_critic, buffers, experiment, loops, networks
+from jrl import actor_critic, buffers, evaluation, experiment, export, loops, networks, render
 from jrl.agent import Agent, Learned, Recurrent
 from jrl.agents import ppo
 from jrl.wrappers import wrap_for_training
@@ -160,6 +161,12 @@ def test_config_and_contract_checks():
     built, _ = built_ppo(recurrent="gru", num_envs=8)
     with pytest.raises(TypeError, match="hidden state"):
         built.agent.act(None, None, None)
+    for agent in ("a2c", "reinforce"):  # the same option of the shared actor-critic agent
+        config = experiment.make_config(agent, "CartPole-v1", recurrent="lstm", core_size=8)
+        env, params = jrl.envs.make("CartPole-v1")
+        built = jrl.agents.get(agent).build(config, env, params)
+        state, metrics = jax.jit(built.algorithm.step)(built.algorithm.init(jax.random.key(0)))
+        assert np.isfinite(float(metrics["train/loss"])) and state.acting_state[0].shape[-1] == 8
     buffer = buffers.uniform_buffer(10)
     with pytest.raises(ValueError, match="without memory"):
         loops.off_policy(built.agent, built.env, buffer, loops.ReplaySchedule(1, 1, 0, 4))
@@ -187,6 +194,19 @@ def test_recurrent_run_resumes_exactly(tmp_path):
         np.testing.assert_array_equal(whole.metrics[k], resumed.metrics[k], err_msg=k)
     hidden = np.asarray(resumed.final_state.acting_state)
     assert hidden.shape == (2, 8, 16) and np.abs(hidden).max() > 0
+    # the run folder's policy has memory: evaluated and rendered episode by episode from the
+    # initial state (the same episode both ways), not exported
+    loaded = experiment.load_run(tmp_path / "split")
+    policy = loaded.policy(0)
+    assert isinstance(policy, evaluation.StatefulPolicy)
+    env = evaluation.evaluation_env(loaded.built.env)
+    key = jax.random.key(4)
+    ret, length = evaluation.episode_returns(policy, env, key, 1)
+    frames, frame_ret, frame_len = render.episode_frames(policy, env, key, max_steps=500)
+    assert frame_len == int(length[0]) and frame_ret == float(ret[0])
+    assert frames.shape[0] == frame_len + 1
+    with pytest.raises(ValueError, match="without memory"):
+        export.export_policy(tmp_path / "split", tmp_path / "policy")
 
 
 SHARDED = """
