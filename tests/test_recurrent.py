@@ -261,6 +261,7 @@ def greedy_returns(run_dir, episodes=64):
     return np.array([r["mean"] for r in stats["runs"]])
 
 
+@pytest.mark.learning
 def test_recurrent_ppo_solves_memory_chain_and_feed_forward_cannot(tmp_path):
     """MemoryChain-v0 (length 10), PPO's preset, 2 seeds each: with an LSTM every greedy
     episode returns the optimum 1; feed-forward, the query looks the same whichever cue came
@@ -272,6 +273,7 @@ def test_recurrent_ppo_solves_memory_chain_and_feed_forward_cannot(tmp_path):
     assert (greedy_returns(tmp_path / "ff") < 0.5).all()
 
 
+@pytest.mark.learning
 def test_recurrent_ppo_balances_cartpole_without_velocities(tmp_path):
     """CartPoleNoVel-v1 with PPO's preset (LSTM, 250k steps), 2 seeds: greedy return >= 400."""
     jrl.train("ppo", "CartPoleNoVel-v1", 2, out=tmp_path / "run", **QUIET)
