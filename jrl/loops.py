@@ -210,22 +210,7 @@ def on_policy(
     recurrent = agent.recurrent
 
     def init(key: PRNGKey) -> OnPolicyState:
-        k_agent, k_env, k_loop = jax.random.split(key, 3)
-        env_state, ts = env.reset(k_env, params)
-        nan = jnp.full((), NO_EPISODE, jnp.float32)
-        fields = (
-            agent.init(k_agent, spec),
-            env_state,
-            ts.observation,
-            k_loop,
-            jnp.zeros((), jnp.int32),
-            jnp.zeros((), jnp.int32),
-            nan,
-            nan,
-        )
-        if recurrent is None:
-            return OnPolicyState(*fields)
-        return RecurrentOnPolicyState(*fields, recurrent.initial_state(num_envs))
+        return _on_policy_init(agent, env, params, spec, key)
 
     def env_step(agent_state, carry, key):
         if recurrent is not None:
@@ -270,6 +255,27 @@ def on_policy(
     return Algorithm(
         init, step, int(num_steps) * num_envs * int(num_devices), _agent_hparams(agent)
     )
+
+
+def _on_policy_init(agent: Agent, env: Environment, params, spec: EnvSpec, key: PRNGKey):
+    """:func:`on_policy`'s first train state: ``OnPolicyState``, or ``RecurrentOnPolicyState``
+    (every env at the agent's initial acting state) for an agent with memory."""
+    k_agent, k_env, k_loop = jax.random.split(key, 3)
+    env_state, ts = env.reset(k_env, params)
+    nan = jnp.full((), NO_EPISODE, jnp.float32)
+    fields = (
+        agent.init(k_agent, spec),
+        env_state,
+        ts.observation,
+        k_loop,
+        jnp.zeros((), jnp.int32),
+        jnp.zeros((), jnp.int32),
+        nan,
+        nan,
+    )
+    if agent.recurrent is None:
+        return OnPolicyState(*fields)
+    return RecurrentOnPolicyState(*fields, agent.recurrent.initial_state(env.num_envs))
 
 
 class ReplaySchedule(NamedTuple):
