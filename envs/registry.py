@@ -179,6 +179,8 @@ def _register_builtins() -> None:
         ("Pendulum-v1", "jrl.envs.pendulum:Pendulum", 200),
         ("TruncationProbe-v0", "jrl.envs.probes:TruncationProbe", 20),
         ("MaskedProbe-v0", "jrl.envs.probes:MaskedProbe", None),
+        ("MemoryChain-v0", "jrl.envs.memory:MemoryChain", None),
+        ("CartPoleNoVel-v1", "jrl.envs.memory:CartPoleNoVel", 500),
     ]
     for id, entry, limit in builtins:
         register(id, entry, max_episode_steps=limit, source="jrl")

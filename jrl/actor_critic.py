@@ -13,6 +13,13 @@ brings:
   estimator read, e.g. PPO's ``clip_eps``);
 - an :data:`AdvantageFn`: :func:`gae` for the agents on :class:`GAEConfig`
   (PPO, A2C); REINFORCE's Monte Carlo returns or V-trace plug in the same way.
+
+With ``config.recurrent`` ('lstm' or 'gru') the network is a
+:class:`jrl.networks.RecurrentActorCritic` and the agent has memory
+(:class:`jrl.agent.Recurrent`): it acts from a per-env hidden state, keeps the state each
+step acted from in ``act_info["hidden"]``, and learns on minibatches of whole env sequences
+(:func:`jrl.buffers.sequence_minibatches`), each replayed from the state its rollout started
+from, with the state reset to the initial one after every episode end.
 """
 
 from __future__ import annotations
@@ -25,8 +32,8 @@ import jax
 import jax.numpy as jnp
 from flax import struct
 
-from jrl import networks, parallel, returns
-from jrl.agent import Agent, EnvSpec, Learned
+from jrl import buffers, networks, parallel, returns
+from jrl.agent import Agent, EnvSpec, Learned, Recurrent
 from jrl.config import Check, RolloutConfig
 from jrl.learner import apply_gradients, minibatch_epochs, scheduled_lr
 from jrl.losses import normalize
@@ -42,8 +49,10 @@ __all__ = [
     "GAEHParams",
     "LossFn",
     "Minibatch",
+    "SequenceMinibatch",
     "gae",
     "make_actor_critic",
+    "recurrent_unroll",
 ]
 
 
@@ -83,6 +92,15 @@ class Minibatch:
     old_value: jax.Array  # [M] critic value at acting time
     advantage: jax.Array  # [M] (normalised if requested) advantage
     target: jax.Array  # [M] value target
+
+
+@struct.dataclass
+class SequenceMinibatch:
+    """Whole env sequences ``[T, n]`` of a rollout, for a recurrent network to replay."""
+
+    data: Minibatch  # [T, n, ...] per leaf
+    hidden: PyTree  # [1, n, ...] per leaf: the hidden state each sequence starts from
+    episode_start: jax.Array  # [T, n] bool: the step's observation opens an episode
 
 
 LossFn = Callable[[Any, Any, jax.Array, Minibatch, Any], tuple[jax.Array, dict[str, jax.Array]]]
@@ -129,6 +147,13 @@ class ActorCriticConfig(RolloutConfig):
     """Scale rewards by the running std of the discounted return (NormalizeReward)."""
     shared_torso: bool = False
     """One torso feeds both the policy and the value head (separate torsos by default)."""
+    recurrent: str = "none"
+    """A recurrent core between the torso and the heads: 'lstm', 'gru' or 'none'
+    (feed-forward). With a core, policy and value share the torso and the core, and each
+    minibatch holds whole env sequences: num_envs per device must be divisible by
+    num_minibatches (num_steps need not be)."""
+    core_size: int = 128
+    """Units of the recurrent core (with recurrent 'lstm' or 'gru')."""
 
     def checks(self) -> list[Check]:
         return super().checks() + [
@@ -137,7 +162,21 @@ class ActorCriticConfig(RolloutConfig):
                 self.continuous in ("normal", "tanh_normal"),
                 f"continuous must be 'normal' or 'tanh_normal', got {self.continuous!r}",
             ),
+            (
+                self.recurrent in ("none", *networks.CORES),
+                f"recurrent must be 'none', 'lstm' or 'gru', got {self.recurrent!r}",
+            ),
+            (self.core_size > 0, f"core_size must be positive, got {self.core_size}"),
         ]
+
+    def _minibatch_check(self) -> Check:
+        if self.recurrent == "none":
+            return super()._minibatch_check()
+        return (
+            self.num_envs % max(self.num_minibatches, 1) == 0,
+            f"num_envs = {self.num_envs} is not divisible by num_minibatches = "
+            f"{self.num_minibatches} (with recurrent, each minibatch holds whole env sequences)",
+        )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -167,7 +206,10 @@ def make_actor_critic(
     """Builds the agent. ``network`` maps observations to ``(distribution, value)``
     and has ``policy`` and ``value`` methods (see :class:`jrl.networks.ActorCritic`);
     ``config`` gives the update's settings and, through ``config.hparams()``, the
-    initial hyperparameters ``loss_fn`` and ``advantages`` read."""
+    initial hyperparameters ``loss_fn`` and ``advantages`` read. With ``config.recurrent``,
+    ``network`` is a :class:`jrl.networks.RecurrentActorCritic` (see the module docstring)."""
+    if config.recurrent != "none":
+        return _recurrent_actor_critic(network, loss_fn, config, advantages)
     tx = make_optimizer(config.optimizer, config.max_grad_norm)
     hparams, total_updates = config.hparams(), config.num_iterations
 
@@ -177,13 +219,9 @@ def make_actor_critic(
 
     def act(state: ActorCriticState, obs, key: PRNGKey):
         """``obs [N, ...] -> action [N, ...]``; one key per env (see jrl.parallel.local_keys)."""
-        num = jax.tree.leaves(obs)[0].shape[0]
         dist, value = network.apply(state.params, obs)  # one batched forward pass
-        action = jax.vmap(lambda d, k: d.sample(k))(dist, parallel.local_keys(key, num))
-        # log-prob of the stored action by the same function learn uses, so the first ratio is
-        # exactly 1 (a tanh-normal's exact sample-time log-prob differs from log_prob(action)
-        # where tanh saturates)
-        return action, {"log_prob": dist.log_prob(action), "value": value}
+        action, log_prob = _sample(dist, key, obs)
+        return action, {"log_prob": log_prob, "value": value}
 
     def policy(params, obs, key: PRNGKey):
         del key
@@ -193,16 +231,7 @@ def make_actor_critic(
         dist, values = network.apply(params, mb.observation)
         return loss_fn(dist, values, dist.entropy(), mb, hp)
 
-    def sgd_step(state: ActorCriticState, mb: Minibatch, lr):
-        if config.normalize_advantages:  # over the whole minibatch, on every device
-            mb = mb.replace(advantage=normalize(mb.advantage))
-        (total, metrics), grads = jax.value_and_grad(loss, has_aux=True)(
-            state.params, mb, state.hparams
-        )
-        grads = parallel.pmean(grads)  # equal sample counts per device: the global mean gradient
-        params, opt_state = apply_gradients(tx, state.params, state.opt_state, grads, lr)
-        metrics = {**metrics, "train/loss": total, **grad_norm_metric(grads, config.max_grad_norm)}
-        return state.replace(params=params, opt_state=opt_state), metrics
+    sgd_step = _sgd_step(loss, tx, config)
 
     def learn(state: ActorCriticState, batch: Transition, key: PRNGKey) -> Learned:
         hp = state.hparams
@@ -212,10 +241,138 @@ def make_actor_critic(
         data = Minibatch(batch.observation, batch.action, ex["log_prob"], ex["value"], adv, target)
         lr = scheduled_lr(hp.learning_rate, state.num_updates, total_updates, config.anneal_lr)
         state, metrics = minibatch_epochs(
-            lambda s, mb: sgd_step(s, mb, lr), state, data, key, config
+            lambda s, mb: sgd_step(s, _normalized(mb, config), lr), state, data, key, config
         )
-        metrics["train/learning_rate"] = lr
-        metrics["train/value_target"] = parallel.pmean(target.mean())
-        return Learned(state.replace(num_updates=state.num_updates + 1), metrics)
+        return _learned(state, metrics, lr, target)
 
     return Agent(init=init, act=act, learn=learn, policy=policy)
+
+
+def _sample(dist, key: PRNGKey, obs):
+    """One action per env (one key each, see jrl.parallel.local_keys) and its log-prob."""
+    num = jax.tree.leaves(obs)[0].shape[0]
+    action = jax.vmap(lambda d, k: d.sample(k))(dist, parallel.local_keys(key, num))
+    # log-prob of the stored action by the same function learn uses, so the first ratio is
+    # exactly 1 (a tanh-normal's exact sample-time log-prob differs from log_prob(action)
+    # where tanh saturates)
+    return action, dist.log_prob(action)
+
+
+def _normalized(mb: Minibatch, config: ActorCriticConfig) -> Minibatch:
+    """``mb`` with its advantages normalised over the whole minibatch, on every device, when
+    ``config.normalize_advantages``."""
+    if config.normalize_advantages:
+        return mb.replace(advantage=normalize(mb.advantage))
+    return mb
+
+
+def _sgd_step(loss, tx, config: ActorCriticConfig):
+    """``sgd_step(state, minibatch, lr) -> (state, metrics)``: one gradient step on
+    ``loss(params, minibatch, hparams) -> (total, metrics)``."""
+
+    def sgd_step(state: ActorCriticState, mb, lr):
+        (total, metrics), grads = jax.value_and_grad(loss, has_aux=True)(
+            state.params, mb, state.hparams
+        )
+        grads = parallel.pmean(grads)  # equal sample counts per device: the global mean gradient
+        params, opt_state = apply_gradients(tx, state.params, state.opt_state, grads, lr)
+        metrics = {**metrics, "train/loss": total, **grad_norm_metric(grads, config.max_grad_norm)}
+        return state.replace(params=params, opt_state=opt_state), metrics
+
+    return sgd_step
+
+
+def _learned(state: ActorCriticState, metrics, lr, target) -> Learned:
+    metrics["train/learning_rate"] = lr
+    metrics["train/value_target"] = parallel.pmean(target.mean())
+    return Learned(state.replace(num_updates=state.num_updates + 1), metrics)
+
+
+def _recurrent_actor_critic(
+    network: nn.Module, loss_fn: LossFn, config: ActorCriticConfig, advantages: AdvantageFn
+) -> Agent:
+    """:func:`make_actor_critic` with memory: ``network`` is a
+    :class:`jrl.networks.RecurrentActorCritic` whose core is ``config.recurrent``."""
+    tx = make_optimizer(config.optimizer, config.max_grad_norm)
+    hparams, total_updates = config.hparams(), config.num_iterations
+    core, size = config.recurrent, config.core_size
+    initial = lambda num: networks.initial_core_state(core, size, num)
+    unroll = recurrent_unroll(network, initial)
+
+    def init(key: PRNGKey, spec: EnvSpec) -> ActorCriticState:
+        obs = networks.example_observation(spec.observation_space)
+        params = network.init(key, initial(1), obs)
+        return ActorCriticState(params, tx.init(params), hparams, jnp.zeros((), jnp.int32))
+
+    def act(state: ActorCriticState, hidden, obs, key: PRNGKey):
+        """From ``hidden`` (``[N, core_size]`` per leaf): ``(action, act_info, hidden)``."""
+        new_hidden, dist, value = network.apply(state.params, hidden, obs)
+        action, log_prob = _sample(dist, key, obs)
+        return action, {"log_prob": log_prob, "value": value, "hidden": hidden}, new_hidden
+
+    def policy(params, hidden, obs, key: PRNGKey):
+        del key
+        hidden, dist, _ = network.apply(params, hidden, obs)
+        return dist.mode(), hidden
+
+    def loss(params, smb: SequenceMinibatch, hp):
+        hidden = jax.tree.map(lambda x: x[0], smb.hidden)
+        (dist, values), _ = unroll(params, hidden, smb.data.observation, smb.episode_start)
+        return loss_fn(dist, values, dist.entropy(), smb.data, hp)
+
+    sgd_step = _sgd_step(loss, tx, config)
+
+    def learn(state: ActorCriticState, batch: Transition, key: PRNGKey) -> Learned:
+        hp, ex = state.hparams, batch.extras
+        hidden = jax.tree.map(lambda x: x[:1], ex["hidden"])  # [1, N, ...]: the rollout's start
+        done = batch.terminated | batch.truncated  # the loop reset the state after these steps
+        start = jnp.concatenate([jnp.zeros_like(done[:1]), done[:-1]])
+        first = jax.tree.map(lambda x: x[0], hidden)
+        _, bootstrap = unroll(state.params, first, batch.observation, start, batch.next_observation)
+        adv, target = advantages(batch, bootstrap, hp)
+        data = Minibatch(batch.observation, batch.action, ex["log_prob"], ex["value"], adv, target)
+        lr = scheduled_lr(hp.learning_rate, state.num_updates, total_updates, config.anneal_lr)
+        state, metrics = minibatch_epochs(
+            lambda s, m: sgd_step(s, m.replace(data=_normalized(m.data, config)), lr),
+            state,
+            SequenceMinibatch(data, hidden, start),
+            key,
+            config,
+            split=buffers.sequence_minibatches,
+        )
+        return _learned(state, metrics, lr, target)
+
+    def memoryless_act(state, obs, key):
+        raise TypeError("a recurrent agent acts from a hidden state: use agent.recurrent.act")
+
+    recurrent = Recurrent(initial, act, policy)
+    return Agent(init=init, act=memoryless_act, learn=learn, policy=None, recurrent=recurrent)
+
+
+def recurrent_unroll(network: nn.Module, initial: Callable[[int], PyTree]):
+    """``unroll(params, hidden, obs, episode_start, next_obs=None)``: the recurrent network
+    replayed over ``obs`` ``[T, n, ...]`` from ``hidden`` (``[n, ...]`` per leaf), the state
+    put back to ``initial(n)`` before every step
+    whose ``episode_start`` ``[T, n]`` is set. Returns ``((distribution, values), None)``, or
+    with ``next_obs`` ``(None, bootstrap)``: the values ``[T, n]`` of ``next_obs[t]`` seen
+    from the state after step ``t`` (the same episode's next observation)."""
+
+    def unroll(params, hidden, obs, episode_start, next_obs=None):
+        apply = lambda method, *a: network.apply(params, *a, method=method)
+        feats = apply(network.embed, obs)
+        xs = (feats, episode_start, None if next_obs is None else apply(network.embed, next_obs))
+        init = initial(episode_start.shape[1])
+
+        def step(h, x):
+            feat, start, next_feat = x
+            h, out = apply(network.core_step, networks.reset_core_state(h, init, start), feat)
+            if next_feat is not None:
+                out = apply(network.core_step, h, next_feat)[1]
+            return h, out
+
+        outs = jax.lax.scan(step, hidden, xs)[1]
+        if next_obs is None:
+            return apply(network.heads, outs), None
+        return None, apply(network.heads, outs)[1]
+
+    return unroll

@@ -19,7 +19,10 @@ An :class:`Agent` is a ``NamedTuple`` of
   the named hyperparameters set to ``values`` (a dict of ``[]`` arrays); the
   runner calls it (vmapped over runs) to give each run of a sweep its value.
   The default, :func:`replace_hparams`, serves agents whose state keeps its
-  hyperparameters in an ``hparams`` dataclass.
+  hyperparameters in an ``hparams`` dataclass;
+- ``recurrent`` (optional, a :class:`Recurrent`): set by agents whose policy has memory
+  (a recurrent network). They act through ``recurrent.act``, which also takes and returns
+  the *acting state* (per env, e.g. the hidden state), kept by the loop in its train state.
 
 Everything is pure and jittable; hyperparameters that may be swept without
 recompiling (learning rate, gamma, ...) live in the agent state as traced
@@ -97,6 +100,24 @@ def replace_hparams(agent_state: PyTree, values: dict[str, Any]) -> PyTree:
     return agent_state.replace(hparams=hp.replace(**updates))
 
 
+class Recurrent(NamedTuple):
+    """What an agent with memory adds to the contract: its acting state.
+
+    - ``initial_state(num_envs) -> acting_state``: ``[N, ...]`` per leaf, the state every
+      episode starts from (the loop puts env ``i``'s row back to it where env ``i``'s episode
+      ends, so the next episode starts from it);
+    - ``act(agent_state, acting_state, obs, key) -> (action, act_info, acting_state)``: the
+      behaviour policy from ``acting_state``; ``act_info`` as for :attr:`Agent.act` (a
+      recurrent learner keeps the state it acted from there, to replay its sequences);
+    - ``policy(params, acting_state, obs, key) -> (action, acting_state)``: the greedy
+      evaluation policy.
+    """
+
+    initial_state: Callable[[int], PyTree]
+    act: Callable[[PyTree, PyTree, PyTree, PRNGKey], tuple[Any, dict[str, Any], PyTree]]
+    policy: Callable[[PyTree, PyTree, PyTree, PRNGKey], tuple[Any, PyTree]]
+
+
 class Agent(NamedTuple):
     """A bundle of pure functions; see the module docstring."""
 
@@ -105,3 +126,4 @@ class Agent(NamedTuple):
     learn: LearnFn
     policy: PolicyFn | None = None
     with_hparams: HParamsFn = replace_hparams
+    recurrent: Recurrent | None = None

@@ -54,6 +54,7 @@ __all__ = [
     "nstep_accumulator",
     "prioritized_buffer",
     "rollout_minibatches",
+    "sequence_minibatches",
     "sum_tree_size",
     "trajectory_buffer",
     "uniform_buffer",
@@ -669,3 +670,31 @@ def rollout_minibatches(data: PyTree, key: jax.Array, num_minibatches: int) -> P
         return x.reshape((num_minibatches, (num_steps // num_minibatches) * num_envs) + x.shape[2:])
 
     return jax.tree.map(shuffle, data)
+
+
+def sequence_minibatches(data: PyTree, key: jax.Array, num_minibatches: int) -> PyTree:
+    """``[L, N, ...] -> [M, L, N/M, ...]`` for every leaf of ``data`` (``L`` may differ between
+    leaves): minibatches of whole env sequences, for learners that unroll a recurrent network
+    over time. The envs are taken in blocks of ``M`` consecutive ones; each block is shuffled
+    with its own key and gives one env to every minibatch.
+
+    Block ``b``'s key is ``split(key, N/M)[b]`` over all devices
+    (:func:`jrl.parallel.local_keys`), so the minibatches are the same however the envs are
+    split across devices when every device holds whole blocks. ``N`` must be divisible by
+    ``M``.
+    """
+    num_envs = jax.tree.leaves(data)[0].shape[1]
+    if num_envs % num_minibatches:
+        raise ValueError(
+            f"{num_envs} envs are not divisible into {num_minibatches} minibatches of sequences"
+        )
+    num_blocks = num_envs // num_minibatches
+    perms = jax.vmap(lambda k: jax.random.permutation(k, num_minibatches))(
+        parallel.local_keys(key, num_blocks)
+    )  # [N/M, M]: block b gives env b*M + perms[b, m] to minibatch m
+    envs = (jnp.arange(num_blocks)[:, None] * num_minibatches + perms).T  # [M, N/M]
+
+    def gather(x):
+        return jnp.moveaxis(jnp.take(x, envs, axis=1), 1, 0)  # [L, M, N/M, ...] -> [M, L, ...]
+
+    return jax.tree.map(gather, data)

@@ -77,17 +77,39 @@ def build_on_policy(
         normalize_reward=config.normalize_rewards,
         gamma=config.gamma,
     )
-    obs_ndim = max(len(spec.observation_space.shape), 1)
-    network = networks.ActorCritic(
-        spec.action_space,
-        tuple(config.hidden_sizes),
-        config.activation,
-        obs_ndim,
-        config.continuous,
-        config.init_log_std,
-        config.torso,
-        config.shared_torso,
-    )
+    network = _actor_critic_network(config, spec, num_devices)
     agent = make_actor_critic(network, loss_fn, config, advantages)
     algorithm = on_policy(agent, env, config.num_steps, env_params, num_devices)
     return Built(algorithm, agent, env, env_params, spec, network)
+
+
+def _actor_critic_network(config: ActorCriticConfig, spec: EnvSpec, num_devices: int):
+    """The actor-critic network ``config`` asks for: feed-forward, or with a recurrent core
+    (whose minibatches of whole sequences need ``num_envs / num_devices`` divisible by
+    ``num_minibatches``)."""
+    obs_ndim = max(len(spec.observation_space.shape), 1)
+    head = (config.continuous, config.init_log_std, config.torso)
+    if config.recurrent == "none":
+        return networks.ActorCritic(
+            spec.action_space,
+            tuple(config.hidden_sizes),
+            config.activation,
+            obs_ndim,
+            *head,
+            config.shared_torso,
+        )
+    local_envs = config.num_envs // num_devices
+    if local_envs % config.num_minibatches:
+        raise ValueError(
+            f"{local_envs} envs per device are not divisible by num_minibatches = "
+            f"{config.num_minibatches} (with recurrent, each minibatch holds whole env sequences)"
+        )
+    return networks.RecurrentActorCritic(
+        spec.action_space,
+        config.recurrent,
+        config.core_size,
+        tuple(config.hidden_sizes),
+        config.activation,
+        obs_ndim,
+        *head,
+    )

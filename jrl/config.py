@@ -260,6 +260,15 @@ class RolloutConfig(AgentConfig):
     """The gradient scaler: one of the agent's OPTIMIZERS ('adam' or 'rmsprop' for the
     actor-critic agents, 'radam' or 'adam' for PQN)."""
 
+    def _minibatch_check(self) -> Check:
+        """That the rollout cuts into ``num_minibatches`` (by default along time)."""
+        return (
+            self.num_steps % max(self.num_minibatches, 1) == 0,
+            f"num_steps = {self.num_steps} is not divisible by num_minibatches = "
+            f"{self.num_minibatches} (each minibatch holds num_steps / num_minibatches steps "
+            "of every env)",
+        )
+
     @property
     def batch_size(self) -> int:
         """Samples per iteration: num_envs * num_steps."""
@@ -278,12 +287,7 @@ class RolloutConfig(AgentConfig):
                 self.num_minibatches > 0,
                 f"num_minibatches must be positive, got {self.num_minibatches}",
             ),
-            (
-                self.num_steps % max(self.num_minibatches, 1) == 0,
-                f"num_steps = {self.num_steps} is not divisible by num_minibatches = "
-                f"{self.num_minibatches} (each minibatch holds num_steps / num_minibatches steps "
-                "of every env)",
-            ),
+            self._minibatch_check(),
             self._one_iteration("num_envs * num_steps"),
             (
                 self.optimizer in self.OPTIMIZERS,

@@ -12,11 +12,15 @@ as ``ClipAction`` kept; no auto-reset, statistics or normalisers), and
 ``NormalizeObservation`` statistics, frozen at their values in the train
 state, before calling the agent's greedy ``policy`` (or its behaviour
 policy ``act`` when ``greedy=False``). Rewards are the env's own.
+
+A policy with memory (an agent with :class:`jrl.agent.Recurrent`) is a
+:class:`StatefulPolicy`: every evaluation episode starts from its initial state
+and carries it from step to step.
 """
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Any, Callable, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -26,7 +30,31 @@ from jrl.env import Environment, Wrapper
 from jrl.types import PyTree
 from jrl.wrappers import NormalizeObservation, TimeLimit, VmapEnv
 
-__all__ = ["episode_returns", "evaluate", "evaluation_env", "observation_normalizer", "run_policy"]
+__all__ = [
+    "StatefulPolicy",
+    "as_stateful",
+    "episode_returns",
+    "evaluate",
+    "evaluation_env",
+    "observation_normalizer",
+    "run_policy",
+]
+
+
+class StatefulPolicy(NamedTuple):
+    """A policy with memory: ``initial_state(num)`` is the state ``[num, ...]`` of ``num``
+    fresh episodes, ``step(state, obs [num, ...], key) -> (actions [num], state)``."""
+
+    initial_state: Callable[[int], PyTree]
+    step: Callable[[PyTree, Any, jax.Array], tuple[jax.Array, PyTree]]
+
+
+def as_stateful(policy) -> StatefulPolicy:
+    """``policy`` as a :class:`StatefulPolicy`; a plain ``policy(obs, key)`` gets an empty
+    state."""
+    if isinstance(policy, StatefulPolicy):
+        return policy
+    return StatefulPolicy(lambda num: (), lambda state, obs, key: (policy(obs, key), state))
 
 
 def evaluation_env(train_env: Environment) -> Environment:
@@ -72,6 +100,8 @@ def run_policy(
     (sampled actions; epsilon-greedy at the schedule's current epsilon).
     """
     normalize = observation_normalizer(train_env, env_state)
+    if agent.recurrent is not None:
+        return _recurrent_policy(agent, agent_state, normalize, greedy)
     if greedy and agent.policy is None:
         raise ValueError("this agent has no greedy policy; evaluate it with greedy=False")
 
@@ -82,6 +112,20 @@ def run_policy(
         return agent.act(agent_state, obs, key)[0]
 
     return policy
+
+
+def _recurrent_policy(agent: Agent, agent_state: PyTree, normalize, greedy: bool):
+    """:func:`run_policy` of an agent with memory: a :class:`StatefulPolicy`."""
+    rec = agent.recurrent
+
+    def step(hidden, obs, key):
+        obs = normalize(obs)
+        if greedy:
+            return rec.policy(agent_state.params, hidden, obs, key)
+        action, _, hidden = rec.act(agent_state, hidden, obs, key)
+        return action, hidden
+
+    return StatefulPolicy(rec.initial_state, step)
 
 
 def evaluate(
@@ -108,7 +152,8 @@ def episode_returns(
     env_params: PyTree | None = None,
     max_steps: int = 100_000,
 ) -> tuple[jax.Array, jax.Array]:
-    """Returns and lengths (``[num_episodes]`` float32, int32) of one episode per env.
+    """Returns and lengths (``[num_episodes]`` float32, int32) of one episode per env, played
+    by ``policy(obs, key) -> actions`` or a :class:`StatefulPolicy`.
 
     ``env`` is unbatched and not auto-resetting (as :func:`jrl.envs.make`
     returns it, time limit included); ``num_episodes`` copies start from
@@ -131,16 +176,19 @@ def episode_returns(
     state, ts = env.reset(k_reset, params)
     zeros = jnp.zeros((int(num_episodes),), jnp.float32)
     done = jnp.zeros((int(num_episodes),), bool)
+    policy = as_stateful(policy)
 
     def body(carry):
-        state, obs, key, ret, length, done = carry
+        (state, memory), obs, key, ret, length, done = carry
         key, k_act, k_step = jax.random.split(key, 3)
-        state, ts = env.step(k_step, state, policy(obs, k_act), params)
+        action, memory = policy.step(memory, obs, k_act)
+        state, ts = env.step(k_step, state, action, params)
         running = ~done
         ret = ret + jnp.where(running, ts.reward, 0.0)
         length = length + running.astype(jnp.int32)
-        return state, ts.observation, key, ret, length, done | ts.done
+        return (state, memory), ts.observation, key, ret, length, done | ts.done
 
-    carry = (state, ts.observation, key, zeros, zeros.astype(jnp.int32), done)
+    memory = policy.initial_state(int(num_episodes))
+    carry = ((state, memory), ts.observation, key, zeros, zeros.astype(jnp.int32), done)
     _, _, _, ret, length, _ = jax.lax.while_loop(lambda c: ~jnp.all(c[-1]), body, carry)
     return ret, length

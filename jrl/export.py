@@ -55,6 +55,10 @@ def export_policy(
 
     loaded = load_run(run_dir, step)
     policy = loaded.policy(run, greedy)
+    if loaded.built.agent.recurrent is not None:
+        raise ValueError(
+            "export takes policies without memory; this run's policy carries a hidden state"
+        )
     one = jax.tree.map(lambda x: x[run], loaded.state)
     env, params = loaded.built.env, loaded.built.env_params
     # one observation of the (batched) training env, as the policy sees it: [N, ...] -> [B, ...]

@@ -46,16 +46,22 @@ SGDStep = Callable[[Any, PyTree], tuple[Any, dict[str, jax.Array]]]
 
 
 def minibatch_epochs(
-    sgd_step: SGDStep, state: Any, data: PyTree, key: PRNGKey, config: Any
+    sgd_step: SGDStep,
+    state: Any,
+    data: PyTree,
+    key: PRNGKey,
+    config: Any,
+    split: Callable[[PyTree, PRNGKey, int], PyTree] = buffers.rollout_minibatches,
 ) -> tuple[Any, dict[str, jax.Array]]:
     """Runs ``sgd_step`` over ``config.num_epochs`` passes of ``data`` (``[T, N, ...]``), each
-    pass cut into ``config.num_minibatches`` minibatches by
-    :func:`jrl.buffers.rollout_minibatches` (every env's steps shuffled with its own key).
+    pass cut into ``config.num_minibatches`` minibatches by ``split``: by default
+    :func:`jrl.buffers.rollout_minibatches` (every env's steps shuffled with its own key);
+    :func:`jrl.buffers.sequence_minibatches` keeps each env's sequence whole.
     Returns the final state and every metric's mean over all minibatches (and devices)."""
     num_minibatches = config.num_minibatches
 
     def epoch(st, k):
-        return jax.lax.scan(sgd_step, st, buffers.rollout_minibatches(data, k, num_minibatches))
+        return jax.lax.scan(sgd_step, st, split(data, k, num_minibatches))
 
     state, metrics = jax.lax.scan(epoch, state, jax.random.split(key, config.num_epochs))
     return state, parallel.pmean(jax.tree.map(jnp.mean, metrics))

@@ -14,7 +14,7 @@ import jax
 import jax.numpy as jnp
 from flax import struct
 
-from jrl import parallel
+from jrl import networks, parallel
 from jrl.agent import Agent, EnvSpec
 from jrl.buffers import NStepState, ReplayBuffer, nstep_accumulator
 from jrl.env import Environment
@@ -33,7 +33,9 @@ __all__ = [
     "NO_EPISODE",
     "OnPolicyState",
     "OffPolicyState",
+    "RecurrentOnPolicyState",
     "ReplaySchedule",
+    "collect_recurrent_step",
     "collect_step",
     "episode_metrics",
     "off_policy",
@@ -75,6 +77,15 @@ class OnPolicyState:
     env_steps: jax.Array  # [] int32 env transitions collected (all envs)
     last_episode_return: jax.Array  # [] float32 mean return of the latest episodes (or NaN)
     last_episode_length: jax.Array  # [] float32 mean length of the latest episodes (or NaN)
+
+
+@struct.dataclass
+class RecurrentOnPolicyState(OnPolicyState):
+    """An on-policy run of an agent with memory (:class:`jrl.agent.Recurrent`): also the
+    agent's acting state, as it is after the last step (already back to the initial state
+    for every env whose episode ended there)."""
+
+    acting_state: PyTree  # [N, ...] per leaf, e.g. a recurrent policy's hidden state
 
 
 def episode_metrics(info: dict[str, Any], previous_return: jax.Array, previous_length: jax.Array):
@@ -128,6 +139,11 @@ def collect_step(
     k_act, k_env = jax.random.split(key)
     action, act_info = agent.act(agent_state, observation, k_act)
     env_state, ts = env.step(k_env, env_state, action, params)
+    return (env_state, ts.observation, *_recorded(observation, action, act_info, ts))
+
+
+def _recorded(observation, action, act_info, ts):
+    """``(transition, episodes)`` of one step of the N envs (see :func:`collect_step`)."""
     transition = Transition(
         observation,
         action,
@@ -138,7 +154,31 @@ def collect_step(
         act_info,
     )
     episodes = {k: ts.info[k] for k in (EPISODE_RETURN, EPISODE_LENGTH, EPISODE_DONE)}
-    return env_state, ts.observation, transition, episodes
+    return transition, episodes
+
+
+def collect_recurrent_step(
+    agent: Agent,
+    env: Environment,
+    params: PyTree,
+    agent_state: PyTree,
+    carry: tuple[PyTree, PyTree, PyTree],
+    key: PRNGKey,
+):
+    """:func:`collect_step` for an agent with memory: ``carry`` is ``(env_state,
+    observation, acting_state)``; acts with ``agent.recurrent.act`` and returns ``(carry,
+    transition, episodes)`` with the new acting state put back to
+    ``agent.recurrent.initial_state`` for every env whose episode ended on this step."""
+    env_state, observation, acting_state = carry
+    k_act, k_env = jax.random.split(key)
+    action, act_info, acting_state = agent.recurrent.act(
+        agent_state, acting_state, observation, k_act
+    )
+    env_state, ts = env.step(k_env, env_state, action, params)
+    initial = agent.recurrent.initial_state(ts.done.shape[0])
+    acting_state = networks.reset_core_state(acting_state, initial, ts.done)
+    transition, episodes = _recorded(observation, action, act_info, ts)
+    return (env_state, ts.observation, acting_state), transition, episodes
 
 
 def on_policy(
@@ -167,22 +207,17 @@ def on_policy(
     params = env.default_params if env_params is None else env_params
     spec = EnvSpec.from_env(env, params)
 
+    recurrent = agent.recurrent
+
     def init(key: PRNGKey) -> OnPolicyState:
-        k_agent, k_env, k_loop = jax.random.split(key, 3)
-        env_state, ts = env.reset(k_env, params)
-        nan = jnp.full((), NO_EPISODE, jnp.float32)
-        return OnPolicyState(
-            agent.init(k_agent, spec),
-            env_state,
-            ts.observation,
-            k_loop,
-            jnp.zeros((), jnp.int32),
-            jnp.zeros((), jnp.int32),
-            nan,
-            nan,
-        )
+        return _on_policy_init(agent, env, params, spec, key)
 
     def env_step(agent_state, carry, key):
+        if recurrent is not None:
+            carry, transition, episodes = collect_recurrent_step(
+                agent, env, params, agent_state, carry, key
+            )
+            return carry, (transition, episodes)
         env_state, obs, transition, episodes = collect_step(
             agent, env, params, agent_state, *carry, key
         )
@@ -190,31 +225,57 @@ def on_policy(
 
     def step(state: OnPolicyState) -> tuple[OnPolicyState, dict[str, jax.Array]]:
         key, k_rollout, k_learn = jax.random.split(state.key, 3)
-        (env_state, obs), (batch, episodes) = jax.lax.scan(
+        carry = (state.env_state, state.observation)
+        if recurrent is not None:
+            carry += (state.acting_state,)
+        carry, (batch, episodes) = jax.lax.scan(
             lambda c, k: env_step(state.agent_state, c, k),
-            (state.env_state, state.observation),
+            carry,
             jax.random.split(k_rollout, num_steps),
         )
         agent_state, metrics, _ = agent.learn(state.agent_state, batch, k_learn)
         ret, length, ep_metrics = episode_metrics(
             episodes, state.last_episode_return, state.last_episode_length
         )
-        new_state = OnPolicyState(
-            agent_state,
-            env_state,
-            obs,
-            key,
-            state.iteration + 1,
-            state.env_steps + num_steps * num_envs * num_devices,
-            ret,
-            length,
+        new_state = state.replace(
+            agent_state=agent_state,
+            env_state=carry[0],
+            observation=carry[1],
+            key=key,
+            iteration=state.iteration + 1,
+            env_steps=state.env_steps + num_steps * num_envs * num_devices,
+            last_episode_return=ret,
+            last_episode_length=length,
         )
+        if recurrent is not None:
+            new_state = new_state.replace(acting_state=carry[2])
         metrics = {**metrics, **ep_metrics, "train/env_steps": new_state.env_steps}
         return new_state, metrics
 
     return Algorithm(
         init, step, int(num_steps) * num_envs * int(num_devices), _agent_hparams(agent)
     )
+
+
+def _on_policy_init(agent: Agent, env: Environment, params, spec: EnvSpec, key: PRNGKey):
+    """:func:`on_policy`'s first train state: ``OnPolicyState``, or ``RecurrentOnPolicyState``
+    (every env at the agent's initial acting state) for an agent with memory."""
+    k_agent, k_env, k_loop = jax.random.split(key, 3)
+    env_state, ts = env.reset(k_env, params)
+    nan = jnp.full((), NO_EPISODE, jnp.float32)
+    fields = (
+        agent.init(k_agent, spec),
+        env_state,
+        ts.observation,
+        k_loop,
+        jnp.zeros((), jnp.int32),
+        jnp.zeros((), jnp.int32),
+        nan,
+        nan,
+    )
+    if agent.recurrent is None:
+        return OnPolicyState(*fields)
+    return RecurrentOnPolicyState(*fields, agent.recurrent.initial_state(env.num_envs))
 
 
 class ReplaySchedule(NamedTuple):
@@ -291,6 +352,8 @@ class _OffPolicyLoop:
 
     def __init__(self, agent, env, buffer, schedule, discount, beta, env_params, num_devices):
         self.agent, self.env, self.buffer, self.schedule = agent, env, buffer, schedule
+        if agent.recurrent is not None:
+            raise ValueError("off_policy has no acting state: it takes agents without memory")
         num_envs = env.num_envs
         if num_envs is None:
             raise ValueError(

@@ -28,14 +28,18 @@ __all__ = [
     "MLP",
     "TORSOS",
     "ActorCritic",
+    "CORES",
     "ConvTorso",
     "NoisyDense",
     "PolicyHead",
     "QNetwork",
+    "RecurrentActorCritic",
     "activation",
     "example_observation",
+    "initial_core_state",
     "make_torso",
     "register_torso",
+    "reset_core_state",
 ]
 
 Activation = Callable[[jax.Array], jax.Array]
@@ -272,6 +276,77 @@ class ActorCritic(nn.Module):
 
     def value(self, obs: jax.Array) -> jax.Array:
         return self.value_head(self.critic_torso(obs))[..., 0]
+
+
+CORES = ("lstm", "gru")
+"""The recurrent cores of :class:`RecurrentActorCritic`: flax's ``OptimizedLSTMCell`` (state
+``(c, h)``) and ``GRUCell`` (state ``h``)."""
+
+
+def initial_core_state(core: str, size: int, num: int):
+    """The state of ``num`` fresh ``core`` cells of ``size`` units: zeros, ``[num, size]`` per
+    leaf (``(c, h)`` for an LSTM, ``h`` for a GRU)."""
+    if core not in CORES:
+        raise ValueError(f"unknown recurrent core {core!r}; choose from {list(CORES)}")
+    zeros = jnp.zeros((num, size), jnp.float32)
+    return (zeros, zeros) if core == "lstm" else zeros
+
+
+def reset_core_state(state, initial, episode_start: jax.Array):
+    """``state`` with row ``i`` of every leaf replaced by ``initial``'s where
+    ``episode_start[i]`` is true (``[N]`` bool; leaves ``[N, ...]``)."""
+
+    def pick(init, x):
+        start = episode_start.reshape(episode_start.shape + (1,) * (x.ndim - episode_start.ndim))
+        return jnp.where(start, init, x)
+
+    return jax.tree.map(pick, initial, state)
+
+
+class RecurrentActorCritic(nn.Module):
+    """``obs -> torso -> recurrent core -> (distribution, value)``: one torso and one core
+    (``core``: an LSTM or GRU of ``core_size`` units) feed a policy head and a value head.
+
+    A step is three methods so a learner can unroll the core alone over a sequence:
+    :meth:`embed` (the torso, over any leading dims), :meth:`core_step` (one step of the cell
+    on ``[N, F]`` features from state ``[N, core_size]``) and :meth:`heads`; ``__call__`` is one
+    whole step ``(state, obs) -> (state, distribution, value)``.
+    """
+
+    action_space: spaces.Space
+    core: str = "lstm"  # one of CORES
+    core_size: int = 128
+    hidden_sizes: Sequence[int] = (64,)
+    activation: str = "tanh"
+    obs_ndim: int = 1
+    continuous: str = "normal"
+    init_log_std: float = 0.0
+    torso: str = "mlp"  # a name of TORSOS
+
+    def setup(self):
+        self.torso_module = make_torso(
+            self.torso, self.hidden_sizes, self.activation, self.obs_ndim
+        )
+        cell = {"lstm": nn.OptimizedLSTMCell, "gru": nn.GRUCell}
+        if self.core not in cell:
+            raise ValueError(f"unknown recurrent core {self.core!r}; choose from {list(CORES)}")
+        self.cell = cell[self.core](self.core_size)
+        self.policy_head = PolicyHead(self.action_space, self.continuous, self.init_log_std)
+        self.value_head = _dense(1, 1.0)
+
+    def __call__(self, state, obs: jax.Array):
+        state, out = self.core_step(state, self.embed(obs))
+        dist, value = self.heads(out)
+        return state, dist, value
+
+    def embed(self, obs: jax.Array) -> jax.Array:
+        return self.torso_module(obs)
+
+    def core_step(self, state, features: jax.Array):
+        return self.cell(state, features)
+
+    def heads(self, out: jax.Array):
+        return self.policy_head(out), self.value_head(out)[..., 0]
 
 
 class NoisyDense(nn.Module):

@@ -37,6 +37,7 @@ import numpy as np
 
 from jrl import files
 from jrl.env import Environment, Wrapper
+from jrl.evaluation import as_stateful
 from jrl.types import PyTree
 from jrl.wrappers import TimeLimit, VmapEnv
 
@@ -66,7 +67,8 @@ def episode_frames(
     """Plays one episode from a reset and renders every state of it.
 
     Args:
-      policy: ``policy(obs, key) -> action`` on a batch of one: ``obs`` has a
+      policy: ``policy(obs, key) -> action`` (or a
+        :class:`~jrl.evaluation.StatefulPolicy`) on a batch of one: ``obs`` has a
         leading ``[1]`` axis (every leaf, for a dict observation such as a
         masked env's ``{"observation", "action_mask"}``) and so must the
         action, e.g. ``[1]`` int32 for a discrete action, ``[1, A]`` for a box.
@@ -124,21 +126,23 @@ def _rollout(policy, venv: VmapEnv, num_steps: int, key: jax.Array, params: PyTr
     k_reset, key = jax.random.split(key)
     state, ts = venv.reset(k_reset, params)
     states = jax.tree.map(lambda x: jnp.broadcast_to(x[0], (num_steps + 1,) + x.shape[1:]), state)
+    policy = as_stateful(policy)
 
     def cond(carry):
         t, _, _, _, _, _, done = carry
         return ~done & (t < num_steps)
 
     def body(carry):
-        t, state, obs, key, ret, states, _ = carry
+        t, (state, memory), obs, key, ret, states, _ = carry
         key, k_act, k_step = jax.random.split(key, 3)
-        state, ts = venv.step(k_step, state, policy(obs, k_act), params)
+        action, memory = policy.step(memory, obs, k_act)
+        state, ts = venv.step(k_step, state, action, params)
         states = jax.tree.map(lambda buf, x: buf.at[t + 1].set(x[0]), states, state)
-        return t + 1, state, ts.observation, key, ret + ts.reward[0], states, ts.done[0]
+        return t + 1, (state, memory), ts.observation, key, ret + ts.reward[0], states, ts.done[0]
 
     carry = (
         jnp.zeros((), jnp.int32),
-        state,
+        (state, policy.initial_state(1)),
         ts.observation,
         key,
         jnp.zeros((), jnp.float32),

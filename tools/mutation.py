@@ -20,8 +20,9 @@ sides are never equal), when a listed mutant no longer exists (a stale entry), o
 target's tests fail without any mutant. Listed mutants are not run.
 
 Targets (:func:`targets`): ``jrl/losses.py``, ``returns.py``, ``distributions.py``,
-``distributional.py`` (every function), the shared actor-critic code (``gae`` and the loss,
-update and learn steps of ``make_actor_critic``), and the loss and target code of every agent
+``distributional.py`` (every function), the shared actor-critic code (``gae``, the loss,
+update and learn steps of ``make_actor_critic`` and the helpers they share with the recurrent
+agent, and ``recurrent_unroll``), and the loss and target code of every agent
 module named in ``jrl.agents.BUILTIN``: its top-level functions whose names contain ``loss``,
 ``target``, ``advantage`` or ``head``, and the functions named ``loss``, ``loss_fn``,
 ``sgd_step`` and ``learn`` nested in its ``make_*`` functions. An agent module's tests are
@@ -59,7 +60,16 @@ EQUIVALENTS = Path(__file__).with_name("mutation_equivalents.txt")
 
 CORE = ("jrl/losses.py", "jrl/returns.py", "jrl/distributions.py", "jrl/distributional.py")
 """Modules mutated whole."""
-SHARED = {"jrl/actor_critic.py": ("gae", "make_actor_critic")}
+SHARED = {
+    "jrl/actor_critic.py": (
+        "gae",
+        "make_actor_critic",
+        "_normalized",
+        "_sgd_step",
+        "_learned",
+        "recurrent_unroll",
+    )
+}
 """Shared agent code: these top-level functions (their nested update code, see NESTED)."""
 NESTED = ("loss", "loss_fn", "sgd_step", "learn")
 """Functions nested in a ``make_*`` function that hold an agent's loss and target code."""
@@ -89,6 +99,7 @@ TESTS: dict[str, list[str]] = {
         "tests/test_reinforce.py::test_monte_carlo_advantages_by_hand",
         "tests/test_reinforce.py::test_loss_is_policy_gradient_plus_weighted_baseline_loss",
         "tests/test_reinforce.py::test_learn_matches_a_numpy_reference",
+        "tests/test_recurrent.py::test_learner_replays_what_the_agent_acted_on",
     ],
     "agents/reinforce.py": [
         "tests/test_reinforce.py::test_monte_carlo_advantages_by_hand",
