@@ -178,6 +178,7 @@ def _register_builtins() -> None:
         ("MountainCarContinuous-v0", "jrl.envs.mountain_car:MountainCarContinuous", 999),
         ("Pendulum-v1", "jrl.envs.pendulum:Pendulum", 200),
         ("TruncationProbe-v0", "jrl.envs.probes:TruncationProbe", 20),
+        ("ContinuousTruncationProbe-v0", "jrl.envs.probes:ContinuousTruncationProbe", 20),
         ("MaskedProbe-v0", "jrl.envs.probes:MaskedProbe", None),
     ]
     for id, entry, limit in builtins:
