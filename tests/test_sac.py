@@ -1,13 +1,12 @@
 """SAC: the actor and temperature losses by hand, one ``learn`` call against a reference
-written from the paper, learning on Pendulum-v1 and exact resume (the registry entry and the
-truncation probe: tests/test_continuous.py)."""
+written from the paper, and exact resume (the registry entry and the truncation probe:
+tests/test_continuous.py; learning: tests/test_learning.py)."""
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
-import jrl
 import jrl.envs as jrl_envs
 from jrl import buffers, experiment
 from jrl.agents import sac
@@ -134,15 +133,6 @@ def test_learn_matches_a_reference(autotune, learn_reference):
     ):
         np.testing.assert_allclose(t, tau * p + (1 - tau) * old_t, rtol=1e-5, atol=1e-7)
     assert int(new.num_updates) == 1
-
-
-@pytest.mark.learning
-def test_sac_pendulum():
-    """SAC, its Pendulum-v1 preset (2e4 steps, 64-64 networks), 4 seeds."""
-    res = jrl.train("sac", "Pendulum-v1", seeds=4, progress=False, num_reports=4)
-    final = res.final_returns()
-    # measured 2026-12-01, 4 seeds: MEASURE_SAC; threshold -250 (the issue's)
-    assert final.mean() >= -250, (final, res.summary())
 
 
 def test_interrupted_and_resumed_run_equals_uninterrupted(tmp_path):
