@@ -217,6 +217,12 @@ class AgentConfig:
         """Raises ValueError naming the first inconsistent or out-of-range field."""
         check(self.checks())
 
+    def env_checks(self, action_space: Any, agent: str = "this agent") -> list[Check]:
+        """``(condition, message)`` pairs about the env's action space that the action space
+        classes of ``ACTION_SPACES`` do not settle (e.g. finite bounds; ``agent``: the name
+        the messages use); none by default."""
+        return []
+
     def _one_iteration(self, what: str) -> Check:
         return (
             self.total_steps >= self.env_steps_per_iteration,

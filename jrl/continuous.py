@@ -173,6 +173,13 @@ class ContinuousConfig(ReplayConfig):
             ),
         ]
 
+    def env_checks(self, action_space, agent: str = "this agent") -> list[Check]:
+        try:
+            ActionScale.from_space(action_space, agent)
+        except ValueError as e:
+            return [(False, str(e))]
+        return []
+
     def critic(self, obs_ndim: int) -> networks.QEnsemble:
         """The critic ensemble this config asks for."""
         return networks.QEnsemble(

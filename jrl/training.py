@@ -178,7 +178,6 @@ def execute(
     opts = spec.options
     mesh = anakin.make_mesh(opts.devices) if opts.devices is not None else None
     env, env_params = jrl.envs.make(spec.env_id, **opts.env_overrides)
-    jrl.agents.check_action_space(spec.agent, env.action_space(env_params), spec.env_id)
     built = jrl.agents.get(spec.agent).build(
         spec.config, env, env_params, num_devices=opts.devices or 1
     )
