@@ -1,5 +1,7 @@
-"""DDPG (Lillicrap et al., 2016): a deterministic actor trained through one critic, Gaussian
-exploration noise, Polyak-averaged targets.
+"""DDPG (Lillicrap et al., 2016): a deterministic actor and one critic, Gaussian exploration.
+
+A deterministic actor trained through one critic, Gaussian exploration noise and
+Polyak-averaged targets.
 
 The agent is :func:`jrl.continuous.make_deterministic`, TD3's, with one critic, no target
 policy smoothing and the actor updated at every critic update; this module holds DDPG's

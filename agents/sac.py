@@ -1,5 +1,7 @@
-"""Soft Actor-Critic (Haarnoja et al., 2018): a tanh-squashed Gaussian actor, an ensemble of
-Q critics with Polyak-averaged targets and an entropy temperature tuned to a target entropy.
+"""Soft Actor-Critic (Haarnoja et al., 2018) with a critic ensemble and a tuned temperature.
+
+A tanh-squashed Gaussian actor, an ensemble of Q critics with Polyak-averaged targets and an
+entropy temperature tuned to a target entropy.
 
 - Critics: ``num_critics`` Q-networks as one vmapped module (2: clipped double Q; more: a
   REDQ-style ensemble, a config value), each regressing on ``r + discount * (min_n

@@ -1,5 +1,7 @@
-"""TD3 (Fujimoto et al., 2018): clipped double Q, target policy smoothing, delayed actor and
-target updates.
+"""TD3 (Fujimoto et al., 2018): clipped double Q, target smoothing, delayed actor updates.
+
+Clipped double Q-learning, target policy smoothing, and actor and target updates delayed to
+every ``policy_delay``-th critic update.
 
 The agent is :func:`jrl.continuous.make_deterministic` (DDPG is the same agent with one
 critic, no smoothing and no delay: ``agents/ddpg.py``); this module holds TD3's defaults and
