@@ -155,8 +155,9 @@ def make_sac(actor, critic, scale: ActionScale, config: "SACConfig") -> Agent:
         new_actor, opt_state = step(state.params["actor"], opt_state, "actor", grads, lr)
         target_entropy = hp.target_entropy_scale * scale.dim
         log_alpha = state.log_alpha
+        # the loss at log alpha = log alpha_0 + d; its gradient in log alpha is the one in d
+        t_loss, grads = jax.value_and_grad(alpha_loss)(jnp.log(alpha), log_prob, target_entropy)
         if autotune:
-            grads = jax.grad(alpha_loss)(log_alpha + jnp.log(hp.alpha), log_prob, target_entropy)
             log_alpha, opt_state = step(log_alpha, opt_state, "alpha", grads, lr)
         new = SACState(
             {"actor": new_actor, "critic": new_critic},
@@ -172,6 +173,7 @@ def make_sac(actor, critic, scale: ActionScale, config: "SACConfig") -> Agent:
                 "train/actor_loss": a_loss,
                 "train/q": q.mean(),
                 "train/entropy": -log_prob.mean(),
+                "train/alpha_loss": t_loss,
             }
         )
         return Learned(new, {**metrics, "train/alpha": alpha})

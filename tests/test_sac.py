@@ -7,8 +7,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-import jrl.envs as jrl_envs
-from jrl import buffers, experiment
+from jrl import buffers, continuous, experiment, spaces
+from jrl.agent import EnvSpec
 from jrl.agents import sac
 
 
@@ -35,11 +35,14 @@ def test_alpha_loss_by_hand():
     np.testing.assert_array_equal(g_lp, 0.0)  # no gradient reaches the policy
 
 
+LOW, HIGH = np.array([-2.0, 0.0]), np.array([2.0, 1.0])  # a 2-D action space, one asymmetric
+
+
 def _batch(b=6, obs_dim=3):
     k = jax.random.split(jax.random.key(1), 4)
     return buffers.NStepTransition(
         observation=jax.random.normal(k[0], (b, obs_dim)),
-        action=jax.random.uniform(k[1], (b, 1), minval=-2.0, maxval=2.0),  # Pendulum's bounds
+        action=jax.random.uniform(k[1], (b, 2), minval=LOW, maxval=HIGH),
         reward=jax.random.uniform(k[2], (b,), minval=-3.0, maxval=0.0),
         discount=jnp.asarray([0.9, 0.0, 0.9, 0.9, 0.0, 0.9]),
         next_observation=jax.random.normal(k[3], (b, obs_dim)),
@@ -50,10 +53,10 @@ def _batch(b=6, obs_dim=3):
 
 
 def _reference_sample(actor, actor_params, obs, key):
-    """A tanh-squashed Gaussian sample and its log-density, from the paper's formula (one
-    standard normal per item, from one key per item)."""
+    """A tanh-squashed Gaussian sample in [-1, 1]^2 and its log-density, from the paper's
+    formula (standard normals per item, from one key per item)."""
     dist = actor.apply(actor_params, obs)
-    eps = jax.vmap(lambda k: jax.random.normal(k, (1,)))(jax.random.split(key, obs.shape[0]))
+    eps = jax.vmap(lambda k: jax.random.normal(k, (2,)))(jax.random.split(key, obs.shape[0]))
     u = dist.mean + jnp.exp(dist.log_std) * eps
     gauss = jnp.sum(
         -0.5 * eps**2 - dist.log_std - 0.5 * jnp.log(2 * jnp.pi), axis=-1
@@ -63,10 +66,11 @@ def _reference_sample(actor, actor_params, obs, key):
 
 @pytest.mark.parametrize("autotune", [True, False])
 def test_learn_matches_a_reference(autotune, learn_reference):
-    """One update: the critics regress on r + discount (min_n Q'_n(s', a') - alpha log pi(a'|s'))
-    with a' from the current actor and the target critics apart from the online ones; the
-    actor then descends alpha log pi - min_n Q_n with the updated critics; log alpha moves
-    against (log pi + target entropy); each is one Adam step; the target critics move by tau."""
+    """One update on a 2-D action space: the critics regress on r + discount (min_n Q'_n(s',
+    a') - alpha log pi(a'|s')) with a' from the current actor and the target critics apart
+    from the online ones; the actor then descends alpha log pi - min_n Q_n with the updated
+    critics; log alpha moves against (log pi + target entropy), target entropy -|A| = -2;
+    each is one Adam step; the target critics move by tau."""
     lr, tau, alpha0 = 1e-3, 0.5, 0.3
     cfg = sac.SACConfig(
         total_steps=1000,
@@ -80,15 +84,14 @@ def test_learn_matches_a_reference(autotune, learn_reference):
         autotune=autotune,
         max_grad_norm=0.0,
     )
-    env, params = jrl_envs.make("Pendulum-v1")
-    built = sac.build(cfg, env, params)
-    actor, critic = built.network
-    state = built.agent.init(jax.random.key(0), built.spec)
-    other = built.agent.init(jax.random.key(9), built.spec)
+    agent, (actor, critic) = cfg.make_agent(continuous.ActionScale(LOW, HIGH), 1)
+    spec = EnvSpec(spaces.Box(-np.inf, np.inf, (3,)), spaces.Box(LOW, HIGH))
+    state = agent.init(jax.random.key(0), spec)
+    other = agent.init(jax.random.key(9), spec)
     state = state.replace(target_critic=other.params["critic"], log_alpha=jnp.asarray(0.2))
     items = _batch()
     key = jax.random.key(5)
-    new, metrics, priorities = built.agent.learn(state, buffers.Sample(items, None, None), key)
+    new, metrics, priorities = agent.learn(state, buffers.Sample(items, None, None), key)
     assert priorities is None
     k_critic, k_actor = jax.random.split(key)
     alpha = alpha0 * np.exp(0.2)
@@ -97,11 +100,14 @@ def test_learn_matches_a_reference(autotune, learn_reference):
         a2, lp2 = _reference_sample(actor, state.params["actor"], items.next_observation, k_critic)
         nq = critic.apply(state.target_critic, items.next_observation, a2)  # [3, B]
         y = items.reward + items.discount * (nq.min(0) - alpha * lp2)
-        q = critic.apply(critic_params, items.observation, items.action / 2.0)  # unit actions
-        return sum(jnp.mean(0.5 * (q[n] - jax.lax.stop_gradient(y)) ** 2) for n in range(3))
+        unit = 2.0 * (items.action - LOW) / (HIGH - LOW) - 1.0
+        q = critic.apply(critic_params, items.observation, unit)
+        loss = sum(jnp.mean(0.5 * (q[n] - jax.lax.stop_gradient(y)) ** 2) for n in range(3))
+        return loss, q
 
-    loss, grads = jax.value_and_grad(ref_critic_loss)(state.params["critic"])
+    (loss, q), grads = jax.value_and_grad(ref_critic_loss, has_aux=True)(state.params["critic"])
     np.testing.assert_allclose(metrics["train/critic_loss"], loss, rtol=1e-5)
+    np.testing.assert_allclose(metrics["train/q"], q.mean(), rtol=1e-5)
     learn_reference.assert_step(
         new.params["critic"],
         state.params["critic"],
@@ -121,8 +127,9 @@ def test_learn_matches_a_reference(autotune, learn_reference):
         state.params["actor"],
         learn_reference.adam_first_step(grads, lr, 0.0, eps=1e-5),
     )
-    # the temperature: d/d log_alpha of -mean(log_alpha (log pi - |A|)) = -mean(log pi - 1)
-    g = -float(jnp.mean(lp - 1.0))
+    # the temperature: d/d log_alpha of -mean(log_alpha (log pi - |A|)) = -mean(log pi - 2)
+    g = -float(jnp.mean(lp - 2.0))
+    np.testing.assert_allclose(metrics["train/alpha_loss"], np.log(alpha) * g, rtol=1e-5)
     step = -lr * g / (abs(g) + 1e-5) if autotune else 0.0
     np.testing.assert_allclose(float(new.log_alpha) - 0.2, step, rtol=2e-3, atol=1e-7)
     np.testing.assert_allclose(metrics["train/alpha"], alpha, rtol=1e-6)

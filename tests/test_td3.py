@@ -44,8 +44,12 @@ def _built(agent, **kw):
 
 
 def _state(built):
+    """Target networks apart from the online ones; the target actor's weights scaled up, so
+    its tanh saturates at the bounds, where the smoothed action must be clipped back."""
     state = built.agent.init(jax.random.key(0), built.spec)
-    return state.replace(target_params=built.agent.init(jax.random.key(9), built.spec).params)
+    target = built.agent.init(jax.random.key(9), built.spec).params
+    target = {**target, "actor": jax.tree.map(lambda x: 20.0 * x, target["actor"])}
+    return state.replace(target_params=target)
 
 
 @pytest.mark.parametrize("agent,actor_due", [("td3", True), ("td3", False), ("ddpg", True)])
@@ -74,10 +78,12 @@ def test_learn_matches_a_reference(agent, actor_due, learn_reference):
         assert nq.shape == (num_critics, 6)
         y = items.reward + items.discount * nq.min(0)
         q = critic.apply(critic_params, items.observation, items.action / 2.0)  # unit actions
-        return sum(jnp.mean(0.5 * (q[n] - jax.lax.stop_gradient(y)) ** 2) for n in range(len(q)))
+        n = len(q)
+        return sum(jnp.mean(0.5 * (q[i] - jax.lax.stop_gradient(y)) ** 2) for i in range(n)), q
 
-    loss, grads = jax.value_and_grad(ref_critic_loss)(state.params["critic"])
+    (loss, q), grads = jax.value_and_grad(ref_critic_loss, has_aux=True)(state.params["critic"])
     np.testing.assert_allclose(metrics["train/critic_loss"], loss, rtol=1e-5)
+    np.testing.assert_allclose(metrics["train/q"], q.mean(), rtol=1e-5)
     learn_reference.assert_step(
         new.params["critic"], state.params["critic"], learn_reference.adam_first_step(grads, lr, 0)
     )
