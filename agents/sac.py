@@ -195,6 +195,9 @@ observation needs no more)."""
 MOUNTAIN_CAR = {**PENDULUM, "total_steps": 50_000, "buffer_size": 50_000, "learning_rate": 3e-4}
 """SAC on MountainCarContinuous-v0: 5e4 steps at the default learning rate."""
 
+BRAX_INVERTED_PENDULUM = PENDULUM
+"""SAC on brax:inverted_pendulum (the brax extra): as on Pendulum-v1, 2e4 steps."""
+
 
 @dataclasses.dataclass(frozen=True)
 class SACConfig(ContinuousConfig):
@@ -205,6 +208,7 @@ class SACConfig(ContinuousConfig):
     PRESETS: ClassVar[dict[str, dict]] = {
         "Pendulum-v1": PENDULUM,
         "MountainCarContinuous-v0": MOUNTAIN_CAR,
+        "brax:inverted_pendulum": BRAX_INVERTED_PENDULUM,
     }
 
     learning_rate: LearningRate = 3e-4

@@ -41,18 +41,29 @@ from jrl import spaces
 from jrl.env import Environment
 from jrl.types import PRNGKey, PyTree
 
-__all__ = ["EPISODE_LENGTH", "INSTALL", "BraxEnv", "brax_entry", "brax_names"]
+__all__ = [
+    "EPISODE_LENGTH",
+    "INSTALL",
+    "BraxEnv",
+    "BraxMissingError",
+    "brax_entry",
+    "brax_names",
+]
 
 EPISODE_LENGTH = 1000
 """The time limit of every ``brax:`` env: brax's training default ``episode_length``."""
 INSTALL = "pip install jrl-jax[brax]"
 
 
+class BraxMissingError(ImportError, ValueError):
+    """brax cannot be imported: a user error (``jrl`` exits with 2) naming the extra."""
+
+
 def _import_brax_envs():
     try:
         from brax import envs
     except ImportError as e:
-        raise ImportError(
+        raise BraxMissingError(
             f"brax environments need the optional brax extra: {INSTALL} ({e})"
         ) from None
     return envs
@@ -93,7 +104,7 @@ class BraxEnv(Environment):
     def __init__(self, env: str):
         self.brax_env = _make(env)
         self.id = BRAX_PREFIX + env
-        ctrl = getattr(self.brax_env.sys, "actuator_ctrlrange", None)
+        ctrl = getattr(getattr(self.brax_env, "sys", None), "actuator_ctrlrange", None)
         size = int(self.brax_env.action_size)
         if ctrl is None or np.shape(ctrl) != (size, 2):
             low, high = -np.ones(size), np.ones(size)
