@@ -37,6 +37,7 @@ from jrl.continuous import (
     ContinuousConfig,
     critic_loss,
     critic_target,
+    init_networks,
     item_normals,
     polyak,
     uniform_warmup,
@@ -99,12 +100,7 @@ def make_sac(actor, critic, scale: ActionScale, config: "SACConfig") -> Agent:
     autotune = bool(config.autotune)
 
     def init(key, spec: EnvSpec) -> SACState:
-        k_actor, k_critic = jax.random.split(key)
-        obs = networks.example_observation(spec.observation_space)
-        params = {
-            "actor": actor.init(k_actor, obs),
-            "critic": critic.init(k_critic, obs, jnp.zeros((1, scale.dim))),
-        }
+        params = init_networks(actor, critic, scale, spec, key)
         log_alpha = jnp.zeros((), jnp.float32)
         opt = {k: tx.init(v) for k, v in params.items()}
         opt["alpha"] = tx.init(log_alpha)

@@ -12,8 +12,10 @@
 - :func:`critic_loss`: the squared TD error of every critic of the ensemble;
 - :func:`item_normals`: standard normals drawn per env or per replayed item from
   :func:`jrl.parallel.local_keys`, so a run on D devices draws what one device does;
+- :func:`init_networks`: the actor's and critics' parameters;
 - :class:`ContinuousConfig`: the config base (replay, critic ensemble, Polyak rate);
-- :func:`make_deterministic`: the agent of TD3 and DDPG (a deterministic actor,
+- :func:`make_deterministic_losses` and :func:`make_deterministic`: the losses and the agent
+  of TD3 and DDPG (a deterministic actor,
   Gaussian exploration noise, target policy smoothing, delayed actor and target
   updates; DDPG is the case of one critic, no smoothing and no delay).
 
@@ -47,7 +49,9 @@ __all__ = [
     "critic_loss",
     "critic_target",
     "item_normals",
+    "init_networks",
     "make_deterministic",
+    "make_deterministic_losses",
     "polyak",
     "uniform_warmup",
 ]
@@ -258,40 +262,13 @@ class DeterministicConfig(ContinuousConfig):
         return make_deterministic(actor, critic, scale, self), (actor, critic)
 
 
-def make_deterministic(actor, critic, scale: ActionScale, config: DeterministicConfig) -> Agent:
-    """TD3 (Fujimoto et al., 2018) and DDPG (Lillicrap et al., 2016) on
-    :func:`jrl.loops.off_policy`.
+def make_deterministic_losses(actor, critic, scale: ActionScale):
+    """``(critic_loss_fn, actor_loss_fn)`` of TD3 and DDPG.
 
-    ``act``: ``mu(s) + exploration_noise * N(0, 1)`` clipped to ``[-1, 1]`` and mapped to
-    the env's bounds (uniform actions before the first update). ``learn``: the critics
-    regress on ``r + discount * min_n Q'_n(s', a')`` with ``a' = clip(mu'(s') +
-    clip(policy_noise * N(0, 1), -noise_clip, noise_clip), -1, 1)``; every
-    ``config.policy_delay`` critic updates the actor ascends ``Q_0(s, mu(s))`` and both
-    targets move by Polyak averaging."""
-    hparams, total = config.hparams(), max(config.num_updates, 1)
-    tx = make_optimizer("adam", config.max_grad_norm)
-    delay = int(config.policy_delay)
-
-    def init(key, spec: EnvSpec) -> DeterministicState:
-        k_actor, k_critic = jax.random.split(key)
-        obs = networks.example_observation(spec.observation_space)
-        params = {
-            "actor": actor.init(k_actor, obs),
-            "critic": critic.init(k_critic, obs, jnp.zeros((1, scale.dim))),
-        }
-        opt = {k: tx.init(v) for k, v in params.items()}
-        return DeterministicState(params, params, opt, hparams, jnp.zeros((), jnp.int32))
-
-    def act(state: DeterministicState, obs, key):
-        k_noise, k_warm = jax.random.split(key)
-        mu = actor.apply(state.params["actor"], obs)
-        noise = item_normals(k_noise, mu.shape[0], scale.dim)
-        unit = jnp.clip(mu + state.hparams.exploration_noise * noise, -1.0, 1.0)
-        return scale.to_env(uniform_warmup(state, unit, k_warm)), {}
-
-    def policy(params, obs, key):
-        del key
-        return scale.to_env(actor.apply(params["actor"], obs))
+    ``critic_loss_fn(critic_params, target_params, batch, key, hp) -> (loss, q [N, B])``:
+    the critics' squared error to ``r + discount * min_n Q'_n(s', a')``, ``a'`` the target
+    actor's action smoothed by clipped noise (one draw per item); ``actor_loss_fn(
+    actor_params, critic_params, obs) -> -mean Q_0(s, mu(s))``."""
 
     def smoothed_target_action(target_actor, next_obs, key, hp):
         mu = actor.apply(target_actor, next_obs)
@@ -309,6 +286,52 @@ def make_deterministic(actor, critic, scale: ActionScale, config: DeterministicC
     def actor_loss_fn(actor_params, critic_params, obs):
         q = critic.apply(critic_params, obs, actor.apply(actor_params, obs))
         return -jnp.mean(q[0])
+
+    return critic_loss_fn, actor_loss_fn
+
+
+def init_networks(actor, critic, scale: ActionScale, spec: EnvSpec, key) -> dict:
+    """``{"actor": ..., "critic": ...}`` parameters for an env's observation space and
+    ``scale.dim`` actions (the actor from the first half of ``key``, the critics from the
+    second)."""
+    k_actor, k_critic = jax.random.split(key)
+    obs = networks.example_observation(spec.observation_space)
+    return {
+        "actor": actor.init(k_actor, obs),
+        "critic": critic.init(k_critic, obs, jnp.zeros((1, scale.dim))),
+    }
+
+
+def make_deterministic(actor, critic, scale: ActionScale, config: DeterministicConfig) -> Agent:
+    """TD3 (Fujimoto et al., 2018) and DDPG (Lillicrap et al., 2016) on
+    :func:`jrl.loops.off_policy`.
+
+    ``act``: ``mu(s) + exploration_noise * N(0, 1)`` clipped to ``[-1, 1]`` and mapped to
+    the env's bounds (uniform actions before the first update). ``learn``: the critics
+    regress on ``r + discount * min_n Q'_n(s', a')`` with ``a' = clip(mu'(s') +
+    clip(policy_noise * N(0, 1), -noise_clip, noise_clip), -1, 1)``; every
+    ``config.policy_delay`` critic updates the actor ascends ``Q_0(s, mu(s))`` and both
+    targets move by Polyak averaging."""
+    hparams, total = config.hparams(), max(config.num_updates, 1)
+    tx = make_optimizer("adam", config.max_grad_norm)
+    delay = int(config.policy_delay)
+    critic_loss_fn, actor_loss_fn = make_deterministic_losses(actor, critic, scale)
+
+    def init(key, spec: EnvSpec) -> DeterministicState:
+        params = init_networks(actor, critic, scale, spec, key)
+        opt = {k: tx.init(v) for k, v in params.items()}
+        return DeterministicState(params, params, opt, hparams, jnp.zeros((), jnp.int32))
+
+    def act(state: DeterministicState, obs, key):
+        k_noise, k_warm = jax.random.split(key)
+        mu = actor.apply(state.params["actor"], obs)
+        noise = item_normals(k_noise, mu.shape[0], scale.dim)
+        unit = jnp.clip(mu + state.hparams.exploration_noise * noise, -1.0, 1.0)
+        return scale.to_env(uniform_warmup(state, unit, k_warm)), {}
+
+    def policy(params, obs, key):
+        del key
+        return scale.to_env(actor.apply(params["actor"], obs))
 
     def actor_step(state, params, opt_state, obs, lr):
         loss, grads = jax.value_and_grad(actor_loss_fn)(params["actor"], params["critic"], obs)

@@ -68,6 +68,7 @@ SHARED = {
         "critic_target",
         "critic_loss",
         "uniform_warmup",
+        "make_deterministic_losses",
         "make_deterministic",
     ),
 }
