@@ -209,3 +209,23 @@ def test_sweep_eval_render_and_export_through_the_cli(tmp_path):
     actions = np.asarray(policy(obs))
     assert actions.shape == (64, 1) and np.abs(actions).max() <= 2.0
     assert np.abs(actions).max() > 1.0  # not squashed into [-1, 1]: the env's own actions
+
+
+def test_a_critic_ensemble_of_five_is_a_config_value():
+    """REDQ-style: num_critics=5 trains five critics (every critic leaf [runs, 5, ...]) in
+    the same program as two would, with finite losses."""
+    res = jrl.train(
+        "sac",
+        "Pendulum-v1",
+        seeds=2,
+        total_steps=400,
+        learning_starts=200,
+        buffer_size=400,
+        hidden_sizes=(16, 16),
+        num_critics=5,
+        progress=False,
+        num_reports=2,
+    )
+    for leaf in jax.tree.leaves(res.final_params["critic"]):
+        assert leaf.shape[:2] == (2, 5)
+    assert np.isfinite(res.metrics["train/critic_loss"]).all()
