@@ -28,7 +28,9 @@ What the adapter does, and does not do:
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import sys
 import warnings
 from typing import Any
 
@@ -61,7 +63,10 @@ class BraxMissingError(ImportError, ValueError):
 
 def _import_brax_envs():
     try:
-        from brax import envs
+        # mujoco's MJX prints "Failed to import warp" on stdout when its optional warp backend
+        # is missing (brax uses the JAX one): sent to stderr, so stdout stays jrl's
+        with contextlib.redirect_stdout(sys.stderr):
+            from brax import envs
     except ImportError as e:
         raise BraxMissingError(
             f"brax environments need the optional brax extra: {INSTALL} ({e})"
