@@ -37,7 +37,14 @@ from flax import struct
 from jrl import buffers, distributional, networks, parallel, spaces
 from jrl.agent import Agent, EnvSpec, Learned
 from jrl.builders import Built, training_env
-from jrl.config import Check, EpsilonGreedyConfig, ReplayConfig
+from jrl.config import (
+    MINATAR_ENVS,
+    MINATAR_NETWORK,
+    Check,
+    EpsilonGreedyConfig,
+    ReplayConfig,
+    presets_for,
+)
 from jrl.distributions import epsilon_greedy, masked_argmax
 from jrl.learner import apply_gradients, epsilon_schedule, scheduled_lr
 from jrl.loops import ReplaySchedule, off_policy
@@ -296,6 +303,21 @@ one update of 128 per 10 env steps, a buffer of 1e4, the target copied every 500
 ReLU) with double Q, a dueling head, 3-step returns, lr 1e-3 annealed and 1e5 steps; measured in
 tests/test_learning.py."""
 
+MINATAR = {
+    **MINATAR_NETWORK,
+    "total_steps": 5_000_000,
+    "buffer_size": 100_000,
+    "learning_starts": 5_000,
+    "learning_rate": 2.5e-4,
+    "target_update_interval": 64,
+    "epsilon_end": 0.1,
+    "exploration_fraction": 0.02,
+}
+"""The DQN family's MinAtar preset, after the MinAtar paper's DQN (Young & Tian, 2019: 5e6
+frames, a replay of 1e5 started at 5e3, lr 2.5e-4, the target copied every 1000 steps, epsilon
+1 -> 0.1 over the first 1e5 frames) with this agent's 8 envs x 4 steps and 2 updates of 128 per
+iteration (the target copied every 64 updates, 1024 env steps)."""
+
 
 DISTRIBUTIONS = ("none", "categorical", "quantile")
 
@@ -309,6 +331,7 @@ class DQNConfig(EpsilonGreedyConfig, ReplayConfig):
     PRESETS: ClassVar[dict[str, dict]] = {
         "CartPole-v1": CLASSIC_CONTROL,
         "Acrobot-v1": CLASSIC_CONTROL,
+        **presets_for(MINATAR_ENVS, MINATAR),
     }
 
     total_steps: int = 200_000
@@ -411,6 +434,7 @@ class C51Config(DQNConfig):
     PRESETS: ClassVar[dict[str, dict]] = {
         "CartPole-v1": {**CLASSIC_CONTROL, "v_min": 0.0, "v_max": 100.0},
         "Acrobot-v1": {**CLASSIC_CONTROL, "v_min": -100.0, "v_max": 0.0},
+        **presets_for(MINATAR_ENVS, {**MINATAR, "v_min": 0.0, "v_max": 100.0}),
     }
 
     distribution: str = "categorical"
@@ -434,6 +458,7 @@ class RainbowConfig(DQNConfig):
     PRESETS: ClassVar[dict[str, dict]] = {
         "CartPole-v1": {**CLASSIC_CONTROL, "epsilon_end": 0.0, "v_min": 0.0, "v_max": 100.0},
         "Acrobot-v1": {**CLASSIC_CONTROL, "epsilon_end": 0.0, "v_min": -100.0, "v_max": 0.0},
+        **presets_for(MINATAR_ENVS, {**MINATAR, "epsilon_end": 0.0, "v_min": 0.0, "v_max": 100.0}),
     }
 
     n_step: int = 3

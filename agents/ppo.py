@@ -18,7 +18,7 @@ from flax import struct
 
 from jrl.actor_critic import GAEConfig, GAEHParams, Minibatch, gae
 from jrl.builders import Built, build_on_policy
-from jrl.config import Check
+from jrl.config import MINATAR_ENVS, MINATAR_NETWORK, Check, presets_for
 from jrl.losses import clipped_surrogate_loss, value_loss
 
 __all__ = ["PPOConfig", "PPOHParams", "build", "ppo_loss"]
@@ -29,6 +29,23 @@ class PPOHParams(GAEHParams):
     """GAE actor-critic hyperparameters and PPO's clip range; all [] float32."""
 
     clip_eps: jax.Array
+
+
+MINATAR = {
+    **MINATAR_NETWORK,
+    "shared_torso": True,
+    "total_steps": 10_000_000,
+    "num_envs": 64,
+    "num_steps": 128,
+    "num_epochs": 4,
+    "num_minibatches": 8,
+    "learning_rate": 5e-4,
+    "ent_coef": 0.01,
+}
+"""PPO's MinAtar preset: the budget and batch of the PPO MinAtar baseline in purejaxql
+(``ppo_minatar.yaml``: 1e7 steps, 64 envs x 128 steps, 4 epochs of 8 minibatches, lr annealed)
+with PureJaxRL's lr 5e-4 and entropy 0.01, on the MinAtar network with one torso for actor and
+critic."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -60,6 +77,7 @@ class PPOConfig(GAEConfig):
             "normalize_observations": True,
             "ent_coef": 0.0,
         },
+        **presets_for(MINATAR_ENVS, MINATAR),
     }
 
     clip_eps: float = 0.2

@@ -50,7 +50,15 @@ from flax import struct
 from jrl import networks, parallel, returns, spaces
 from jrl.agent import Agent, EnvSpec, Learned
 from jrl.builders import Built, training_env
-from jrl.config import Check, EpsilonGreedyConfig, LearningRate, RolloutConfig
+from jrl.config import (
+    MINATAR_ENVS,
+    MINATAR_NETWORK,
+    Check,
+    EpsilonGreedyConfig,
+    LearningRate,
+    RolloutConfig,
+    presets_for,
+)
 from jrl.distributions import epsilon_greedy, masked_argmax, masked_max
 from jrl.learner import apply_gradients, epsilon_schedule, minibatch_epochs, scheduled_lr
 from jrl.loops import on_policy
@@ -81,6 +89,25 @@ class PQNState:
     num_updates: jax.Array  # [] int32 calls to learn so far (drives epsilon and lr annealing)
 
 
+MINATAR = {
+    **MINATAR_NETWORK,
+    "total_steps": 10_000_000,
+    "num_envs": 128,
+    "num_steps": 32,
+    "num_epochs": 2,
+    "num_minibatches": 32,
+    "learning_rate": 5e-4,
+    "q_lambda": 0.65,
+    "reward_scale": 1.0,
+    "epsilon_end": 0.05,
+    "exploration_fraction": 0.1,
+}
+"""PQN's MinAtar preset: the paper authors' MinAtar configuration (purejaxql's
+``pqn_minatar.yaml``: 1e7 steps, 128 envs x 32 steps, 2 epochs of 32 minibatches, LayerNorm,
+lr 5e-4 annealed, max grad norm 10, lambda 0.65, epsilon 1 -> 0.05 over 10%) on the MinAtar
+network, rewards unscaled."""
+
+
 @dataclasses.dataclass(frozen=True)
 class PQNConfig(EpsilonGreedyConfig, RolloutConfig):
     """PQN settings; the defaults solve CartPole-v1 in about 1.3e5 steps.
@@ -93,7 +120,10 @@ class PQNConfig(EpsilonGreedyConfig, RolloutConfig):
 
     HPARAMS: ClassVar[type] = PQNHParams
     ACTION_SPACES: ClassVar[tuple[type, ...]] = (spaces.Discrete,)
-    PRESETS: ClassVar[dict[str, dict]] = {"CartPole-v1": {}}
+    PRESETS: ClassVar[dict[str, dict]] = {
+        "CartPole-v1": {},
+        **presets_for(MINATAR_ENVS, MINATAR),
+    }
     OPTIMIZERS: ClassVar[tuple[str, ...]] = ("radam", "adam")
 
     total_steps: int = 200_000

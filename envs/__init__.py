@@ -27,9 +27,12 @@ __all__ = [
 ]
 
 
-def to_gymnasium(env_id: str, render_mode: str | None = None, **param_overrides):
-    """A ``gymnasium.Env`` stepping the registered jrl env ``env_id``
+def to_gymnasium(
+    env_id: str, render_mode: str | None = None, num_envs: int | None = None, **param_overrides
+):
+    """A ``gymnasium.Env`` stepping the registered jrl env ``env_id``, or with ``num_envs=N`` a
+    ``gymnasium.vector.VectorEnv`` of N copies stepped as one jitted batch
     (:mod:`jrl.envs.gymnasium_adapter`; needs the ``gymnasium`` package)."""
     from jrl.envs.gymnasium_adapter import to_gymnasium as make_gymnasium
 
-    return make_gymnasium(env_id, render_mode, **param_overrides)
+    return make_gymnasium(env_id, render_mode, num_envs, **param_overrides)

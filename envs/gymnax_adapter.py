@@ -31,8 +31,13 @@ What the adapter does, and does not do:
   one pytree type (a ``lax.scan`` can carry them).
 - Differences from gymnax's own ``step`` that are by design: bsuite's
   DeepSea carries cumulative metrics across its own auto-resets, which a
-  fresh ``reset_env`` (what AutoReset uses) does not. ``render`` is not
-  provided.
+  fresh ``reset_env`` (what AutoReset uses) does not.
+- ``render`` (jittable, ``uint8[H, W, 3]``; gymnax's own visualiser is
+  matplotlib on the host) draws the classic-control envs with jrl's own
+  pictures of them (the gymnax state mapped to jrl's), and an env whose
+  observation is an image ``[H, W, C]`` (MinAtar) from its observation: each
+  cell in the colour of its highest set channel, 16 pixels a cell. Other
+  gymnax envs raise ``NotImplementedError`` naming what can be drawn.
 """
 
 from __future__ import annotations
@@ -52,6 +57,22 @@ from jrl.types import PRNGKey, PyTree, TimeStep
 __all__ = ["GymnaxEnv", "gymnax_entry", "to_jrl_space"]
 
 _F32_MAX = float(np.finfo(np.float32).max)
+
+_CLASSIC_STATE_FIELDS = {  # gymnax name -> {jrl state field: gymnax state field} (others: same)
+    "CartPole-v1": {},
+    "Pendulum-v1": {},
+    "Acrobot-v1": {
+        "theta1": "joint_angle1",
+        "theta2": "joint_angle2",
+        "theta1_dot": "velocity_1",
+        "theta2_dot": "velocity_2",
+    },
+    "MountainCar-v0": {},
+    "MountainCarContinuous-v0": {},
+}
+"""The gymnax envs drawn by jrl's own env of the same id."""
+CELL_PIXELS = 16
+"""Pixels per observation cell when an image observation is drawn."""
 
 
 def _import_gymnax():
@@ -94,6 +115,47 @@ def gymnax_entry(name: str) -> EnvEntry:
     return EnvEntry(
         GYMNAX_PREFIX + name, GymnaxEnv, limit, source="gymnax", kwargs=(("env", name),)
     )
+
+
+def _render_classic(name: str, state: PyTree, params: PyTree) -> jax.Array:
+    """The frame jrl's own ``name`` env draws for the gymnax ``state`` and ``params`` (the
+    fields both have; jrl's defaults for the rest)."""
+    from jrl.envs.registry import entry
+
+    env = entry(name).build()
+    mine = env.default_params
+    shared = {
+        f: getattr(params, f)
+        for f in type(mine).__dataclass_fields__
+        if hasattr(params, f) and f != "max_steps_in_episode"
+    }
+    fields = _CLASSIC_STATE_FIELDS[name]
+    state_cls = type(jax.eval_shape(env.reset_env, jax.random.key(0), mine)[0])
+    jrl_state = state_cls(
+        **{
+            f: jnp.asarray(getattr(state, fields.get(f, f), 0.0), jnp.float32)
+            for f in state_cls.__dataclass_fields__
+        }
+    )
+    return env.render(jrl_state, mine.replace(**shared))
+
+
+@functools.cache
+def _palette(num_channels: int) -> np.ndarray:
+    """``uint8[C + 1, 3]``: black, then one colour per channel (matplotlib's tab20)."""
+    from matplotlib import colormaps
+
+    colours = colormaps["tab20"](np.arange(num_channels) % 20)[:, :3]
+    return np.concatenate([np.zeros((1, 3)), colours]).__mul__(255).round().astype(np.uint8)
+
+
+def _render_cells(obs: jax.Array) -> jax.Array:
+    """``uint8[16h, 16w, 3]`` of an image observation ``[h, w, C]``: each cell black, or the
+    colour of its highest channel that is set (non-zero)."""
+    c = obs.shape[-1]
+    top = jnp.max(jnp.where(obs != 0, jnp.arange(1, c + 1), 0), axis=-1)  # [h, w] 0: none
+    frame = jnp.asarray(_palette(c))[top]  # [h, w, 3]
+    return jnp.repeat(jnp.repeat(frame, CELL_PIXELS, axis=0), CELL_PIXELS, axis=1)
 
 
 def to_jrl_space(space: Any) -> spaces.Space:
@@ -187,6 +249,22 @@ class GymnaxEnv(Environment):
 
     def observation_space(self, params: PyTree | None = None) -> spaces.Space:
         return self._space("observation_space", params)
+
+    def render(self, state: PyTree, params: PyTree | None = None) -> jax.Array:
+        """``uint8[H, W, 3]``: a classic-control env as jrl draws it, an image observation
+        ``[h, w, C]`` as ``[16h, 16w]`` coloured cells (see the module docstring)."""
+        params = self.default_params if params is None else params
+        name = self.gymnax_env.name
+        if name in _CLASSIC_STATE_FIELDS:
+            return _render_classic(name, state, params)
+        space = self.observation_space()
+        if isinstance(space, spaces.Box) and len(space.shape) == 3:
+            return _render_cells(self.gymnax_env.get_obs(state, params))
+        raise NotImplementedError(
+            f"jrl draws gymnax's classic-control envs ({', '.join(_CLASSIC_STATE_FIELDS)}) and "
+            f"those with image observations (MinAtar); {name} has an observation of shape "
+            f"{tuple(getattr(space, 'shape', ()))}"
+        )
 
     def action_space(self, params: PyTree | None = None) -> spaces.Space:
         return self._space("action_space", params)

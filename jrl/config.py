@@ -37,15 +37,35 @@ __all__ = [
     "Check",
     "EpsilonGreedyConfig",
     "LearningRate",
+    "MINATAR_ENVS",
+    "MINATAR_NETWORK",
     "ReplayConfig",
     "RolloutConfig",
     "check",
     "coerce_field",
     "envs_per_device",
     "hparams_from",
+    "presets_for",
 ]
 
 Check = tuple[bool, str]
+
+MINATAR_ENVS = (
+    "gymnax:Asterix-MinAtar",
+    "gymnax:Breakout-MinAtar",
+    "gymnax:Freeway-MinAtar",
+    "gymnax:SpaceInvaders-MinAtar",
+)
+"""The gymnax MinAtar envs (Young & Tian, 2019; 10x10 images with a channel per object kind)
+that agents carry presets for."""
+MINATAR_NETWORK = {"torso": "minatar_cnn", "hidden_sizes": (128,), "activation": "relu"}
+"""The MinAtar paper's network: one 3x3 conv of 16 channels, then 128 ReLU units."""
+
+
+def presets_for(env_ids: Iterable[str], preset: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """``{env_id: preset}`` for each id (a copy each): one preset shared by several envs."""
+    return {env_id: dict(preset) for env_id in env_ids}
+
 
 LearningRate = Annotated[float, tyro.conf.arg(aliases=("--lr",))]
 """The type of ``learning_rate`` (the CLI also accepts ``--lr``); a subclass that changes
@@ -161,8 +181,8 @@ class AgentConfig:
     activation: str = "tanh"
     """Hidden activation: tanh, relu, gelu, silu or elu."""
     torso: str = "mlp"
-    """The network torso (jrl.networks.TORSOS): mlp, layernorm_mlp, minatar_cnn or nature_cnn
-    (image observations [H, W, C]), or one registered by a plugin."""
+    """The network torso (jrl.networks.TORSOS): mlp, layernorm_mlp, or for image observations
+    [H, W, C] minatar_cnn, nature_cnn or impala_resnet; or one registered by a plugin."""
 
     @classmethod
     def sweepable(cls) -> tuple[str, ...]:

@@ -98,27 +98,62 @@ class MLP(nn.Module):
         return x
 
 
+def _conv_setup(obs_ndim: int, orthogonal: bool, act: str):
+    """A CNN torso's conv kwargs (orthogonal(sqrt 2) kernels, or flax's default) and activation;
+    ``ValueError`` unless the observations are images ``[H, W, C]``."""
+    if obs_ndim != 3:
+        raise ValueError(f"a CNN torso needs image observations [H, W, C], got {obs_ndim} dims")
+    init = {"kernel_init": nn.initializers.orthogonal(np.sqrt(2.0))} if orthogonal else {}
+    return init, activation(act)
+
+
 class ConvTorso(nn.Module):
     """Convolutions over images ``[..., H, W, C]`` (``convs``: ``(features, kernel, stride)``
-    per layer, "VALID" padding), then the MLP of ``hidden_sizes``."""
+    per layer, "VALID" padding), then the MLP of ``hidden_sizes``; ``layer_norm`` puts a
+    LayerNorm after each conv and hidden Dense, before the activation."""
 
     convs: Sequence[tuple[int, int, int]]
     hidden_sizes: Sequence[int] = (512,)
     activation: str = "relu"
     obs_ndim: int = 3
     orthogonal: bool = True
+    layer_norm: bool = False
 
     @nn.compact
     def __call__(self, x: jax.Array) -> jax.Array:
-        if self.obs_ndim != 3:
-            raise ValueError(
-                f"a CNN torso needs image observations [H, W, C], got {self.obs_ndim} dims"
-            )
+        init, act = _conv_setup(self.obs_ndim, self.orthogonal, self.activation)
         x = jnp.asarray(x, jnp.float32)  # the MLP below flattens the convs' trailing 3 dims
-        init = {"kernel_init": nn.initializers.orthogonal(np.sqrt(2.0))} if self.orthogonal else {}
-        act = activation(self.activation)
         for features, kernel, stride in self.convs:
-            x = act(nn.Conv(features, (kernel, kernel), (stride, stride), "VALID", **init)(x))
+            x = nn.Conv(features, (kernel, kernel), (stride, stride), "VALID", **init)(x)
+            x = act(nn.LayerNorm()(x) if self.layer_norm else x)
+        return MLP(self.hidden_sizes, self.activation, 3, self.layer_norm, self.orthogonal)(x)
+
+
+class ImpalaResNet(nn.Module):
+    """The IMPALA ResNet torso (Espeholt et al., 2018) over images ``[..., H, W, C]``: per
+    stage of ``channels``, a 3x3 conv, a 3x3 max-pool of stride 2 and two residual blocks
+    (``x + conv(act(conv(act(x))))``), all "SAME" padded; then ``act``, and the MLP of
+    ``hidden_sizes`` (256 in the paper) on the flattened features."""
+
+    channels: Sequence[int] = (16, 32, 32)
+    hidden_sizes: Sequence[int] = (256,)
+    activation: str = "relu"
+    obs_ndim: int = 3
+    orthogonal: bool = True
+
+    @nn.compact
+    def __call__(self, x: jax.Array) -> jax.Array:
+        init, act = _conv_setup(self.obs_ndim, self.orthogonal, self.activation)
+        x = jnp.asarray(x, jnp.float32)
+        conv = lambda features: nn.Conv(features, (3, 3), padding="SAME", **init)
+        batch = x.shape[:-3]
+        x = x.reshape((-1, *x.shape[-3:]))  # flax's max_pool wants one batch dim
+        for features in self.channels:
+            x = conv(features)(x)
+            x = nn.max_pool(x, (3, 3), strides=(2, 2), padding="SAME")
+            for _ in range(2):
+                x = x + conv(features)(act(conv(features)(act(x))))
+        x = act(x).reshape(batch + x.shape[-3:])
         return MLP(self.hidden_sizes, self.activation, 3, orthogonal=self.orthogonal)(x)
 
 
@@ -130,9 +165,10 @@ NATURE_CONVS = ((32, 8, 4), (64, 4, 2), (64, 3, 1))
 
 TORSOS: dict[str, Callable[..., nn.Module]] = {
     "mlp": lambda **kw: MLP(**kw),
-    "layernorm_mlp": lambda **kw: MLP(**kw, layer_norm=True),
+    "layernorm_mlp": lambda **kw: MLP(**{**kw, "layer_norm": True}),
     "minatar_cnn": lambda **kw: ConvTorso(MINATAR_CONVS, **kw),
     "nature_cnn": lambda **kw: ConvTorso(NATURE_CONVS, **kw),
+    "impala_resnet": lambda **kw: ImpalaResNet(**kw),
 }
 """Torso name -> ``factory(hidden_sizes=, activation=, obs_ndim=, orthogonal=) -> Module``
 mapping observations ``[..., *obs_shape]`` to features ``[..., F]``; the ``torso`` config
@@ -147,13 +183,30 @@ def register_torso(name: str, factory: Callable[..., nn.Module], overwrite: bool
     TORSOS[name] = factory
 
 
-def make_torso(name: str, hidden_sizes, act: str, obs_ndim: int, orthogonal: bool = True):
-    """The torso called ``name`` (:data:`TORSOS`)."""
+def make_torso(
+    name: str,
+    hidden_sizes,
+    act: str,
+    obs_ndim: int,
+    orthogonal: bool = True,
+    layer_norm: bool = False,
+):
+    """The torso called ``name`` (:data:`TORSOS`). ``layer_norm=True`` is passed on to the
+    factory (``mlp``, ``layernorm_mlp``, ``minatar_cnn`` and ``nature_cnn`` take it); a torso
+    whose factory does not take it is refused, not built without it."""
     if name not in TORSOS:
         raise ValueError(f"unknown torso {name!r}; choose from {sorted(TORSOS)}")
-    return TORSOS[name](
+    kwargs = dict(
         hidden_sizes=tuple(hidden_sizes), activation=act, obs_ndim=obs_ndim, orthogonal=orthogonal
     )
+    if not layer_norm:
+        return TORSOS[name](**kwargs)
+    try:
+        return TORSOS[name](**kwargs, layer_norm=True)
+    except TypeError as e:
+        if "layer_norm" not in str(e):
+            raise
+        raise ValueError(f"the {name!r} torso has no layer_norm option") from None
 
 
 class PolicyHead(nn.Module):
@@ -292,9 +345,9 @@ def _symmetric_uniform(bound: float):
 class QNetwork(nn.Module):
     """Action values for a Discrete action space: ``obs [..., *obs_shape] -> q [..., num_actions]``.
 
-    An MLP torso (flax's default init, no orthogonal QR; ``layer_norm`` puts a
-    LayerNorm after each hidden Dense, before the activation) and a Dense
-    head; with ``dueling`` (Wang et al., 2016) separate value and advantage
+    A torso (``torso``, :func:`make_torso`; flax's default init, no orthogonal
+    QR; ``layer_norm`` puts a LayerNorm after each hidden layer, before the
+    activation) and a Dense head; with ``dueling`` (Wang et al., 2016) separate value and advantage
     streams are combined as ``q = v + a - mean_a(a)``.
 
     ``num_atoms = K > 1`` gives ``[..., num_actions, K]`` numbers per action
@@ -317,7 +370,7 @@ class QNetwork(nn.Module):
     dueling: bool = False
     num_atoms: int = 1  # > 1: outputs [..., num_actions, num_atoms]
     noisy: bool = False  # NoisyDense output layers (Fortunato et al., 2018)
-    layer_norm: bool = False  # LayerNorm after each hidden Dense of the torso
+    layer_norm: bool = False  # LayerNorm after each hidden layer of the torso (make_torso)
     sigma0: float = 0.5  # NoisyDense's initial noise scale (used when noisy)
     torso: str = "mlp"  # a name of TORSOS
 
@@ -330,18 +383,14 @@ class QNetwork(nn.Module):
     def __call__(self, obs: jax.Array, noise: bool = False) -> jax.Array:
         if self.num_atoms < 1:
             raise ValueError(f"num_atoms must be >= 1, got {self.num_atoms}")
-        if self.torso == "mlp":  # (the layer_norm switch is PQN's)
-            torso = MLP(
-                self.hidden_sizes,
-                self.activation,
-                self.obs_ndim,
-                layer_norm=self.layer_norm,
-                orthogonal=False,
-            )
-        else:
-            torso = make_torso(
-                self.torso, self.hidden_sizes, self.activation, self.obs_ndim, orthogonal=False
-            )
+        torso = make_torso(  # (the layer_norm switch is PQN's)
+            self.torso,
+            self.hidden_sizes,
+            self.activation,
+            self.obs_ndim,
+            orthogonal=False,
+            layer_norm=self.layer_norm,
+        )
         features = torso(obs)
         num_actions, num_atoms = self.num_actions, self.num_atoms
         batch = features.shape[:-1]

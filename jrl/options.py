@@ -68,8 +68,11 @@ class RunOptions:
     """Modules to import first, which register envs or agents (jrl.plugins; also $JRL_PLUGINS);
     recorded, so resume, eval, render and export import them again."""
     log: tuple[str, ...] = ()
-    """Extra metric sinks besides metrics.csv: jsonl, tensorboard (in OUT/tb), wandb (pip install
-    jrl-jax[wandb]); a resumed run keeps its own."""
+    """Extra metric sinks besides metrics.csv: jsonl, tensorboard (one run per seed in OUT/tb),
+    wandb (pip install jrl-jax[wandb]); a resumed run keeps its own."""
+    log_every: int = 0
+    """Write every run's metrics to the sinks every this many env steps per run (0: every
+    iteration); each report's last iteration is always written."""
     keep_checkpoints: int = 3
     """How many checkpoints to keep."""
     stop_at_steps: int | None = None
@@ -102,6 +105,10 @@ class RunOptions:
                 f"checkpoint_every must be >= 0 (0: off), got {self.checkpoint_every}",
             ),
             (int(self.eval_every) >= 0, f"eval_every must be >= 0 (0: off), got {self.eval_every}"),
+            (
+                int(self.log_every) >= 0,
+                f"log_every must be >= 0 (0: every iteration), got {self.log_every}",
+            ),
             (int(self.eval_episodes) >= 1, f"eval_episodes must be >= 1, got {self.eval_episodes}"),
             (
                 int(self.keep_checkpoints) >= 1,
@@ -194,6 +201,7 @@ RECORDED = (
     "eval_episodes",
     "checkpoint_every",
     "log",
+    "log_every",
     "keys",
     "plugins",
 )

@@ -172,8 +172,8 @@ def _check_renders(env: Environment, key: jax.Array, params: PyTree) -> tuple[in
     if type(env.unwrapped).render is Environment.render:
         raise ValueError(
             f"{name} cannot render: {type(env.unwrapped).__name__} does not implement "
-            "render(state, params) (jrl's classic-control envs do; the probes and gymnax envs "
-            "do not)"
+            "render(state, params) (jrl's classic-control envs do, and gymnax's classic-control "
+            "and MinAtar envs; the probes do not)"
         )
     try:
         state, _ = jax.eval_shape(env.reset, key, params)

@@ -3,7 +3,7 @@
 ::
 
     DIR/config.json          the run record (:class:`jrl.options.RunSpec`)
-    DIR/metrics.csv          one row per report and run
+    DIR/metrics.csv          one row per logged iteration and run (``log_every``)
     DIR/learning_curve.png   mean and spread over seeds vs env steps
     DIR/params.msgpack       final parameters of every run (flax serialisation)
     DIR/summary.json         final returns and timings

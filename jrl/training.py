@@ -480,11 +480,9 @@ class ChunkWork:
         self.reports.append(done)
         self.done = done
         try:
-            latest = {k: np.asarray(v[-1], np.float64) for k, v in metrics.items()}
-            if self.evaluator is not None:
-                latest[EVAL_KEY] = self._evaluate(view, prev, done)
+            evaluated = None if self.evaluator is None else self._evaluate(view, prev, done)
             if self.sinks is not None:
-                self.sinks.write(sinks.Record(done, done * per_iter, latest, self.runs))
+                sinks.write_records(self.sinks, self._records(metrics, prev, done, evaluated))
         except Exception:  # e.g. a failing sink: keep this good chunk's state before stopping
             if self.checkpointer is not None:
                 self.save(done, states, self.elapsed())
@@ -492,6 +490,26 @@ class ChunkWork:
         every = self.spec.options.checkpoint_every
         if self.checkpointer is not None and passed(prev * per_iter, done * per_iter, every):
             self.save(done, states, self.elapsed())
+
+    def _records(self, metrics, prev: int, done: int, evaluated) -> list[sinks.Record]:
+        """The sink records of iterations ``prev + 1 .. done`` (``metrics``: name -> ``[n, R]``)
+        that ``log_every`` picks, and always ``done``; ``evaluated`` (``[R]`` or None) is the
+        evaluation at ``done``, NaN in the other records."""
+        every, per_iter = self.spec.options.log_every, self.per_iter
+        picked = [
+            i
+            for i in range(prev + 1, done + 1)
+            if i == done or every == 0 or passed((i - 1) * per_iter, i * per_iter, every)
+        ]
+        nan = np.full(len(self.runs), np.nan)
+        arrays = {k: np.asarray(v, np.float64) for k, v in metrics.items()}  # [n, R]
+        records = []
+        for i in picked:
+            values = {k: v[i - prev - 1] for k, v in arrays.items()}
+            if evaluated is not None:
+                values[EVAL_KEY] = evaluated if i == done else nan
+            records.append(sinks.Record(i, i * per_iter, values, self.runs))
+        return records
 
     def _evaluate(self, view, prev: int, done: int) -> np.ndarray:
         """``[R]`` mean greedy return when an evaluation is due, else NaN."""

@@ -7,6 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import imageio.v3 as iio
 import jax
 import numpy as np
 import pytest
@@ -72,7 +73,9 @@ def test_envs_gymnax_lists_the_gymnax_envs(tmp_path):
     out = run("envs", "--gymnax", cwd=tmp_path)
     assert out.returncode == 0, out.stderr
     lines = out.stdout.splitlines()
-    for env_id in jrl.envs.names() + [f"gymnax:{n}" for n in gymnax.registered_envs]:
+    # (envs registered by other tests in this process are not in the CLI's process)
+    builtin = [n for n in jrl.envs.names() if jrl.envs.entry(n).source != "user"]
+    for env_id in builtin + [f"gymnax:{n}" for n in gymnax.registered_envs]:
         assert any(line.startswith(env_id + " ") for line in lines), env_id
     row = next(line for line in out.stdout.splitlines() if line.startswith("gymnax:CartPole-v1 "))
     assert "Discrete(2)" in row and row.split()[-1] == "gymnax"
@@ -349,7 +352,7 @@ def test_overwrite_replaces_the_run_and_keeps_other_files(tmp_path):
     assert (spec.options.seed, spec.options.seeds, spec.config.total_steps) == (5, 1, 2048)
     assert checkpoint.steps(run_dir) == [4]  # the old run's 2, 4, 6, 8 are gone
     rows = (run_dir / "metrics.csv").read_text().splitlines()[1:]
-    assert len(rows) == 2 and all(r.split(",")[:2] == ["0", "5"] for r in rows)  # run 0, seed 5
+    assert len(rows) == 4 and all(r.split(",")[:2] == ["0", "5"] for r in rows)  # run 0, seed 5
     assert not (run_dir / "eval.json").exists()
     assert (run_dir / "notes.txt").read_text() == "mine"
 
@@ -483,3 +486,33 @@ def test_initialize_reads_the_jrl_variables(monkeypatch):
     monkeypatch.delenv("JRL_PROCESS_ID")
     with pytest.raises(ValueError, match="needs all of"):
         jrl.distributed.initialize()
+
+
+def test_render_a_gymnax_run_and_refuse_one_that_cannot_draw(tmp_path):
+    """`jrl render` on gymnax runs: MinAtar draws its observation cells; Catch cannot be drawn,
+    said in one line, exit 2."""
+    small = ["--total-steps", "1024", "--num-reports", "1", "--quiet"]
+    out = run(
+        "train",
+        "ppo",
+        "--env",
+        "gymnax:Breakout-MinAtar",
+        "--out",
+        "b",
+        "--num-envs",
+        "4",
+        "--num-steps",
+        "32",
+        *small,
+        cwd=tmp_path,
+    )
+    assert out.returncode == 0, out.stderr
+    out = run("render", "b", "--out", "b.gif", "--max-steps", "20", cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    frames = iio.imread(tmp_path / "b.gif", index=None)
+    assert frames.shape[1:] == (160, 160, 3) and 2 <= len(frames) <= 21
+    out = run("train", "ppo", "--env", "gymnax:Catch-bsuite", "--out", "c", *small, cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    out = run("render", "c", "--out", "c.gif", cwd=tmp_path)
+    assert out.returncode == 2 and "Catch-bsuite cannot render" in out.stderr
+    assert len(out.stderr.strip().splitlines()) == 1 and not (tmp_path / "c.gif").exists()

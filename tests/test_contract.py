@@ -110,6 +110,7 @@ def test_run_options_validate_once_with_clear_messages():
         (dict(eval_episodes=0), "eval_episodes must be >= 1"),
         (dict(keep_checkpoints=0), "keep_checkpoints must be >= 1"),
         (dict(stop_at_steps=-5), "stop_at_steps must be >= 0"),
+        (dict(log_every=-1), "log_every must be >= 0"),
         (dict(sweep={"gamma": ()}), "has no values"),
         (dict(log=("jsonl", "jsnl")), "unknown sink"),
     ]:
@@ -134,6 +135,7 @@ def test_run_record_round_trips_and_keeps_the_format_of_older_folders():
         "eval_episodes",
         "checkpoint_every",
         "log",
+        "log_every",
         "keys",
         "plugins",
     }

@@ -216,12 +216,12 @@ def test_a_failing_sink_stops_training_with_a_checkpoint_of_the_last_good_chunk(
 
     calls = []
 
-    def failing_write(self, record):
-        calls.append(record.iteration)
+    def failing_write(self, records):  # a chunk's records
+        calls.append(records[-1].iteration)
         if len(calls) == 3:
             raise OSError("disk full")
 
-    monkeypatch.setattr(sinks.CSVSink, "write", failing_write)
+    monkeypatch.setattr(sinks.CSVSink, "write_many", failing_write)
     with pytest.raises(OSError, match="disk full"):
         experiment.train(
             "ppo", "CartPole-v1", 1, out=tmp_path, total_steps=4096, num_reports=8, **QUIET

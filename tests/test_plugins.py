@@ -139,6 +139,10 @@ def test_a_plugin_env_and_agent_through_the_cli(plugin_dir):
         "--quiet",
         "--stop-at-steps",
         "256",
+        "--seeds",
+        "2",
+        "--log",
+        "tensorboard",
         cwd=cwd,
     )
     assert out.returncode == 0, out.stderr
@@ -158,6 +162,10 @@ def test_a_plugin_env_and_agent_through_the_cli(plugin_dir):
     stats = json.loads((cwd / "run" / "eval.json").read_text())
     assert stats["agent"] == "corridor_pg" and stats["env_id"] == "Corridor-v0"
     assert (cwd / "policy" / "policy.jaxexport").is_file()
+    for seed in (0, 1):  # one TensorBoard run per seed: the first call's file and the resume's
+        assert len(list((cwd / "run" / "tb" / f"seed{seed}").glob("events.out.tfevents.*"))) == 2
+    rows = (cwd / "run" / "metrics.csv").read_text().splitlines()[1:]
+    assert len(rows) == 2 * 6  # every iteration of both seeds, the resumed ones included
     out = run("agents", "--import", "myplug", cwd=cwd)
     assert "corridor_pg" in out.stdout and "REINFORCE for corridors" in out.stdout
     out = run("envs", cwd=cwd, env_extra={plugins.ENV_VAR: "myplug"})

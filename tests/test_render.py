@@ -206,3 +206,61 @@ def test_mp4_round_trip(tmp_path):
     assert back.shape == (12, 38, 52, 3)
     assert np.abs(back[:, :37, :51].astype(int) - frames).mean() < 8  # lossy H.264
     assert [p.name for p in tmp_path.iterdir()] == ["a.mp4"]
+
+
+# ------------------------------------------------------------------------------------ gymnax
+
+
+@pytest.mark.parametrize(
+    "name,fields",
+    [
+        ("CartPole-v1", {"x": 0.7, "x_dot": 0.0, "theta": -0.1, "theta_dot": 0.0}),
+        ("Pendulum-v1", {"theta": 2.0, "theta_dot": 0.0, "last_u": 1.5}),
+        (
+            "Acrobot-v1",
+            {"theta1": 0.4, "theta2": -1.0, "theta1_dot": 0.0, "theta2_dot": 0.0},
+        ),
+        ("MountainCar-v0", {"position": -0.9, "velocity": 0.0}),
+    ],
+)
+def test_gymnax_classic_control_draws_as_jrls_own_env(name, fields):
+    """The same physical state gives the same picture through gymnax:<id> as through jrl's
+    <id> (gymnax's state fields mapped to jrl's)."""
+    import gymnax
+
+    gym_env, gym_params = jrl_envs.make(f"gymnax:{name}")
+    mine, params = jrl_envs.make(name)
+    state, _ = mine.unwrapped.reset_env(jax.random.key(0), params)
+    state = state.replace(**{k: jnp.float32(v) for k, v in fields.items()})
+    names = {"theta1": "joint_angle1", "theta2": "joint_angle2"}
+    names |= {"theta1_dot": "velocity_1", "theta2_dot": "velocity_2"}
+    _, gym_state = gymnax.make(name)[0].reset_env(jax.random.key(0), gym_params)
+    gym_state = gym_state.replace(**{names.get(k, k): jnp.float32(v) for k, v in fields.items()})
+    expected = mine.unwrapped.render(state, params)
+    np.testing.assert_array_equal(gym_env.unwrapped.render(gym_state, gym_params), expected)
+
+
+def test_gymnax_minatar_draws_its_observation_cells():
+    env, params = jrl_envs.make("gymnax:Breakout-MinAtar")
+    key = jax.random.key(3)
+    frames, _, length = episode_frames(
+        lambda o, k: jnp.zeros(o.shape[0], jnp.int32), env, key, params, max_steps=5
+    )
+    assert frames.shape == (length + 1, 160, 160, 3) and frames.dtype == np.uint8
+    gym = env.unwrapped.gymnax_env
+    state, _ = env.reset(key, params)
+    obs = np.asarray(gym.get_obs(state.env_state if hasattr(state, "env_state") else state))
+    frame = np.asarray(env.render(state, params))
+    cells = frame[::16, ::16]  # one pixel per cell
+    assert ((cells.sum(-1) == 0) == (obs.sum(-1) == 0)).all()  # black exactly where no channel
+    top = np.where(obs.any(-1), obs.shape[-1] - np.argmax(obs[..., ::-1] != 0, -1), 0)
+    for c in np.unique(top):  # one colour per highest set channel
+        assert len({tuple(v) for v in cells[top == c]}) == 1
+
+
+def test_gymnax_env_that_cannot_be_drawn_says_which_can():
+    env, params = jrl_envs.make("gymnax:Catch-bsuite")
+    with pytest.raises(ValueError, match=r"Catch-bsuite cannot render: jrl draws gymnax's "):
+        episode_frames(
+            lambda o, k: jnp.zeros(o.shape[0], jnp.int32), env, jax.random.key(0), params
+        )

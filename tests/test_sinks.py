@@ -115,6 +115,29 @@ def test_csv_new_metric_name_is_an_error_and_writes_nothing(tmp_path):
     assert path.read_text() == before
 
 
+@pytest.mark.parametrize("cls,name", [(CSVSink, "metrics.csv"), (JSONLSink, "metrics.jsonl")])
+def test_write_many_equals_one_write_each(tmp_path, cls, name):
+    one, many = cls(tmp_path / "one" / name), cls(tmp_path / "many" / name)
+    for rec in three_records():
+        one.write(rec)
+    many.write_many(three_records())
+    one.close(), many.close()
+    assert (tmp_path / "many" / name).read_text() == (tmp_path / "one" / name).read_text()
+
+
+def test_csv_write_many_with_a_bad_record_writes_none_of_them(tmp_path):
+    path = tmp_path / "metrics.csv"
+    sink = CSVSink(path)
+    sink.write(record(1, [1.0, 2.0], [3.0, 4.0]))
+    before = path.read_text()
+    with pytest.raises(ValueError, match="not in the header"):
+        sink.write_many(
+            [record(2, [1.0, 2.0], [3.0, 4.0]), record(3, [1.0, 2.0], [3.0, 4.0], x=[0, 0])]
+        )
+    sink.close()
+    assert path.read_text() == before
+
+
 def test_csv_run_keys_must_not_clash_or_differ(tmp_path):
     sink = CSVSink(tmp_path / "metrics.csv")
     with pytest.raises(ValueError, match="clash"):
@@ -300,23 +323,55 @@ def three_records():
     ]  # train/loss: no run has a value
 
 
-def test_tensorboard_mean_min_max_at_env_steps(tmp_path):
+SEED0, SEED1 = "seed0-learning_rate=0.0003", "seed1-learning_rate=0.001"  # run_name(RUNS[r])
+
+
+def test_run_name():
+    assert [sinks.run_name(run) for run in RUNS] == [SEED0, SEED1]
+    assert sinks.run_name({"run": 2, "seed": 7}) == "seed7"
+    assert sinks.run_name({"run": 4}) == "run4"
+    assert sinks.run_name({"run": 0, "seed": 1, "arm": "left"}) == "seed1-arm=left"
+
+
+def test_tensorboard_one_run_per_seed_every_value_at_env_steps(tmp_path):
     sink = TensorBoardSink(tmp_path / "tb")
     for rec in three_records():
         sink.write(rec)
     sink.close()
     sink.close()  # a second close does nothing
-    (path,) = event_files(tmp_path / "tb")
-    events = read_events(path)
-    assert events[0].file_version == "brain.Event:2"
-    assert scalars(events) == {
-        "train/loss/mean": [(100, 2.0), (200, 2.0)],
-        "train/loss/min": [(100, 1.0), (200, 2.0)],
-        "train/loss/max": [(100, 3.0), (200, 2.0)],
-        "eval/return/mean": [(100, 0.375), (200, 0.25), (300, 6.0)],
-        "eval/return/min": [(100, 0.25), (200, -1.0), (300, 4.0)],
-        "eval/return/max": [(100, 0.5), (200, 1.5), (300, 8.0)],
+    assert sorted(p.name for p in (tmp_path / "tb").iterdir()) == [SEED0, SEED1]
+    got = {}
+    for name in (SEED0, SEED1):
+        (path,) = event_files(tmp_path / "tb" / name)
+        events = read_events(path)
+        assert events[0].file_version == "brain.Event:2"
+        got[name] = scalars(events)
+    assert got == {  # NaN values are not written
+        SEED0: {"train/loss": [(100, 1.0)], "eval/return": [(100, 0.5), (200, -1.0), (300, 4.0)]},
+        SEED1: {
+            "train/loss": [(100, 3.0), (200, 2.0)],
+            "eval/return": [(100, 0.25), (200, 1.5), (300, 8.0)],
+        },
     }
+    with pytest.raises(RuntimeError, match="closed TensorBoardSink"):
+        sink.write(three_records()[0])
+
+
+def test_tensorboard_write_many_equals_one_write_each(tmp_path):
+    one, many = TensorBoardSink(tmp_path / "one"), TensorBoardSink(tmp_path / "many")
+    for rec in three_records():
+        one.write(rec)
+    many.write_many(three_records())
+    one.close(), many.close()
+    for name in (SEED0, SEED1):
+        (a,), (b,) = event_files(tmp_path / "one" / name), event_files(tmp_path / "many" / name)
+        assert scalars(read_events(a)) == scalars(read_events(b))
+
+
+def test_tensorboard_refuses_runs_of_the_same_name(tmp_path):
+    runs = ({"run": 0, "seed": 3}, {"run": 1, "seed": 3})
+    with pytest.raises(ValueError, match="same name"):
+        TensorBoardSink(tmp_path).write(record(1, [1.0, 2.0], [0.0, 0.0], runs=runs))
 
 
 def test_tensorboard_resume_purges_steps_after_the_checkpoint(tmp_path):
@@ -331,14 +386,14 @@ def test_tensorboard_resume_purges_steps_after_the_checkpoint(tmp_path):
     sink.write(record(3, [5.0, 7.0], [1.0, 1.0]))
     sink.close()
 
-    first, second = event_files(logdir)  # the same second: still two files, in order
+    first, second = event_files(logdir / SEED1)  # the same second: still two files, in order
     assert len(read_events(first)) == 4
     events = read_events(second)
     # tensorboardX's purge_step: a file_version event and a SessionLog START at step S + 1
     assert (events[0].step, events[0].file_version) == (0, "brain.Event:2")
     assert (events[1].step, events[1].file_version) == (201, "brain.Event:2")
     assert (events[2].step, events[2].session_log.status) == (201, SessionLog.START)
-    assert scalars(events[3:])["train/loss/mean"] == [(300, 6.0)]
+    assert scalars(events[3:])["train/loss"] == [(300, 7.0)]
 
     # TensorBoard's rule: a START at step s drops the events read so far with step >= s
     kept = []
@@ -346,8 +401,8 @@ def test_tensorboard_resume_purges_steps_after_the_checkpoint(tmp_path):
         if event.HasField("session_log") and event.session_log.status == SessionLog.START:
             kept = [e for e in kept if e.step < event.step]
         kept.append(event)
-    assert scalars(kept)["eval/return/mean"] == [(100, 0.375), (200, 0.25), (300, 1.0)]
-    assert scalars(kept)["train/loss/max"] == [(100, 3.0), (200, 2.0), (300, 7.0)]
+    assert scalars(kept)["eval/return"] == [(100, 0.25), (200, 1.5), (300, 1.0)]
+    assert scalars(kept)["train/loss"] == [(100, 3.0), (200, 2.0), (300, 7.0)]
 
 
 # ----------------------------------------------------------------------------------------- wandb
@@ -381,7 +436,7 @@ def fake_wandb(monkeypatch):
     return module
 
 
-def test_wandb_logs_the_summary_at_env_steps(fake_wandb):
+def test_wandb_logs_the_summary_and_each_run_at_env_steps(fake_wandb):
     sink = WandbSink(project="p", run_name="r", config={"lr": 0.1}, mode="offline")
     for rec in three_records():
         sink.write(rec)
@@ -398,8 +453,17 @@ def test_wandb_logs_the_summary_at_env_steps(fake_wandb):
         "eval/return/mean": 0.25,
         "eval/return/min": -1.0,
         "eval/return/max": 1.5,
+        f"{SEED0}/eval/return": -1.0,
+        f"{SEED1}/train/loss": 2.0,
+        f"{SEED1}/eval/return": 1.5,
     }
-    assert set(run.logged[2][1]) == {"eval/return/mean", "eval/return/min", "eval/return/max"}
+    assert set(run.logged[2][1]) == {
+        "eval/return/mean",
+        "eval/return/min",
+        "eval/return/max",
+        f"{SEED0}/eval/return",
+        f"{SEED1}/eval/return",
+    }
 
 
 # ------------------------------------------------------------------------------------ ThreadedSink
@@ -434,6 +498,25 @@ def test_threaded_delivers_every_record_in_order():
     assert [r.iteration for r in inner.records] == list(range(200))
     assert [float(r.metrics["x"][0]) for r in inner.records] == [float(i) for i in range(200)]
     assert inner.closed == 1
+
+
+def test_threaded_write_many_is_one_item_delivered_whole():
+    inner = ListSink()
+    sink = ThreadedSink(inner, max_queue=1)
+    sink.write_many([small(i) for i in range(5)])  # one queue item despite max_queue=1
+    sink.write(small(5))
+    sink.close()
+    assert [r.iteration for r in inner.records] == list(range(6))
+
+
+def test_write_records_falls_back_to_write():
+    inner = ListSink()  # has no write_many
+    sinks.write_records(inner, [small(1), small(2)])
+    assert [r.iteration for r in inner.records] == [1, 2]
+    multi = MultiSink([ListSink(), CSVSink.__new__(CSVSink)])
+    with pytest.raises(AttributeError):  # a half-built CSVSink: the first sink still gets them
+        multi.write_many([small(3)])
+    assert [r.iteration for r in multi.sinks[0].records] == [3]
 
 
 class BlockedSink(ListSink):
@@ -513,8 +596,8 @@ def test_threaded_tensorboard(tmp_path):
     for rec in three_records():
         sink.write(rec)
     sink.close()
-    (path,) = event_files(tmp_path)
-    assert scalars(read_events(path))["eval/return/max"] == [(100, 0.5), (200, 1.5), (300, 8.0)]
+    (path,) = event_files(tmp_path / SEED1)
+    assert scalars(read_events(path))["eval/return"] == [(100, 0.25), (200, 1.5), (300, 8.0)]
 
 
 # ----------------------------------------------------------------------------------- MultiSink
@@ -573,8 +656,8 @@ def test_make_sinks_writes_every_file(tmp_path):
     sink.close()
     assert len(lines(tmp_path / "metrics.csv")) == 1 + 3 * 2
     assert len(lines(tmp_path / "metrics.jsonl")) == 3 * 2
-    (path,) = event_files(tmp_path / "tb")
-    assert scalars(read_events(path))["train/loss/min"] == [(100, 1.0), (200, 2.0)]
+    (path,) = event_files(tmp_path / "tb" / SEED1)
+    assert scalars(read_events(path))["train/loss"] == [(100, 3.0), (200, 2.0)]
 
 
 def test_make_sinks_resume(tmp_path):
@@ -593,7 +676,8 @@ def test_make_sinks_resume(tmp_path):
     sink.close()
     assert len(lines(tmp_path / "metrics.csv")) == 1 + 2
     assert len(lines(tmp_path / "metrics.jsonl")) == 2
-    assert read_events(event_files(tmp_path / "tb")[1])[1].step == 101
+    for name in (SEED0, SEED1):  # the purge is written when the sink opens
+        assert read_events(event_files(tmp_path / "tb" / name)[1])[1].step == 101
 
 
 def test_make_sinks_wandb(tmp_path, fake_wandb):
@@ -618,6 +702,10 @@ def test_make_sinks_wandb(tmp_path, fake_wandb):
                 "eval/return/mean": 0.375,
                 "eval/return/min": 0.25,
                 "eval/return/max": 0.5,
+                f"{SEED0}/train/loss": 1.0,
+                f"{SEED0}/eval/return": 0.5,
+                f"{SEED1}/train/loss": 3.0,
+                f"{SEED1}/eval/return": 0.25,
             },
         )
     ]
@@ -668,10 +756,11 @@ def kept_scalars(logdir):
 
 
 def test_tensorboard_in_a_run_and_its_resume(tmp_path):
-    """`log=["tensorboard"]` in a real run writes the mean/min/max of every metric over the
-    runs at each report's env steps, as metrics.csv has them. Continued from its checkpoint
-    after 1024 steps, the finished run replays the rest: TensorBoard then shows the curves of
-    the run once, the first file's later steps purged by the resumed file."""
+    """`log=["tensorboard"]` in a real run writes one TensorBoard run per seed holding every
+    iteration's metrics (3 reports of 2 iterations), the same values as metrics.csv.
+    Continued from its checkpoint after 1024 steps, the finished run replays the rest:
+    TensorBoard then shows each seed's curves once, the first file's later steps purged by
+    the resumed file."""
     import csv
 
     import jrl
@@ -683,28 +772,59 @@ def test_tensorboard_in_a_run_and_its_resume(tmp_path):
         seeds=2,
         out=run,
         total_steps=3072,
-        num_reports=6,
+        num_reports=3,
         checkpoint_every=1024,
         keep_checkpoints=5,
         log=["tensorboard"],
         progress=False,
     )
-    whole = kept_scalars(run / "tb")
+    assert sorted(p.name for p in (run / "tb").iterdir()) == ["seed0", "seed1"]
+    whole = {seed: kept_scalars(run / "tb" / f"seed{seed}") for seed in (0, 1)}
     rows = list(csv.DictReader((run / "metrics.csv").open()))
     steps = [512 * i for i in range(1, 7)]
-    for stat, reduce in (("mean", np.mean), ("min", np.min), ("max", np.max)):
-        expected = [
-            reduce([float(r["train/loss"]) for r in rows if int(r["env_steps"]) == s])
-            for s in steps
-        ]
-        got = whole[f"train/loss/{stat}"]
+    assert [int(r["env_steps"]) for r in rows if r["seed"] == "0"] == steps  # every iteration
+    for seed in (0, 1):
+        got = whole[seed]["train/loss"]
         assert [s for s, _ in got] == steps
+        expected = [float(r["train/loss"]) for r in rows if r["seed"] == str(seed)]
         np.testing.assert_allclose([v for _, v in got], expected, rtol=1e-6)
 
     jrl.experiment.resume(run, step=2, keep_checkpoints=5, progress=False)  # replays 1536..3072
-    files = event_files(run / "tb")
-    assert len(files) == 2
-    resumed = read_events(files[1])
-    assert any(e.HasField("session_log") and e.step == 1025 for e in resumed)
-    assert {s for s, _ in scalars(resumed)["train/loss/mean"]} == set(steps[2:])
-    assert kept_scalars(run / "tb") == whole  # each step once, with the same values
+    for seed in (0, 1):
+        files = event_files(run / "tb" / f"seed{seed}")
+        assert len(files) == 2
+        resumed = read_events(files[1])
+        assert any(e.HasField("session_log") and e.step == 1025 for e in resumed)
+        assert {s for s, _ in scalars(resumed)["train/loss"]} == set(steps[2:])
+        assert kept_scalars(run / "tb" / f"seed{seed}") == whole[seed]  # each step once
+
+
+def test_log_every_thins_what_the_sinks_get_and_keeps_each_report(tmp_path):
+    """log_every=1536 env steps (3 iterations of 512) writes iterations 3 and 6, and each
+    report's last iteration (2, 4, 6), to every sink; a sweep gets one TensorBoard run per
+    seed and value. The in-memory history still has every iteration."""
+    import jrl
+
+    result = jrl.train(
+        "ppo",
+        "CartPole-v1",
+        seeds=1,
+        out=tmp_path / "run",
+        total_steps=3072,
+        num_reports=3,
+        log=["jsonl", "tensorboard"],
+        log_every=1536,
+        sweep={"learning_rate": (1e-3, 3e-4)},
+        progress=False,
+    )
+    assert result.metrics["train/loss"].shape == (2, 6)
+    expected = [512 * i for i in (2, 3, 4, 6)]
+    csv_rows = lines(tmp_path / "run" / "metrics.csv")[1:]
+    assert [int(row.split(",")[4]) for row in csv_rows] == [s for s in expected for _ in (0, 1)]
+    jsonl = [json.loads(line) for line in lines(tmp_path / "run" / "metrics.jsonl")]
+    assert [obj["env_steps"] for obj in jsonl] == [s for s in expected for _ in (0, 1)]
+    tb = tmp_path / "run" / "tb"
+    names = ["seed0-learning_rate=0.0003", "seed0-learning_rate=0.001"]
+    assert sorted(p.name for p in tb.iterdir()) == names
+    for name in names:
+        assert [s for s, _ in kept_scalars(tb / name)["train/loss"]] == expected

@@ -1,5 +1,5 @@
 """Networks as config values: the torsos of jrl.networks.TORSOS (MLP, LayerNorm MLP, MinAtar
-and Nature CNNs), a shared actor-critic torso, a user's own torso, end to end."""
+and Nature CNNs, IMPALA ResNet), a shared actor-critic torso, a user's own torso, end to end."""
 
 import json
 
@@ -17,6 +17,7 @@ SHAPES = {
     "layernorm_mlp": (4,),
     "minatar_cnn": (10, 10, 4),
     "nature_cnn": (84, 84, 4),
+    "impala_resnet": (64, 64, 3),
 }
 
 
@@ -39,12 +40,42 @@ def test_every_torso_in_actor_critic_and_q_networks(torso):
     assert q.apply(q.init(jax.random.key(0), jnp.zeros((1,) + shape)), obs).shape == (2, 5, 3)
 
 
+def test_impala_resnet_shapes_and_residual_blocks():
+    """Three stages (16, 32, 32 channels): 64x64 halves to 32, 16, 8; each stage has a conv and
+    two blocks of two convs (15 convs); extra leading dims pass through."""
+    net = networks.make_torso("impala_resnet", (256,), "relu", 3)
+    x = jnp.zeros((2, 5, 64, 64, 3))
+    params = net.init(jax.random.key(0), x)
+    convs = [k for k in params["params"] if k.startswith("Conv_")]
+    assert len(convs) == 15
+    assert params["params"]["Conv_14"]["kernel"].shape == (3, 3, 32, 32)
+    dense = params["params"]["MLP_0"]["Dense_0"]["kernel"]
+    assert dense.shape == (8 * 8 * 32, 256)
+    assert net.apply(params, x).shape == (2, 5, 256)
+
+
+def test_layer_norm_reaches_the_cnn_torso_or_is_refused():
+    """PQN's layer_norm switch puts a LayerNorm after each conv and hidden Dense of a CNN torso
+    too; a torso without the option is refused rather than built without it."""
+    q = networks.QNetwork(3, (32,), "relu", 3, layer_norm=True, torso="minatar_cnn")
+    p = q.init(jax.random.key(0), jnp.zeros((1, 10, 10, 4)))["params"]["ConvTorso_0"]
+    assert "LayerNorm_0" in p and "LayerNorm_0" in p["MLP_0"]
+    plain = networks.QNetwork(3, (32,), "relu", 3, torso="minatar_cnn")
+    assert (
+        "LayerNorm_0"
+        not in plain.init(jax.random.key(0), jnp.zeros((1, 10, 10, 4)))["params"]["ConvTorso_0"]
+    )
+    resnet = networks.QNetwork(3, (32,), "relu", 3, layer_norm=True, torso="impala_resnet")
+    with pytest.raises(ValueError, match="'impala_resnet' torso has no layer_norm option"):
+        resnet.init(jax.random.key(0), jnp.zeros((1, 16, 16, 3)))
+
+
 def test_layernorm_torso_normalises_hidden_layers():
     mlp = networks.make_torso("layernorm_mlp", (8,), "tanh", 1)
     p = mlp.init(jax.random.key(0), jnp.zeros((1, 3)))
     assert "LayerNorm_0" in p["params"]
-    with pytest.raises(ValueError, match="unknown torso 'resnet'"):
-        networks.make_torso("resnet", (8,), "tanh", 1)
+    with pytest.raises(ValueError, match="unknown torso 'resnet50'"):
+        networks.make_torso("resnet50", (8,), "tanh", 1)
     with pytest.raises(ValueError, match="needs image observations"):
         networks.make_torso("nature_cnn", (8,), "relu", 1).init(
             jax.random.key(0), jnp.zeros((1, 4))
@@ -55,7 +86,7 @@ def test_torso_is_a_config_value_with_a_clear_error():
     config = experiment.make_config("ppo", "CartPole-v1", torso="layernorm_mlp", shared_torso=True)
     assert config.torso == "layernorm_mlp" and config.shared_torso
     with pytest.raises(ValueError, match="torso must be one of"):
-        experiment.make_config("dqn", "CartPole-v1", torso="resnet")
+        experiment.make_config("dqn", "CartPole-v1", torso="resnet50")
 
 
 def test_a_users_flax_torso_trains_and_is_recorded(tmp_path, monkeypatch):
@@ -102,3 +133,25 @@ def test_ppo_with_a_minatar_cnn_end_to_end(tmp_path):
     assert stats["env_id"] == "gymnax:Breakout-MinAtar" and len(stats["runs"]) == 1
     policy = jrl.load_policy(export.export_policy(run, tmp_path / "policy"))
     assert policy(jnp.zeros((3, 10, 10, 4), bool)).shape == (3,)
+
+
+@pytest.mark.parametrize("agent", ["ppo", "dqn", "pqn"])
+def test_minatar_presets_pick_the_minatar_network_and_train(agent):
+    """Every MinAtar env has a preset with the MinAtar network (a CNN torso on the 10x10
+    images); one short run of each agent on it trains and gives finite losses."""
+    from jrl.config import MINATAR_ENVS
+
+    for env_id in MINATAR_ENVS:
+        config = experiment.make_config(agent, env_id)
+        assert (config.torso, config.hidden_sizes, config.activation) == (
+            "minatar_cnn",
+            (128,),
+            "relu",
+        )
+    short = {"ppo": {"num_envs": 8, "num_steps": 32}, "pqn": {"num_envs": 8, "num_steps": 32}}
+    short["dqn"] = {"learning_starts": 64, "buffer_size": 1024}
+    res = jrl.train(
+        agent, "gymnax:Breakout-MinAtar", total_steps=512, progress=False, **short[agent]
+    )
+    assert res.config.torso == "minatar_cnn"
+    assert np.isfinite(res.metrics["train/loss"]).all()
