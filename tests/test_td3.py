@@ -69,6 +69,7 @@ def test_learn_matches_a_reference(agent, actor_due, learn_reference):
     items = _batch()
     key = jax.random.key(5)
     new, metrics, _ = built.agent.learn(state, buffers.Sample(items, None, None), key)
+    assert int(new.num_updates) == int(state.num_updates) + 1
 
     def ref_critic_loss(critic_params):
         eps = jax.vmap(lambda k: jax.random.normal(k, (1,)))(jax.random.split(key, 6))
