@@ -24,7 +24,17 @@ from typing import Any, Callable
 
 from jrl import names as _names
 
-__all__ = ["AgentEntry", "BUILTIN", "UnknownAgentError", "get", "names", "register", "summary"]
+__all__ = [
+    "AgentEntry",
+    "BUILTIN",
+    "UnknownAgentError",
+    "check_action_space",
+    "fitting",
+    "get",
+    "names",
+    "register",
+    "summary",
+]
 
 BUILTIN: dict[str, str] = {
     "ppo": "jrl.agents.ppo:PPOConfig",
@@ -35,6 +45,9 @@ BUILTIN: dict[str, str] = {
     "rainbow": "jrl.agents.dqn:RainbowConfig",
     "pqn": "jrl.agents.pqn:PQNConfig",
     "reinforce": "jrl.agents.reinforce:REINFORCEConfig",
+    "sac": "jrl.agents.sac:SACConfig",
+    "td3": "jrl.agents.td3:TD3Config",
+    "ddpg": "jrl.agents.ddpg:DDPGConfig",
 }
 """Built-in agent name -> ``"module:ConfigClass"``; the module defines ``build``."""
 
@@ -124,6 +137,31 @@ def _module_of(name: str) -> str:
     if name in _ENTRIES:
         return _ENTRIES[name].build.__module__
     return BUILTIN[name].split(":")[0]
+
+
+def fitting(space: Any) -> list[str]:
+    """The registered agents whose config declares they act in ``space``'s class
+    (``ACTION_SPACES``; agents that declare nothing are left out)."""
+    out = []
+    for name in names():
+        accepted = get(name).config_cls.ACTION_SPACES
+        if accepted is not None and isinstance(space, accepted):
+            out.append(name)
+    return out
+
+
+def check_action_space(name: str, space: Any, env_id: str) -> None:
+    """``ValueError`` (one line) when agent ``name`` does not act in ``space``, the action
+    space of ``env_id``: it names the space and the agents that do."""
+    accepted = get(name).config_cls.ACTION_SPACES
+    if accepted is None or isinstance(space, accepted):
+        return
+    kinds = " or ".join(cls.__name__ for cls in accepted)
+    fit = fitting(space)
+    raise ValueError(
+        f"{name} needs a {kinds} action space, but {env_id} has {space!r}; "
+        f"agents for a {type(space).__name__} action space: {', '.join(fit) or 'none'}"
+    )
 
 
 def names() -> list[str]:

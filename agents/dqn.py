@@ -34,7 +34,7 @@ import jax.numpy as jnp
 import optax
 from flax import struct
 
-from jrl import buffers, distributional, networks, parallel
+from jrl import buffers, distributional, networks, parallel, spaces
 from jrl.agent import Agent, EnvSpec, Learned
 from jrl.builders import Built, training_env
 from jrl.config import (
@@ -327,6 +327,7 @@ class DQNConfig(EpsilonGreedyConfig, ReplayConfig):
     """DQN settings: 8 envs x 4 steps, then 2 updates of 128 (replay ratio 8), Double DQN."""
 
     HPARAMS: ClassVar[type] = DQNHParams
+    ACTION_SPACES: ClassVar[tuple[type, ...]] = (spaces.Discrete,)
     PRESETS: ClassVar[dict[str, dict]] = {
         "CartPole-v1": CLASSIC_CONTROL,
         "Acrobot-v1": CLASSIC_CONTROL,

@@ -47,7 +47,7 @@ import jax
 import jax.numpy as jnp
 from flax import struct
 
-from jrl import networks, parallel, returns
+from jrl import networks, parallel, returns, spaces
 from jrl.agent import Agent, EnvSpec, Learned
 from jrl.builders import Built, training_env
 from jrl.config import (
@@ -119,6 +119,7 @@ class PQNConfig(EpsilonGreedyConfig, RolloutConfig):
     2 x 128 hidden units, epsilon_end 0.01 (training returns are measured with exploration on)."""
 
     HPARAMS: ClassVar[type] = PQNHParams
+    ACTION_SPACES: ClassVar[tuple[type, ...]] = (spaces.Discrete,)
     PRESETS: ClassVar[dict[str, dict]] = {
         "CartPole-v1": {},
         **presets_for(MINATAR_ENVS, MINATAR),

@@ -43,6 +43,9 @@ CONFIGS = {
     "c51-cartpole": ("c51", "CartPole-v1", 100_000, 8, {}),
     "qrdqn-cartpole": ("qrdqn", "CartPole-v1", 100_000, 16, {}),
     "dqn-acrobot": ("dqn", "Acrobot-v1", 60_000, 8, {}),
+    "sac-pendulum": ("sac", "Pendulum-v1", 20_000, 4, {}),
+    "td3-pendulum": ("td3", "Pendulum-v1", 30_000, 4, {}),
+    "ddpg-pendulum": ("ddpg", "Pendulum-v1", 30_000, 4, {}),
     # tests/test_learning.py::test_sweep_learning_rate_in_one_program: a useless and a good rate
     "ppo-lr-sweep": (
         "ppo",

@@ -3,7 +3,8 @@
 They check one property of a learner each, fast (in the spirit of Andy
 Jones' "debugging RL" probes).
 
-``TruncationProbe-v0``: reward 1 on every step, never terminates, cut by the
+``TruncationProbe-v0`` (and ``ContinuousTruncationProbe-v0``, the same with a Box action
+for the continuous-action agents): reward 1 on every step, never terminates, cut by the
 time limit after ``horizon`` steps (truncated). The observation is the
 fraction of the episode elapsed, ``t / horizon``, so a learner *could* fit a
 value that shrinks toward the end. Because truncation is not termination,
@@ -33,7 +34,7 @@ from jrl import spaces
 from jrl.env import Environment
 from jrl.types import ACTION_MASK, OBSERVATION
 
-__all__ = ["MaskedProbe", "TruncationProbe"]
+__all__ = ["ContinuousTruncationProbe", "MaskedProbe", "TruncationProbe"]
 
 
 @struct.dataclass
@@ -76,6 +77,16 @@ class TruncationProbe(Environment):
 
     def action_space(self, params=None):
         return spaces.Discrete(2)
+
+
+class ContinuousTruncationProbe(TruncationProbe):
+    """``TruncationProbe-v0`` with one continuous action in [-1, 1] (ignored), for the
+    continuous-action agents: the correct ``Q(s, a)`` is ``1 / (1 - gamma)`` everywhere."""
+
+    id = "ContinuousTruncationProbe-v0"
+
+    def action_space(self, params=None):
+        return spaces.Box(-1.0, 1.0, (1,), jnp.float32)
 
 
 @struct.dataclass

@@ -5,7 +5,7 @@ first use) and a time limit. :func:`make` returns ``(env, params)``: the
 environment wrapped in its :class:`~jrl.wrappers.TimeLimit` (no auto-reset,
 no batching; see :func:`jrl.wrappers.wrap_for_training`) and its default
 parameters with any overrides applied. Ids prefixed ``gymnax:`` adapt a
-gymnax environment on the fly.
+gymnax environment on the fly, ``brax:`` a brax one (the optional ``brax`` extra).
 """
 
 from __future__ import annotations
@@ -42,6 +42,7 @@ class EnvEntry:
 
 _REGISTRY: dict[str, EnvEntry] = {}
 GYMNAX_PREFIX = "gymnax:"
+BRAX_PREFIX = "brax:"
 
 
 def register(
@@ -53,8 +54,11 @@ def register(
     **kwargs: Any,
 ) -> EnvEntry:
     """Registers an environment under ``id``; ``make(id)`` then builds it."""
-    if not isinstance(id, str) or not id or id.startswith(GYMNAX_PREFIX):
-        raise ValueError(f"invalid env id {id!r} (non-empty, not starting with {GYMNAX_PREFIX!r})")
+    if not isinstance(id, str) or not id or id.startswith((GYMNAX_PREFIX, BRAX_PREFIX)):
+        raise ValueError(
+            f"invalid env id {id!r} (non-empty, not starting with {GYMNAX_PREFIX!r} or "
+            f"{BRAX_PREFIX!r})"
+        )
     if id in _REGISTRY and not overwrite:
         raise ValueError(f"env id {id!r} is already registered (pass overwrite=True to replace it)")
     if max_episode_steps is not None and int(max_episode_steps) <= 0:
@@ -65,7 +69,8 @@ def register(
 
 
 def names() -> list[str]:
-    """Registered ids, sorted (gymnax ids are available on top, as ``gymnax:<name>``)."""
+    """Registered ids, sorted (gymnax and brax ids are available on top, as ``gymnax:<name>``
+    and ``brax:<name>``)."""
     return sorted(_REGISTRY)
 
 
@@ -75,6 +80,10 @@ def entry(id: str) -> EnvEntry:
         from jrl.envs.gymnax_adapter import gymnax_entry
 
         return gymnax_entry(id[len(GYMNAX_PREFIX) :])
+    if id.startswith(BRAX_PREFIX):
+        from jrl.envs.brax_adapter import brax_entry
+
+        return brax_entry(id[len(BRAX_PREFIX) :])
     if id not in _REGISTRY:
         raise UnknownEnvError(id, sorted(_REGISTRY))
     return _REGISTRY[id]
@@ -91,7 +100,10 @@ class UnknownEnvError(KeyError, ValueError):
     def __init__(self, id: str, known: list[str], prefix: str = "", listing: str | None = None):
         hint = _names.did_you_mean(id, known, prefix=prefix)
         if listing is None:
-            listing = f"Registered: {', '.join(known)}; gymnax envs as '{GYMNAX_PREFIX}<name>'."
+            listing = (
+                f"Registered: {', '.join(known)}; gymnax envs as '{GYMNAX_PREFIX}<name>', "
+                f"brax envs as '{BRAX_PREFIX}<name>'."
+            )
         self.message = f"unknown environment {prefix + id!r}.{hint} {listing}"
         super().__init__(self.message)
 
@@ -105,7 +117,8 @@ def make(
     """Builds a registered environment: returns ``(env, params)``.
 
     Args:
-      id: a registered id (``jrl.envs.names()``) or ``"gymnax:<name>"``.
+      id: a registered id (``jrl.envs.names()``), ``"gymnax:<name>"`` or ``"brax:<name>"``
+        (the ``brax`` extra).
       max_episode_steps: replaces the registered time limit.
       check: wrap in :class:`~jrl.wrappers.CheckActions` (actions outside the
         action space raise; slow, for debugging).
@@ -178,6 +191,7 @@ def _register_builtins() -> None:
         ("MountainCarContinuous-v0", "jrl.envs.mountain_car:MountainCarContinuous", 999),
         ("Pendulum-v1", "jrl.envs.pendulum:Pendulum", 200),
         ("TruncationProbe-v0", "jrl.envs.probes:TruncationProbe", 20),
+        ("ContinuousTruncationProbe-v0", "jrl.envs.probes:ContinuousTruncationProbe", 20),
         ("MaskedProbe-v0", "jrl.envs.probes:MaskedProbe", None),
         ("MemoryChain-v0", "jrl.envs.memory:MemoryChain", None),
         ("CartPoleNoVel-v1", "jrl.envs.memory:CartPoleNoVel", 500),

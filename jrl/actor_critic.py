@@ -32,7 +32,7 @@ import jax
 import jax.numpy as jnp
 from flax import struct
 
-from jrl import buffers, networks, parallel, returns
+from jrl import buffers, networks, parallel, returns, spaces
 from jrl.agent import Agent, EnvSpec, Learned, Recurrent
 from jrl.config import Check, RolloutConfig
 from jrl.learner import apply_gradients, minibatch_epochs, scheduled_lr
@@ -132,6 +132,7 @@ class ActorCriticConfig(RolloutConfig):
     """Settings shared by on-policy actor-critic agents (PPO, A2C, REINFORCE)."""
 
     HPARAMS: ClassVar[type] = ActorCriticHParams
+    ACTION_SPACES: ClassVar[tuple[type, ...]] = (spaces.Discrete, spaces.MultiDiscrete, spaces.Box)
 
     vf_coef: float = 0.5
     """Value loss coefficient (sweepable)."""

@@ -18,14 +18,15 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from jrl import networks, spaces
+from jrl import buffers, networks, spaces
 from jrl.actor_critic import ActorCriticConfig, AdvantageFn, LossFn, make_actor_critic
 from jrl.agent import Agent, EnvSpec
 from jrl.config import AgentConfig, envs_per_device
-from jrl.loops import Algorithm, on_policy
+from jrl.continuous import ActionScale, ContinuousConfig
+from jrl.loops import Algorithm, ReplaySchedule, off_policy, on_policy
 from jrl.wrappers import ClipAction, wrap_for_training
 
-__all__ = ["Built", "build_on_policy", "training_env"]
+__all__ = ["Built", "build_continuous", "build_on_policy", "training_env"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -113,3 +114,39 @@ def _actor_critic_network(config: ActorCriticConfig, spec: EnvSpec, num_devices:
         obs_ndim,
         *head,
     )
+
+
+def build_continuous(
+    config: ContinuousConfig,
+    env,
+    env_params,
+    num_devices: int = 1,
+    agent_name: str = "this agent",
+) -> Built:
+    """Assembles an off-policy continuous-control agent (SAC, TD3, DDPG) on ``env``, whose
+    action space must be a bounded 1-D Box: the training env, the agent from
+    ``config.make_agent(ActionScale, obs_ndim) -> (agent, networks)``, a uniform replay
+    buffer stratified by env (so D devices sample what one device does) and
+    :func:`jrl.loops.off_policy`."""
+    config.validate()
+    scale = ActionScale.from_space(env.action_space(env_params), agent_name)
+    local_envs = envs_per_device(config.num_envs, num_devices)
+    if config.batch_size % config.num_envs or config.buffer_size % config.num_envs:
+        raise ValueError(
+            f"{agent_name} samples the same number of items from every env: batch_size "
+            f"({config.batch_size}) and buffer_size ({config.buffer_size}) must be multiples "
+            f"of num_envs ({config.num_envs})"
+        )
+    env, spec = training_env(config, env, env_params, num_devices)
+    agent, network = config.make_agent(scale, max(len(spec.observation_space.shape), 1))
+    buffer = buffers.uniform_buffer(config.buffer_size // num_devices, stratify=local_envs)
+    schedule = ReplaySchedule(
+        config.steps_per_iteration,
+        config.updates_per_iteration,
+        config.learning_starts,
+        config.batch_size,
+    )
+    algorithm = off_policy(
+        agent, env, buffer, schedule, env_params=env_params, num_devices=num_devices
+    )
+    return Built(algorithm, agent, env, env_params, spec, network)

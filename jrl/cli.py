@@ -40,8 +40,10 @@ def _fail(message: str) -> int:
 
 
 def cmd_envs(args: Sequence[str]) -> int:
-    """Prints a table of registered envs: id, observation space, action space, source."""
+    """Prints a table of registered envs: id, observation space, action space, source (and the
+    brax envs, by name, when the brax extra is installed)."""
     import jrl.envs
+    from jrl.envs.registry import BRAX_PREFIX
 
     p = argparse.ArgumentParser(prog="jrl envs", description="List registered environments.")
     p.add_argument(
@@ -59,7 +61,16 @@ def cmd_envs(args: Sequence[str]) -> int:
         import gymnax
 
         ids = ids + [f"gymnax:{n}" for n in gymnax.registered_envs]
+    try:  # the optional brax extra: its envs as brax:<name> when it is installed
+        from jrl.envs.brax_adapter import brax_names
+
+        ids = ids + [BRAX_PREFIX + n for n in brax_names()]
+    except ImportError:
+        pass
     for env_id in ids:
+        if env_id.startswith(BRAX_PREFIX):  # building one takes seconds: listed by name
+            rows.append((env_id, "(built on first use)", "Box", "brax"))
+            continue
         try:
             env, params = jrl.envs.make(env_id)
             observation, action = env.observation_space(params), env.action_space(params)
@@ -138,7 +149,7 @@ class CLIOptions:
     """``jrl train``'s own flags (the run options and the config come from their dataclasses)."""
 
     env: str = "CartPole-v1"
-    """Environment id (see `jrl envs`), or gymnax:<name>."""
+    """Environment id (see `jrl envs`), gymnax:<name>, or brax:<name> (the brax extra)."""
     out: str | None = None
     """Run folder to write (default runs/AGENT-ENV-seedS, or -seedsS-T for several seeds, with
     -2, -3... when it exists; runs/latest points at the newest)."""

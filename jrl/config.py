@@ -159,6 +159,10 @@ class AgentConfig:
     its field names are the config fields that can be swept in one compiled program."""
     RETIRED_FIELDS: ClassVar[tuple[str, ...]] = ()
     """Fields older versions of this config had; ignored when an old run record is read."""
+    ACTION_SPACES: ClassVar[tuple[type, ...] | None] = None
+    """The action space classes (``jrl.spaces``) the agent can act in; None: not declared
+    (the agent's ``build`` decides). ``jrl.agents.check_action_space`` refuses an env whose
+    action space is not one of them, naming the agents that fit it."""
 
     total_steps: int = 500_000
     """Environment steps to train for, summed over envs (per seed)."""
@@ -232,6 +236,12 @@ class AgentConfig:
     def validate(self) -> None:
         """Raises ValueError naming the first inconsistent or out-of-range field."""
         check(self.checks())
+
+    def env_checks(self, action_space: Any, agent: str = "this agent") -> list[Check]:
+        """``(condition, message)`` pairs about the env's action space that the action space
+        classes of ``ACTION_SPACES`` do not settle (e.g. finite bounds; ``agent``: the name
+        the messages use); none by default."""
+        return []
 
     def _one_iteration(self, what: str) -> Check:
         return (

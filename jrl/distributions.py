@@ -217,7 +217,16 @@ class TanhNormal:
 
     def sample_and_log_prob(self, key: Array) -> tuple[Array, Array]:
         """``([..., A] action in [low, high], [...] log-probability)``."""
-        u = self.base.sample(key)
+        return self._at(self.base.sample(key))
+
+    def from_noise(self, eps: Array) -> tuple[Array, Array]:
+        """``(action, log-probability)`` of the pre-squash sample ``u = mean + std * eps``,
+        for standard normals ``eps [..., A]`` the caller drew (e.g. one key per item);
+        differentiable in ``mean`` and ``log_std`` (reparameterisation)."""
+        return self._at(self.mean + jnp.exp(self.log_std) * eps)
+
+    def _at(self, u: Array) -> tuple[Array, Array]:
+        """The squashed action and its exact log-density at the pre-squash sample ``u``."""
         return self._squash(u), self.base.log_prob(u) - self._log_det_jacobian(u)
 
     def sample(self, key: Array) -> Array:

@@ -32,7 +32,7 @@ import jrl.agents
 import jrl.envs
 from jrl import names, plugins, run_folder, training
 from jrl.checkpoint import CheckpointError
-from jrl.config import coerce_field
+from jrl.config import check, coerce_field
 from jrl.options import RECORDED, RunOptions, RunSpec
 from jrl.result import RETURN_KEY, TrainResult, sweep_groups
 from jrl.run import anakin
@@ -49,6 +49,7 @@ __all__ = [
     "RunSpec",
     "TrainResult",
     "TrainingInterrupted",
+    "check_env",
     "evaluate_run",
     "load_run",
     "make_config",
@@ -93,6 +94,16 @@ def make_config(agent: str, env_id: str, **overrides: Any):
     config = config_cls(**values)
     config.validate()
     return config
+
+
+def check_env(spec: RunSpec) -> None:
+    """``ValueError`` (before any folder is touched) when the run's agent cannot act in its
+    env's action space (:func:`jrl.agents.check_action_space`, naming the agents that can) or
+    its config refuses the space (``env_checks``, e.g. a Box with infinite bounds)."""
+    env, env_params = jrl.envs.make(spec.env_id, **spec.options.env_overrides)
+    space = env.action_space(env_params)
+    jrl.agents.check_action_space(spec.agent, space, spec.env_id)
+    check(spec.config.env_checks(space, spec.agent))
 
 
 def _split_options(kwargs: dict[str, Any], options: RunOptions | None) -> tuple[RunOptions, dict]:
@@ -181,6 +192,7 @@ def train(
         anakin.make_mesh(opts.devices)
     spec = RunSpec(agent, env, make_config(agent, env, **overrides), opts)
     spec.check_sweep(overrides)
+    check_env(spec)
     if out is None or jax.process_index() != 0:  # only process 0 writes the run folder
         return training.execute(spec, None)
     out_path = Path(out)

@@ -29,11 +29,15 @@ __all__ = [
     "TORSOS",
     "ActorCritic",
     "CORES",
+    "ContinuousQ",
     "ConvTorso",
+    "DeterministicActor",
     "NoisyDense",
     "PolicyHead",
+    "QEnsemble",
     "QNetwork",
     "RecurrentActorCritic",
+    "SquashedGaussianActor",
     "activation",
     "example_observation",
     "initial_core_state",
@@ -474,3 +478,91 @@ class QNetwork(nn.Module):
         )
         q = value + advantage - advantage.mean(axis=-2, keepdims=True)  # [..., A, K]
         return q[..., 0] if num_atoms == 1 else q
+
+
+# ---------------------------------------------------------------------------
+# Continuous control: Q(obs, action) ensembles and actors acting in [-1, 1]
+# ---------------------------------------------------------------------------
+
+
+class ContinuousQ(nn.Module):
+    """``Q(obs, action)`` for Box actions: ``obs [..., *obs_shape]`` (its trailing ``obs_ndim``
+    dims flattened) and ``action [..., A]`` concatenated, an MLP (flax's default init;
+    ``layer_norm``: a LayerNorm after each hidden Dense), a Dense to one value ``[...]``."""
+
+    hidden_sizes: Sequence[int] = (256, 256)
+    activation: str = "relu"
+    obs_ndim: int = 1
+    layer_norm: bool = False
+
+    @nn.compact
+    def __call__(self, obs: jax.Array, action: jax.Array) -> jax.Array:
+        obs = jnp.asarray(obs, jnp.float32)
+        batch = obs.shape[: obs.ndim - self.obs_ndim]
+        x = jnp.concatenate([obs.reshape(batch + (-1,)), jnp.asarray(action, jnp.float32)], -1)
+        x = MLP(self.hidden_sizes, self.activation, 1, self.layer_norm, orthogonal=False)(x)
+        return nn.Dense(1)(x)[..., 0]
+
+
+class QEnsemble(nn.Module):
+    """``num_critics`` independent :class:`ContinuousQ` networks as one vmapped module:
+    ``(obs, action) -> q [num_critics, ...]``; every parameter has a leading
+    ``[num_critics]`` axis. (flax's default init draws no QR, so a vmapped init is safe.)"""
+
+    num_critics: int = 2
+    hidden_sizes: Sequence[int] = (256, 256)
+    activation: str = "relu"
+    obs_ndim: int = 1
+    layer_norm: bool = False
+
+    @nn.compact
+    def __call__(self, obs: jax.Array, action: jax.Array) -> jax.Array:
+        ensemble = nn.vmap(
+            ContinuousQ,
+            variable_axes={"params": 0},
+            split_rngs={"params": True},
+            in_axes=None,
+            out_axes=0,
+            axis_size=self.num_critics,
+        )
+        return ensemble(self.hidden_sizes, self.activation, self.obs_ndim, self.layer_norm)(
+            obs, action
+        )
+
+
+class DeterministicActor(nn.Module):
+    """``obs -> tanh(Dense(MLP(obs)))``: actions ``[..., action_dim]`` in ``[-1, 1]``
+    (TD3, DDPG)."""
+
+    action_dim: int
+    hidden_sizes: Sequence[int] = (256, 256)
+    activation: str = "relu"
+    obs_ndim: int = 1
+    layer_norm: bool = False
+
+    @nn.compact
+    def __call__(self, obs: jax.Array) -> jax.Array:
+        x = MLP(self.hidden_sizes, self.activation, self.obs_ndim, self.layer_norm, False)(obs)
+        return jnp.tanh(nn.Dense(self.action_dim)(x))
+
+
+LOG_STD_MIN, LOG_STD_MAX = -5.0, 2.0
+"""The range :class:`SquashedGaussianActor` clips its log-std to."""
+
+
+class SquashedGaussianActor(nn.Module):
+    """``obs -> TanhNormal(mean, log_std)`` on ``[-1, 1]^action_dim`` (SAC): a state-dependent
+    mean and log-std (clipped to [LOG_STD_MIN, LOG_STD_MAX]) from one MLP."""
+
+    action_dim: int
+    hidden_sizes: Sequence[int] = (256, 256)
+    activation: str = "relu"
+    obs_ndim: int = 1
+    layer_norm: bool = False
+
+    @nn.compact
+    def __call__(self, obs: jax.Array) -> distributions.TanhNormal:
+        x = MLP(self.hidden_sizes, self.activation, self.obs_ndim, self.layer_norm, False)(obs)
+        mean = nn.Dense(self.action_dim)(x)
+        log_std = jnp.clip(nn.Dense(self.action_dim)(x), LOG_STD_MIN, LOG_STD_MAX)
+        return distributions.TanhNormal(mean, log_std)

@@ -122,3 +122,18 @@ class LearnReference:
 @pytest.fixture
 def learn_reference():
     return LearnReference
+
+
+def _env_for(agent: str) -> str:
+    """The reference env of an agent in the tests parametrised over every agent: CartPole-v1
+    for those that act in a Discrete action space, Pendulum-v1 for the continuous ones."""
+    import jrl.agents
+    from jrl import spaces
+
+    accepted = jrl.agents.get(agent).config_cls.ACTION_SPACES
+    return "Pendulum-v1" if accepted == (spaces.Box,) else "CartPole-v1"
+
+
+@pytest.fixture
+def env_for():
+    return _env_for

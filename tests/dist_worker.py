@@ -55,12 +55,27 @@ SMALL = {
         total_steps=4 * 4 * 12,
     ),
 }
+# 12 iterations of 4 envs x 2 steps, updates from the 3rd, 2 per iteration (TD3: the actor and
+# targets on every 2nd), one item per env in each batch of 16
+CONTINUOUS = dict(
+    num_envs=4,
+    steps_per_iteration=2,
+    updates_per_iteration=2,
+    batch_size=16,
+    buffer_size=96,
+    learning_starts=24,
+    hidden_sizes=(16, 16),
+    total_steps=4 * 2 * 12,
+)
+for name in ("sac", "td3", "ddpg"):
+    SMALL[name] = CONTINUOUS
+ENV = {"sac": "Pendulum-v1", "td3": "Pendulum-v1", "ddpg": "Pendulum-v1"}
 overrides = dict(SMALL[a.agent])
 if a.total_steps:
     overrides = {"total_steps": a.total_steps}
 res = jrl.train(
     a.agent,
-    "CartPole-v1",
+    ENV.get(a.agent, "CartPole-v1"),
     seeds=a.seeds,
     seed=3,
     progress=False,

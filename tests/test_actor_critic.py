@@ -36,12 +36,15 @@ def test_public_api_imports():
     assert jrl_agents.names() == [
         "a2c",
         "c51",
+        "ddpg",
         "dqn",
         "ppo",
         "pqn",
         "qrdqn",
         "rainbow",
         "reinforce",
+        "sac",
+        "td3",
     ]
 
 

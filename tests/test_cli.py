@@ -171,6 +171,17 @@ def test_train_writes_run_folder(tmp_path):
         (["train", "dqn", "--batch-size", "0"], "batch_size must be positive"),
         (["train", "ppo", "--log", "tensorbord"], "Did you mean 'tensorboard'"),
         (["train", "ppo", "--checkpoint-every", "-5"], "checkpoint_every must be >= 0"),
+        (
+            ["train", "dqn", "--env", "Pendulum-v1"],
+            "dqn needs a Discrete action space, but Pendulum-v1 has Box(-2.0, 2.0, (1,), float32);"
+            " agents for a Box action space: a2c, ddpg, ppo, reinforce, sac, td3",
+        ),
+        (
+            ["train", "sac", "--env", "CartPole-v1"],
+            "sac needs a Box action space, but CartPole-v1 has Discrete(2); agents for a "
+            "Discrete action space: a2c, c51, dqn, ppo, pqn, qrdqn, rainbow, reinforce",
+        ),
+        (["train", "td3", "--env", "Pendulum-v1", "--num-critics", "0"], "num_critics must be"),
         (["eval", "no/such/run"], "does not exist"),
         (["render", "no/such/run"], "does not exist"),
     ],
@@ -185,6 +196,46 @@ def test_bad_input_is_one_clear_line(args, message, tmp_path):
     assert message in out.stderr
     assert "Traceback" not in out.stderr
     assert not (tmp_path / "x").exists()
+
+
+UNBOUNDED = """
+import jax.numpy as jnp
+
+import jrl.envs
+from jrl import spaces
+from jrl.envs.pendulum import Pendulum
+
+
+class FreePendulum(Pendulum):
+    id = "FreePendulum-v0"
+
+    def action_space(self, params=None):
+        return spaces.Box(-jnp.inf, jnp.inf, (1,), jnp.float32)
+
+
+jrl.envs.register("FreePendulum-v0", FreePendulum, max_episode_steps=200, overwrite=True)
+"""
+
+
+@pytest.mark.parametrize("agent", ["sac", "td3", "ddpg"])
+def test_an_action_space_with_infinite_bounds_is_one_clear_line(agent, tmp_path):
+    (tmp_path / "freependulum.py").write_text(UNBOUNDED)
+    out = run(
+        "train",
+        agent,
+        "--env",
+        "FreePendulum-v0",
+        "--import",
+        "freependulum",
+        "--out",
+        tmp_path / "x",
+        cwd=tmp_path,
+        env={"PYTHONPATH": str(tmp_path)},
+    )
+    assert out.returncode == 2, (out.stdout, out.stderr)
+    assert f"{agent} squashes its actions into the action space's bounds" in out.stderr
+    assert "must be finite; got Box(-inf, inf, (1,), float32)" in out.stderr
+    assert len(out.stderr.strip().splitlines()) == 1 and not (tmp_path / "x").exists()
 
 
 def test_ill_typed_value_rejected(tmp_path):

@@ -288,6 +288,27 @@ def test_epsilon_greedy_rows_are_independent_of_the_batch():
     np.testing.assert_array_equal(np.asarray(batch)[::7], alone)
 
 
+def test_tanh_normal_from_noise_is_the_reparameterised_sample():
+    """``from_noise(eps)`` is the sample ``sample_and_log_prob`` draws with the key ``eps``
+    came from, and its log-density by the change of variables, by hand."""
+    dist = TanhNormal(jnp.array([[0.3, -1.0]]), jnp.array([[-0.5, 0.2]]))
+    key = jax.random.key(4)
+    eps = jax.random.normal(key, (1, 2))
+    action, log_prob = dist.from_noise(eps)
+    a_ref, lp_ref = dist.sample_and_log_prob(key)
+    np.testing.assert_allclose(action, a_ref, rtol=1e-6)
+    np.testing.assert_allclose(log_prob, lp_ref, rtol=1e-5)
+    u = np.array([0.3, -1.0]) + np.exp([-0.5, 0.2]) * np.asarray(eps[0], np.float64)
+    by_hand = np.sum(
+        -0.5 * ((u - [0.3, -1.0]) / np.exp([-0.5, 0.2])) ** 2
+        - np.array([-0.5, 0.2])
+        - 0.5 * np.log(2 * np.pi)
+        - np.log(1 - np.tanh(u) ** 2)
+    )
+    np.testing.assert_allclose(np.tanh(u), action[0], rtol=1e-6)
+    np.testing.assert_allclose(log_prob[0], by_hand, rtol=1e-5)
+
+
 # --- masks, leading dimensions and edges ---------------------------------------------------
 
 

@@ -495,7 +495,7 @@ def test_value_based_spaces():
     )
     with pytest.raises(ValueError, match=r"action_mask has shape \(3,\), expected \(4,\)"):
         EnvSpec(bad, spaces.Discrete(4)).value_based("DQN")
-    with pytest.raises(ValueError, match="DQN needs a Discrete"):
+    with pytest.raises(ValueError, match="dqn needs a Discrete action space, but Pendulum-v1"):
         jrl.train("dqn", "Pendulum-v1", total_steps=2_000, learning_starts=100, progress=False)
 
 

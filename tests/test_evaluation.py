@@ -95,32 +95,48 @@ class ActionCount(Environment):
         return spaces.Discrete(2)
 
 
+class ActionCountBox(ActionCount):
+    """ActionCount with one continuous action in [0, 1], the reward: a greedy policy returns 8
+    times its action, a uniformly random one about 4, different from episode to episode."""
+
+    id = "ActionCountBox"
+
+    def step_env(self, key, state, action, params):
+        return super().step_env(key, state, action[0], params)
+
+    def action_space(self, params=None):
+        return spaces.Box(0.0, 1.0, (1,), jnp.float32)
+
+
 EPISODES = 32
 
 
 @pytest.mark.parametrize("agent", jrl.agents.names())
-def test_every_agent_has_a_greedy_and_a_stochastic_evaluation_policy(agent):
+def test_every_agent_has_a_greedy_and_a_stochastic_evaluation_policy(agent, env_for):
     """Evaluating freshly initialised runs (what eval_every, `jrl eval` and `jrl render` do):
     greedy, every episode returns 8 times the action the agent's ``policy`` picks for the
     observation; stochastic, the behaviour policy (uniformly random at the start: a near-uniform
-    softmax, or epsilon = 1 for the value-based agents) returns about 4 on average, with
-    returns that differ between episodes."""
+    softmax, or epsilon = 1 for the value-based agents, uniform actions before the first update
+    for the continuous off-policy agents) returns about 4 on average, with returns that differ
+    between episodes."""
     overrides = {"total_steps": 20_000}
     if "epsilon_start" in {f.name for f in dataclasses.fields(jrl.agents.get(agent).config_cls)}:
         overrides.update(epsilon_start=1.0, epsilon_end=1.0)
-    config = experiment.make_config(agent, "ActionCount", **overrides)
-    built = jrl.agents.get(agent).build(config, ActionCount(), None)
+    continuous = env_for(agent) == "Pendulum-v1"
+    env = ActionCountBox() if continuous else ActionCount()
+    config = experiment.make_config(agent, env.id, **overrides)
+    built = jrl.agents.get(agent).build(config, env, None)
     keys = jax.random.split(jax.random.key(1), 2)
     states = anakin.init_runs(built.algorithm, keys)  # (init is never vmapped)
     obs = jnp.broadcast_to(jnp.asarray(ActionCount.OBS), (1, 4))
     for run in range(2):
         params = jax.tree.map(lambda x, r=run: x[r], states.agent_state.params)
-        action = int(built.agent.policy(params, obs, jax.random.key(0))[0])
+        action = np.asarray(built.agent.policy(params, obs, jax.random.key(0))[0]).item()
         returns, lengths = training.make_evaluator(built, EPISODES, greedy=True)(
             jax.tree.map(lambda x, r=run: x[r : r + 1], states), jax.random.key(2)
         )
         np.testing.assert_array_equal(lengths, 8)
-        np.testing.assert_array_equal(returns, 8.0 * action, err_msg=f"greedy, run {run}")
+        np.testing.assert_allclose(returns, 8.0 * action, rtol=1e-6, err_msg=f"greedy {run}")
     returns, lengths = training.make_evaluator(built, EPISODES, greedy=False)(
         states, jax.random.key(2)
     )

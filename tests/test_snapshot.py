@@ -45,8 +45,12 @@ CASES = {
     "dqn": dict(total_steps=3000, learning_starts=1000, buffer_size=2000),
     "rainbow": dict(total_steps=3000, learning_starts=1000, buffer_size=2000),
     "pqn": dict(total_steps=4096),
+    "sac": dict(total_steps=1200, learning_starts=400, buffer_size=1200, hidden_sizes=(32, 32)),
+    "td3": dict(total_steps=1200, learning_starts=400, buffer_size=1200, hidden_sizes=(32, 32)),
 }
-"""Agent -> config overrides of a short CartPole-v1 run (2 seeds, 4 reports)."""
+"""Agent -> config overrides of a short run (2 seeds, 4 reports) on its env (ENVS)."""
+ENVS = {"sac": "Pendulum-v1", "td3": "Pendulum-v1"}
+"""The env of a case when it is not CartPole-v1 (the continuous agents')."""
 
 
 def digest(tree) -> str:
@@ -72,7 +76,7 @@ def fingerprint(result) -> dict:
 def run_case(agent: str, out: Path | None = None, **kw):
     return experiment.train(
         agent,
-        "CartPole-v1",
+        ENVS.get(agent, "CartPole-v1"),
         2,
         seed=3,
         num_reports=4,

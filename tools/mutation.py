@@ -68,10 +68,32 @@ SHARED = {
         "_sgd_step",
         "_learned",
         "recurrent_unroll",
-    )
+    ),
+    "jrl/continuous.py": (
+        "ActionScale.to_env",
+        "ActionScale.to_unit",
+        "polyak",
+        "critic_target",
+        "critic_loss",
+        "uniform_warmup",
+        "make_deterministic_losses",
+        "make_deterministic",
+    ),
 }
-"""Shared agent code: these top-level functions (their nested update code, see NESTED)."""
-NESTED = ("loss", "loss_fn", "sgd_step", "learn")
+"""Shared agent code: these top-level functions and methods (of a ``make_*`` function, its
+nested update code, see NESTED)."""
+SHARED_AGENTS = {"agents/td3.py": "jrl/continuous.py", "agents/ddpg.py": "jrl/continuous.py"}
+"""Agent modules whose loss and target code is all shared code (a config, presets and a
+``build`` only): checked through that file's target instead."""
+NESTED = (
+    "loss",
+    "loss_fn",
+    "sgd_step",
+    "learn",
+    "critic_loss_fn",
+    "actor_loss_fn",
+    "smoothed_target_action",
+)
 """Functions nested in a ``make_*`` function that hold an agent's loss and target code."""
 AGENT_WORDS = ("loss", "target", "advantage", "head")
 """An agent module's top-level functions whose names contain one of these are mutated."""
@@ -116,6 +138,15 @@ TESTS: dict[str, list[str]] = {
         "tests/test_dqn.py::test_quantile_head_by_hand",
         "tests/test_dqn.py::test_masked_bootstrap_action",
         "tests/test_dqn.py::test_learn_matches_a_numpy_reference",
+    ],
+    "jrl/continuous.py": [
+        "tests/test_continuous.py",
+        "tests/test_td3.py",
+    ],
+    "agents/sac.py": [
+        "tests/test_sac.py::test_actor_loss_by_hand",
+        "tests/test_sac.py::test_alpha_loss_by_hand",
+        "tests/test_sac.py::test_learn_matches_a_reference",
     ],
     "agents/pqn.py": [
         "tests/test_pqn.py::test_q_lambda_targets_by_hand",
@@ -177,6 +208,8 @@ def targets() -> list[Target]:
     for path, functions in SHARED.items():
         out.append(Target(path, module_name(path), functions, NESTED, tuple(TESTS[path])))
     for path in agent_modules():
+        if path in SHARED_AGENTS:
+            continue
         functions = agent_functions(path)
         if not functions:
             raise SystemExit(
@@ -352,10 +385,11 @@ def _functions(tree: ast.Module, target: Target):
         if isinstance(node, ast.FunctionDef):
             if target.functions is None or node.name in target.functions:
                 yield node.name, node
-        elif isinstance(node, ast.ClassDef) and target.functions is None:
+        elif isinstance(node, ast.ClassDef):
             for item in node.body:
-                if isinstance(item, ast.FunctionDef):
-                    yield f"{node.name}.{item.name}", item
+                name = f"{node.name}.{item.name}" if isinstance(item, ast.FunctionDef) else None
+                if name and (target.functions is None or name in target.functions):
+                    yield name, item
 
 
 def _regions(func: ast.FunctionDef, target: Target) -> list[tuple[str, ast.AST]]:

@@ -1,0 +1,229 @@
+"""SAC on Pendulum-v1: jrl side by side with SBX (SB3's JAX version) and Stable-Baselines3.
+
+The configuration is jrl's SAC Pendulum-v1 preset (``CONFIG`` below: 20,000 env steps on one
+env, one update of 256 per env step, Adam 1e-3 for actor, critics and temperature, replay of
+20,000, the first 1,000 steps uniform random actions, tau 0.005, gamma 0.99, two critics,
+temperature tuned from 1.0 to a target entropy of -|A|, ReLU 64-64 networks), and the peers
+get the same through their SAC arguments (``PEER_CONFIG``).
+
+Measurements (each in a fresh interpreter, so every compile starts cold; the peers in their
+own venvs, given by ``--sbx-python`` and ``--sb3-python``):
+
+- **jrl**: ``jrl.train("sac", "Pendulum-v1", seeds=S, ...)`` for S = 1 and 16 (vmapped in one
+  program); compile and run seconds are the runner's own, steps/s counts every seed's steps
+  over the run (compile excluded).
+- **SBX** and **SB3**: ``SAC("MlpPolicy", Monitor(gym.make("Pendulum-v1")), ...)`` and
+  ``learn(20_000)``, one seed (they train one at a time); run = ``learn()``, which for SBX
+  includes its JIT compiles; SB3 runs torch on CPU.
+- **time to -250**: each run is cut into ``--chunks`` equal chunks of env steps; a chunk's
+  value is the mean over its steps (and seeds) of the latest finished training-episode return;
+  the first chunk at >= -250 is turned into wall time as ``compile + run * chunk_end / total``
+  (the run taken to progress uniformly).
+
+Usage::
+
+    python benchmarks/sac_pendulum.py --sbx-python /tmp/peers/sbx/bin/python \\
+        --sb3-python /tmp/peers/sb3/bin/python --write
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+import warnings
+
+from common import (
+    check_config,
+    first_reach,
+    measured_on,
+    nan_to_none,
+    or_dash,
+    publish,
+    rate,
+    run_worker,
+    time_to_target,
+)
+
+HEADING = "## SAC Pendulum-v1"
+TARGET = -250.0
+TOTAL_STEPS = 20_000
+CONFIG = {
+    "total_steps": TOTAL_STEPS,
+    "num_envs": 1,
+    "steps_per_iteration": 1,
+    "updates_per_iteration": 1,
+    "batch_size": 256,
+    "buffer_size": 20_000,
+    "learning_starts": 1_000,
+    "learning_rate": 1e-3,
+    "gamma": 0.99,
+    "tau": 0.005,
+    "num_critics": 2,
+    "alpha": 1.0,
+    "autotune": True,
+    "target_entropy_scale": -1.0,
+    "hidden_sizes": (64, 64),
+    "activation": "relu",
+    "max_grad_norm": 0.0,
+}
+PEER_CONFIG = {
+    "learning_rate": 1e-3,
+    "buffer_size": 20_000,
+    "learning_starts": 1_000,
+    "batch_size": 256,
+    "tau": 0.005,
+    "gamma": 0.99,
+    "train_freq": 1,
+    "gradient_steps": 1,
+    "ent_coef": "auto_1.0",
+    "target_entropy": "auto",
+}
+PEER_NET = [64, 64]
+
+
+def chunk_values(values, num_chunks):
+    """(end index, mean of the known values) of ``num_chunks`` near-equal chunks."""
+    n, out = len(values), []
+    for c in range(num_chunks):
+        lo, hi = n * c // num_chunks, n * (c + 1) // num_chunks
+        known = [v for v in values[lo:hi] if v is not None]
+        out.append((hi, sum(known) / len(known) if known else None))
+    return out
+
+
+def worker_jrl(seeds: int, chunks: int) -> dict:
+    import numpy as np
+
+    import jrl
+
+    check_config("sac", "Pendulum-v1", CONFIG, "this benchmark's CONFIG")
+    res = jrl.train(
+        "sac", "Pendulum-v1", seeds=seeds, progress=False, compile_cache=False, **CONFIG
+    )
+    ret = np.asarray(res.metrics["train/episode_return"], np.float64)  # [R, iterations]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        per_step = nan_to_none(np.nanmean(ret, axis=0))
+    parts = chunk_values(per_step, chunks)
+    reached = first_reach(parts, TARGET)
+    return {
+        "library": "jrl",
+        "seeds": seeds,
+        "compile": res.compile_seconds,
+        "run": res.run_seconds,
+        "steps_per_second": res.steps_per_second,
+        "final_return": float(np.mean(res.final_returns())),
+        "reached_fraction": None if reached is None else reached / len(per_step),
+        "load": os.getloadavg()[0],
+    }
+
+
+def worker_peer(library: str, chunks: int) -> dict:
+    from importlib.metadata import version
+
+    import gymnasium as gym
+    from stable_baselines3.common.monitor import Monitor
+
+    if library == "sbx":
+        from sbx import SAC
+    else:
+        import torch
+        from stable_baselines3 import SAC
+
+        torch.set_num_threads(1)
+    env = Monitor(gym.make("Pendulum-v1"))
+    model = SAC(
+        "MlpPolicy", env, policy_kwargs={"net_arch": PEER_NET}, seed=0, verbose=0, **PEER_CONFIG
+    )
+    t0 = time.perf_counter()
+    model.learn(total_timesteps=TOTAL_STEPS)
+    run = time.perf_counter() - t0
+    per_step, step, last = [None] * TOTAL_STEPS, 0, None
+    for ret, length in zip(env.get_episode_rewards(), env.get_episode_lengths()):
+        end = min(step + length, TOTAL_STEPS)
+        per_step[step:end] = [last] * (end - step)
+        step, last = end, float(ret)
+    per_step[step:] = [last] * (TOTAL_STEPS - step)
+    reached = first_reach(chunk_values(per_step, chunks), TARGET)
+    tail = [v for v in per_step[-TOTAL_STEPS // 20 :] if v is not None]
+    package = "sbx-rl" if library == "sbx" else "stable-baselines3"
+    return {
+        "library": library,
+        "seeds": 1,
+        "compile": 0.0,
+        "run": run,
+        "steps_per_second": TOTAL_STEPS / run,
+        "final_return": sum(tail) / len(tail) if tail else None,
+        "reached_fraction": None if reached is None else reached / TOTAL_STEPS,
+        "version": version(package),
+        "load": os.getloadavg()[0],
+    }
+
+
+def table(rows: list[dict]) -> str:
+    sbx = next((r for r in rows if r["library"] == "sbx"), None)
+    lines = [
+        "| library | seeds | compile s | run s | steps/s (all seeds) | steps/s per seed "
+        "| x SBX per seed | time to -250 s | final return |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for r in rows:
+        per_seed = r["steps_per_second"] / r["seeds"]
+        ratio = f"{per_seed / (sbx['steps_per_second']):.1f}" if sbx else "–"
+        lines.append(
+            f"| {r['library']} | {r['seeds']} | {r['compile']:.1f} | {r['run']:.1f} "
+            f"| {rate(r['steps_per_second'])} | {rate(per_seed)} | {ratio} "
+            f"| {or_dash(time_to_target(r))} | {or_dash(r['final_return'])} |"
+        )
+    return "\n".join(lines)
+
+
+def main(argv=None) -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--worker", default=None, help=argparse.SUPPRESS)
+    p.add_argument("--seeds", type=int, default=1)
+    p.add_argument("--chunks", type=int, default=40)
+    p.add_argument("--jrl-seeds", type=int, nargs="*", default=[1, 16])
+    p.add_argument("--sbx-python", default="/tmp/peers/sbx/bin/python")
+    p.add_argument("--sb3-python", default="/tmp/peers/sb3/bin/python")
+    p.add_argument("--write", action="store_true", help="write the section to BENCHMARKS.md")
+    a = p.parse_args(argv)
+    if a.worker == "jrl":
+        print(json.dumps(worker_jrl(a.seeds, a.chunks)))
+        return
+    if a.worker:
+        print(json.dumps(worker_peer(a.worker, a.chunks)))
+        return
+    rows, versions = [], []
+    runs = [("jrl", sys.executable, s) for s in a.jrl_seeds]
+    runs += [("sbx", a.sbx_python, 1), ("sb3", a.sb3_python, 1)]
+    for library, python, seeds in runs:
+        r = run_worker(__file__, python, library, 3600, seeds=seeds, chunks=a.chunks)
+        print(f"{library} seeds={seeds}: {r}", file=sys.stderr)
+        if isinstance(r, dict):
+            rows.append(r)
+            if "version" in r:
+                versions.append(f"{r['library']} {r['version']}")
+    text = f"""{HEADING}
+
+jrl's SAC Pendulum-v1 preset (20,000 env steps, one update of 256 per step, Adam 1e-3, 64-64
+ReLU networks, two critics, tuned temperature) against SBX's and Stable-Baselines3's SAC with
+the same hyperparameters, one fresh interpreter each (cold compiles), the peers one seed at a
+time, SB3 on torch CPU with one thread. "x SBX per seed" divides each row's steps/s per seed by
+SBX's. Reproduce with:
+
+    python benchmarks/sac_pendulum.py --sbx-python PEER_VENV/bin/python \\
+        --sb3-python PEER_VENV2/bin/python --write
+
+{measured_on()} Peers: {", ".join(versions) or "none ran"}.
+
+{table(rows)}
+"""
+    publish(HEADING, text, a.write)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

@@ -1,0 +1,371 @@
+"""Off-policy continuous control: what SAC, TD3 and DDPG share (layer 5).
+
+- :class:`ActionScale`: actions in the env's Box bounds and in ``[-1, 1]``. The
+  actors act in ``[-1, 1]`` (a tanh output); :meth:`ActionScale.to_env` maps their
+  actions onto the bounds in ``act`` and ``policy``, and :meth:`ActionScale.to_unit`
+  maps a replayed action back before the critics see it. This is the one place
+  where actions are rescaled, so the replay buffer, evaluation, rendering and
+  exported policies all hold the env's own actions;
+- :func:`polyak`: ``target <- tau * online + (1 - tau) * target``;
+- :func:`critic_target`: ``r + discount * (min_n Q_target_n(s', a') - entropy_term)``,
+  the clipped (ensemble-minimum) bootstrap of TD3 and SAC (DDPG: one critic);
+- :func:`critic_loss`: the squared TD error of every critic of the ensemble;
+- :func:`item_normals`: standard normals drawn per env or per replayed item from
+  :func:`jrl.parallel.local_keys`, so a run on D devices draws what one device does;
+- :func:`init_networks`: the actor's and critics' parameters;
+- :class:`ContinuousConfig`: the config base (replay, critic ensemble, Polyak rate);
+- :func:`make_deterministic_losses` and :func:`make_deterministic`: the losses and the agent
+  of TD3 and DDPG (a deterministic actor,
+  Gaussian exploration noise, target policy smoothing, delayed actor and target
+  updates; DDPG is the case of one critic, no smoothing and no delay).
+
+SAC's agent (a squashed-Gaussian actor and the entropy temperature) is in
+``agents/sac.py``; it uses the same pieces.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import ClassVar
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import struct
+
+from jrl import networks, parallel, spaces
+from jrl.agent import Agent, EnvSpec, Learned
+from jrl.config import Check, LearningRate, ReplayConfig
+from jrl.learner import apply_gradients, scheduled_lr
+from jrl.optim import grad_norm_metric, make_optimizer
+from jrl.types import PyTree
+
+__all__ = [
+    "ActionScale",
+    "ContinuousConfig",
+    "DeterministicConfig",
+    "DeterministicHParams",
+    "DeterministicState",
+    "critic_loss",
+    "critic_target",
+    "item_normals",
+    "init_networks",
+    "make_deterministic",
+    "make_deterministic_losses",
+    "polyak",
+    "uniform_warmup",
+]
+
+
+@dataclasses.dataclass(frozen=True)
+class ActionScale:
+    """The affine map between ``[-1, 1]^A`` and a bounded Box ``[low, high]`` (1-D actions)."""
+
+    low: np.ndarray  # [A] float32
+    high: np.ndarray  # [A] float32
+
+    @classmethod
+    def from_space(cls, space: spaces.Space, agent: str = "this agent") -> "ActionScale":
+        """The scale of a Box action space; ``ValueError`` for any other space, for a Box that
+        is not 1-D, and for one with an infinite bound (the actor's tanh cannot reach it)."""
+        if not isinstance(space, spaces.Box):
+            raise ValueError(f"{agent} needs a Box action space, got {space!r}")
+        if len(space.shape) != 1:
+            raise ValueError(f"{agent} needs 1-D Box actions, got shape {space.shape}")
+        if not space.bounded:
+            raise ValueError(
+                f"{agent} squashes its actions into the action space's bounds, which must be "
+                f"finite; got {space!r} (wrap the env in jrl.wrappers.ClipAction over a "
+                "bounded Box, or give the env finite action bounds)"
+            )
+        return cls(space.low.astype(np.float32), space.high.astype(np.float32))
+
+    @property
+    def dim(self) -> int:
+        return int(self.low.shape[0])
+
+    def to_env(self, unit: jax.Array) -> jax.Array:
+        """``[..., A]`` actions in ``[-1, 1]`` -> the env's bounds: ``low + (u + 1) (high - low)
+        / 2``."""
+        return self.low + (unit + 1.0) * 0.5 * (self.high - self.low)
+
+    def to_unit(self, action: jax.Array) -> jax.Array:
+        """The inverse of :meth:`to_env`: ``2 (a - low) / (high - low) - 1``."""
+        return 2.0 * (action - self.low) / (self.high - self.low) - 1.0
+
+
+def polyak(target: PyTree, online: PyTree, tau) -> PyTree:
+    """``tau * online + (1 - tau) * target``, leaf by leaf (``tau`` may be traced)."""
+    return jax.tree.map(lambda t, p: tau * p + (1.0 - tau) * t, target, online)
+
+
+def critic_target(reward, discount, next_q, entropy_term=0.0) -> jax.Array:
+    """``[B]`` bootstrap targets ``reward + discount * (min_n next_q[n] - entropy_term)``.
+
+    ``next_q [N, B]``: the N target critics at the next observation and the next action;
+    ``discount [B]`` is ``gamma^m`` (0 after a termination, so a truncated episode
+    bootstraps from its final observation); ``entropy_term [B]``: SAC's ``alpha * log
+    pi(a' | s')`` (0 for TD3 and DDPG)."""
+    return reward + discount * (jnp.min(next_q, axis=0) - entropy_term)
+
+
+def critic_loss(q, target) -> jax.Array:
+    """``sum_n mean_b 0.5 (q[n, b] - target[b])^2``: each critic of the ensemble ``q [N, B]``
+    regresses on the same target (which takes no gradient)."""
+    td = q - jax.lax.stop_gradient(target)[None]
+    return jnp.sum(jnp.mean(0.5 * jnp.square(td), axis=-1))
+
+
+def item_normals(key, num: int, dim: int) -> jax.Array:
+    """``[num, dim]`` standard normals, row i from this device's i-th key of
+    :func:`jrl.parallel.local_keys` (rows are envs in ``act``, replayed items in ``learn``)."""
+    return jax.vmap(lambda k: jax.random.normal(k, (dim,)))(parallel.local_keys(key, num))
+
+
+def uniform_warmup(state, unit_action, key) -> jax.Array:
+    """``unit_action [N, A]`` once the agent has made an update, uniform actions in
+    ``[-1, 1]`` (one draw per env) before: the first ``learning_starts`` steps explore the
+    whole action space, whatever the initial policy."""
+    n, dim = unit_action.shape
+    keys = parallel.local_keys(key, n)
+    uniform = jax.vmap(lambda k: jax.random.uniform(k, (dim,), minval=-1.0, maxval=1.0))(keys)
+    return jnp.where(state.num_updates > 0, unit_action, uniform)
+
+
+@dataclasses.dataclass(frozen=True)
+class ContinuousConfig(ReplayConfig):
+    """Off-policy continuous control: one env step per iteration, one update of 256 per step
+    (an update-to-data ratio of ``updates_per_iteration / (num_envs * steps_per_iteration)``),
+    a replay of 1e6, Adam at 3e-4 for every network, ReLU 256-256 actor and critics."""
+
+    ACTION_SPACES: ClassVar[tuple[type, ...]] = (spaces.Box,)
+
+    total_steps: int = 1_000_000
+    num_envs: int = 1
+    learning_rate: LearningRate = 3e-4
+    anneal_lr: bool = False
+    max_grad_norm: float = 0.0
+    hidden_sizes: tuple[int, ...] = (256, 256)
+    activation: str = "relu"
+    steps_per_iteration: int = 1
+    updates_per_iteration: int = 1
+    batch_size: int = 256
+    buffer_size: int = 1_000_000
+    learning_starts: int = 5_000
+    tau: float = 0.005
+    """Polyak rate of the target networks: target <- tau * online + (1 - tau) * target
+    (sweepable)."""
+    num_critics: int = 2
+    """Q-networks in the critic ensemble (one vmapped network); the bootstrap takes their
+    minimum (2: clipped double Q; more: REDQ-style ensembles)."""
+
+    @property
+    def num_updates(self) -> int:
+        """Gradient updates in a run: ``updates_per_iteration`` in every iteration whose
+        env-step count has reached ``learning_starts``."""
+        first = max(-(-self.learning_starts // self.env_steps_per_iteration), 1)
+        return max(self.num_iterations - first + 1, 0) * self.updates_per_iteration
+
+    def checks(self) -> list[Check]:
+        return super().checks() + [
+            (0.0 < self.tau <= 1.0, f"tau must lie in (0, 1], got {self.tau}"),
+            (self.num_critics >= 1, f"num_critics must be >= 1, got {self.num_critics}"),
+            (
+                self.torso in ("mlp", "layernorm_mlp"),
+                f"torso must be 'mlp' or 'layernorm_mlp' for a Q(obs, action) network, "
+                f"got {self.torso!r}",
+            ),
+        ]
+
+    def env_checks(self, action_space, agent: str = "this agent") -> list[Check]:
+        try:
+            ActionScale.from_space(action_space, agent)
+        except ValueError as e:
+            return [(False, str(e))]
+        return []
+
+    def critic(self, obs_ndim: int) -> networks.QEnsemble:
+        """The critic ensemble this config asks for."""
+        return networks.QEnsemble(
+            self.num_critics,
+            tuple(self.hidden_sizes),
+            self.activation,
+            obs_ndim,
+            layer_norm=self.torso == "layernorm_mlp",
+        )
+
+
+# ---------------------------------------------------------------------------
+# TD3 and DDPG
+# ---------------------------------------------------------------------------
+
+
+@struct.dataclass
+class DeterministicHParams:
+    """TD3's and DDPG's sweepable hyperparameters; all [] float32."""
+
+    learning_rate: jax.Array
+    gamma: jax.Array
+    tau: jax.Array
+    exploration_noise: jax.Array
+    policy_noise: jax.Array
+    noise_clip: jax.Array
+
+
+@struct.dataclass
+class DeterministicState:
+    params: PyTree  # {"actor": ..., "critic": ...} (the critic ensemble's leaves have [N, ...])
+    target_params: PyTree  # the same, Polyak-averaged
+    opt_state: PyTree  # {"actor": ..., "critic": ...}
+    hparams: DeterministicHParams
+    num_updates: jax.Array  # [] int32 critic updates so far
+
+
+@dataclasses.dataclass(frozen=True)
+class DeterministicConfig(ContinuousConfig):
+    """A deterministic actor with Gaussian exploration noise (TD3's and DDPG's fields)."""
+
+    HPARAMS: ClassVar[type] = DeterministicHParams
+
+    learning_rate: LearningRate = 1e-3
+    exploration_noise: float = 0.1
+    """Std of the Gaussian noise added to the actor's action in [-1, 1] while collecting
+    (sweepable)."""
+    policy_noise: float = 0.2
+    """Std of the target policy smoothing noise in [-1, 1] (0: none) (sweepable)."""
+    noise_clip: float = 0.5
+    """The smoothing noise is clipped to [-noise_clip, noise_clip] (sweepable)."""
+    policy_delay: int = 2
+    """Critic updates per actor update; the targets move with the actor."""
+
+    def checks(self) -> list[Check]:
+        return super().checks() + [
+            (
+                min(self.exploration_noise, self.policy_noise, self.noise_clip) >= 0,
+                "exploration_noise, policy_noise and noise_clip must be >= 0, got "
+                f"{self.exploration_noise}/{self.policy_noise}/{self.noise_clip}",
+            ),
+            (self.policy_delay >= 1, f"policy_delay must be >= 1, got {self.policy_delay}"),
+        ]
+
+    def make_agent(self, scale: ActionScale, obs_ndim: int) -> tuple[Agent, tuple]:
+        """``(agent, (actor, critic ensemble))`` (what :func:`jrl.builders.build_continuous`
+        asks ``make_agent`` for)."""
+        actor = networks.DeterministicActor(
+            scale.dim,
+            tuple(self.hidden_sizes),
+            self.activation,
+            obs_ndim,
+            self.torso == "layernorm_mlp",
+        )
+        critic = self.critic(obs_ndim)
+        return make_deterministic(actor, critic, scale, self), (actor, critic)
+
+
+def make_deterministic_losses(actor, critic, scale: ActionScale):
+    """``(critic_loss_fn, actor_loss_fn)`` of TD3 and DDPG.
+
+    ``critic_loss_fn(critic_params, target_params, batch, key, hp) -> (loss, q [N, B])``:
+    the critics' squared error to ``r + discount * min_n Q'_n(s', a')``, ``a'`` the target
+    actor's action smoothed by clipped noise (one draw per item); ``actor_loss_fn(
+    actor_params, critic_params, obs) -> -mean Q_0(s, mu(s))``."""
+
+    def smoothed_target_action(target_actor, next_obs, key, hp):
+        mu = actor.apply(target_actor, next_obs)
+        noise = hp.policy_noise * item_normals(key, mu.shape[0], scale.dim)
+        return jnp.clip(mu + jnp.clip(noise, -hp.noise_clip, hp.noise_clip), -1.0, 1.0)
+
+    def critic_loss_fn(critic_params, target_params, batch, key, hp):
+        next_obs = batch.next_observation
+        next_action = smoothed_target_action(target_params["actor"], next_obs, key, hp)
+        next_q = critic.apply(target_params["critic"], next_obs, next_action)
+        target = critic_target(batch.reward, batch.discount, next_q)
+        q = critic.apply(critic_params, batch.observation, scale.to_unit(batch.action))
+        return critic_loss(q, target), q
+
+    def actor_loss_fn(actor_params, critic_params, obs):
+        q = critic.apply(critic_params, obs, actor.apply(actor_params, obs))
+        return -jnp.mean(q[0])
+
+    return critic_loss_fn, actor_loss_fn
+
+
+def init_networks(actor, critic, scale: ActionScale, spec: EnvSpec, key) -> dict:
+    """``{"actor": ..., "critic": ...}`` parameters for an env's observation space and
+    ``scale.dim`` actions (the actor from the first half of ``key``, the critics from the
+    second)."""
+    k_actor, k_critic = jax.random.split(key)
+    obs = networks.example_observation(spec.observation_space)
+    return {
+        "actor": actor.init(k_actor, obs),
+        "critic": critic.init(k_critic, obs, jnp.zeros((1, scale.dim))),
+    }
+
+
+def make_deterministic(actor, critic, scale: ActionScale, config: DeterministicConfig) -> Agent:
+    """TD3 (Fujimoto et al., 2018) and DDPG (Lillicrap et al., 2016) on
+    :func:`jrl.loops.off_policy`.
+
+    ``act``: ``mu(s) + exploration_noise * N(0, 1)`` clipped to ``[-1, 1]`` and mapped to
+    the env's bounds (uniform actions before the first update). ``learn``: the critics
+    regress on ``r + discount * min_n Q'_n(s', a')`` with ``a' = clip(mu'(s') +
+    clip(policy_noise * N(0, 1), -noise_clip, noise_clip), -1, 1)``; every
+    ``config.policy_delay`` critic updates the actor ascends ``Q_0(s, mu(s))`` and both
+    targets move by Polyak averaging."""
+    hparams, total = config.hparams(), max(config.num_updates, 1)
+    tx = make_optimizer("adam", config.max_grad_norm)
+    delay = int(config.policy_delay)
+    critic_loss_fn, actor_loss_fn = make_deterministic_losses(actor, critic, scale)
+
+    def init(key, spec: EnvSpec) -> DeterministicState:
+        params = init_networks(actor, critic, scale, spec, key)
+        opt = {k: tx.init(v) for k, v in params.items()}
+        return DeterministicState(params, params, opt, hparams, jnp.zeros((), jnp.int32))
+
+    def act(state: DeterministicState, obs, key):
+        k_noise, k_warm = jax.random.split(key)
+        mu = actor.apply(state.params["actor"], obs)
+        noise = item_normals(k_noise, mu.shape[0], scale.dim)
+        unit = jnp.clip(mu + state.hparams.exploration_noise * noise, -1.0, 1.0)
+        return scale.to_env(uniform_warmup(state, unit, k_warm)), {}
+
+    def policy(params, obs, key):
+        del key
+        return scale.to_env(actor.apply(params["actor"], obs))
+
+    def actor_step(state, params, opt_state, obs, lr):
+        loss, grads = jax.value_and_grad(actor_loss_fn)(params["actor"], params["critic"], obs)
+        grads = parallel.pmean(grads)
+        new_actor, opt_actor = apply_gradients(tx, params["actor"], opt_state["actor"], grads, lr)
+        params = {**params, "actor": new_actor}
+        target = polyak(state.target_params, params, state.hparams.tau)
+        return params, {**opt_state, "actor": opt_actor}, target, loss
+
+    def skip_actor(state, params, opt_state, obs, lr):
+        return params, opt_state, state.target_params, jnp.zeros((), jnp.float32)
+
+    def learn(state: DeterministicState, sample, key) -> Learned:
+        hp, batch = state.hparams, sample.items
+        lr = scheduled_lr(hp.learning_rate, state.num_updates, total, config.anneal_lr)
+        (loss, q), grads = jax.value_and_grad(critic_loss_fn, has_aux=True)(
+            state.params["critic"], state.target_params, batch, key, hp
+        )
+        grads = parallel.pmean(grads)
+        new_critic, opt_critic = apply_gradients(
+            tx, state.params["critic"], state.opt_state["critic"], grads, lr
+        )
+        params = {**state.params, "critic": new_critic}
+        opt_state = {**state.opt_state, "critic": opt_critic}
+        num_updates = state.num_updates + 1
+        due = parallel.all_runs(num_updates % delay == 0)  # lockstep counters: a real branch
+        params, opt_state, target, actor_loss = jax.lax.cond(
+            due, actor_step, skip_actor, state, params, opt_state, batch.observation, lr
+        )
+        metrics = parallel.pmean(
+            {"train/critic_loss": loss, "train/actor_loss": actor_loss, "train/q": q.mean()}
+        )
+        metrics = {**metrics, **grad_norm_metric(grads, config.max_grad_norm)}
+        new = DeterministicState(params, target, opt_state, hp, num_updates)
+        return Learned(new, metrics)
+
+    return Agent(init=init, act=act, learn=learn, policy=policy)
