@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -28,8 +27,16 @@ import jrl.envs
 from jrl import experiment
 from jrl.evaluation import episode_returns
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
-from test_minatar import SMOKE  # noqa: E402  (the MinAtar smoke test's budget)
+SMOKE = dict(
+    total_steps=49_152,
+    num_envs=32,
+    num_steps=64,
+    num_epochs=2,
+    num_minibatches=4,
+    learning_rate=1e-3,
+)
+"""tests/test_minatar.py's SMOKE budget (as learning_reach.py does, the test's configuration is
+written here too: benchmarks do not import the tests)."""
 
 CONFIGS = {
     # name: (agent, env, overrides, greedy episodes per seed)
