@@ -226,7 +226,7 @@ class SACConfig(ContinuousConfig):
             tuple(self.hidden_sizes),
             self.activation,
             obs_ndim,
-            self.torso == "layernorm_mlp",
+            self.torso,
         )
         critic = self.critic(obs_ndim)
         return make_sac(actor, critic, scale, self), (actor, critic)

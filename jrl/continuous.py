@@ -256,7 +256,7 @@ class DeterministicConfig(ContinuousConfig):
             tuple(self.hidden_sizes),
             self.activation,
             obs_ndim,
-            self.torso == "layernorm_mlp",
+            self.torso,
         )
         critic = self.critic(obs_ndim)
         return make_deterministic(actor, critic, scale, self), (actor, critic)

@@ -538,11 +538,13 @@ class DeterministicActor(nn.Module):
     hidden_sizes: Sequence[int] = (256, 256)
     activation: str = "relu"
     obs_ndim: int = 1
-    layer_norm: bool = False
+    torso: str = "mlp"  # a name of TORSOS
 
     @nn.compact
     def __call__(self, obs: jax.Array) -> jax.Array:
-        x = MLP(self.hidden_sizes, self.activation, self.obs_ndim, self.layer_norm, False)(obs)
+        x = make_torso(
+            self.torso, self.hidden_sizes, self.activation, self.obs_ndim, orthogonal=False
+        )(obs)
         return jnp.tanh(nn.Dense(self.action_dim)(x))
 
 
@@ -558,11 +560,13 @@ class SquashedGaussianActor(nn.Module):
     hidden_sizes: Sequence[int] = (256, 256)
     activation: str = "relu"
     obs_ndim: int = 1
-    layer_norm: bool = False
+    torso: str = "mlp"  # a name of TORSOS
 
     @nn.compact
     def __call__(self, obs: jax.Array) -> distributions.TanhNormal:
-        x = MLP(self.hidden_sizes, self.activation, self.obs_ndim, self.layer_norm, False)(obs)
+        x = make_torso(
+            self.torso, self.hidden_sizes, self.activation, self.obs_ndim, orthogonal=False
+        )(obs)
         mean = nn.Dense(self.action_dim)(x)
         log_std = jnp.clip(nn.Dense(self.action_dim)(x), LOG_STD_MIN, LOG_STD_MAX)
         return distributions.TanhNormal(mean, log_std)
