@@ -69,6 +69,9 @@ CONTINUOUS = dict(
 )
 for name in ("sac", "td3", "ddpg"):
     SMALL[name] = CONTINUOUS
+# DDPG explores with OU noise here: the per-env noise state (the off-policy loop's acting
+# state) must be split over devices like the envs; Gaussian exploration is TD3's case
+SMALL["ddpg"] = {**CONTINUOUS, "noise": "ou", "ou_dt": 0.1}
 ENV = {"sac": "Pendulum-v1", "td3": "Pendulum-v1", "ddpg": "Pendulum-v1"}
 overrides = dict(SMALL[a.agent])
 if a.total_steps:

@@ -182,6 +182,7 @@ def test_train_writes_run_folder(tmp_path):
             "Discrete action space: a2c, c51, dqn, ppo, pqn, qrdqn, rainbow, reinforce",
         ),
         (["train", "td3", "--env", "Pendulum-v1", "--num-critics", "0"], "num_critics must be"),
+        (["train", "sac", "--env", "Pendulum-v1", "--actor-q", "max"], "actor_q must be"),
         (["eval", "no/such/run"], "does not exist"),
         (["render", "no/such/run"], "does not exist"),
     ],

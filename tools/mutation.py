@@ -75,6 +75,8 @@ SHARED = {
         "polyak",
         "critic_target",
         "critic_loss",
+        "critic_subset",
+        "ou_step",
         "uniform_warmup",
         "make_deterministic_losses",
         "make_deterministic",
