@@ -246,6 +246,10 @@ def main(argv=None) -> None:
     rows = {k: best(v) for k, v in measured.items()}
     peer = next((r for k, r in rows.items() if "purejaxrl" in k[0] and isinstance(r, dict)), {})
     peer_versions = ", ".join(f"{m} {v}" for m, v in peer.get("versions", {}).items())
+    flags = (
+        f"--envs {' '.join(args.envs)} --seeds {' '.join(map(str, args.seeds))} \\\n        "
+        f"--total-steps {args.total_steps} --repeats {args.repeats} "
+    )
     text = f"""{HEADING}
 
 Recurrent PPO (GRU 128) at the configuration of PureJaxRL's `purejaxrl/ppo_rnn.py`
@@ -255,7 +259,7 @@ interpreter, {args.repeats} repeats alternating the libraries, the best run time
 kept. Reproduce with:
 
     python benchmarks/ppo_rnn.py --purejaxrl PUREJAXRL_CHECKOUT \\
-        --purejaxrl-python PEER_VENV/bin/python --write
+        --purejaxrl-python PEER_VENV/bin/python {flags}--write
 
 {measured_on()} PureJaxRL: github.com/luchris429/purejaxrl at commit 31756b1, in a venv with
 {peer_versions or "(not run)"} (its script needs flax < 0.7, which needs a jax of its time).
