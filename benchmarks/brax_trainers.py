@@ -443,23 +443,25 @@ def main(argv=None) -> None:
                 Path(a.save).write_text(json.dumps([x for v in measured.values() for x in v]))
     rows = [best(results) for results in measured.values()]
     version = next((r["version"] for r in rows if "version" in r), "not run")
+    ppo = (
+        f"{PPO['total_steps']:,} env steps, {PPO['num_envs']} envs x {PPO['num_steps']} steps, "
+        f"{PPO['num_epochs']} epochs x {PPO['num_minibatches']} minibatches, "
+        f"Adam {PPO['learning_rate']:g}, tanh 64-64"
+    )
     text = f"""{HEADING}
 
 SAC and PPO on brax's ``inverted_pendulum`` (MJX backend, 1000-step episodes): jrl's
 ``brax:inverted_pendulum`` against brax's own ``brax.training.agents.sac`` / ``ppo`` trainers
 with the same hyperparameters as far as the two APIs allow (the mapping, and what cannot be
 matched, is in the script's docstring). SAC: jrl's preset, 2e4 env steps on 1 env, one update
-of 256 per step. PPO: {PPO["total_steps"]:,} env steps, {PPO["num_envs"]} envs x
-{PPO["num_steps"]} steps, {PPO["num_epochs"]} epochs x {PPO["num_minibatches"]} minibatches,
-Adam {PPO["learning_rate"]:g}, tanh 64-64. One fresh interpreter per measurement (cold
-compiles), the libraries alternated, {a.repeats} repeats; the row is the repeat with the
-lowest run seconds, the other repeats' run seconds and returns in brackets. brax's run
-seconds are its ``training/walltime`` less the compile of its training programs. "x brax"
-divides steps/s per seed by brax's. Returns: both libraries' final greedy policies,
-evaluated by the same code on {a.eval_episodes} fresh episodes of the bare brax env
-(1000 is the maximum). The machine has 2 cores shared with other jobs, so the timings are
-noisy; the load column is the 1-minute load average at the end of each repeat. Reproduce
-with:
+of 256 per step. PPO: {ppo}. One fresh interpreter per measurement (cold compiles), the
+libraries alternated, {a.repeats} repeats; the row is the repeat with the lowest run seconds
+(its compile seconds too), the other repeats' run seconds and returns in brackets. brax's
+run seconds are its ``training/walltime`` less the compile inside it. "x brax" divides
+steps/s per seed by brax's. Returns: both libraries' final greedy policies, evaluated by the
+same code on {a.eval_episodes} fresh episodes of the bare brax env (1000 is the maximum). The
+machine has 2 cores shared with other jobs, so the timings are noisy; the load column is the
+1-minute load average at the end of each repeat. Reproduce with:
 
     python benchmarks/brax_trainers.py --write
 
