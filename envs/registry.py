@@ -195,6 +195,7 @@ def _register_builtins() -> None:
         ("MaskedProbe-v0", "jrl.envs.probes:MaskedProbe", None),
         ("MemoryChain-v0", "jrl.envs.memory:MemoryChain", None),
         ("CartPoleNoVel-v1", "jrl.envs.memory:CartPoleNoVel", 500),
+        ("TicTacToe-v0", "jrl.envs.tictactoe:TicTacToe", None),
     ]
     for id, entry, limit in builtins:
         register(id, entry, max_episode_steps=limit, source="jrl")

@@ -69,7 +69,18 @@ CONTINUOUS = dict(
 )
 for name in ("sac", "td3", "ddpg"):
     SMALL[name] = CONTINUOUS
+# 3 iterations of 4 games x 4 moves, 4 simulations per move, the last 2 rollouts replayed
+SMALL["alphazero"] = dict(
+    num_envs=4,
+    num_steps=4,
+    num_simulations=4,
+    hidden_sizes=(16, 16),
+    replay_rollouts=2,
+    num_minibatches=2,
+    total_steps=4 * 4 * 3,
+)
 ENV = {"sac": "Pendulum-v1", "td3": "Pendulum-v1", "ddpg": "Pendulum-v1"}
+ENV["alphazero"] = "TicTacToe-v0"
 overrides = dict(SMALL[a.agent])
 if a.total_steps:
     overrides = {"total_steps": a.total_steps}
