@@ -58,7 +58,8 @@ class AlphaZeroHParams:
 @dataclasses.dataclass(frozen=True)
 class AlphaZeroConfig(AgentConfig):
     """AlphaZero settings: 64 games x 32 moves per iteration, Gumbel search with 32
-    simulations, replay of the last 4 rollouts, a 128x128 ReLU policy-value network."""
+    simulations, the first 10 moves of a game sampled, replay of the last 4 rollouts learned
+    in 2 passes of 16 minibatches, a 128x128 ReLU policy-value network."""
 
     HPARAMS: ClassVar[type] = AlphaZeroHParams
     ACTION_SPACES: ClassVar[tuple[type, ...]] = (spaces.Discrete,)
@@ -92,14 +93,14 @@ class AlphaZeroConfig(AgentConfig):
     """PUCT: Dirichlet noise concentration at the root."""
     dirichlet_fraction: float = 0.25
     """PUCT: weight of the Dirichlet noise in the root prior."""
-    temperature_moves: int = 4
+    temperature_moves: int = 10
     """Moves at the start of each game taken as the search samples them; later moves are
     the search policy's most likely move."""
     replay_rollouts: int = 4
     """Rollouts of self-play kept for learning (the latest included)."""
-    num_epochs: int = 1
+    num_epochs: int = 2
     """Passes over the replayed moves per iteration."""
-    num_minibatches: int = 4
+    num_minibatches: int = 16
     """Minibatches per pass; num_steps * replay_rollouts must be divisible by it."""
     vf_coef: float = 1.0
     """Weight of the value loss (sweepable)."""

@@ -129,8 +129,10 @@ def play_games(
 
 def game_report(outcome: Any, a_first: Any) -> dict[str, Any]:
     """Win/draw/loss rates of A (``outcome`` > 0, == 0, < 0) overall, as first and as
-    second player, with the game counts."""
-    outcome, a_first = np.asarray(outcome, np.float64), np.asarray(a_first, bool)
+    second player, with the game counts (``outcome`` and ``a_first`` of any shape, e.g.
+    ``[runs, games]``, are pooled)."""
+    outcome = np.asarray(outcome, np.float64).reshape(-1)
+    a_first = np.asarray(a_first, bool).reshape(-1)
 
     def rates(x):
         n = len(x)
