@@ -10,10 +10,9 @@ of the rollout get no value target). The last ``replay_rollouts`` rollouts are k
 learned from in ``num_epochs`` passes of env-stratified minibatches: cross-entropy to the
 search policy plus ``vf_coef`` times the squared value error (:func:`alphazero_loss`).
 
-The first ``temperature_moves`` moves of each game are the search's sampled move (visit
-counts for PUCT, Gumbel's noisy choice); later moves are the most visited (the largest
-weight of the improved policy). Only two-player turn-based games
-(:class:`jrl.two_player.TwoPlayerEnv`) are accepted.
+The first ``temperature_moves`` moves of each game are sampled from the search's improved
+policy (in proportion to the visit counts for PUCT); later moves are its most likely move.
+Only two-player turn-based games (:class:`jrl.two_player.TwoPlayerEnv`) are accepted.
 """
 
 from __future__ import annotations
@@ -89,13 +88,17 @@ class AlphaZeroConfig(AgentConfig):
     """Simulations per search (self-play and evaluation games)."""
     max_num_considered_actions: int = 16
     """Gumbel: moves considered at the root (sequential halving)."""
+    value_scale: float = 1.0
+    """Gumbel: weight of the searched Q-values against the prior logits in the improved
+    policy, (50 + max visits) * value_scale * q with q rescaled to [0, 1] (mctx's default
+    0.1 lets a confident prior outweigh a move the search found winning)."""
     dirichlet_alpha: float = 0.3
     """PUCT: Dirichlet noise concentration at the root."""
     dirichlet_fraction: float = 0.25
     """PUCT: weight of the Dirichlet noise in the root prior."""
     temperature_moves: int = 10
-    """Moves at the start of each game taken as the search samples them; later moves are
-    the search policy's most likely move."""
+    """Moves at the start of each game sampled from the search's policy; later moves are its
+    most likely move."""
     replay_rollouts: int = 4
     """Rollouts of self-play kept for learning (the latest included)."""
     num_epochs: int = 2
@@ -120,6 +123,7 @@ class AlphaZeroConfig(AgentConfig):
                 c.max_num_considered_actions > 0,
                 f"max_num_considered_actions must be positive, got {c.max_num_considered_actions}",
             ),
+            (c.value_scale > 0, f"value_scale must be positive, got {c.value_scale}"),
             (c.dirichlet_alpha > 0, f"dirichlet_alpha must be positive, got {c.dirichlet_alpha}"),
             (
                 0.0 <= c.dirichlet_fraction <= 1.0,
@@ -191,7 +195,7 @@ def alphazero_targets(
     game ended within the rollout.
     """
     returns, complete = player_returns(player_rewards, done, gamma)
-    value = jnp.take_along_axis(returns, player[..., None].astype(jnp.int32), axis=-1)[..., 0]
+    value = jnp.where(player == 0, returns[..., 0], returns[..., 1])
     return value, complete.astype(jnp.float32)
 
 
@@ -283,6 +287,7 @@ def build(config: AlphaZeroConfig, env, env_params, num_devices: int = 1) -> Bui
             dirichlet_alpha=config.dirichlet_alpha,
             dirichlet_fraction=config.dirichlet_fraction,
             max_num_considered_actions=min(config.max_num_considered_actions, num_actions),
+            value_scale=config.value_scale,
         )
 
     algorithm = _self_play(agent, env, env_params, config, local, num_devices, run_search)
@@ -308,11 +313,15 @@ def _self_play(agent, env, env_params, config, local, num_devices, run_search) -
     def move(agent_state, carry, key):
         env_state, obs, moves, starter = carry
         keys = parallel.local_keys(key, local)
-        splits = jax.vmap(lambda k: jax.random.split(k, 3))(keys)  # [N, 3]
-        k_search, k_step, k_reset = splits[:, 0], splits[:, 1], splits[:, 2]
-        sampled, policy = run_search(agent_state.params, k_search, env_state, obs, False)
-        greedy = masked_argmax(policy, obs[ACTION_MASK])
-        action = jnp.where(moves < config.temperature_moves, sampled, greedy)
+        splits = jax.vmap(lambda k: jax.random.split(k, 4))(keys)  # [N, 4]
+        k_search, k_sample, k_step, k_reset = (splits[:, i] for i in range(4))
+        _, policy = run_search(agent_state.params, k_search, env_state, obs, False)
+        mask = obs[ACTION_MASK]
+        sampled = jax.vmap(jax.random.categorical)(
+            k_sample, jnp.where(mask, jnp.log(policy), -jnp.inf)
+        )
+        greedy = masked_argmax(policy, mask)
+        action = jnp.where(moves < config.temperature_moves, sampled, greedy).astype(jnp.int32)
         mover = jax.vmap(env.current_player)(env_state)
         new_state, ts = jax.vmap(env.step, in_axes=(0, 0, 0, None))(
             k_step, env_state, action, env_params

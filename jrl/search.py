@@ -12,6 +12,7 @@ device), as ``mctx.muzero_policy`` (PUCT, Dirichlet noise at the root) or
 
 from __future__ import annotations
 
+import functools
 from typing import Callable
 
 import jax
@@ -55,7 +56,8 @@ def game_recurrent_fn(env, env_params: PyTree, evaluate: Evaluate, gamma=1.0):
             jax.random.split(key, batch), state, action, env_params
         )
         logits, value = evaluate(net_params, ts.observation)
-        reward = jnp.take_along_axis(ts.info[PLAYER_REWARDS], mover[:, None], axis=1)[:, 0]
+        rewards = ts.info[PLAYER_REWARDS]
+        reward = jnp.where(mover == 0, rewards[:, 0], rewards[:, 1])
         same = ts.info[CURRENT_PLAYER] == mover
         discount = jnp.where(ts.terminated, 0.0, jnp.where(same, 1.0, -1.0) * gamma)
         out = mctx.RecurrentFnOutput(
@@ -83,6 +85,7 @@ def search(
     dirichlet_alpha: float = 0.3,
     dirichlet_fraction: float = 0.25,
     max_num_considered_actions: int = 16,
+    value_scale: float = 0.1,
 ) -> tuple[jax.Array, jax.Array]:
     """One search from each of ``B`` game states.
 
@@ -94,6 +97,10 @@ def search(
       state, observation: ``[B]`` game states and their observations.
       greedy: no exploration noise (no Dirichlet noise at a PUCT root, no Gumbel noise);
         the action is then the most visited move (PUCT) or Gumbel's deterministic choice.
+      value_scale: Gumbel: the scale of the completed Q-values added to the prior logits,
+        ``(50 + max visits) * value_scale * q`` with ``q`` rescaled to [0, 1] (mctx's
+        default 0.1 lets a confident prior outweigh a won move; 1.0 is the Gumbel MuZero
+        paper's ``c_scale``).
 
     Returns:
       ``(action int32[B], policy float32[B, A])``: the move the search picks (sampled in
@@ -118,6 +125,9 @@ def search(
                 invalid_actions=~legal[None],
                 max_num_considered_actions=max_num_considered_actions,
                 gumbel_scale=0.0 if greedy else 1.0,
+                qtransform=functools.partial(
+                    mctx.qtransform_completed_by_mix_value, value_scale=value_scale
+                ),
             )
             return out.action[0], out.action_weights[0]
         out = mctx.muzero_policy(

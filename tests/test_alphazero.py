@@ -15,7 +15,13 @@ import jrl.envs
 from jrl import experiment, games
 from jrl.agents.alphazero import AlphaZeroHParams, Moves, alphazero_loss, alphazero_targets
 from jrl.search import game_recurrent_fn, search, uniform_evaluate
-from jrl.two_player import CURRENT_PLAYER, PLAYER_REWARDS, is_two_player, player_returns
+from jrl.two_player import (
+    CURRENT_PLAYER,
+    PLAYER_REWARDS,
+    TwoPlayerEnv,
+    is_two_player,
+    player_returns,
+)
 
 QUIET = dict(progress=False, compile_cache=False)
 TINY = dict(
@@ -87,27 +93,79 @@ def test_perfect_play_values():
 
 def test_player_returns_and_targets_by_hand():
     # 2 envs, 4 moves. env 0: P0 moves, P1 moves, P0 wins (done), new game P0 moves.
-    # env 1: P1 moves, P0 moves (illegal: done, P0 loses), new game P0, P1 (runs on)
+    # env 1: P1 moves, P0 moves illegally (done, P0 loses), new game: P0 moves, P1 wins (done)
     rewards = np.zeros((4, 2, 2), np.float32)
     rewards[2, 0] = [1, -1]
     rewards[1, 1] = [-1, 1]
+    rewards[3, 1] = [-1, 1]
     done = np.zeros((4, 2), bool)
-    done[2, 0] = done[1, 1] = True
+    done[2, 0] = done[1, 1] = done[3, 1] = True
     player = np.array([[0, 1], [1, 0], [0, 0], [0, 1]])
     returns, complete = player_returns(jnp.asarray(rewards), jnp.asarray(done), 1.0)
     expected = np.zeros((4, 2, 2), np.float32)
     expected[:3, 0] = [1, -1]
-    expected[:2, 1] = [-1, 1]
+    expected[:, 1] = [-1, 1]  # each of env 1's games: P1 wins, and they are not summed
     np.testing.assert_array_equal(returns, expected)
-    np.testing.assert_array_equal(complete, [[1, 1], [1, 1], [1, 0], [0, 0]])
+    np.testing.assert_array_equal(complete, [[1, 1], [1, 1], [1, 1], [0, 1]])
     value, known = alphazero_targets(
         jnp.asarray(rewards), jnp.asarray(done), jnp.asarray(player), 1.0
     )
-    np.testing.assert_array_equal(value, [[1, 1], [-1, -1], [1, 0], [0, 0]])
-    np.testing.assert_array_equal(known, [[1, 1], [1, 1], [1, 0], [0, 0]])
+    np.testing.assert_array_equal(value, [[1, 1], [-1, -1], [1, -1], [0, 1]])
+    np.testing.assert_array_equal(known, [[1, 1], [1, 1], [1, 1], [0, 1]])
     # with gamma = 0.5 the return of the first move of env 0 halves twice
     value, _ = alphazero_targets(jnp.asarray(rewards), jnp.asarray(done), jnp.asarray(player), 0.5)
     np.testing.assert_allclose(value[:3, 0], [0.25, -0.5, 1.0])
+    np.testing.assert_allclose(value[:, 1], [0.5, -1.0, -0.5, 1.0])
+
+
+class _TwoMoves(TwoPlayerEnv):
+    """A test game: player 0 moves twice, then player 1 once; action 1 on the last move
+    wins for player 1, action 0 draws. Observation: the move count."""
+
+    id = "TwoMoves"
+
+    def reset_env(self, key, params):
+        state = jnp.zeros((), jnp.int32)
+        return state, self._obs(state)
+
+    def _obs(self, state):
+        return {"observation": state.astype(jnp.float32)[None], "action_mask": jnp.ones(2, bool)}
+
+    def current_player(self, state):
+        return jnp.where(state >= 2, 1, 0).astype(jnp.int32)
+
+    def game_step(self, state, action, params):
+        over = state >= 3
+        last = state == 2
+        r1 = jnp.where(last & (action == 1), 1.0, 0.0)
+        new = jnp.where(over, state, state + 1)
+        return new, self._obs(new), jnp.stack([-r1, r1]), new >= 3
+
+    def observation_space(self, params=None):
+        return None
+
+    def action_space(self, params=None):
+        return None
+
+
+def test_recurrent_fn_rewards_discounts_and_values_by_hand():
+    env = _TwoMoves()
+    logits = jnp.array([[0.3, -0.2]])
+
+    def evaluate(net_params, obs):
+        n = obs["observation"].shape[0]
+        return jnp.tile(logits, (n, 1)), 0.5 + obs["observation"][:, 0]
+
+    fn = game_recurrent_fn(env, None, evaluate, gamma=0.9)
+    state = jnp.array([0, 1, 2, 2, 3])
+    action = jnp.array([0, 1, 1, 0, 1])
+    out, new = fn(None, jax.random.key(0), action, state)
+    np.testing.assert_array_equal(new, [1, 2, 3, 3, 3])
+    # P0 -> P0 (same player: +gamma), P0 -> P1 (turn passes: -gamma), P1's win and draw (0)
+    np.testing.assert_allclose(out.discount, [0.9, -0.9, 0.0, 0.0, 0.0])
+    np.testing.assert_allclose(out.reward, [0.0, 0.0, 1.0, 0.0, 0.0])  # the mover's reward
+    np.testing.assert_allclose(out.value, [1.5, 2.5, 0.0, 0.0, 0.0])  # 0 once the game ended
+    np.testing.assert_allclose(out.prior_logits, np.tile(logits, (5, 1)))
 
 
 def test_loss_by_hand():
@@ -224,7 +282,7 @@ def test_train_eval_render_through_the_cli(tmp_path):
             "--hidden-sizes",
             "16",
             "16",
-                        *args,
+            *args,
         ],
         tmp_path,
     )
