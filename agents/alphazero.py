@@ -88,10 +88,13 @@ class AlphaZeroConfig(AgentConfig):
     """Simulations per search (self-play and evaluation games)."""
     max_num_considered_actions: int = 16
     """Gumbel: moves considered at the root (sequential halving)."""
-    value_scale: float = 1.0
+    value_scale: float = 0.1
     """Gumbel: weight of the searched Q-values against the prior logits in the improved
-    policy, (50 + max visits) * value_scale * q with q rescaled to [0, 1] (mctx's default
-    0.1 lets a confident prior outweigh a move the search found winning)."""
+    policy, (50 + max visits) * value_scale * q with q rescaled to [0, 1] (0.1, mctx's
+    default; larger trusts the search more than the prior)."""
+    random_opening_moves: int = 0
+    """Moves at the start of each self-play game played uniformly at random (the search's
+    policy is still the target), so the games cover openings the policy would not choose."""
     dirichlet_alpha: float = 0.3
     """PUCT: Dirichlet noise concentration at the root."""
     dirichlet_fraction: float = 0.25
@@ -313,15 +316,17 @@ def _self_play(agent, env, env_params, config, local, num_devices, run_search) -
     def move(agent_state, carry, key):
         env_state, obs, moves, starter = carry
         keys = parallel.local_keys(key, local)
-        splits = jax.vmap(lambda k: jax.random.split(k, 4))(keys)  # [N, 4]
-        k_search, k_sample, k_step, k_reset = (splits[:, i] for i in range(4))
+        splits = jax.vmap(lambda k: jax.random.split(k, 5))(keys)  # [N, 5]
+        k_search, k_sample, k_random, k_step, k_reset = (splits[:, i] for i in range(5))
         _, policy = run_search(agent_state.params, k_search, env_state, obs, False)
         mask = obs[ACTION_MASK]
         sampled = jax.vmap(jax.random.categorical)(
             k_sample, jnp.where(mask, jnp.log(policy), -jnp.inf)
         )
         greedy = masked_argmax(policy, mask)
-        action = jnp.where(moves < config.temperature_moves, sampled, greedy).astype(jnp.int32)
+        action = jnp.where(moves < config.temperature_moves, sampled, greedy)
+        uniform = jax.vmap(jax.random.categorical)(k_random, jnp.where(mask, 0.0, -jnp.inf))
+        action = jnp.where(moves < config.random_opening_moves, uniform, action).astype(jnp.int32)
         mover = jax.vmap(env.current_player)(env_state)
         new_state, ts = jax.vmap(env.step, in_axes=(0, 0, 0, None))(
             k_step, env_state, action, env_params

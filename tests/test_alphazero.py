@@ -267,41 +267,9 @@ def test_cli_refuses_mismatched_agents_and_games(tmp_path):
     assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()
 
 
-def test_train_eval_render_through_the_cli(tmp_path):
-    args = [f"--{k.replace('_', '-')}={v}" for k, v in TINY.items() if k != "hidden_sizes"]
-    out = _jrl(
-        [
-            "train",
-            "alphazero",
-            "--env",
-            "TicTacToe-v0",
-            "--out",
-            "run",
-            "--seeds",
-            "2",
-            "--hidden-sizes",
-            "16",
-            "16",
-            *args,
-        ],
-        tmp_path,
-    )
-    assert out.returncode == 0, out.stderr[-3000:]
-    out = _jrl(["eval", "run", "--episodes", "10"], tmp_path)
-    assert out.returncode == 0, out.stderr[-3000:]
-    stats = json.loads((tmp_path / "run" / "eval.json").read_text())
-    assert set(stats["opponents"]) == {"random", "minimax"}
-    for rep in stats["opponents"].values():
-        assert rep["games"] == 20 and len(rep["runs"]) == 2
-        assert rep["as_first"]["games"] == 10
-        assert abs(rep["win"] + rep["draw"] + rep["loss"] - 1.0) < 1e-9
-    assert "vs minimax" in out.stdout
-    out = _jrl(["render", "run", "--out", "game.gif"], tmp_path)
-    assert out.returncode == 0, out.stderr[-3000:]
-    assert (tmp_path / "game.gif").stat().st_size > 0
-
-
-def test_interrupted_and_resumed_run_equals_uninterrupted(tmp_path):
+def test_resumed_run_equals_uninterrupted_and_eval_render_through_the_cli(tmp_path):
+    """2 seeds stopped at a third and resumed end with the same bits as an uninterrupted
+    run; then ``jrl eval`` plays games against both baselines and ``jrl render`` draws one."""
     kw = dict(TINY, total_steps=4 * 8 * 6, **QUIET)
     whole = experiment.train("alphazero", "TicTacToe-v0", 2, out=tmp_path / "whole", **kw)
     with pytest.raises(experiment.TrainingInterrupted):
@@ -316,6 +284,19 @@ def test_interrupted_and_resumed_run_equals_uninterrupted(tmp_path):
     # the two seeds differ, and learning moved the parameters
     leaves = jax.tree.leaves(whole.final_params)
     assert max(float(np.abs(x[0] - x[1]).max()) for x in leaves) > 1e-4
+
+    out = _jrl(["eval", "whole", "--episodes", "10"], tmp_path)
+    assert out.returncode == 0, out.stderr[-3000:]
+    stats = json.loads((tmp_path / "whole" / "eval.json").read_text())
+    assert set(stats["opponents"]) == {"random", "minimax"}
+    for rep in stats["opponents"].values():
+        assert rep["games"] == 20 and len(rep["runs"]) == 2
+        assert rep["as_first"]["games"] == 10
+        assert abs(rep["win"] + rep["draw"] + rep["loss"] - 1.0) < 1e-9
+    assert "vs minimax" in out.stdout
+    out = _jrl(["render", "whole", "--out", "game.gif"], tmp_path)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert (tmp_path / "game.gif").stat().st_size > 0
 
 
 def test_device_count_invariance(tmp_path):
