@@ -57,8 +57,9 @@ class AlphaZeroHParams:
 @dataclasses.dataclass(frozen=True)
 class AlphaZeroConfig(AgentConfig):
     """AlphaZero settings: 64 games x 32 moves per iteration, Gumbel search with 32
-    simulations, the first 10 moves of a game sampled, replay of the last 4 rollouts learned
-    in 2 passes of 16 minibatches, a 128x128 ReLU policy-value network."""
+    simulations, the first 2 moves of a game uniformly random and the next ones up to the
+    10th sampled from the search's policy, replay of the last 4 rollouts learned in 2 passes
+    of 16 minibatches, a 128x128 ReLU policy-value network."""
 
     HPARAMS: ClassVar[type] = AlphaZeroHParams
     ACTION_SPACES: ClassVar[tuple[type, ...]] = (spaces.Discrete,)
@@ -92,7 +93,7 @@ class AlphaZeroConfig(AgentConfig):
     """Gumbel: weight of the searched Q-values against the prior logits in the improved
     policy, (50 + max visits) * value_scale * q with q rescaled to [0, 1] (0.1, mctx's
     default; larger trusts the search more than the prior)."""
-    random_opening_moves: int = 0
+    random_opening_moves: int = 2
     """Moves at the start of each self-play game played uniformly at random (the search's
     policy is still the target), so the games cover openings the policy would not choose."""
     dirichlet_alpha: float = 0.3

@@ -329,11 +329,14 @@ def test_device_count_invariance(tmp_path):
 def test_alphazero_never_loses_to_minimax(tmp_path):
     """2 seeds (vmapped) of the default config for 24 iterations (49,152 moves each): against
     exact minimax (random among its best moves) neither loses any of 100 games as first
-    and 100 as second player."""
+    and 100 as second player, nor any game against the random player."""
+    # measured 2026-12-01 with 4 seeds, 50 + 50 games each: no loss against minimax or
+    # random; win rate against random 0.88-1.0 (the threshold sits below it)
     run = tmp_path / "run"
     experiment.train("alphazero", "TicTacToe-v0", 2, out=run, total_steps=49_152, **QUIET)
     stats = experiment.evaluate_run(run, episodes=200)
     for r in stats["opponents"]["minimax"]["runs"]:
         assert r["as_first"]["games"] == 100 and r["as_second"]["games"] == 100
         assert r["as_first"]["loss"] == 0.0 and r["as_second"]["loss"] == 0.0, r
-    assert stats["opponents"]["random"]["win"] >= 0.8  # measured: see the test's reach note
+    assert stats["opponents"]["random"]["loss"] == 0.0
+    assert stats["opponents"]["random"]["win"] >= 0.8
