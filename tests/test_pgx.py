@@ -98,5 +98,5 @@ def test_alphazero_connect_four_beats_random(tmp_path):
         lambda k: games.play_games(env, params, agent, games.random_player(env), 100, k)
     )(jax.random.key(1))
     report = games.game_report(outcome, first)
-    # measured 2026-12-01: win 0.81 after 4 iterations
+    # measured 2026-12-01 (one seed): 0.81 after 4 iterations, >= 0.9 after these 8
     assert report["win"] >= 0.9, report
