@@ -48,6 +48,7 @@ BUILTIN: dict[str, str] = {
     "sac": "jrl.agents.sac:SACConfig",
     "td3": "jrl.agents.td3:TD3Config",
     "ddpg": "jrl.agents.ddpg:DDPGConfig",
+    "alphazero": "jrl.agents.alphazero:AlphaZeroConfig",
 }
 """Built-in agent name -> ``"module:ConfigClass"``; the module defines ``build``."""
 

@@ -43,6 +43,7 @@ class EnvEntry:
 _REGISTRY: dict[str, EnvEntry] = {}
 GYMNAX_PREFIX = "gymnax:"
 BRAX_PREFIX = "brax:"
+PGX_PREFIX = "pgx:"
 
 
 def register(
@@ -54,7 +55,7 @@ def register(
     **kwargs: Any,
 ) -> EnvEntry:
     """Registers an environment under ``id``; ``make(id)`` then builds it."""
-    if not isinstance(id, str) or not id or id.startswith((GYMNAX_PREFIX, BRAX_PREFIX)):
+    if not isinstance(id, str) or not id or id.startswith((GYMNAX_PREFIX, BRAX_PREFIX, PGX_PREFIX)):
         raise ValueError(
             f"invalid env id {id!r} (non-empty, not starting with {GYMNAX_PREFIX!r} or "
             f"{BRAX_PREFIX!r})"
@@ -84,6 +85,10 @@ def entry(id: str) -> EnvEntry:
         from jrl.envs.brax_adapter import brax_entry
 
         return brax_entry(id[len(BRAX_PREFIX) :])
+    if id.startswith(PGX_PREFIX):
+        from jrl.envs.pgx_adapter import pgx_entry
+
+        return pgx_entry(id[len(PGX_PREFIX) :])
     if id not in _REGISTRY:
         raise UnknownEnvError(id, sorted(_REGISTRY))
     return _REGISTRY[id]
@@ -102,7 +107,7 @@ class UnknownEnvError(KeyError, ValueError):
         if listing is None:
             listing = (
                 f"Registered: {', '.join(known)}; gymnax envs as '{GYMNAX_PREFIX}<name>', "
-                f"brax envs as '{BRAX_PREFIX}<name>'."
+                f"brax envs as '{BRAX_PREFIX}<name>', pgx games as '{PGX_PREFIX}<name>'."
             )
         self.message = f"unknown environment {prefix + id!r}.{hint} {listing}"
         super().__init__(self.message)
@@ -195,6 +200,7 @@ def _register_builtins() -> None:
         ("MaskedProbe-v0", "jrl.envs.probes:MaskedProbe", None),
         ("MemoryChain-v0", "jrl.envs.memory:MemoryChain", None),
         ("CartPoleNoVel-v1", "jrl.envs.memory:CartPoleNoVel", 500),
+        ("TicTacToe-v0", "jrl.envs.tictactoe:TicTacToe", None),
     ]
     for id, entry, limit in builtins:
         register(id, entry, max_episode_steps=limit, source="jrl")

@@ -469,6 +469,20 @@ def cmd_eval(args: Sequence[str]) -> int:
             raise
         raise CLIError(str(e)) from e
     out = files.write_atomic(Path(ns.run_dir) / "eval.json", json.dumps(stats, indent=2))
+    if "opponents" in stats:  # a two-player game: win/draw/loss rates per opponent
+        print(
+            f"{stats['agent']} on {stats['env_id']} (checkpoint at iteration "
+            f"{stats['checkpoint_iteration']}), {stats['games_per_run']} games per run and "
+            "opponent, half as first player:"
+        )
+        for name, r in stats["opponents"].items():
+            print(
+                f"  vs {name}: win {r['win']:.1%}  draw {r['draw']:.1%}  loss {r['loss']:.1%}"
+                f"  (as first: loss {r['as_first']['loss']:.1%}; as second: loss "
+                f"{r['as_second']['loss']:.1%})"
+            )
+        print(f"written: {out}")
+        return 0
     n = len(stats["runs"]) * stats["episodes_per_run"]
     print(
         f"{stats['agent']} on {stats['env_id']} ({stats['policy']}, checkpoint at iteration "

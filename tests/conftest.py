@@ -126,10 +126,13 @@ def learn_reference():
 
 def _env_for(agent: str) -> str:
     """The reference env of an agent in the tests parametrised over every agent: CartPole-v1
-    for those that act in a Discrete action space, Pendulum-v1 for the continuous ones."""
+    for those that act in a Discrete action space, Pendulum-v1 for the continuous ones,
+    TicTacToe-v0 for those that play two-player games."""
     import jrl.agents
     from jrl import spaces
 
+    if jrl.agents.get(agent).config_cls.TURN_BASED:
+        return "TicTacToe-v0"
     accepted = jrl.agents.get(agent).config_cls.ACTION_SPACES
     return "Pendulum-v1" if accepted == (spaces.Box,) else "CartPole-v1"
 

@@ -35,6 +35,7 @@ def test_public_api_imports():
     assert callable(jrl.train)
     assert jrl_agents.names() == [
         "a2c",
+        "alphazero",
         "c51",
         "ddpg",
         "dqn",

@@ -81,6 +81,8 @@ SHARED = {
         "make_deterministic_losses",
         "make_deterministic",
     ),
+    "jrl/two_player.py": ("player_returns",),
+    "jrl/search.py": ("game_recurrent_fn",),
 }
 """Shared agent code: these top-level functions and methods (of a ``make_*`` function, its
 nested update code, see NESTED)."""
@@ -124,6 +126,15 @@ TESTS: dict[str, list[str]] = {
         "tests/test_reinforce.py::test_loss_is_policy_gradient_plus_weighted_baseline_loss",
         "tests/test_reinforce.py::test_learn_matches_a_numpy_reference",
         "tests/test_recurrent.py::test_learner_replays_what_the_agent_acted_on",
+    ],
+    "jrl/two_player.py": ["tests/test_alphazero.py::test_player_returns_and_targets_by_hand"],
+    "jrl/search.py": [
+        "tests/test_alphazero.py::test_recurrent_fn_rewards_discounts_and_values_by_hand",
+        "tests/test_alphazero.py::test_search_finds_the_winning_move_and_the_block",
+    ],
+    "agents/alphazero.py": [
+        "tests/test_alphazero.py::test_player_returns_and_targets_by_hand",
+        "tests/test_alphazero.py::test_loss_by_hand",
     ],
     "agents/reinforce.py": [
         "tests/test_reinforce.py::test_monte_carlo_advantages_by_hand",
