@@ -48,6 +48,9 @@ BUILTIN: dict[str, str] = {
     "sac": "jrl.agents.sac:SACConfig",
     "td3": "jrl.agents.td3:TD3Config",
     "ddpg": "jrl.agents.ddpg:DDPGConfig",
+    "openai_es": "jrl.agents.es:OpenAIESConfig",
+    "cma_es": "jrl.agents.es:CMAESConfig",
+    "snes": "jrl.agents.es:SNESConfig",
 }
 """Built-in agent name -> ``"module:ConfigClass"``; the module defines ``build``."""
 
