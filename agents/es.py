@@ -26,9 +26,15 @@ from jrl.population import build_population
 
 __all__ = ["CMAESConfig", "OpenAIESConfig", "SNESConfig", "build"]
 
-PENDULUM = {"episode_steps": 200, "episodes_per_member": 4, "total_steps": 8_000_000}
+LONG_EPISODES = {"episode_steps": 500, "population_size": 32, "total_steps": 32 * 500 * 100}
+"""CartPole-v1 and Acrobot-v1: 500-step episodes (their time limit), 32 members (enough for
+these low-dimensional tasks), 100 generations."""
+PENDULUM = {"episode_steps": 200, "episodes_per_member": 4, "total_steps": 64 * 4 * 200 * 200}
 """Pendulum-v1: its 200-step episodes, each member's fitness the mean of 4 episodes (the start
-angle is random, one episode is a noisy fitness)."""
+angle is random, one episode is a noisy fitness), 200 generations."""
+ADAPTIVE_PENDULUM = {**PENDULUM, "sigma_init": 1.0}
+"""Pendulum-v1 for the strategies that adapt their std: start it at 1 (a swing-up needs
+weights far from the initial network's; the std shrinks as the mean settles)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -38,8 +44,8 @@ class OpenAIESConfig(ESConfig):
 
     STRATEGY: ClassVar[str] = "openai_es"
     PRESETS: ClassVar[dict[str, dict]] = {
-        "CartPole-v1": {},
-        "Acrobot-v1": {},
+        "CartPole-v1": LONG_EPISODES,
+        "Acrobot-v1": LONG_EPISODES,
         "Pendulum-v1": PENDULUM,
     }
 
@@ -53,7 +59,10 @@ class SNESConfig(ESConfig):
     step 1 (the natural gradient's)."""
 
     STRATEGY: ClassVar[str] = "snes"
-    PRESETS: ClassVar[dict[str, dict]] = {"CartPole-v1": {}, "Pendulum-v1": PENDULUM}
+    PRESETS: ClassVar[dict[str, dict]] = {
+        "CartPole-v1": LONG_EPISODES,
+        "Pendulum-v1": ADAPTIVE_PENDULUM,
+    }
 
     learning_rate: LearningRate = 1.0
 
@@ -64,7 +73,10 @@ class CMAESConfig(ESConfig):
     recombination weights and learning rates for the diagonal covariance, mean step 1."""
 
     STRATEGY: ClassVar[str] = "cma_es"
-    PRESETS: ClassVar[dict[str, dict]] = {"CartPole-v1": {}, "Pendulum-v1": PENDULUM}
+    PRESETS: ClassVar[dict[str, dict]] = {
+        "CartPole-v1": LONG_EPISODES,
+        "Pendulum-v1": ADAPTIVE_PENDULUM,
+    }
 
     learning_rate: LearningRate = 1.0
 

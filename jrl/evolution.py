@@ -87,7 +87,7 @@ class ESConfig(AgentConfig):
     """Fields of :class:`~jrl.config.AgentConfig` an evolution strategy has no use for (no
     discount, no gradients, envs set by the population); setting one is refused."""
 
-    total_steps: int = 3_200_000
+    total_steps: int = 2_560_000
     """Environment steps to train for, per seed: every member plays every step of its
     episodes' ``episode_steps`` (steps after an episode has ended are computed and
     masked), so generations = total_steps // (population_size * episodes_per_member *
@@ -96,8 +96,9 @@ class ESConfig(AgentConfig):
     """Members sampled per generation (divisible by the number of devices)."""
     episodes_per_member: int = 1
     """Episodes each member plays per generation; its fitness is their mean return."""
-    episode_steps: int = 500
-    """Steps each episode is played for at most (the env's time limit also ends it)."""
+    episode_steps: int = 200
+    """Steps each episode is played for at most (the env's time limit also ends it; the
+    presets set the env's limit, e.g. CartPole-v1's 500)."""
     sigma_init: float = 0.1
     """Initial std of the search distribution (OpenAI-ES keeps it fixed)."""
     normalize_observations: bool = True

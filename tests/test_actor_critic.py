@@ -36,14 +36,17 @@ def test_public_api_imports():
     assert jrl_agents.names() == [
         "a2c",
         "c51",
+        "cma_es",
         "ddpg",
         "dqn",
+        "openai_es",
         "ppo",
         "pqn",
         "qrdqn",
         "rainbow",
         "reinforce",
         "sac",
+        "snes",
         "td3",
     ]
 
