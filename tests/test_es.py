@@ -338,3 +338,28 @@ def test_cma_es_pendulum_minus_400():
     # measured 2026-12-01, 10 seeds (0-3, 10-15): mean -263, median -175, one seed of the ten
     # stuck at -835; seeds 0 and 1: -176, -172 (snes, 6 seeds: mean -213, worst -394)
     assert returns.mean() >= -400, (returns, res.summary())
+
+
+def test_cli_train_eval_and_render(tmp_path):
+    """`jrl train openai_es` writes a run folder whose params are the mean's; `jrl eval` and
+    `jrl render` play the mean's policy from it."""
+    env = {**os.environ, "JAX_PLATFORMS": "cpu"}
+    run = lambda *args: subprocess.run(
+        [sys.executable, "-m", "jrl.cli", *args],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        env=env,
+    )
+    out = run(
+        "train", "openai_es", "--env", "CartPole-v1", "--total-steps", "32000",
+        "--population-size", "16", "--hidden-sizes", "8", "--out", "run", "--quiet",
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert (tmp_path / "run" / "params.msgpack").is_file()
+    out = run("eval", "run", "--episodes", "3")
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert (tmp_path / "run" / "eval.json").is_file()
+    out = run("render", "run", "--out", "episode.gif")
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert (tmp_path / "episode.gif").stat().st_size > 0

@@ -79,10 +79,16 @@ SHARED = {
         "make_deterministic_losses",
         "make_deterministic",
     ),
+    "jrl/evolution.py": ("normalize_observation", "policy_action", "make_es"),
+    "jrl/population.py": ("play_members", "_fold_moments", "_gather", "population"),
 }
 """Shared agent code: these top-level functions and methods (of a ``make_*`` function, its
 nested update code, see NESTED)."""
-SHARED_AGENTS = {"agents/td3.py": "jrl/continuous.py", "agents/ddpg.py": "jrl/continuous.py"}
+SHARED_AGENTS = {
+    "agents/td3.py": "jrl/continuous.py",
+    "agents/ddpg.py": "jrl/continuous.py",
+    "agents/es.py": "jrl/evolution.py",
+}
 """Agent modules whose loss and target code is all shared code (a config, presets and a
 ``build`` only): checked through that file's target instead."""
 NESTED = (
@@ -93,6 +99,9 @@ NESTED = (
     "critic_loss_fn",
     "actor_loss_fn",
     "smoothed_target_action",
+    "ask",
+    "tell",
+    "member_action",
 )
 """Functions nested in a ``make_*`` function that hold an agent's loss and target code."""
 AGENT_WORDS = ("loss", "target", "advantage", "head")
@@ -143,6 +152,8 @@ TESTS: dict[str, list[str]] = {
         "tests/test_continuous.py",
         "tests/test_td3.py",
     ],
+    "jrl/evolution.py": ["tests/test_es.py"],
+    "jrl/population.py": ["tests/test_es.py"],
     "agents/sac.py": [
         "tests/test_sac.py::test_actor_loss_by_hand",
         "tests/test_sac.py::test_alpha_loss_by_hand",
