@@ -1,0 +1,199 @@
+"""Population-based training (jrl/pbt.py): exploit/explore on the runs axis checked by hand on
+a toy loop, the lineage read from the metric histories, refused settings, exact resume of a
+PBT run, the CLI, and PBT PPO on CartPole-v1 from learning rates including very bad ones."""
+
+import json
+import os
+import subprocess
+import sys
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from flax import struct
+
+import jrl
+from jrl import experiment, pbt
+from jrl.agent import replace_hparams
+from jrl.loops import Algorithm
+from jrl.run import anakin
+
+
+@struct.dataclass
+class _HP:
+    learning_rate: jax.Array
+
+
+@struct.dataclass
+class _Agent:
+    params: jax.Array  # [] its value is the run's return
+    hparams: _HP
+
+
+@struct.dataclass
+class _State:
+    agent_state: _Agent
+    env_state: tuple
+    key: jax.Array
+    iteration: jax.Array
+    last_episode_return: jax.Array
+
+
+def _toy(values):
+    """A loop whose run i has params values[i] (its return) and learning rate 10 + i; each
+    step adds the learning rate / 1000 to the params."""
+
+    def init(key):
+        i = jax.random.randint(key, (), 0, 1)  # 0: runs differ by their set hparams only
+        return _State(_Agent(jnp.float32(0) + i, _HP(jnp.float32(1))), (), key, i, jnp.nan)
+
+    def step(s):
+        params = s.agent_state.params + s.agent_state.hparams.learning_rate / 1000
+        agent = s.agent_state.replace(params=params)
+        return s.replace(
+            agent_state=agent, iteration=s.iteration + 1, last_episode_return=params
+        ), {"train/episode_return": params}
+
+    def with_hparams(s, v):
+        return s.replace(agent_state=replace_hparams(s.agent_state, v))
+
+    return Algorithm(init, step, 10, with_hparams)
+
+
+def test_the_worst_runs_copy_the_best_and_perturb_their_hyperparameters():
+    """8 runs with returns [3, 1, 4, 2, 8, 7, 0, 5] (+ lr / 1000), fraction 0.25: runs 6 and
+    1 (the two worst) copy one of runs 4 and 5 (the two best) and multiply its learning rate
+    by 0.5 or 3; the others are untouched; a step that is not due copies nothing."""
+    returns = np.asarray([3, 1, 4, 2, 8, 7, 0, 5], np.float32)
+    lrs = 10.0 + np.arange(8, dtype=np.float32)
+    spec = pbt.check_pbt(pbt.PBT(20, 0.25, (0.5, 3.0)), ["learning_rate"], {"learning_rate": 1}, 8)
+    algorithm = pbt.with_pbt(_toy(returns), spec, 8)  # every 2 iterations
+    keys = jax.random.split(jax.random.key(0), 8)
+    states = anakin.init_runs(algorithm, keys)
+    states = anakin.set_hparams(algorithm, states, {"learning_rate": lrs})
+    states = states.replace(agent_state=states.agent_state.replace(params=jnp.asarray(returns)))
+    res = anakin.run(algorithm, keys, 2, num_reports=1, initial_state=states)
+    source = res.metrics[pbt.SOURCE]
+    np.testing.assert_array_equal(source[:, 0], np.arange(8))  # iteration 1: not due
+    after = returns + 2 * lrs / 1000
+    for r in range(8):
+        src = int(source[r, 1])
+        lr = float(res.final_state.agent_state.hparams.learning_rate[r])
+        value = float(res.final_state.agent_state.params[r])
+        if r in (1, 6):
+            assert src in (4, 5), (r, src)
+            np.testing.assert_allclose(value, after[src], rtol=1e-6)
+            assert np.isclose(lr, 0.5 * lrs[src]) or np.isclose(lr, 3.0 * lrs[src]), (r, lr)
+        else:
+            assert src == r
+            np.testing.assert_allclose([value, lr], [after[r], lrs[r]], rtol=1e-6)
+        np.testing.assert_allclose(res.metrics["pbt/learning_rate"][r, 1], lr, rtol=1e-6)
+    # the copies and the perturbations are drawn: some run picks each, some factor each
+    assert {int(source[1, 1]), int(source[6, 1])} <= {4, 5}
+
+
+def test_lineage_lists_every_copy_with_the_hyperparameters_after_it():
+    metrics = {
+        pbt.SOURCE: np.asarray([[0, 2, 0], [1, 1, 1], [2, 2, 1]]),
+        "pbt/learning_rate": np.asarray([[1.0, 2.4, 2.4], [2.0, 2.0, 2.0], [3.0, 3.0, 1.6]]),
+    }
+    out = pbt.lineage(metrics, np.asarray([10, 20, 30]))
+    assert out["copies"] == [
+        {"iteration": 2, "env_steps": 20, "run": 0, "source": 2, "hparams": {"learning_rate": 2.4}},
+        {"iteration": 3, "env_steps": 30, "run": 2, "source": 1, "hparams": {"learning_rate": 1.6}},
+    ]
+    assert out["hparams"]["learning_rate"][2] == [3.0, 3.0, 1.6]
+
+
+def test_refused_settings_name_the_sweepable_fields():
+    sweepable = ["learning_rate", "gamma"]
+    with pytest.raises(ValueError, match=r"cannot perturb \['num_envs'\].*learning_rate"):
+        pbt.check_pbt(pbt.PBT(fields=("num_envs",)), sweepable, {}, 4)
+    with pytest.raises(ValueError, match="needs hyperparameters to perturb"):
+        pbt.check_pbt(pbt.PBT(), sweepable, {}, 4)
+    with pytest.raises(ValueError, match="at least 2 runs"):
+        pbt.check_pbt(pbt.PBT(fields=("gamma",)), sweepable, {}, 1)
+    with pytest.raises(ValueError, match="fraction"):
+        pbt.check_pbt(pbt.PBT(fraction=0.7), sweepable, {"gamma": (0.9,)}, 4)
+    assert pbt.check_pbt(pbt.PBT(), sweepable, {"gamma": (0.9,)}, 4).fields == ("gamma",)
+    with pytest.raises(ValueError, match="keeps neither"):
+        jrl.train(
+            "openai_es",
+            "CartPole-v1",
+            seeds=2,
+            pbt=pbt.PBT(fields=("learning_rate",)),
+            total_steps=32 * 500,
+            progress=False,
+        )
+
+
+SMALL = dict(num_envs=4, num_steps=32, total_steps=4 * 32 * 12, progress=False, num_reports=4)
+
+
+def test_a_pbt_run_resumes_bit_identical_with_its_lineage(tmp_path):
+    kw = dict(SMALL, sweep={"learning_rate": [1e-6, 1e-3]}, pbt=pbt.PBT(interval=4 * 32 * 2))
+    whole = experiment.train("ppo", "CartPole-v1", 2, out=tmp_path / "whole", **kw)
+    with pytest.raises(experiment.TrainingInterrupted):
+        experiment.train(
+            "ppo", "CartPole-v1", 2, out=tmp_path / "split", stop_at_steps=4 * 32 * 6, **kw
+        )
+    resumed = experiment.resume(tmp_path / "split", progress=False)
+    for x, y in zip(jax.tree.leaves(whole.final_params), jax.tree.leaves(resumed.final_params)):
+        np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
+    for k in whole.metrics:
+        np.testing.assert_array_equal(whole.metrics[k], resumed.metrics[k], err_msg=k)
+    a, b = (json.loads((tmp_path / d / "pbt_lineage.json").read_text()) for d in ("whole", "split"))
+    assert a == b and a["copies"], a  # 4 runs, bottom one copies the top one every 2 iterations
+    assert (tmp_path / "split" / "pbt_lineage.png").stat().st_size > 0
+    record = json.loads((tmp_path / "whole" / "config.json").read_text())["run"]["pbt"]
+    assert record == {
+        "interval": 256,
+        "fraction": 0.25,
+        "perturb": [0.8, 1.2],
+        "fields": ["learning_rate"],
+    }
+
+
+def _cli(tmp_path, *args):
+    return subprocess.run(
+        [sys.executable, "-m", "jrl.cli", "train", "ppo", *args],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        env={**os.environ, "JAX_PLATFORMS": "cpu"},
+    )
+
+
+def test_cli_pbt_over_a_non_sweepable_field_exits_2(tmp_path):
+    out = _cli(tmp_path, "--seeds", "4", "--pbt", "--pbt-fields", "num_envs", "--out", "run")
+    assert out.returncode == 2, out.stderr
+    assert "cannot perturb ['num_envs']" in out.stderr and "'learning_rate'" in out.stderr
+    assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.learning
+def test_pbt_ppo_cartpole_replaces_the_bad_members():
+    """8 PPO members on CartPole-v1 with learning rates 1e-6 .. 1e-1, PBT every 2e4 steps,
+    2.5e5 steps each: the best member's final return >= 475, and the members started at 1e-6
+    and 1e-1 both copied a better member (their learning rates ended elsewhere)."""
+    lrs = [1e-6, 1e-5, 1e-4, 2.5e-4, 1e-3, 3e-3, 1e-2, 1e-1]
+    res = jrl.train(
+        "ppo",
+        "CartPole-v1",
+        seeds=1,
+        sweep={"learning_rate": lrs},
+        total_steps=250_000,
+        pbt=pbt.PBT(interval=20_000),
+        progress=False,
+        num_reports=2,
+    )
+    final = res.final_returns()
+    # measured 2026-12-01 (3e5 steps): every member 500 at the end (the 1e-6 and 1e-5 members
+    # copied the 1e-2 member at the first PBT step, the 1e-1 member a better one at the second)
+    assert final.max() >= 475, (final, res.summary())
+    copies = pbt.lineage(res.metrics, res.env_steps)["copies"]
+    replaced = {c["run"] for c in copies}
+    assert {0, 7} <= replaced, copies
+    last_lr = res.metrics["pbt/learning_rate"][:, -1]
+    assert last_lr[0] > 1e-5 and last_lr[7] < 5e-2, last_lr
