@@ -197,3 +197,32 @@ def test_pbt_ppo_cartpole_replaces_the_bad_members():
     assert {0, 7} <= replaced, copies
     last_lr = res.metrics["pbt/learning_rate"][:, -1]
     assert last_lr[0] > 1e-5 and last_lr[7] < 5e-2, last_lr
+
+
+DEVICES = """
+import os
+os.environ["XLA_FLAGS"] = "--xla_force_host_platform_device_count=2"
+os.environ["JAX_PLATFORMS"] = "cpu"
+import jax, numpy as np, jrl
+from jrl.pbt import PBT
+kw = dict(seeds=2, sweep={"learning_rate": [1e-6, 1e-3]}, num_envs=4, num_steps=32,
+          total_steps=4 * 32 * 12, progress=False, num_reports=2, pbt=PBT(interval=256))
+one = jrl.train("ppo", "CartPole-v1", **kw)
+two = jrl.train("ppo", "CartPole-v1", devices=2, **kw)
+a, b = jax.tree.leaves(one.final_params), jax.tree.leaves(two.final_params)
+diff = max(float(np.abs(np.asarray(x) - np.asarray(y)).max()) for x, y in zip(a, b))
+same = np.array_equal(one.metrics["pbt/source"], two.metrics["pbt/source"])
+copied = int((one.metrics["pbt/source"] != np.arange(4)[:, None]).sum())
+print("RESULT", diff, same, copied)
+"""
+
+
+def test_device_count_invariance(tmp_path):
+    """PBT PPO with 4 runs on 1 and on 2 (fake) devices: the same copies, and parameters equal
+    to 1e-5."""
+    out = subprocess.run(
+        [sys.executable, "-c", DEVICES], cwd=tmp_path, capture_output=True, text=True
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    line = [x for x in out.stdout.splitlines() if x.startswith("RESULT")][0].split()
+    assert float(line[1]) <= 1e-5 and line[2] == "True" and int(line[3]) > 0, line
