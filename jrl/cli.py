@@ -189,7 +189,8 @@ class CLIOptions:
     pbt_perturb: tuple[float, float] = (0.8, 1.2)
     """With --pbt: the factors a copied run's hyperparameters are multiplied by."""
     pbt_fields: tuple[str, ...] = ()
-    """With --pbt: the hyperparameters to perturb (default: the swept ones)."""
+    """With --pbt: the hyperparameters to perturb (default: the swept ones, else
+    learning_rate)."""
 
 
 def _train_args(config_cls: type, preset):

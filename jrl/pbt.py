@@ -56,7 +56,8 @@ class PBT:
     perturb: tuple[float, float] = (0.8, 1.2)
     """A copied run's hyperparameters are each multiplied by one of these, drawn uniformly."""
     fields: tuple[str, ...] = ()
-    """The hyperparameters to perturb (sweepable fields); empty: the swept fields."""
+    """The hyperparameters to perturb (sweepable fields); empty: the swept fields, or
+    learning_rate without a sweep."""
 
     def record(self) -> dict[str, Any]:
         return {
@@ -77,10 +78,13 @@ class PBT:
 
 
 def check_pbt(pbt: PBT, sweepable: Sequence[str], sweep: dict, num_runs: int) -> PBT:
-    """``pbt`` with its fields filled in (the swept fields when none are named); ``ValueError``
+    """``pbt`` with its fields filled in (when none are named: the swept fields, else
+    ``learning_rate``); ``ValueError``
     for a field that is not sweepable (naming the sweepable ones), no field at all, fewer
     than 2 runs, or an out-of-range setting."""
     fields = tuple(pbt.fields) or tuple(sweep)
+    if not fields and "learning_rate" in sweepable:
+        fields = ("learning_rate",)  # a population of seeds: PBT tunes the learning rate
     bad = [f for f in fields if f not in sweepable]
     if bad:
         raise ValueError(

@@ -111,7 +111,8 @@ def test_refused_settings_name_the_sweepable_fields():
     with pytest.raises(ValueError, match=r"cannot perturb \['num_envs'\].*learning_rate"):
         pbt.check_pbt(pbt.PBT(fields=("num_envs",)), sweepable, {}, 4)
     with pytest.raises(ValueError, match="needs hyperparameters to perturb"):
-        pbt.check_pbt(pbt.PBT(), sweepable, {}, 4)
+        pbt.check_pbt(pbt.PBT(), ["gamma"], {}, 4)
+    assert pbt.check_pbt(pbt.PBT(), sweepable, {}, 4).fields == ("learning_rate",)
     with pytest.raises(ValueError, match="at least 2 runs"):
         pbt.check_pbt(pbt.PBT(fields=("gamma",)), sweepable, {}, 1)
     with pytest.raises(ValueError, match="fraction"):
