@@ -152,8 +152,21 @@ TESTS: dict[str, list[str]] = {
         "tests/test_continuous.py",
         "tests/test_td3.py",
     ],
-    "jrl/evolution.py": ["tests/test_es.py"],
-    "jrl/population.py": ["tests/test_es.py"],
+    "jrl/evolution.py": [  # the in-process tests (no subprocesses)
+        "tests/test_es.py::test_openai_es_generation_matches_a_numpy_reference",
+        "tests/test_es.py::test_snes_generation_matches_a_numpy_reference",
+        "tests/test_es.py::test_cma_es_mean_is_the_weighted_recombination_of_the_best_half",
+        "tests/test_es.py::test_policy_acts_argmax_or_rescaled_tanh_on_normalised_observations",
+        "tests/test_es.py::test_behaviour_policy_is_the_means_policy",
+        "tests/test_es.py::test_a_generation_updates_the_mean_and_counts_steps_and_sweeps_the_rate",
+    ],
+    "jrl/population.py": [
+        "tests/test_es.py::test_truncation_probe_episode_masking_and_observation_moments",
+        "tests/test_es.py::test_observation_statistics_fold_in_the_generations_observations",
+        "tests/test_es.py::test_a_generation_updates_the_mean_and_counts_steps_and_sweeps_the_rate",
+        "tests/test_es.py::test_population_not_divisible_by_devices_is_refused",
+        "tests/test_es.py::test_interrupted_run_resumes_bit_identical",
+    ],
     "agents/sac.py": [
         "tests/test_sac.py::test_actor_loss_by_hand",
         "tests/test_sac.py::test_alpha_loss_by_hand",
