@@ -4,6 +4,7 @@ jrl.population): one generation's update against NumPy references written from t
 episode masking and the truncation probe, observation statistics, the registry and refused
 fields, exact resume, device-count invariance, and the learning tests."""
 
+import json
 import os
 import subprocess
 import sys
@@ -18,7 +19,7 @@ from jax import flatten_util
 import jrl
 import jrl.agents
 import jrl.envs
-from jrl import evolution, experiment, population
+from jrl import cli, evolution, experiment, population
 from jrl.agent import EnvSpec
 from jrl.wrappers import RunningMeanStd
 
@@ -357,9 +358,8 @@ def test_cli_train_eval_and_render(tmp_path):
     )  # fmt: skip
     assert out.returncode == 0, out.stderr[-2000:]
     assert (tmp_path / "run" / "params.msgpack").is_file()
-    out = run("eval", "run", "--episodes", "3")
-    assert out.returncode == 0, out.stderr[-2000:]
-    assert (tmp_path / "run" / "eval.json").is_file()
-    out = run("render", "run", "--out", "episode.gif")
-    assert out.returncode == 0, out.stderr[-2000:]
+    run_dir = str(tmp_path / "run")  # eval and render in this process (no second start-up)
+    assert cli.main(["eval", run_dir, "--episodes", "3"]) == 0
+    assert json.loads((tmp_path / "run" / "eval.json").read_text())
+    assert cli.main(["render", run_dir, "--out", str(tmp_path / "episode.gif")]) == 0
     assert (tmp_path / "episode.gif").stat().st_size > 0
