@@ -190,20 +190,33 @@ def test_a_generation_updates_the_mean_and_counts_steps_and_sweeps_the_rate():
         seeds=1,
         sweep={"learning_rate": [1e-9, 0.05]},
         population_size=8,
+        episodes_per_member=2,
         episode_steps=50,
         hidden_sizes=(4,),
-        total_steps=8 * 50 * 2,
+        total_steps=8 * 2 * 50 * 3,
         progress=False,
         num_reports=1,
     )
-    assert res.metrics["train/env_steps"][0].tolist() == [400, 800]
-    assert np.all(res.metrics["train/best_return"] >= res.metrics["train/episode_return"])
+    m = res.metrics
+    assert m["train/env_steps"][0].tolist() == [800, 1600, 2400]
+    assert m["train/episodes"].tolist() == [[16, 16, 16], [16, 16, 16]]
+    np.testing.assert_array_equal(res.final_state.iteration, [3, 3])
+    assert np.all(m["train/worst_return"] <= m["train/episode_return"])
+    assert np.all(m["train/episode_return"] <= m["train/best_return"])
+    assert np.all(m["train/worst_return"] < m["train/best_return"])  # random members differ
+    # CartPole pays 1 per step: a member's mean return is its mean episode length
+    np.testing.assert_allclose(m["train/episode_length"], m["train/episode_return"], rtol=1e-6)
     rates = np.asarray(res.final_state.agent_state.hparams.learning_rate)
     np.testing.assert_allclose(rates, [1e-9, 0.05])
     # a tiny learning rate leaves the mean where it started (both runs start from seed 0)
     flat = jax.vmap(lambda p: flatten_util.ravel_pytree(p)[0])(res.final_params["policy"])
     config = experiment.make_config(
-        "openai_es", "CartPole-v1", population_size=8, hidden_sizes=(4,), episode_steps=50
+        "openai_es",
+        "CartPole-v1",
+        population_size=8,
+        hidden_sizes=(4,),
+        episode_steps=50,
+        episodes_per_member=2,
     )
     env, params = jrl.envs.make("CartPole-v1")
     built = jrl.agents.get("openai_es").build(config, env, params)
