@@ -51,9 +51,10 @@ def _toy(values):
     def step(s):
         params = s.agent_state.params + s.agent_state.hparams.learning_rate / 1000
         agent = s.agent_state.replace(params=params)
-        return s.replace(
-            agent_state=agent, iteration=s.iteration + 1, last_episode_return=params
-        ), {"train/episode_return": params}
+        ret = jnp.where(params < 0.5, jnp.nan, params)  # below 0.5: no episode finished yet
+        return s.replace(agent_state=agent, iteration=s.iteration + 1, last_episode_return=ret), {
+            "train/episode_return": params
+        }
 
     def with_hparams(s, v):
         return s.replace(agent_state=replace_hparams(s.agent_state, v))
@@ -61,19 +62,26 @@ def _toy(values):
     return Algorithm(init, step, 10, with_hparams)
 
 
-def test_the_worst_runs_copy_the_best_and_perturb_their_hyperparameters():
-    """8 runs with returns [3, 1, 4, 2, 8, 7, 0, 5] (+ lr / 1000), fraction 0.25: runs 6 and
-    1 (the two worst) copy one of runs 4 and 5 (the two best) and multiply its learning rate
-    by 0.5 or 3; the others are untouched; a step that is not due copies nothing."""
-    returns = np.asarray([3, 1, 4, 2, 8, 7, 0, 5], np.float32)
-    lrs = 10.0 + np.arange(8, dtype=np.float32)
-    spec = pbt.check_pbt(pbt.PBT(20, 0.25, (0.5, 3.0)), ["learning_rate"], {"learning_rate": 1}, 8)
-    algorithm = pbt.with_pbt(_toy(returns), spec, 8)  # every 2 iterations
-    keys = jax.random.split(jax.random.key(0), 8)
+def _run_toy(returns, fraction, iterations=2, interval=20, seed=0):
+    """The toy loop with PBT (perturb 0.5 or 3) from ``returns``, learning rates 10 + i."""
+    r = len(returns)
+    returns, lrs = np.asarray(returns, np.float32), 10.0 + np.arange(r, dtype=np.float32)
+    spec = pbt.PBT(interval, fraction, (0.5, 3.0), ("learning_rate",))
+    algorithm = pbt.with_pbt(_toy(returns), spec, r)  # every interval / 10 iterations
+    keys = jax.random.split(jax.random.key(seed), r)
     states = anakin.init_runs(algorithm, keys)
     states = anakin.set_hparams(algorithm, states, {"learning_rate": lrs})
     states = states.replace(agent_state=states.agent_state.replace(params=jnp.asarray(returns)))
-    res = anakin.run(algorithm, keys, 2, num_reports=1, initial_state=states)
+    res = anakin.run(algorithm, keys, iterations, num_reports=1, initial_state=states)
+    return res, returns, lrs
+
+
+def test_the_worst_runs_copy_the_best_and_perturb_their_hyperparameters():
+    """8 runs with returns [3, 1, 4, 2, 8, 7, 0, 5] (+ lr / 1000; run 6's return is NaN, no
+    episode finished: it ranks last), fraction 0.25: runs 6 and 1 (the two worst) copy one of
+    runs 4 and 5 (the two best) and multiply its learning rate by 0.5 or 3; the others are
+    untouched; a step that is not due copies nothing."""
+    res, returns, lrs = _run_toy([3, 1, 4, 2, 8, 7, 0, 5], 0.25)
     source = res.metrics[pbt.SOURCE]
     np.testing.assert_array_equal(source[:, 0], np.arange(8))  # iteration 1: not due
     after = returns + 2 * lrs / 1000
@@ -89,21 +97,41 @@ def test_the_worst_runs_copy_the_best_and_perturb_their_hyperparameters():
             assert src == r
             np.testing.assert_allclose([value, lr], [after[r], lrs[r]], rtol=1e-6)
         np.testing.assert_allclose(res.metrics["pbt/learning_rate"][r, 1], lr, rtol=1e-6)
-    # the copies and the perturbations are drawn: some run picks each, some factor each
-    assert {int(source[1, 1]), int(source[6, 1])} <= {4, 5}
+    # a fraction of 0.1 of 8 runs is still one run: run 6 copies run 4
+    res, *_ = _run_toy([3, 1, 4, 2, 8, 7, 0, 5], 0.1)
+    copied = res.metrics[pbt.SOURCE][:, 1]
+    np.testing.assert_array_equal(copied, [0, 1, 2, 3, 4, 5, 4, 7])
+
+
+def test_copies_draw_from_the_whole_top_fraction_and_both_factors():
+    """64 runs, fraction 0.5: the 32 worst copy runs drawn uniformly from the 32 best (with
+    this key the draws reach the best and the 32nd best), each learning rate multiplied by
+    0.5 or 3, both occurring."""
+    returns = np.random.default_rng(0).permutation(64).astype(np.float32) + 1.0
+    res, returns, lrs = _run_toy(returns, 0.5, iterations=1, interval=10, seed=1)
+    source = res.metrics[pbt.SOURCE][:, 0]
+    order = np.argsort(returns)
+    bottom, top = order[:32], order[32:]
+    np.testing.assert_array_equal(source[top], top)
+    assert set(source[bottom]) <= set(top)
+    assert {int(top[0]), int(top[-1])} <= set(source[bottom].tolist()), sorted(source[bottom])
+    factors = res.final_state.agent_state.hparams.learning_rate[bottom] / lrs[source[bottom]]
+    np.testing.assert_allclose(np.sort(np.unique(np.round(factors, 5))), [0.5, 3.0])
 
 
 def test_lineage_lists_every_copy_with_the_hyperparameters_after_it():
     metrics = {
-        pbt.SOURCE: np.asarray([[0, 2, 0], [1, 1, 1], [2, 2, 1]]),
-        "pbt/learning_rate": np.asarray([[1.0, 2.4, 2.4], [2.0, 2.0, 2.0], [3.0, 3.0, 1.6]]),
+        pbt.SOURCE: np.asarray([[0, 2, 0, 0], [1, 1, 1, 1], [2, 2, 1, 2]]),
+        "pbt/learning_rate": np.asarray(
+            [[1.0, 2.4, 2.4, 2.4], [2.0, 2.0, 2.0, 2.0], [3.0, 3.0, 1.6, 1.6]]
+        ),
     }
-    out = pbt.lineage(metrics, np.asarray([10, 20, 30]))
+    out = pbt.lineage(metrics, np.asarray([10, 20, 30, 40]))
     assert out["copies"] == [
         {"iteration": 2, "env_steps": 20, "run": 0, "source": 2, "hparams": {"learning_rate": 2.4}},
         {"iteration": 3, "env_steps": 30, "run": 2, "source": 1, "hparams": {"learning_rate": 1.6}},
     ]
-    assert out["hparams"]["learning_rate"][2] == [3.0, 3.0, 1.6]
+    assert out["hparams"]["learning_rate"][2] == [3.0, 3.0, 1.6, 1.6]
 
 
 def test_refused_settings_name_the_sweepable_fields():
@@ -118,6 +146,21 @@ def test_refused_settings_name_the_sweepable_fields():
     with pytest.raises(ValueError, match="fraction"):
         pbt.check_pbt(pbt.PBT(fraction=0.7), sweepable, {"gamma": (0.9,)}, 4)
     assert pbt.check_pbt(pbt.PBT(), sweepable, {"gamma": (0.9,)}, 4).fields == ("gamma",)
+    ok = dict(sweepable=sweepable, sweep={"gamma": (0.9,)})
+    for bad, match in [
+        (dict(fraction=0.0), "fraction"),
+        (dict(interval=0), "interval"),
+        (dict(perturb=(0.8,)), "perturb"),
+        (dict(perturb=(0.0, 1.2)), "perturb"),
+        (dict(perturb=(-0.5, 1.2)), "perturb"),
+    ]:
+        with pytest.raises(ValueError, match=match):
+            pbt.check_pbt(pbt.PBT(**bad), num_runs=4, **ok)
+    for edge in (dict(fraction=0.5), dict(interval=1), dict(perturb=(0.5, 2.0))):
+        pbt.check_pbt(pbt.PBT(**edge), num_runs=2, **ok)
+    # the interval in iterations: whole iterations, at least one
+    assert pbt.every_iterations(pbt.PBT(interval=25), 10) == 2
+    assert pbt.every_iterations(pbt.PBT(interval=5), 10) == 1
     with pytest.raises(ValueError, match="keeps neither"):
         jrl.train(
             "openai_es",

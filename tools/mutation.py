@@ -81,6 +81,7 @@ SHARED = {
     ),
     "jrl/evolution.py": ("normalize_observation", "policy_action", "make_es"),
     "jrl/population.py": ("play_members", "_fold_moments", "_gather", "population"),
+    "jrl/pbt.py": ("check_pbt", "every_iterations", "with_pbt", "lineage"),
 }
 """Shared agent code: these top-level functions and methods (of a ``make_*`` function, its
 nested update code, see NESTED)."""
@@ -159,6 +160,12 @@ TESTS: dict[str, list[str]] = {
         "tests/test_es.py::test_policy_acts_argmax_or_rescaled_tanh_on_normalised_observations",
         "tests/test_es.py::test_behaviour_policy_is_the_means_policy",
         "tests/test_es.py::test_a_generation_updates_the_mean_and_counts_steps_and_sweeps_the_rate",
+    ],
+    "jrl/pbt.py": [
+        "tests/test_pbt.py::test_the_worst_runs_copy_the_best_and_perturb_their_hyperparameters",
+        "tests/test_pbt.py::test_copies_draw_from_the_whole_top_fraction_and_both_factors",
+        "tests/test_pbt.py::test_lineage_lists_every_copy_with_the_hyperparameters_after_it",
+        "tests/test_pbt.py::test_refused_settings_name_the_sweepable_fields",
     ],
     "jrl/population.py": [
         "tests/test_es.py::test_truncation_probe_episode_masking_and_observation_moments",
