@@ -49,6 +49,9 @@ BUILTIN: dict[str, str] = {
     "td3": "jrl.agents.td3:TD3Config",
     "ddpg": "jrl.agents.ddpg:DDPGConfig",
     "alphazero": "jrl.agents.alphazero:AlphaZeroConfig",
+    "openai_es": "jrl.agents.es:OpenAIESConfig",
+    "cma_es": "jrl.agents.es:CMAESConfig",
+    "snes": "jrl.agents.es:SNESConfig",
 }
 """Built-in agent name -> ``"module:ConfigClass"``; the module defines ``build``."""
 

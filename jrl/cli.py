@@ -179,6 +179,18 @@ class CLIOptions:
     """With --resume: the checkpoint (iteration) to continue from instead of the latest."""
     debug: bool = False
     """Show tracebacks on errors."""
+    pbt: bool = False
+    """Population-based training of the runs (seeds x --sweep values) in the program: every
+    --pbt-interval env steps the worst runs copy the best and perturb their hyperparameters."""
+    pbt_interval: int = 10_000
+    """With --pbt: env steps per run between exploit/explore steps."""
+    pbt_fraction: float = 0.25
+    """With --pbt: the bottom fraction of runs copies the top fraction."""
+    pbt_perturb: tuple[float, float] = (0.8, 1.2)
+    """With --pbt: the factors a copied run's hyperparameters are multiplied by."""
+    pbt_fields: tuple[str, ...] = ()
+    """With --pbt: the hyperparameters to perturb (default: the swept ones, else
+    learning_rate)."""
 
 
 def _train_args(config_cls: type, preset):
@@ -336,6 +348,11 @@ def cmd_train(args: Sequence[str]) -> int:
         else:
             out = cli.out or default_run_folder(agent, cli.env, options.seed, options.seeds)
             options = dataclasses.replace(options, sweep=_parse_sweep(cli.sweep))
+            if cli.pbt:
+                from jrl.pbt import PBT
+
+                pbt = PBT(cli.pbt_interval, cli.pbt_fraction, cli.pbt_perturb, cli.pbt_fields)
+                options = dataclasses.replace(options, pbt=pbt)
             try:
                 result = experiment.train(
                     agent, cli.env, options.seeds, out=out, options=options, **overrides

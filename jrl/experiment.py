@@ -205,6 +205,12 @@ def train(
         anakin.make_mesh(opts.devices)
     spec = RunSpec(agent, env, make_config(agent, env, **overrides), opts)
     spec.check_sweep(overrides)
+    if opts.pbt is not None:
+        from jrl import pbt
+
+        sweepable = jrl.agents.get(agent).sweepable
+        checked = pbt.check_pbt(opts.pbt, sweepable, opts.sweep, len(spec.run_seeds))
+        spec.options = opts = dataclasses.replace(opts, pbt=checked)
     check_env(spec)
     if out is None or jax.process_index() != 0:  # only process 0 writes the run folder
         return training.execute(spec, None)

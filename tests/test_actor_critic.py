@@ -37,14 +37,17 @@ def test_public_api_imports():
         "a2c",
         "alphazero",
         "c51",
+        "cma_es",
         "ddpg",
         "dqn",
+        "openai_es",
         "ppo",
         "pqn",
         "qrdqn",
         "rainbow",
         "reinforce",
         "sac",
+        "snes",
         "td3",
     ]
 

@@ -83,10 +83,17 @@ SHARED = {
     ),
     "jrl/two_player.py": ("player_returns",),
     "jrl/search.py": ("game_recurrent_fn",),
+    "jrl/evolution.py": ("normalize_observation", "policy_action", "make_es"),
+    "jrl/population.py": ("play_members", "_fold_moments", "_gather", "population"),
+    "jrl/pbt.py": ("check_pbt", "every_iterations", "with_pbt", "lineage"),
 }
 """Shared agent code: these top-level functions and methods (of a ``make_*`` function, its
 nested update code, see NESTED)."""
-SHARED_AGENTS = {"agents/td3.py": "jrl/continuous.py", "agents/ddpg.py": "jrl/continuous.py"}
+SHARED_AGENTS = {
+    "agents/td3.py": "jrl/continuous.py",
+    "agents/ddpg.py": "jrl/continuous.py",
+    "agents/es.py": "jrl/evolution.py",
+}
 """Agent modules whose loss and target code is all shared code (a config, presets and a
 ``build`` only): checked through that file's target instead."""
 NESTED = (
@@ -97,6 +104,9 @@ NESTED = (
     "critic_loss_fn",
     "actor_loss_fn",
     "smoothed_target_action",
+    "ask",
+    "tell",
+    "member_action",
 )
 """Functions nested in a ``make_*`` function that hold an agent's loss and target code."""
 AGENT_WORDS = ("loss", "target", "advantage", "head")
@@ -155,6 +165,27 @@ TESTS: dict[str, list[str]] = {
     "jrl/continuous.py": [
         "tests/test_continuous.py",
         "tests/test_td3.py",
+    ],
+    "jrl/evolution.py": [  # the in-process tests (no subprocesses)
+        "tests/test_es.py::test_openai_es_generation_matches_a_numpy_reference",
+        "tests/test_es.py::test_snes_generation_matches_a_numpy_reference",
+        "tests/test_es.py::test_cma_es_mean_is_the_weighted_recombination_of_the_best_half",
+        "tests/test_es.py::test_policy_acts_argmax_or_rescaled_tanh_on_normalised_observations",
+        "tests/test_es.py::test_behaviour_policy_is_the_means_policy",
+        "tests/test_es.py::test_a_generation_updates_the_mean_and_counts_steps_and_sweeps_the_rate",
+    ],
+    "jrl/pbt.py": [
+        "tests/test_pbt.py::test_the_worst_runs_copy_the_best_and_perturb_their_hyperparameters",
+        "tests/test_pbt.py::test_copies_draw_from_the_whole_top_fraction_and_both_factors",
+        "tests/test_pbt.py::test_lineage_lists_every_copy_with_the_hyperparameters_after_it",
+        "tests/test_pbt.py::test_refused_settings_name_the_sweepable_fields",
+    ],
+    "jrl/population.py": [
+        "tests/test_es.py::test_truncation_probe_episode_masking_and_observation_moments",
+        "tests/test_es.py::test_observation_statistics_fold_in_the_generations_observations",
+        "tests/test_es.py::test_a_generation_updates_the_mean_and_counts_steps_and_sweeps_the_rate",
+        "tests/test_es.py::test_population_not_divisible_by_devices_is_refused",
+        "tests/test_es.py::test_interrupted_run_resumes_bit_identical",
     ],
     "agents/sac.py": [
         "tests/test_sac.py::test_actor_loss_by_hand",
