@@ -143,25 +143,29 @@ def _module_of(name: str) -> str:
     return BUILTIN[name].split(":")[0]
 
 
-def fitting(space: Any) -> list[str]:
+def fitting(space: Any, turn_based: bool = False) -> list[str]:
     """The registered agents whose config declares they act in ``space``'s class
-    (``ACTION_SPACES``; agents that declare nothing are left out)."""
+    (``ACTION_SPACES``; agents that declare nothing are left out), among the agents for
+    single-player envs or, ``turn_based=True``, for two-player turn-based games."""
     out = []
     for name in names():
-        accepted = get(name).config_cls.ACTION_SPACES
-        if accepted is not None and isinstance(space, accepted):
+        cls = get(name).config_cls
+        accepted = cls.ACTION_SPACES
+        fits = accepted is not None and isinstance(space, accepted)
+        if fits and bool(getattr(cls, "TURN_BASED", False)) == turn_based:
             out.append(name)
     return out
 
 
-def check_action_space(name: str, space: Any, env_id: str) -> None:
+def check_action_space(name: str, space: Any, env_id: str, turn_based: bool = False) -> None:
     """``ValueError`` (one line) when agent ``name`` does not act in ``space``, the action
-    space of ``env_id``: it names the space and the agents that do."""
+    space of ``env_id`` (a two-player game when ``turn_based``): it names the space and the
+    agents that do (on that kind of env)."""
     accepted = get(name).config_cls.ACTION_SPACES
     if accepted is None or isinstance(space, accepted):
         return
     kinds = " or ".join(cls.__name__ for cls in accepted)
-    fit = fitting(space)
+    fit = fitting(space, turn_based)
     raise ValueError(
         f"{name} needs a {kinds} action space, but {env_id} has {space!r}; "
         f"agents for a {type(space).__name__} action space: {', '.join(fit) or 'none'}"

@@ -115,7 +115,7 @@ def check_env(spec: RunSpec) -> None:
             f"{spec.agent} is a single-player agent, but {spec.env_id} is a two-player "
             f"turn-based game; agents for games: {', '.join(fit)}"
         )
-    jrl.agents.check_action_space(spec.agent, space, spec.env_id)
+    jrl.agents.check_action_space(spec.agent, space, spec.env_id, turn_based)
     check(spec.config.env_checks(space, spec.agent))
 
 
