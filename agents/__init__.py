@@ -29,6 +29,7 @@ __all__ = [
     "BUILTIN",
     "UnknownAgentError",
     "check_action_space",
+    "check_team",
     "fitting",
     "get",
     "names",
@@ -48,6 +49,8 @@ BUILTIN: dict[str, str] = {
     "sac": "jrl.agents.sac:SACConfig",
     "td3": "jrl.agents.td3:TD3Config",
     "ddpg": "jrl.agents.ddpg:DDPGConfig",
+    "ippo": "jrl.agents.ippo:IPPOConfig",
+    "mappo": "jrl.agents.mappo:MAPPOConfig",
 }
 """Built-in agent name -> ``"module:ConfigClass"``; the module defines ``build``."""
 
@@ -161,6 +164,30 @@ def check_action_space(name: str, space: Any, env_id: str) -> None:
     raise ValueError(
         f"{name} needs a {kinds} action space, but {env_id} has {space!r}; "
         f"agents for a {type(space).__name__} action space: {', '.join(fit) or 'none'}"
+    )
+
+
+def check_team(name: str, multi_agent_env: bool, env_id: str) -> None:
+    """``ValueError`` (one line) when agent ``name`` and the env ``env_id`` do not agree on
+    being multi-agent (config ``MULTI_AGENT``; :func:`jrl.marl.is_multi_agent` for the env),
+    naming the agents that fit it."""
+    team_agent = bool(getattr(get(name).config_cls, "MULTI_AGENT", False))
+    if team_agent == bool(multi_agent_env):
+        return
+    fit = [
+        n
+        for n in names()
+        if bool(getattr(get(n).config_cls, "MULTI_AGENT", False)) == bool(multi_agent_env)
+    ]
+    if team_agent:
+        raise ValueError(
+            f"{name} trains a team of agents, but {env_id} is a single-agent env; "
+            f"multi-agent envs: Coordination-v0, jaxmarl:<name>; single-agent agents: "
+            f"{', '.join(fit)}"
+        )
+    raise ValueError(
+        f"{name} is a single-agent agent, but {env_id} is a multi-agent env; "
+        f"agents for multi-agent envs: {', '.join(fit)}"
     )
 
 

@@ -195,6 +195,8 @@ def _register_builtins() -> None:
         ("MaskedProbe-v0", "jrl.envs.probes:MaskedProbe", None),
         ("MemoryChain-v0", "jrl.envs.memory:MemoryChain", None),
         ("CartPoleNoVel-v1", "jrl.envs.memory:CartPoleNoVel", 500),
+        ("Coordination-v0", "jrl.envs.coordination:Coordination", None),
+        ("TeamTruncationProbe-v0", "jrl.envs.coordination:TeamTruncationProbe", 20),
     ]
     for id, entry, limit in builtins:
         register(id, entry, max_episode_steps=limit, source="jrl")
