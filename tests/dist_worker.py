@@ -69,7 +69,9 @@ CONTINUOUS = dict(
 )
 for name in ("sac", "td3", "ddpg"):
     SMALL[name] = CONTINUOUS
-ENV = {"sac": "Pendulum-v1", "td3": "Pendulum-v1", "ddpg": "Pendulum-v1"}
+# 4 iterations of 4 envs x 16 steps, one network per agent
+SMALL["ippo"] = dict(num_envs=4, num_steps=16, total_steps=4 * 16 * 4, share_parameters=False)
+ENV = {"sac": "Pendulum-v1", "td3": "Pendulum-v1", "ddpg": "Pendulum-v1", "ippo": "Coordination-v0"}
 overrides = dict(SMALL[a.agent])
 if a.total_steps:
     overrides = {"total_steps": a.total_steps}

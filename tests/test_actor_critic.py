@@ -38,6 +38,8 @@ def test_public_api_imports():
         "c51",
         "ddpg",
         "dqn",
+        "ippo",
+        "mappo",
         "ppo",
         "pqn",
         "qrdqn",

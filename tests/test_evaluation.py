@@ -111,7 +111,10 @@ class ActionCountBox(ActionCount):
 EPISODES = 32
 
 
-@pytest.mark.parametrize("agent", jrl.agents.names())
+@pytest.mark.parametrize(
+    "agent",  # the multi-agent ones: tests/test_ippo.py (they need a multi-agent env)
+    [a for a in jrl.agents.names() if not getattr(jrl.agents.get(a).config_cls, "MULTI_AGENT", 0)],
+)
 def test_every_agent_has_a_greedy_and_a_stochastic_evaluation_policy(agent, env_for):
     """Evaluating freshly initialised runs (what eval_every, `jrl eval` and `jrl render` do):
     greedy, every episode returns 8 times the action the agent's ``policy`` picks for the
