@@ -43,6 +43,7 @@ class EnvEntry:
 _REGISTRY: dict[str, EnvEntry] = {}
 GYMNAX_PREFIX = "gymnax:"
 BRAX_PREFIX = "brax:"
+JAXMARL_PREFIX = "jaxmarl:"
 
 
 def register(
@@ -54,10 +55,11 @@ def register(
     **kwargs: Any,
 ) -> EnvEntry:
     """Registers an environment under ``id``; ``make(id)`` then builds it."""
-    if not isinstance(id, str) or not id or id.startswith((GYMNAX_PREFIX, BRAX_PREFIX)):
+    prefixes = (GYMNAX_PREFIX, BRAX_PREFIX, JAXMARL_PREFIX)
+    if not isinstance(id, str) or not id or id.startswith(prefixes):
         raise ValueError(
-            f"invalid env id {id!r} (non-empty, not starting with {GYMNAX_PREFIX!r} or "
-            f"{BRAX_PREFIX!r})"
+            f"invalid env id {id!r} (non-empty, not starting with {GYMNAX_PREFIX!r}, "
+            f"{BRAX_PREFIX!r} or {JAXMARL_PREFIX!r})"
         )
     if id in _REGISTRY and not overwrite:
         raise ValueError(f"env id {id!r} is already registered (pass overwrite=True to replace it)")
@@ -84,6 +86,10 @@ def entry(id: str) -> EnvEntry:
         from jrl.envs.brax_adapter import brax_entry
 
         return brax_entry(id[len(BRAX_PREFIX) :])
+    if id.startswith(JAXMARL_PREFIX):
+        from jrl.envs.jaxmarl_adapter import jaxmarl_entry
+
+        return jaxmarl_entry(id[len(JAXMARL_PREFIX) :])
     if id not in _REGISTRY:
         raise UnknownEnvError(id, sorted(_REGISTRY))
     return _REGISTRY[id]
@@ -102,7 +108,7 @@ class UnknownEnvError(KeyError, ValueError):
         if listing is None:
             listing = (
                 f"Registered: {', '.join(known)}; gymnax envs as '{GYMNAX_PREFIX}<name>', "
-                f"brax envs as '{BRAX_PREFIX}<name>'."
+                f"brax envs as '{BRAX_PREFIX}<name>', JaxMARL envs as '{JAXMARL_PREFIX}<name>'."
             )
         self.message = f"unknown environment {prefix + id!r}.{hint} {listing}"
         super().__init__(self.message)

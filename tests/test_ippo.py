@@ -251,8 +251,8 @@ def test_truncation_probe():
     for r in range(res.num_runs):
         p = jax.tree.map(lambda x, r=r: x[r], res.final_params)
         v = np.asarray(built.network.apply(p, obs, method=built.network.value))
-        # measured 2026-12-01 (60k steps, 2 seeds): within 2.1% of 10 everywhere; treating truncation as termination
-        # would give 6.5 at t = 10 and 1 at the last step
+        # measured 2026-12-01 (60k steps, 2 seeds): within 2.1% of 10 everywhere; treating
+        # truncation as termination would give 6.5 at t = 10 and 1 at the last step
         np.testing.assert_allclose(v, target, rtol=0.1, err_msg=f"run {r}")
 
 
