@@ -79,10 +79,20 @@ SHARED = {
         "make_deterministic_losses",
         "make_deterministic",
     ),
+    "jrl/multi_agent.py": (
+        "agent_gae",
+        "MultiAgentActorCritic.policy",
+        "MultiAgentActorCritic.value",
+    ),
 }
 """Shared agent code: these top-level functions and methods (of a ``make_*`` function, its
 nested update code, see NESTED)."""
-SHARED_AGENTS = {"agents/td3.py": "jrl/continuous.py", "agents/ddpg.py": "jrl/continuous.py"}
+SHARED_AGENTS = {
+    "agents/td3.py": "jrl/continuous.py",
+    "agents/ddpg.py": "jrl/continuous.py",
+    "agents/ippo.py": "jrl/multi_agent.py",
+    "agents/mappo.py": "jrl/multi_agent.py",
+}
 """Agent modules whose loss and target code is all shared code (a config, presets and a
 ``build`` only): checked through that file's target instead."""
 NESTED = (
@@ -147,6 +157,12 @@ TESTS: dict[str, list[str]] = {
         "tests/test_sac.py::test_actor_loss_by_hand",
         "tests/test_sac.py::test_alpha_loss_by_hand",
         "tests/test_sac.py::test_learn_matches_a_reference",
+    ],
+    "jrl/multi_agent.py": [
+        "tests/test_ippo.py::test_agent_gae_by_hand",
+        "tests/test_ippo.py::test_network_shares_or_splits_parameters",
+        "tests/test_ippo.py::test_centralised_critic_reads_the_global_state_only",
+        "tests/test_ippo.py::test_acting_honours_every_agents_mask",
     ],
     "agents/pqn.py": [
         "tests/test_pqn.py::test_q_lambda_targets_by_hand",
