@@ -30,10 +30,10 @@ COORDINATION = {
 """Coordination-v0 (episodes of 8 rounds): a larger batch of short rollouts and a larger
 step size than the PPO defaults."""
 
-SIMPLE_SPREAD = {"total_steps": 1_000_000, "num_envs": 25}
-"""JaxMARL's IPPO configuration for MPE simple_spread (``ippo_ff_mpe.yaml``): 1e6 steps,
-25 envs x 128 steps, 4 epochs x 4 minibatches, lr 2.5e-4 annealed, 64x64 tanh, the PPO
-defaults otherwise."""
+SIMPLE_SPREAD = {"total_steps": 10_000_000, "num_envs": 16}
+"""JaxMARL's IPPO configuration for MPE simple_spread (``baselines/IPPO/config/ippo_ff_mpe.yaml``):
+1e7 steps, 16 envs x 128 steps, 4 epochs x 4 minibatches, lr 2.5e-4 annealed, 64x64 tanh: the
+PPO defaults otherwise."""
 
 
 @dataclasses.dataclass(frozen=True)
