@@ -5,17 +5,19 @@ repository, given by ``--jaxmarl``), run unchanged: this script imports the modu
 its ``make_train(config)`` with the config of its own ``config/ippo_ff_mpe.yaml`` (16 envs x 128
 steps, 4 epochs x 4 minibatches, lr 2.5e-4 annealed, gamma 0.99, GAE 0.95, clip 0.2, entropy
 0.01, value 0.5, grad norm 0.5, 64x64 tanh), with only ``TOTAL_TIMESTEPS`` and ``NUM_SEEDS``
-set from the command line (the yaml's 1e7 steps x 10 seeds are hours on a CPU). Its
-training function is vmapped over the seeds and jitted, as its ``main`` does; compile and
-run are timed apart (``lower().compile()``, then the call with ``block_until_ready``).
+set from the command line (the yaml's 1e7 steps x 10 seeds are hours on a CPU). As its
+``main`` does, wandb is initialised in the yaml's mode (disabled) and the training function
+is vmapped over the seeds and jitted; compile and run are timed apart (``lower().compile()``,
+then the call with ``block_until_ready``).
 
 jrl trains ``ippo`` on ``jaxmarl:MPE_simple_spread_v3`` with the same numbers (its defaults
 are PPO's, which are these, plus ``num_envs=16``); compile and run seconds are the runner's.
 
-Returns are per agent (simple_spread pays every agent the same shared reward): JaxMARL's
-``returned_episode_returns`` averaged over actors and the steps of the last 5% of updates;
-jrl's team return ``train/episode_return`` / 3 over the same last 5% of iterations. Both
-count env steps the same way (one step of one env moves every agent).
+Returns are the team's: JaxMARL's ``returned_episode_returns`` (its ``MPELogWrapper`` logs
+every agent's reward times the number of agents, which for simple_spread's shared reward is
+the team's sum) averaged over actors and the steps of the last 5% of updates; jrl's team return
+``train/episode_return`` (the sum over agents) over the same last 5% of iterations. Both count
+env steps the same way (one step of one env moves every agent).
 
 Usage (in a venv with jaxmarl, distrax, hydra-core, wandb and jrl)::
 
@@ -42,6 +44,9 @@ def peer(checkout: str, steps: int, seeds: int) -> dict:
         OmegaConf.load(f"{checkout}/baselines/IPPO/config/ippo_ff_mpe.yaml")
     )
     config.update(TOTAL_TIMESTEPS=steps, NUM_SEEDS=seeds)
+    import wandb  # its training logs through wandb.log: initialised as its main does
+
+    wandb.init(project=config["PROJECT"], config=config, mode=config["WANDB_MODE"])
     rngs = jax.random.split(jax.random.PRNGKey(config["SEED"]), seeds)
     train = jax.jit(jax.vmap(module.make_train(dict(config))))
     t = time.perf_counter()
@@ -85,7 +90,7 @@ def ours(steps: int, seeds: int, num_envs: int) -> dict:
         compile_s=res.compile_seconds,
         run_s=res.run_seconds,
         steps_per_s=res.steps_per_second,
-        final=team[:, -tail:].mean(1) / 3.0,
+        final=team[:, -tail:].mean(1),
     )
 
 
@@ -98,7 +103,7 @@ def main() -> None:
     theirs = peer(a.jaxmarl, a.steps, a.seeds)
     mine = ours(a.steps, a.seeds, theirs["config"]["NUM_ENVS"])
     print(f"device: {jax.devices()[0].device_kind}, {a.seeds} seeds, {a.steps:,} steps each")
-    print("| | env steps/run | compile s | run s | steps/s | return per agent (last 5%) |")
+    print("| | env steps/run | compile s | run s | steps/s | team return (last 5%) |")
     print("|---|---:|---:|---:|---:|---|")
     for r in (mine, theirs):
         f = r["final"]
