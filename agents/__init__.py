@@ -49,6 +49,10 @@ BUILTIN: dict[str, str] = {
     "sac": "jrl.agents.sac:SACConfig",
     "td3": "jrl.agents.td3:TD3Config",
     "ddpg": "jrl.agents.ddpg:DDPGConfig",
+    "alphazero": "jrl.agents.alphazero:AlphaZeroConfig",
+    "openai_es": "jrl.agents.es:OpenAIESConfig",
+    "cma_es": "jrl.agents.es:CMAESConfig",
+    "snes": "jrl.agents.es:SNESConfig",
     "ippo": "jrl.agents.ippo:IPPOConfig",
     "mappo": "jrl.agents.mappo:MAPPOConfig",
 }

@@ -6,9 +6,11 @@ entropy temperature tuned to a target entropy.
 - Critics: ``num_critics`` Q-networks as one vmapped module (2: clipped double Q; more: a
   REDQ-style ensemble, a config value), each regressing on ``r + discount * (min_n
   Q'_n(s', a') - alpha log pi(a' | s'))`` with ``a' ~ pi(. | s')``
-  (:func:`jrl.continuous.critic_target`);
-- actor: minimises ``alpha log pi(a | s) - min_n Q_n(s, a)``, ``a ~ pi(. | s)``
-  reparameterised (:func:`actor_loss`), with the critics just updated;
+  (:func:`jrl.continuous.critic_target`), the minimum over all critics or, with
+  ``target_critics=M``, over M of them drawn for every update (REDQ);
+- actor: minimises ``alpha log pi(a | s) - min_n Q_n(s, a)`` (or the critics' mean with
+  ``actor_q="mean"``, as REDQ does), ``a ~ pi(. | s)`` reparameterised (:func:`actor_loss`),
+  with the critics just updated;
 - temperature: ``alpha = alpha_0 exp(d)`` with ``d`` learned (``autotune``) by
   :func:`alpha_loss`, pushing the policy's entropy towards ``target_entropy_scale * |A|``
   (-|A| by default); ``autotune=False`` keeps ``alpha = alpha_0``.
@@ -36,6 +38,7 @@ from jrl.continuous import (
     ActionScale,
     ContinuousConfig,
     critic_loss,
+    critic_subset,
     critic_target,
     init_networks,
     item_normals,
@@ -78,10 +81,12 @@ class SACState:
     num_updates: jax.Array  # [] int32 updates so far
 
 
-def actor_loss(log_prob, q, alpha) -> jax.Array:
-    """``mean_b(alpha log pi(a_b | s_b) - min_n q[n, b])`` for actions ``a ~ pi``
-    (``log_prob [B]``, ``q [N, B]``; ``alpha`` takes no gradient)."""
-    return jnp.mean(jax.lax.stop_gradient(alpha) * log_prob - jnp.min(q, axis=0))
+def actor_loss(log_prob, q, alpha, ensemble: str = "min") -> jax.Array:
+    """``mean_b(alpha log pi(a_b | s_b) - Q(s_b, a_b))`` for actions ``a ~ pi`` (``log_prob
+    [B]``, ``q [N, B]``; ``alpha`` takes no gradient), with ``Q`` the critics' minimum
+    (``ensemble="min"``) or their mean (``"mean"``, as REDQ's actor takes it)."""
+    q_pi = jnp.mean(q, axis=0) if ensemble == "mean" else jnp.min(q, axis=0)
+    return jnp.mean(jax.lax.stop_gradient(alpha) * log_prob - q_pi)
 
 
 def alpha_loss(log_alpha, log_prob, target_entropy) -> jax.Array:
@@ -98,6 +103,7 @@ def make_sac(actor, critic, scale: ActionScale, config: "SACConfig") -> Agent:
     hparams, total = config.hparams(), max(config.num_updates, 1)
     tx = make_optimizer("adam", config.max_grad_norm)
     autotune = bool(config.autotune)
+    subset, ensemble = config.target_subset, config.actor_q
 
     def init(key, spec: EnvSpec) -> SACState:
         params = init_networks(actor, critic, scale, spec, key)
@@ -122,15 +128,20 @@ def make_sac(actor, critic, scale: ActionScale, config: "SACConfig") -> Agent:
         return dist.from_noise(item_normals(key, dist.mean.shape[0], scale.dim))
 
     def critic_loss_fn(critic_params, state, batch, alpha, key):
+        if subset:
+            key, k_subset = jax.random.split(key)
         next_action, next_log_prob = sample(state.params["actor"], batch.next_observation, key)
         next_q = critic.apply(state.target_critic, batch.next_observation, next_action)
+        if subset:
+            next_q = critic_subset(next_q, k_subset, subset)
         target = critic_target(batch.reward, batch.discount, next_q, alpha * next_log_prob)
         q = critic.apply(critic_params, batch.observation, scale.to_unit(batch.action))
         return critic_loss(q, target), q
 
     def actor_loss_fn(actor_params, critic_params, obs, alpha, key):
         action, log_prob = sample(actor_params, obs, key)
-        return actor_loss(log_prob, critic.apply(critic_params, obs, action), alpha), log_prob
+        q = critic.apply(critic_params, obs, action)
+        return actor_loss(log_prob, q, alpha, ensemble), log_prob
 
     def step(tree, opt_state, name, grads, lr):
         new, opt = apply_gradients(tx, tree, opt_state[name], parallel.pmean(grads), lr)
@@ -215,9 +226,18 @@ class SACConfig(ContinuousConfig):
     """Learn the temperature so the policy's entropy tracks the target entropy."""
     target_entropy_scale: float = -1.0
     """Target entropy per action dimension: target = target_entropy_scale * |A| (sweepable)."""
+    actor_q: str = "min"
+    """How the actor's loss reduces the critic ensemble: "min" (SAC) or "mean" (REDQ, with
+    num_critics=10 and target_critics=2)."""
 
     def checks(self) -> list[Check]:
-        return super().checks() + [(self.alpha > 0, f"alpha must be positive, got {self.alpha}")]
+        return super().checks() + [
+            (self.alpha > 0, f"alpha must be positive, got {self.alpha}"),
+            (
+                self.actor_q in ("min", "mean"),
+                f"actor_q must be 'min' or 'mean', got {self.actor_q!r}",
+            ),
+        ]
 
     def make_agent(self, scale: ActionScale, obs_ndim: int) -> tuple[Agent, tuple]:
         """``(agent, (actor, critic ensemble))`` for :func:`jrl.builders.build_continuous`."""

@@ -317,7 +317,8 @@ def purejaxrl_available(checkout: str, module: str, python: str) -> bool:
 def import_purejaxrl(checkout: str, module: str):
     """``purejaxrl.<module>`` from the checkout at ``checkout``, run as it is, except:
 
-    - ``purejaxrl.wrappers`` is gymnax's ``gymnax.wrappers.purerl``, gymnax's copy
+    - ``purejaxrl.wrappers`` (also as the top-level ``wrappers`` its scripts import) is
+      gymnax's ``gymnax.wrappers.purerl``, gymnax's copy
       of the same ``LogWrapper`` and ``FlattenObservationWrapper`` (which
       PureJaxRL's own dqn.py imports). With PureJaxRL's wrappers.py, its PPO with
       16 vmapped seeds hung here on jax 0.10.2 CPU, reproducibly (every thread
@@ -349,7 +350,9 @@ def import_purejaxrl(checkout: str, module: str):
     sys.modules["purejaxrl"] = importlib.util.module_from_spec(spec)
     if (package / "__init__.py").exists():
         spec.loader.exec_module(sys.modules["purejaxrl"])
-    sys.modules["purejaxrl.wrappers"] = importlib.import_module("gymnax.wrappers.purerl")
+    wrappers = importlib.import_module("gymnax.wrappers.purerl")
+    # its scripts import ``wrappers`` as a top-level module (``from wrappers import ...``)
+    sys.modules["purejaxrl.wrappers"] = sys.modules["wrappers"] = wrappers
     return importlib.import_module(f"purejaxrl.{module}")
 
 

@@ -19,10 +19,11 @@ What the adapter does, and does not do:
 - The env state is brax's ``State`` pytree; ``reset`` gets brax's raw ``uint32[2]`` key
   (the key data of jrl's typed key), ``step`` is brax's ``step`` (deterministic: the
   step's key is not used).
-- Spaces: the observation is ``Box(-inf, inf, (observation_size,))``; the action is a
-  Box with the actuators' control range (``sys.actuator_ctrlrange``, e.g. [-3, 3] for
-  ``inverted_pendulum``, [-1, 1] for most), so :class:`jrl.continuous.ActionScale`
-  maps a squashed actor onto it. ``params`` are None (nothing to override).
+- Spaces: the observation is ``Box(-inf, inf, (observation_size,))``; the action is
+  ``Box(-1, 1, (action_size,))``, brax's own convention: envs whose actuators have another
+  control range (``inverted_pendulum``'s [-3, 3], ``humanoid``'s [-0.4, 0.4], ``pusher``)
+  map [-1, 1] onto it in their ``step``, the others have actuators limited to [-1, 1].
+  ``params`` are None (nothing to override).
 - ``render`` is not provided (brax draws through its HTML viewer or MuJoCo's renderer).
 """
 
@@ -109,13 +110,9 @@ class BraxEnv(Environment):
     def __init__(self, env: str):
         self.brax_env = _make(env)
         self.id = BRAX_PREFIX + env
-        ctrl = getattr(getattr(self.brax_env, "sys", None), "actuator_ctrlrange", None)
         size = int(self.brax_env.action_size)
-        if ctrl is None or np.shape(ctrl) != (size, 2):
-            low, high = -np.ones(size), np.ones(size)
-        else:
-            low, high = np.asarray(ctrl, np.float64)[:, 0], np.asarray(ctrl, np.float64)[:, 1]
-        self._action_space = spaces.Box(low, high, (size,), jnp.float32)
+        # brax's envs take actions in [-1, 1] and scale them to their actuators themselves
+        self._action_space = spaces.Box(-np.ones(size), np.ones(size), (size,), jnp.float32)
         self._observation_space = spaces.Box(
             -np.inf, np.inf, (int(self.brax_env.observation_size),), jnp.float32
         )

@@ -43,6 +43,7 @@ class EnvEntry:
 _REGISTRY: dict[str, EnvEntry] = {}
 GYMNAX_PREFIX = "gymnax:"
 BRAX_PREFIX = "brax:"
+PGX_PREFIX = "pgx:"
 JAXMARL_PREFIX = "jaxmarl:"
 
 
@@ -55,7 +56,7 @@ def register(
     **kwargs: Any,
 ) -> EnvEntry:
     """Registers an environment under ``id``; ``make(id)`` then builds it."""
-    prefixes = (GYMNAX_PREFIX, BRAX_PREFIX, JAXMARL_PREFIX)
+    prefixes = (GYMNAX_PREFIX, BRAX_PREFIX, PGX_PREFIX, JAXMARL_PREFIX)
     if not isinstance(id, str) or not id or id.startswith(prefixes):
         raise ValueError(
             f"invalid env id {id!r} (non-empty, not starting with {GYMNAX_PREFIX!r}, "
@@ -86,6 +87,10 @@ def entry(id: str) -> EnvEntry:
         from jrl.envs.brax_adapter import brax_entry
 
         return brax_entry(id[len(BRAX_PREFIX) :])
+    if id.startswith(PGX_PREFIX):
+        from jrl.envs.pgx_adapter import pgx_entry
+
+        return pgx_entry(id[len(PGX_PREFIX) :])
     if id.startswith(JAXMARL_PREFIX):
         from jrl.envs.jaxmarl_adapter import jaxmarl_entry
 
@@ -108,7 +113,8 @@ class UnknownEnvError(KeyError, ValueError):
         if listing is None:
             listing = (
                 f"Registered: {', '.join(known)}; gymnax envs as '{GYMNAX_PREFIX}<name>', "
-                f"brax envs as '{BRAX_PREFIX}<name>', JaxMARL envs as '{JAXMARL_PREFIX}<name>'."
+                f"brax envs as '{BRAX_PREFIX}<name>', pgx games as '{PGX_PREFIX}<name>', "
+                f"JaxMARL envs as '{JAXMARL_PREFIX}<name>'."
             )
         self.message = f"unknown environment {prefix + id!r}.{hint} {listing}"
         super().__init__(self.message)
@@ -201,6 +207,7 @@ def _register_builtins() -> None:
         ("MaskedProbe-v0", "jrl.envs.probes:MaskedProbe", None),
         ("MemoryChain-v0", "jrl.envs.memory:MemoryChain", None),
         ("CartPoleNoVel-v1", "jrl.envs.memory:CartPoleNoVel", 500),
+        ("TicTacToe-v0", "jrl.envs.tictactoe:TicTacToe", None),
         ("Coordination-v0", "jrl.envs.coordination:Coordination", None),
         ("TeamTruncationProbe-v0", "jrl.envs.coordination:TeamTruncationProbe", 20),
     ]

@@ -110,12 +110,19 @@ class Recurrent(NamedTuple):
       behaviour policy from ``acting_state``; ``act_info`` as for :attr:`Agent.act` (a
       recurrent learner keeps the state it acted from there, to replay its sequences);
     - ``policy(params, acting_state, obs, key) -> (action, acting_state)``: the greedy
-      evaluation policy.
+      evaluation policy; None when only the behaviour policy has an acting state (e.g.
+      temporally correlated exploration noise) and the greedy one is the agent's memoryless
+      :attr:`Agent.policy`.
     """
 
     initial_state: Callable[[int], PyTree]
     act: Callable[[PyTree, PyTree, PyTree, PRNGKey], tuple[Any, dict[str, Any], PyTree]]
-    policy: Callable[[PyTree, PyTree, PyTree, PRNGKey], tuple[Any, PyTree]]
+    policy: Callable[[PyTree, PyTree, PyTree, PRNGKey], tuple[Any, PyTree]] | None = None
+
+    def stateful(self, greedy: bool) -> bool:
+        """Whether the greedy (or, ``greedy=False``, the behaviour) policy carries the
+        acting state."""
+        return self.policy is not None or not greedy
 
 
 class Agent(NamedTuple):

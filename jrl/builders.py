@@ -39,6 +39,8 @@ class Built:
     env_params: Any
     spec: EnvSpec
     network: Any = None  # the flax module (``apply(params, obs)`` -> (distribution, value))
+    player: Any = None  # two-player games: ``player(agent_state)`` -> ``play(env_state [E],
+    # obs [E], key) -> action [E]``, how the trained agent plays evaluation games
 
 
 def training_env(

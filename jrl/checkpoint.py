@@ -277,6 +277,11 @@ class Checkpointer:
         )
         flat = {f"s{i:05d}": a for i, a in enumerate(arrays)}
         flat.update({f"h{i:05d}": a for i, a in enumerate(hist)})
+        # orbax refuses arrays of size 0 (e.g. MJX's empty contact arrays); they hold no data,
+        # so the record keeps their shape and dtype and loading makes them again
+        empty = {k: [list(a.shape), a.dtype.name] for k, a in flat.items() if a.size == 0}
+        flat = {k: a for k, a in flat.items() if k not in empty}
+        record["empty"] = empty
         if int(step) in self._manager.all_steps():  # e.g. a resumed run stopping where it started
             self._manager.delete(int(step))
         args = ocp.args.Composite(
@@ -388,9 +393,17 @@ def _read_arrays(path: Path, meta: dict[str, Any], saved: list[list], fallback: 
         raise CheckpointError(
             f"checkpoint {path} is unreadable ({type(e).__name__}: {str(e)[:200]}){fallback}"
         ) from None
+    empty = meta.get("empty", {})
+
+    def read(name):
+        if name in empty:  # not written: an array of size 0 (see Checkpointer.save)
+            shape, dtype = empty[name]
+            return np.zeros(shape, np.dtype(dtype))
+        return np.asarray(restored[name])
+
     try:
-        arrays = [np.asarray(restored[f"s{i:05d}"]) for i in range(n_state)]
-        hist = [np.asarray(restored[f"h{i:05d}"]) for i in range(len(names))]
+        arrays = [read(f"s{i:05d}") for i in range(n_state)]
+        hist = [read(f"h{i:05d}") for i in range(len(names))]
     except KeyError as e:
         raise CheckpointError(
             f"checkpoint {path} is incomplete: array {e} is missing{fallback}"

@@ -189,6 +189,18 @@ class CLIOptions:
     """With --resume: the checkpoint (iteration) to continue from instead of the latest."""
     debug: bool = False
     """Show tracebacks on errors."""
+    pbt: bool = False
+    """Population-based training of the runs (seeds x --sweep values) in the program: every
+    --pbt-interval env steps the worst runs copy the best and perturb their hyperparameters."""
+    pbt_interval: int = 10_000
+    """With --pbt: env steps per run between exploit/explore steps."""
+    pbt_fraction: float = 0.25
+    """With --pbt: the bottom fraction of runs copies the top fraction."""
+    pbt_perturb: tuple[float, float] = (0.8, 1.2)
+    """With --pbt: the factors a copied run's hyperparameters are multiplied by."""
+    pbt_fields: tuple[str, ...] = ()
+    """With --pbt: the hyperparameters to perturb (default: the swept ones, else
+    learning_rate)."""
 
 
 def _train_args(config_cls: type, preset):
@@ -346,6 +358,11 @@ def cmd_train(args: Sequence[str]) -> int:
         else:
             out = cli.out or default_run_folder(agent, cli.env, options.seed, options.seeds)
             options = dataclasses.replace(options, sweep=_parse_sweep(cli.sweep))
+            if cli.pbt:
+                from jrl.pbt import PBT
+
+                pbt = PBT(cli.pbt_interval, cli.pbt_fraction, cli.pbt_perturb, cli.pbt_fields)
+                options = dataclasses.replace(options, pbt=pbt)
             try:
                 result = experiment.train(
                     agent, cli.env, options.seeds, out=out, options=options, **overrides
@@ -479,6 +496,20 @@ def cmd_eval(args: Sequence[str]) -> int:
             raise
         raise CLIError(str(e)) from e
     out = files.write_atomic(Path(ns.run_dir) / "eval.json", json.dumps(stats, indent=2))
+    if "opponents" in stats:  # a two-player game: win/draw/loss rates per opponent
+        print(
+            f"{stats['agent']} on {stats['env_id']} (checkpoint at iteration "
+            f"{stats['checkpoint_iteration']}), {stats['games_per_run']} games per run and "
+            "opponent, half as first player:"
+        )
+        for name, r in stats["opponents"].items():
+            print(
+                f"  vs {name}: win {r['win']:.1%}  draw {r['draw']:.1%}  loss {r['loss']:.1%}"
+                f"  (as first: loss {r['as_first']['loss']:.1%}; as second: loss "
+                f"{r['as_second']['loss']:.1%})"
+            )
+        print(f"written: {out}")
+        return 0
     n = len(stats["runs"]) * stats["episodes_per_run"]
     print(
         f"{stats['agent']} on {stats['env_id']} ({stats['policy']}, checkpoint at iteration "

@@ -163,6 +163,9 @@ class AgentConfig:
     """The action space classes (``jrl.spaces``) the agent can act in; None: not declared
     (the agent's ``build`` decides). ``jrl.agents.check_action_space`` refuses an env whose
     action space is not one of them, naming the agents that fit it."""
+    TURN_BASED: ClassVar[bool] = False
+    """The agent plays two-player turn-based games (:class:`jrl.two_player.TwoPlayerEnv`)
+    and only those; single-player agents are refused on them and the reverse."""
 
     total_steps: int = 500_000
     """Environment steps to train for, summed over envs (per seed)."""

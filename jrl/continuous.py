@@ -10,6 +10,10 @@
 - :func:`critic_target`: ``r + discount * (min_n Q_target_n(s', a') - entropy_term)``,
   the clipped (ensemble-minimum) bootstrap of TD3 and SAC (DDPG: one critic);
 - :func:`critic_loss`: the squared TD error of every critic of the ensemble;
+- :func:`critic_subset`: a random subset of the ensemble for the bootstrap's minimum
+  (REDQ's in-target minimisation);
+- :func:`ou_step`: one step of Ornstein-Uhlenbeck exploration noise (DDPG's original,
+  temporally correlated noise; an option of TD3 and DDPG);
 - :func:`item_normals`: standard normals drawn per env or per replayed item from
   :func:`jrl.parallel.local_keys`, so a run on D devices draws what one device does;
 - :func:`init_networks`: the actor's and critics' parameters;
@@ -34,7 +38,7 @@ import numpy as np
 from flax import struct
 
 from jrl import networks, parallel, spaces
-from jrl.agent import Agent, EnvSpec, Learned
+from jrl.agent import Agent, EnvSpec, Learned, Recurrent
 from jrl.config import Check, LearningRate, ReplayConfig
 from jrl.learner import apply_gradients, scheduled_lr
 from jrl.optim import grad_norm_metric, make_optimizer
@@ -47,11 +51,13 @@ __all__ = [
     "DeterministicHParams",
     "DeterministicState",
     "critic_loss",
+    "critic_subset",
     "critic_target",
     "item_normals",
     "init_networks",
     "make_deterministic",
     "make_deterministic_losses",
+    "ou_step",
     "polyak",
     "uniform_warmup",
 ]
@@ -116,6 +122,24 @@ def critic_loss(q, target) -> jax.Array:
     return jnp.sum(jnp.mean(0.5 * jnp.square(td), axis=-1))
 
 
+def critic_subset(next_q, key, size: int) -> jax.Array:
+    """``[size, B]``: ``size`` of the N rows of ``next_q [N, B]``, drawn without replacement
+    from ``key`` (one draw for the whole batch, as REDQ draws its subset once per update);
+    ``size`` of 0 or N returns ``next_q`` as it is. The same ``key`` on every device draws the
+    same subset, so a sharded update takes the minimum over the critics one device would."""
+    num = next_q.shape[0]
+    if size in (0, num):
+        return next_q
+    return next_q[jax.random.choice(key, num, (size,), replace=False)]
+
+
+def ou_step(x, normals, theta, sigma, dt) -> jax.Array:
+    """One Euler step of the Ornstein-Uhlenbeck process ``dx = -theta x dt + sigma dW`` (mean
+    0): ``x - theta x dt + sigma sqrt(dt) normals`` (``x``, ``normals`` ``[N, A]``). Its
+    stationary standard deviation is about ``sigma / sqrt(2 theta)``."""
+    return x - theta * x * dt + sigma * jnp.sqrt(dt) * normals
+
+
 def item_normals(key, num: int, dim: int) -> jax.Array:
     """``[num, dim]`` standard normals, row i from this device's i-th key of
     :func:`jrl.parallel.local_keys` (rows are envs in ``act``, replayed items in ``learn``)."""
@@ -158,6 +182,15 @@ class ContinuousConfig(ReplayConfig):
     num_critics: int = 2
     """Q-networks in the critic ensemble (one vmapped network); the bootstrap takes their
     minimum (2: clipped double Q; more: REDQ-style ensembles)."""
+    target_critics: int = 0
+    """Critics in the bootstrap's minimum: 0 takes all num_critics; M < num_critics draws M of
+    them at random for every update (REDQ: 10 critics, M = 2)."""
+
+    @property
+    def target_subset(self) -> int:
+        """M when the bootstrap's minimum is over M critics drawn at random, 0 when it is over
+        all of them (``target_critics`` 0 or ``num_critics``)."""
+        return self.target_critics if self.target_critics < self.num_critics else 0
 
     @property
     def num_updates(self) -> int:
@@ -170,6 +203,11 @@ class ContinuousConfig(ReplayConfig):
         return super().checks() + [
             (0.0 < self.tau <= 1.0, f"tau must lie in (0, 1], got {self.tau}"),
             (self.num_critics >= 1, f"num_critics must be >= 1, got {self.num_critics}"),
+            (
+                0 <= self.target_critics <= self.num_critics,
+                f"target_critics must lie in [0, num_critics = {self.num_critics}] "
+                f"(0: all critics), got {self.target_critics}",
+            ),
             (
                 self.torso in ("mlp", "layernorm_mlp"),
                 f"torso must be 'mlp' or 'layernorm_mlp' for a Q(obs, action) network, "
@@ -237,6 +275,14 @@ class DeterministicConfig(ContinuousConfig):
     """The smoothing noise is clipped to [-noise_clip, noise_clip] (sweepable)."""
     policy_delay: int = 2
     """Critic updates per actor update; the targets move with the actor."""
+    noise: str = "gaussian"
+    """Exploration noise: "gaussian" (independent draws, std exploration_noise) or "ou"
+    (Ornstein-Uhlenbeck, sigma exploration_noise, per env, restarted at 0 with every
+    episode)."""
+    ou_theta: float = 0.15
+    """The OU noise's rate of return to 0."""
+    ou_dt: float = 1e-2
+    """The OU noise's time step."""
 
     def checks(self) -> list[Check]:
         return super().checks() + [
@@ -246,6 +292,14 @@ class DeterministicConfig(ContinuousConfig):
                 f"{self.exploration_noise}/{self.policy_noise}/{self.noise_clip}",
             ),
             (self.policy_delay >= 1, f"policy_delay must be >= 1, got {self.policy_delay}"),
+            (
+                self.noise in ("gaussian", "ou"),
+                f"noise must be 'gaussian' or 'ou', got {self.noise!r}",
+            ),
+            (
+                self.ou_theta >= 0 and self.ou_dt > 0,
+                f"ou_theta must be >= 0 and ou_dt > 0, got {self.ou_theta}/{self.ou_dt}",
+            ),
         ]
 
     def make_agent(self, scale: ActionScale, obs_ndim: int) -> tuple[Agent, tuple]:
@@ -262,12 +316,13 @@ class DeterministicConfig(ContinuousConfig):
         return make_deterministic(actor, critic, scale, self), (actor, critic)
 
 
-def make_deterministic_losses(actor, critic, scale: ActionScale):
+def make_deterministic_losses(actor, critic, scale: ActionScale, target_critics: int = 0):
     """``(critic_loss_fn, actor_loss_fn)`` of TD3 and DDPG.
 
     ``critic_loss_fn(critic_params, target_params, batch, key, hp) -> (loss, q [N, B])``:
     the critics' squared error to ``r + discount * min_n Q'_n(s', a')``, ``a'`` the target
-    actor's action smoothed by clipped noise (one draw per item); ``actor_loss_fn(
+    actor's action smoothed by clipped noise (one draw per item), the minimum over
+    ``target_critics`` critics drawn at random (:func:`critic_subset`; 0: all); ``actor_loss_fn(
     actor_params, critic_params, obs) -> -mean Q_0(s, mu(s))``."""
 
     def smoothed_target_action(target_actor, next_obs, key, hp):
@@ -277,8 +332,12 @@ def make_deterministic_losses(actor, critic, scale: ActionScale):
 
     def critic_loss_fn(critic_params, target_params, batch, key, hp):
         next_obs = batch.next_observation
+        if target_critics:
+            key, k_subset = jax.random.split(key)
         next_action = smoothed_target_action(target_params["actor"], next_obs, key, hp)
         next_q = critic.apply(target_params["critic"], next_obs, next_action)
+        if target_critics:
+            next_q = critic_subset(next_q, k_subset, target_critics)
         target = critic_target(batch.reward, batch.discount, next_q)
         q = critic.apply(critic_params, batch.observation, scale.to_unit(batch.action))
         return critic_loss(q, target), q
@@ -307,7 +366,9 @@ def make_deterministic(actor, critic, scale: ActionScale, config: DeterministicC
     :func:`jrl.loops.off_policy`.
 
     ``act``: ``mu(s) + exploration_noise * N(0, 1)`` clipped to ``[-1, 1]`` and mapped to
-    the env's bounds (uniform actions before the first update). ``learn``: the critics
+    the env's bounds (uniform actions before the first update); with ``config.noise="ou"``
+    the noise is an Ornstein-Uhlenbeck process per env (:func:`ou_step`), the agent's
+    acting state (``recurrent.act``), and the greedy policy stays memoryless. ``learn``: the critics
     regress on ``r + discount * min_n Q'_n(s', a')`` with ``a' = clip(mu'(s') +
     clip(policy_noise * N(0, 1), -noise_clip, noise_clip), -1, 1)``; every
     ``config.policy_delay`` critic updates the actor ascends ``Q_0(s, mu(s))`` and both
@@ -315,19 +376,33 @@ def make_deterministic(actor, critic, scale: ActionScale, config: DeterministicC
     hparams, total = config.hparams(), max(config.num_updates, 1)
     tx = make_optimizer("adam", config.max_grad_norm)
     delay = int(config.policy_delay)
-    critic_loss_fn, actor_loss_fn = make_deterministic_losses(actor, critic, scale)
+    theta, dt = float(config.ou_theta), float(config.ou_dt)
+    critic_loss_fn, actor_loss_fn = make_deterministic_losses(
+        actor, critic, scale, config.target_subset
+    )
 
     def init(key, spec: EnvSpec) -> DeterministicState:
         params = init_networks(actor, critic, scale, spec, key)
         opt = {k: tx.init(v) for k, v in params.items()}
         return DeterministicState(params, params, opt, hparams, jnp.zeros((), jnp.int32))
 
+    def explore(state, obs, noise, k_warm):
+        unit = jnp.clip(actor.apply(state.params["actor"], obs) + noise, -1.0, 1.0)
+        return scale.to_env(uniform_warmup(state, unit, k_warm))
+
     def act(state: DeterministicState, obs, key):
         k_noise, k_warm = jax.random.split(key)
-        mu = actor.apply(state.params["actor"], obs)
-        noise = item_normals(k_noise, mu.shape[0], scale.dim)
-        unit = jnp.clip(mu + state.hparams.exploration_noise * noise, -1.0, 1.0)
-        return scale.to_env(uniform_warmup(state, unit, k_warm)), {}
+        noise = item_normals(k_noise, jax.tree.leaves(obs)[0].shape[0], scale.dim)
+        return explore(state, obs, state.hparams.exploration_noise * noise, k_warm), {}
+
+    def ou_initial(num_envs: int):
+        return jnp.zeros((num_envs, scale.dim), jnp.float32)
+
+    def ou_act(state: DeterministicState, noise, obs, key):
+        k_noise, k_warm = jax.random.split(key)
+        normals = item_normals(k_noise, noise.shape[0], scale.dim)
+        noise = ou_step(noise, normals, theta, state.hparams.exploration_noise, dt)
+        return explore(state, obs, noise, k_warm), {}, noise
 
     def policy(params, obs, key):
         del key
@@ -368,4 +443,5 @@ def make_deterministic(actor, critic, scale: ActionScale, config: DeterministicC
         new = DeterministicState(params, target, opt_state, hp, num_updates)
         return Learned(new, metrics)
 
-    return Agent(init=init, act=act, learn=learn, policy=policy)
+    recurrent = Recurrent(ou_initial, ou_act) if config.noise == "ou" else None
+    return Agent(init=init, act=act, learn=learn, policy=policy, recurrent=recurrent)

@@ -100,7 +100,7 @@ def run_policy(
     (sampled actions; epsilon-greedy at the schedule's current epsilon).
     """
     normalize = observation_normalizer(train_env, env_state)
-    if agent.recurrent is not None:
+    if agent.recurrent is not None and agent.recurrent.stateful(greedy):
         return _recurrent_policy(agent, agent_state, normalize, greedy)
     if greedy and agent.policy is None:
         raise ValueError("this agent has no greedy policy; evaluate it with greedy=False")

@@ -39,6 +39,7 @@ from jrl.result import RETURN_KEY, TrainResult, sweep_groups
 from jrl.run import anakin
 from jrl.run_folder import RUN_FILES, read_spec
 from jrl.training import NonFiniteError, TrainingInterrupted
+from jrl.two_player import is_two_player
 
 __all__ = [
     "RETURN_KEY",
@@ -104,6 +105,18 @@ def check_env(spec: RunSpec) -> None:
     one of agent and env is multi-agent and the other is not (:func:`jrl.agents.check_team`)."""
     env, env_params = jrl.envs.make(spec.env_id, **spec.options.env_overrides)
     space = env.action_space(env_params)
+    turn_based = getattr(spec.config, "TURN_BASED", False)
+    if is_two_player(env) != turn_based:
+        fit = [n for n in jrl.agents.names() if jrl.agents.get(n).config_cls.TURN_BASED]
+        if turn_based:
+            raise ValueError(
+                f"{spec.agent} plays two-player turn-based games, but {spec.env_id} is a "
+                "single-player env"
+            )
+        raise ValueError(
+            f"{spec.agent} is a single-player agent, but {spec.env_id} is a two-player "
+            f"turn-based game; agents for games: {', '.join(fit)}"
+        )
     jrl.agents.check_team(spec.agent, is_multi_agent(env), spec.env_id)
     jrl.agents.check_action_space(spec.agent, space, spec.env_id)
     check(spec.config.env_checks(space, spec.agent))
@@ -195,6 +208,12 @@ def train(
         anakin.make_mesh(opts.devices)
     spec = RunSpec(agent, env, make_config(agent, env, **overrides), opts)
     spec.check_sweep(overrides)
+    if opts.pbt is not None:
+        from jrl import pbt
+
+        sweepable = jrl.agents.get(agent).sweepable
+        checked = pbt.check_pbt(opts.pbt, sweepable, opts.sweep, len(spec.run_seeds))
+        spec.options = opts = dataclasses.replace(opts, pbt=checked)
     check_env(spec)
     if out is None or jax.process_index() != 0:  # only process 0 writes the run folder
         return training.execute(spec, None)
@@ -295,6 +314,53 @@ def _iqm(sorted_values: np.ndarray) -> float:
     return float(middle.mean() if len(middle) else sorted_values.mean())
 
 
+def _evaluate_games(loaded: LoadedRun, games: int, seed: int) -> dict[str, Any]:
+    """:func:`evaluate_run` of a two-player game: ``games`` games (half as first player)
+    of every run against each baseline opponent (:func:`jrl.games.baseline_players`)."""
+    from jrl import games as game_eval
+
+    if games < 2 or games % 2:
+        raise ValueError(f"a game evaluation plays an even number of games >= 2, got {games}")
+    built, spec = loaded.built, loaded.spec
+    env = evaluation_env_of(built)
+    opponents = game_eval.baseline_players(env, built.env_params)
+    key = jax.random.key(seed)
+    runs = len(spec.run_seeds)
+    report: dict[str, Any] = {}
+    for name, opponent in opponents.items():
+
+        def one(agent_state, k, opponent=opponent):
+            return game_eval.play_games(
+                env, built.env_params, built.player(agent_state), opponent, games, k
+            )
+
+        k = jax.random.fold_in(key, len(report))
+        outcome, a_first = jax.device_get(
+            jax.jit(jax.vmap(one))(loaded.state.agent_state, jax.random.split(k, runs))
+        )
+        report[name] = {
+            **game_eval.game_report(outcome, a_first),
+            "runs": [game_eval.game_report(outcome[r], a_first[r]) for r in range(runs)],
+        }
+    return {
+        "agent": spec.agent,
+        "env_id": spec.env_id,
+        "checkpoint_iteration": loaded.step,
+        "policy": "search",
+        "games_per_run": games,
+        "seed": seed,
+        "run_seeds": list(spec.run_seeds),
+        "opponents": report,
+    }
+
+
+def evaluation_env_of(built: Any):
+    """The unbatched env a built experiment's training env steps."""
+    from jrl import evaluation
+
+    return evaluation.evaluation_env(built.env)
+
+
 def evaluate_run(
     run_dir: str | os.PathLike,
     episodes: int = 100,
@@ -307,6 +373,8 @@ def evaluate_run(
     if int(episodes) < 1:
         raise ValueError(f"episodes must be >= 1, got {episodes}")
     loaded = load_run(run_dir, step)
+    if loaded.built.player is not None:
+        return _evaluate_games(loaded, int(episodes), int(seed))
     returns, lengths = jax.device_get(
         training.make_evaluator(loaded.built, int(episodes), greedy)(
             loaded.state, jax.random.key(int(seed))

@@ -55,7 +55,8 @@ def export_policy(
 
     loaded = load_run(run_dir, step)
     policy = loaded.policy(run, greedy)
-    if loaded.built.agent.recurrent is not None:
+    recurrent = loaded.built.agent.recurrent
+    if recurrent is not None and recurrent.stateful(greedy):
         raise ValueError(
             "export takes policies without memory; this run's policy carries a hidden state"
         )

@@ -36,6 +36,7 @@ __all__ = [
     "OffPolicyState",
     "RecurrentOnPolicyState",
     "ReplaySchedule",
+    "StatefulOffPolicyState",
     "TeamOnPolicyState",
     "agent_episode_metrics",
     "collect_recurrent_step",
@@ -341,6 +342,15 @@ class OffPolicyState:
     last_episode_length: jax.Array  # [] float32 mean length of the latest episodes (or NaN)
 
 
+@struct.dataclass
+class StatefulOffPolicyState(OffPolicyState):
+    """An off-policy run of an agent that acts from a per-env acting state
+    (:class:`jrl.agent.Recurrent`, e.g. temporally correlated exploration noise): also that
+    state as it is after the last step (back to the initial state where an episode ended)."""
+
+    acting_state: PyTree  # [N, ...] per leaf
+
+
 def off_policy(
     agent: Agent,
     env: Environment,
@@ -378,6 +388,12 @@ def off_policy(
     when not None) are written back with ``buffer.update_priorities``.
     The replay ratio (samples learned per env step) is
     ``updates_per_iteration * batch_size / (steps_per_iteration * num_envs)``.
+
+    An agent with an acting state (``agent.recurrent``, e.g. DDPG's Ornstein-Uhlenbeck
+    noise) acts through ``recurrent.act``; the loop carries that state in a
+    :class:`StatefulOffPolicyState` and puts each env's row back to the initial state where
+    its episode ends. The state shapes behaviour only: replay stores single transitions, and
+    ``learn`` never sees it.
     """
     loop = _OffPolicyLoop(agent, env, buffer, schedule, discount, beta, env_params, num_devices)
     return Algorithm(loop.init, loop.step, loop.per_iteration, _agent_hparams(agent))
@@ -388,8 +404,7 @@ class _OffPolicyLoop:
 
     def __init__(self, agent, env, buffer, schedule, discount, beta, env_params, num_devices):
         self.agent, self.env, self.buffer, self.schedule = agent, env, buffer, schedule
-        if agent.recurrent is not None:
-            raise ValueError("off_policy has no acting state: it takes agents without memory")
+        self.recurrent = agent.recurrent
         num_envs = env.num_envs
         if num_envs is None:
             raise ValueError(
@@ -413,21 +428,34 @@ class _OffPolicyLoop:
         self.per_iteration = int(schedule.steps_per_iteration) * num_envs * int(num_devices)
 
     def env_step(self, agent_state, carry, key):
-        """One step of the N envs: act, step, push to the n-step window, add to replay."""
-        env_state, obs, nstep_state, buffer_state = carry
-        env_state, obs, transition, episodes = collect_step(
-            self.agent, self.env, self.params, agent_state, env_state, obs, key
-        )
+        """One step of the N envs: act, step, push to the n-step window, add to replay.
+        ``carry``: ``(env_state, obs, nstep_state, buffer_state, acting_state)``, the last
+        None for an agent without an acting state."""
+        env_state, obs, nstep_state, buffer_state, acting = carry
+        if self.recurrent is None:
+            env_state, obs, transition, episodes = collect_step(
+                self.agent, self.env, self.params, agent_state, env_state, obs, key
+            )
+        else:
+            (env_state, obs, acting), transition, episodes = collect_recurrent_step(
+                self.agent, self.env, self.params, agent_state, (env_state, obs, acting), key
+            )
         nstep_state, item, _ = self.accumulator.push(
             nstep_state, transition, self.gamma_of(agent_state)
         )
         if buffer_state is not None:
             buffer_state = self.buffer.add(buffer_state, item)
-        return (env_state, obs, nstep_state, buffer_state), episodes
+        return (env_state, obs, nstep_state, buffer_state, acting), episodes
 
     def _empty_buffer(self, agent_state, ts, key):
         """The n-step window and an empty buffer, shaped from one traced transition."""
-        action, act_info = jax.eval_shape(self.agent.act, agent_state, ts.observation, key)
+        if self.recurrent is None:
+            action, act_info = jax.eval_shape(self.agent.act, agent_state, ts.observation, key)
+        else:
+            acting = self.recurrent.initial_state(self.num_envs)
+            action, act_info, _ = jax.eval_shape(
+                self.recurrent.act, agent_state, acting, ts.observation, key
+            )
         example = jax.eval_shape(
             lambda: Transition(
                 ts.observation,
@@ -450,15 +478,18 @@ class _OffPolicyLoop:
         env_state, ts = self.env.reset(k_env, self.params)
         nstep_state, buffer_state = self._empty_buffer(agent_state, ts, k_warm)
         n_step = int(self.schedule.n_step)
-        (env_state, obs, nstep_state, _), _ = jax.lax.scan(  # fill the n-step window
+        acting = None if self.recurrent is None else self.recurrent.initial_state(self.num_envs)
+        (env_state, obs, nstep_state, _, acting), _ = jax.lax.scan(  # fill the n-step window
             lambda c, k: self.env_step(agent_state, c, k),
-            (env_state, ts.observation, nstep_state, None),
+            (env_state, ts.observation, nstep_state, None, acting),
             jax.random.split(k_warm, n_step - 1),
         )
         nan = jnp.full((), NO_EPISODE, jnp.float32)
         zero = jnp.zeros((), jnp.int32)
         warm = jnp.asarray((n_step - 1) * self.num_envs * self.num_devices, jnp.int32)
-        return OffPolicyState(
+        extra = () if acting is None else (acting,)
+        cls = OffPolicyState if acting is None else StatefulOffPolicyState
+        return cls(
             agent_state,
             env_state,
             obs,
@@ -470,6 +501,7 @@ class _OffPolicyLoop:
             zero,
             nan,
             nan,
+            *extra,
         )
 
     def update(self, carry, key):
@@ -499,9 +531,11 @@ class _OffPolicyLoop:
 
     def step(self, state: OffPolicyState) -> tuple[OffPolicyState, dict[str, jax.Array]]:
         key, k_rollout, k_learn = jax.random.split(state.key, 3)
-        (env_state, obs, nstep_state, buffer_state), episodes = jax.lax.scan(
+        acting = None if self.recurrent is None else state.acting_state
+        carry = (state.env_state, state.observation, state.nstep_state, state.buffer_state)
+        (env_state, obs, nstep_state, buffer_state, acting), episodes = jax.lax.scan(
             lambda c, k: self.env_step(state.agent_state, c, k),
-            (state.env_state, state.observation, state.nstep_state, state.buffer_state),
+            (*carry, acting),
             jax.random.split(k_rollout, int(self.schedule.steps_per_iteration)),
         )
         env_steps = state.env_steps + self.per_iteration
@@ -515,7 +549,8 @@ class _OffPolicyLoop:
         )
         updates = jnp.where(ready, int(self.schedule.updates_per_iteration), 0).astype(jnp.int32)
         num_updates = state.num_updates + updates
-        new_state = OffPolicyState(
+        extra = () if acting is None else (acting,)
+        new_state = type(state)(
             agent_state,
             env_state,
             obs,
@@ -527,6 +562,7 @@ class _OffPolicyLoop:
             num_updates,
             ret,
             length,
+            *extra,
         )
         metrics = {
             **metrics,

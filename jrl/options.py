@@ -27,6 +27,7 @@ import tyro
 
 from jrl import __version__
 from jrl.checkpoint import CheckpointError
+from jrl.pbt import PBT
 
 __all__ = ["RECORDED", "RUN_FORMAT_VERSION", "RunOptions", "RunSpec"]
 
@@ -85,6 +86,8 @@ class RunOptions:
     compile_cache: Annotated[bool | str, _Hidden] = True
     """JAX's persistent compilation cache: True for the default directory, a path for another,
     False to leave JAX's setting alone."""
+    pbt: Annotated[PBT | None, _Hidden] = None
+    """Population-based training of the runs (jrl.pbt.PBT; the CLI's --pbt flags); None: off."""
     keys: Annotated[str, _Hidden] = "per_seed"
     """How run keys derive from the seeds: "per_seed" (run i uses key(seed + i)) or "split"
     (split(key(seed), seeds)[i]: run folders written before per-seed keys)."""
@@ -150,6 +153,10 @@ class RunOptions:
         out: dict[str, Any] = {"format_version": RUN_FORMAT_VERSION}
         for name in RECORDED:
             value = getattr(self, name)
+            if name == "pbt":  # absent when off: the records of runs without PBT are unchanged
+                if value is not None:
+                    out["pbt"] = value.record()
+                continue
             if name == "sweep":
                 value = {k: list(v) for k, v in value.items()}
             out[_RECORD_KEYS.get(name, name)] = list(value) if name in ("log", "plugins") else value
@@ -161,6 +168,8 @@ class RunOptions:
         without ``keys`` was written with the ``"split"`` key derivation)."""
         names = {name: _RECORD_KEYS.get(name, name) for name in RECORDED}
         values = {name: run[key] for name, key in names.items() if key in run}
+        if "pbt" in values:
+            values["pbt"] = PBT.from_record(values["pbt"])
         return cls(**{"keys": "split", **values}).normalized()
 
     def recorded(self) -> dict[str, Any]:
@@ -204,6 +213,7 @@ RECORDED = (
     "log_every",
     "keys",
     "plugins",
+    "pbt",
 )
 """Options that define a run (saved in ``config.json``; a resumed run keeps them)."""
 

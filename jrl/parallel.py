@@ -45,6 +45,7 @@ __all__ = [
     "psum",
     "global_mean",
     "runs_axis",
+    "runs_axis_name",
 ]
 
 AXIS = "devices"
@@ -68,6 +69,11 @@ def runs_axis(name: str = RUNS) -> Iterator[None]:
         yield
     finally:
         _runs.reset(token)
+
+
+def runs_axis_name() -> str | None:
+    """The name of the vmapped runs axis while tracing inside :func:`runs_axis`, else None."""
+    return _runs.get()
 
 
 def all_runs(predicate: jax.Array) -> jax.Array:

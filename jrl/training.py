@@ -183,6 +183,11 @@ def execute(
     built = jrl.agents.get(spec.agent).build(
         spec.config, env, env_params, num_devices=opts.devices or 1
     )
+    if opts.pbt is not None:
+        from jrl import pbt
+
+        pbt_algorithm = pbt.with_pbt(built.algorithm, opts.pbt, len(spec.run_seeds))
+        built = dataclasses.replace(built, algorithm=pbt_algorithm)
     stop = StopRequest(quiet=jax.process_index() != 0)
     with stop:  # from here on a signal only asks to stop: the checkpoint and outputs are written
         # everything that can refuse comes before the folder changes
@@ -280,6 +285,8 @@ def _run(work: "ChunkWork", stop: StopRequest) -> anakin.RunResult:
             flush=True,
         )
     hparams = {k: np.asarray(v, np.float32) for k, v in spec.run_sweep.items()}
+    if work.start.state is not None and spec.options.pbt is not None:
+        hparams = {}  # a resumed PBT run keeps the values PBT has set since (in its checkpoint)
     res = anakin.run(
         algorithm,
         work.keys,
@@ -318,6 +325,11 @@ def _finish(work: "ChunkWork", res: anakin.RunResult, reason: str | None) -> Tra
     if out_path is not None:
         try:
             result.save(out_path, work.reports, write_metrics=False)
+            if spec.options.pbt is not None:
+                from jrl import pbt
+
+                labels = [", ".join(f"{k}={v}" for k, v in r.items()) for r in work.runs]
+                pbt.write_lineage(out_path, result.metrics, result.env_steps, labels)
         except OSError as e:
             if work.save_error is None:
                 raise

@@ -69,9 +69,24 @@ CONTINUOUS = dict(
 )
 for name in ("sac", "td3", "ddpg"):
     SMALL[name] = CONTINUOUS
+# DDPG explores with OU noise here: the per-env noise state (the off-policy loop's acting
+# state) must be split over devices like the envs; Gaussian exploration is TD3's case
+SMALL["ddpg"] = {**CONTINUOUS, "noise": "ou", "ou_dt": 0.1}
+# 3 iterations of 4 games x 4 moves, 4 simulations per move, the last 2 rollouts replayed
+SMALL["alphazero"] = dict(
+    num_envs=4,
+    num_steps=4,
+    num_simulations=4,
+    hidden_sizes=(16, 16),
+    replay_rollouts=2,
+    num_minibatches=2,
+    total_steps=4 * 4 * 3,
+)
+ENV = {"sac": "Pendulum-v1", "td3": "Pendulum-v1", "ddpg": "Pendulum-v1"}
+ENV["alphazero"] = "TicTacToe-v0"
 # 4 iterations of 4 envs x 16 steps, one network per agent
 SMALL["ippo"] = dict(num_envs=4, num_steps=16, total_steps=4 * 16 * 4, share_parameters=False)
-ENV = {"sac": "Pendulum-v1", "td3": "Pendulum-v1", "ddpg": "Pendulum-v1", "ippo": "Coordination-v0"}
+ENV["ippo"] = "Coordination-v0"
 overrides = dict(SMALL[a.agent])
 if a.total_steps:
     overrides = {"total_steps": a.total_steps}

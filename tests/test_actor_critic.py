@@ -35,17 +35,21 @@ def test_public_api_imports():
     assert callable(jrl.train)
     assert jrl_agents.names() == [
         "a2c",
+        "alphazero",
         "c51",
+        "cma_es",
         "ddpg",
         "dqn",
         "ippo",
         "mappo",
+        "openai_es",
         "ppo",
         "pqn",
         "qrdqn",
         "rainbow",
         "reinforce",
         "sac",
+        "snes",
         "td3",
     ]
 

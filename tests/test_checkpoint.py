@@ -124,3 +124,30 @@ def test_an_unreadable_record_is_refused(tmp_path, run_states):
     (step / "meta" / "metadata").write_text("{")
     with pytest.raises(checkpoint.CheckpointError, match=r"unreadable: its record.*\[1\]"):
         checkpoint.load(tmp_path, like)
+
+
+def test_arrays_of_size_zero_round_trip(tmp_path):
+    """orbax refuses arrays of size 0 (brax's MJX states hold some): they are left out of the
+    arrays, recorded by shape and dtype, and loaded back as such; the checksum covers them."""
+    state = {
+        "w": jnp.arange(6.0).reshape(2, 3),
+        "contacts": jnp.zeros((2, 0, 3), jnp.float32),
+        "ids": jnp.zeros((0,), jnp.int32),
+        "key": jax.random.split(jax.random.key(0), 2),
+    }
+    ck = checkpoint.Checkpointer(tmp_path, keep=2)
+    ck.save(1, state, {"m": np.zeros((2, 0))}, {})
+    ck.close()
+    like = jax.eval_shape(lambda: state)
+    loaded = checkpoint.load(tmp_path, like)
+    assert same_leaves(loaded.state, state)
+    assert loaded.state["contacts"].shape == (2, 0, 3) and loaded.state["ids"].dtype == np.int32
+    assert loaded.history["m"].shape == (2, 0)
+    assert sorted(loaded.meta["empty"]) == ["h00000", "s00000", "s00001"]  # flattened: sorted keys
+    meta_file = tmp_path / "checkpoints" / "1" / "meta" / "metadata"
+    meta = json.loads(meta_file.read_text())
+    meta["empty"]["s00001"] = [[0], "float32"]  # recorded with another dtype: the checksum sees it
+    meta_file.write_text(json.dumps(meta))
+    (tmp_path / "checkpoints" / "1" / checkpoint.MANIFEST).unlink()
+    with pytest.raises(checkpoint.CheckpointError, match="corrupt"):
+        checkpoint.load(tmp_path, like)

@@ -72,6 +72,39 @@ def test_critic_loss_sums_the_critics_mean_squared_errors_and_holds_the_target()
     np.testing.assert_allclose(g_q, [[-0.5, 0.0], [-1.0, 1.0]])  # (q - target) / B
 
 
+def test_critic_subset_draws_distinct_rows_once_per_batch():
+    next_q = jnp.arange(20.0).reshape(5, 4)  # 5 critics, 4 items: row n holds 4n .. 4n + 3
+    for seed in range(8):
+        key = jax.random.key(seed)
+        sub = np.asarray(continuous.critic_subset(next_q, key, 2))
+        rows = sub[:, 0] / 4
+        assert sub.shape == (2, 4) and len(set(rows.tolist())) == 2  # without replacement
+        np.testing.assert_array_equal(sub, np.asarray(next_q)[rows.astype(int)])  # whole rows
+        expected = np.asarray(jax.random.choice(key, 5, (2,), replace=False))
+        np.testing.assert_array_equal(rows, expected)
+    for size in (0, 5):  # 0 or all: the ensemble as it is
+        assert continuous.critic_subset(next_q, jax.random.key(0), size) is next_q
+    drawn = {
+        tuple(np.asarray(continuous.critic_subset(next_q, jax.random.key(s), 2))[:, 0] // 4)
+        for s in range(40)
+    }
+    assert len(drawn) > 5  # a fresh subset for every key
+
+
+def test_ou_step_by_hand():
+    x = jnp.array([[1.0, -2.0]])
+    eps = jnp.array([[0.5, 1.0]])
+    # x - 0.15 x 0.01 + 0.2 sqrt(0.01) eps = x (1 - 0.0015) + 0.02 eps
+    np.testing.assert_allclose(
+        continuous.ou_step(x, eps, 0.15, 0.2, 0.01), [[0.9985 + 0.01, -1.997 + 0.02]], rtol=1e-6
+    )
+    # no noise: the process decays towards 0 at rate theta dt per step
+    y = x
+    for _ in range(10):
+        y = continuous.ou_step(y, jnp.zeros_like(y), 0.5, 0.2, 0.1)
+    np.testing.assert_allclose(y, x * 0.95**10, rtol=1e-5)
+
+
 def test_item_normals_one_key_per_row():
     key = jax.random.key(3)
     x = continuous.item_normals(key, 4, 2)
@@ -129,6 +162,8 @@ def test_registry_entry_and_action_space_check(agent):
         jrl.experiment.make_config(agent, "Pendulum-v1", num_critics=0)
     with pytest.raises(ValueError, match="tau must lie in"):
         jrl.experiment.make_config(agent, "Pendulum-v1", tau=0.0)
+    with pytest.raises(ValueError, match=r"target_critics must lie in \[0, num_critics = 2\]"):
+        jrl.experiment.make_config(agent, "Pendulum-v1", num_critics=2, target_critics=3)
 
 
 PROBE = dict(

@@ -14,6 +14,7 @@ from jrl import evaluation, experiment, spaces, training
 from jrl.env import Environment
 from jrl.envs.probes import TruncationProbe
 from jrl.evaluation import episode_returns
+from jrl.evolution import ESConfig
 from jrl.run import anakin
 from jrl.wrappers import VmapEnv
 
@@ -112,8 +113,13 @@ EPISODES = 32
 
 
 @pytest.mark.parametrize(
-    "agent",  # the multi-agent ones: tests/test_ippo.py (they need a multi-agent env)
-    [a for a in jrl.agents.names() if not getattr(jrl.agents.get(a).config_cls, "MULTI_AGENT", 0)],
+    "agent",  # two-player games: tests/test_alphazero.py; multi-agent: tests/test_ippo.py
+    [
+        a
+        for a in jrl.agents.names()
+        if not jrl.agents.get(a).config_cls.TURN_BASED
+        and not getattr(jrl.agents.get(a).config_cls, "MULTI_AGENT", False)
+    ],
 )
 def test_every_agent_has_a_greedy_and_a_stochastic_evaluation_policy(agent, env_for):
     """Evaluating freshly initialised runs (what eval_every, `jrl eval` and `jrl render` do):
@@ -140,6 +146,8 @@ def test_every_agent_has_a_greedy_and_a_stochastic_evaluation_policy(agent, env_
         )
         np.testing.assert_array_equal(lengths, 8)
         np.testing.assert_allclose(returns, 8.0 * action, rtol=1e-6, err_msg=f"greedy {run}")
+    if isinstance(config, ESConfig):  # explores in parameter space; act is the mean's policy
+        return  # (tests/test_es.py::test_behaviour_policy_is_the_means_policy)
     returns, lengths = training.make_evaluator(built, EPISODES, greedy=False)(
         states, jax.random.key(2)
     )

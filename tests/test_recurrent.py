@@ -167,9 +167,6 @@ def test_config_and_contract_checks():
         built = jrl.agents.get(agent).build(config, env, params)
         state, metrics = jax.jit(built.algorithm.step)(built.algorithm.init(jax.random.key(0)))
         assert np.isfinite(float(metrics["train/loss"])) and state.acting_state[0].shape[-1] == 8
-    buffer = buffers.uniform_buffer(10)
-    with pytest.raises(ValueError, match="without memory"):
-        loops.off_policy(built.agent, built.env, buffer, loops.ReplaySchedule(1, 1, 0, 4))
 
 
 def test_recurrent_run_resumes_exactly(tmp_path):

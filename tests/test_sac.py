@@ -21,6 +21,10 @@ def test_actor_loss_by_hand():
     assert float(g_alpha) == 0.0  # the temperature is not trained by the actor's loss
     g_lp = jax.grad(lambda lp: sac.actor_loss(lp, q, 0.2))(log_prob)
     np.testing.assert_allclose(g_lp, [0.1, 0.1], rtol=1e-6)
+    # REDQ's actor: the critics' mean, 2.5 and 2.5: mean(-0.2 - 2.5, 0.1 - 2.5) = -2.55
+    np.testing.assert_allclose(sac.actor_loss(log_prob, q, 0.2, "mean"), -2.55, rtol=1e-6)
+    g_q = jax.grad(lambda q_: sac.actor_loss(log_prob, q_, 0.2, "mean"))(q)
+    np.testing.assert_allclose(g_q, np.full((2, 2), -0.25), rtol=1e-6)
 
 
 def test_alpha_loss_by_hand():
@@ -64,14 +68,17 @@ def _reference_sample(actor, actor_params, obs, key):
     return jnp.tanh(u), gauss - jnp.sum(jnp.log(1.0 - jnp.tanh(u) ** 2), axis=-1)
 
 
-@pytest.mark.parametrize("autotune", [True, False])
-def test_learn_matches_a_reference(autotune, learn_reference):
+@pytest.mark.parametrize("autotune,redq", [(True, False), (False, False), (True, True)])
+def test_learn_matches_a_reference(autotune, redq, learn_reference):
     """One update on a 2-D action space: the critics regress on r + discount (min_n Q'_n(s',
     a') - alpha log pi(a'|s')) with a' from the current actor and the target critics apart
     from the online ones; the actor then descends alpha log pi - min_n Q_n with the updated
     critics; log alpha moves against (log pi + target entropy), target entropy -|A| = -2;
-    each is one Adam step; the target critics move by tau."""
+    each is one Adam step; the target critics move by tau. REDQ (``target_critics=2,
+    actor_q="mean"``): the bootstrap's minimum over 2 of the 3 critics drawn from the critic
+    key's second half, the actor against the critics' mean."""
     lr, tau, alpha0 = 1e-3, 0.5, 0.3
+    redq_fields = {"target_critics": 2, "actor_q": "mean"} if redq else {}
     cfg = sac.SACConfig(
         total_steps=1000,
         learning_starts=100,
@@ -83,6 +90,7 @@ def test_learn_matches_a_reference(autotune, learn_reference):
         alpha=alpha0,
         autotune=autotune,
         max_grad_norm=0.0,
+        **redq_fields,
     )
     agent, (actor, critic) = cfg.make_agent(continuous.ActionScale(LOW, HIGH), 1)
     spec = EnvSpec(spaces.Box(-np.inf, np.inf, (3,)), spaces.Box(LOW, HIGH))
@@ -94,11 +102,14 @@ def test_learn_matches_a_reference(autotune, learn_reference):
     new, metrics, priorities = agent.learn(state, buffers.Sample(items, None, None), key)
     assert priorities is None
     k_critic, k_actor = jax.random.split(key)
+    k_sample, k_subset = jax.random.split(k_critic) if redq else (k_critic, None)
     alpha = alpha0 * np.exp(0.2)
 
     def ref_critic_loss(critic_params):
-        a2, lp2 = _reference_sample(actor, state.params["actor"], items.next_observation, k_critic)
+        a2, lp2 = _reference_sample(actor, state.params["actor"], items.next_observation, k_sample)
         nq = critic.apply(state.target_critic, items.next_observation, a2)  # [3, B]
+        if redq:
+            nq = nq[np.asarray(jax.random.choice(k_subset, 3, (2,), replace=False))]
         y = items.reward + items.discount * (nq.min(0) - alpha * lp2)
         unit = 2.0 * (items.action - LOW) / (HIGH - LOW) - 1.0
         q = critic.apply(critic_params, items.observation, unit)
@@ -117,7 +128,7 @@ def test_learn_matches_a_reference(autotune, learn_reference):
     def ref_actor_loss(actor_params):
         a, lp = _reference_sample(actor, actor_params, items.observation, k_actor)
         q = critic.apply(new.params["critic"], items.observation, a)
-        return jnp.mean(alpha * lp - q.min(0)), lp
+        return jnp.mean(alpha * lp - (q.mean(0) if redq else q.min(0))), lp
 
     (a_loss, lp), grads = jax.value_and_grad(ref_actor_loss, has_aux=True)(state.params["actor"])
     np.testing.assert_allclose(metrics["train/actor_loss"], a_loss, rtol=1e-5)

@@ -75,10 +75,17 @@ SHARED = {
         "polyak",
         "critic_target",
         "critic_loss",
+        "critic_subset",
+        "ou_step",
         "uniform_warmup",
         "make_deterministic_losses",
         "make_deterministic",
     ),
+    "jrl/two_player.py": ("player_returns",),
+    "jrl/search.py": ("game_recurrent_fn",),
+    "jrl/evolution.py": ("normalize_observation", "policy_action", "make_es"),
+    "jrl/population.py": ("play_members", "_fold_moments", "_gather", "population"),
+    "jrl/pbt.py": ("check_pbt", "every_iterations", "with_pbt", "lineage"),
     "jrl/multi_agent.py": (
         "agent_gae",
         "MultiAgentActorCritic.policy",
@@ -90,6 +97,7 @@ nested update code, see NESTED)."""
 SHARED_AGENTS = {
     "agents/td3.py": "jrl/continuous.py",
     "agents/ddpg.py": "jrl/continuous.py",
+    "agents/es.py": "jrl/evolution.py",
     "agents/ippo.py": "jrl/multi_agent.py",
     "agents/mappo.py": "jrl/multi_agent.py",
 }
@@ -103,6 +111,9 @@ NESTED = (
     "critic_loss_fn",
     "actor_loss_fn",
     "smoothed_target_action",
+    "ask",
+    "tell",
+    "member_action",
 )
 """Functions nested in a ``make_*`` function that hold an agent's loss and target code."""
 AGENT_WORDS = ("loss", "target", "advantage", "head")
@@ -133,6 +144,15 @@ TESTS: dict[str, list[str]] = {
         "tests/test_reinforce.py::test_learn_matches_a_numpy_reference",
         "tests/test_recurrent.py::test_learner_replays_what_the_agent_acted_on",
     ],
+    "jrl/two_player.py": ["tests/test_alphazero.py::test_player_returns_and_targets_by_hand"],
+    "jrl/search.py": [
+        "tests/test_alphazero.py::test_recurrent_fn_rewards_discounts_and_values_by_hand",
+        "tests/test_alphazero.py::test_search_finds_the_winning_move_and_the_block",
+    ],
+    "agents/alphazero.py": [
+        "tests/test_alphazero.py::test_player_returns_and_targets_by_hand",
+        "tests/test_alphazero.py::test_loss_by_hand",
+    ],
     "agents/reinforce.py": [
         "tests/test_reinforce.py::test_monte_carlo_advantages_by_hand",
         "tests/test_reinforce.py::test_loss_is_policy_gradient_plus_weighted_baseline_loss",
@@ -152,6 +172,27 @@ TESTS: dict[str, list[str]] = {
     "jrl/continuous.py": [
         "tests/test_continuous.py",
         "tests/test_td3.py",
+    ],
+    "jrl/evolution.py": [  # the in-process tests (no subprocesses)
+        "tests/test_es.py::test_openai_es_generation_matches_a_numpy_reference",
+        "tests/test_es.py::test_snes_generation_matches_a_numpy_reference",
+        "tests/test_es.py::test_cma_es_mean_is_the_weighted_recombination_of_the_best_half",
+        "tests/test_es.py::test_policy_acts_argmax_or_rescaled_tanh_on_normalised_observations",
+        "tests/test_es.py::test_behaviour_policy_is_the_means_policy",
+        "tests/test_es.py::test_a_generation_updates_the_mean_and_counts_steps_and_sweeps_the_rate",
+    ],
+    "jrl/pbt.py": [
+        "tests/test_pbt.py::test_the_worst_runs_copy_the_best_and_perturb_their_hyperparameters",
+        "tests/test_pbt.py::test_copies_draw_from_the_whole_top_fraction_and_both_factors",
+        "tests/test_pbt.py::test_lineage_lists_every_copy_with_the_hyperparameters_after_it",
+        "tests/test_pbt.py::test_refused_settings_name_the_sweepable_fields",
+    ],
+    "jrl/population.py": [
+        "tests/test_es.py::test_truncation_probe_episode_masking_and_observation_moments",
+        "tests/test_es.py::test_observation_statistics_fold_in_the_generations_observations",
+        "tests/test_es.py::test_a_generation_updates_the_mean_and_counts_steps_and_sweeps_the_rate",
+        "tests/test_es.py::test_population_not_divisible_by_devices_is_refused",
+        "tests/test_es.py::test_interrupted_run_resumes_bit_identical",
     ],
     "agents/sac.py": [
         "tests/test_sac.py::test_actor_loss_by_hand",

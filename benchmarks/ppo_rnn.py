@@ -1,0 +1,273 @@
+"""Recurrent PPO: jrl side by side with PureJaxRL's ``ppo_rnn.py`` on a memory task.
+
+The configuration is the ``__main__`` config of PureJaxRL's ``purejaxrl/ppo_rnn.py`` (``CONFIG``
+below, in jrl's names): 4 envs x 128 steps, 4 epochs x 4 minibatches (cut along envs), Adam
+2.5e-4 annealed to 0, gamma 0.99, GAE lambda 0.95, clip 0.2 (value clipped too), entropy 0.01,
+value 0.5, gradient clip 0.5, 5e5 env steps; a 128-unit ReLU embedding, a GRU of 128 whose
+state is reset where an episode starts. It runs on gymnax's ``MemoryChain-bsuite`` (the
+bsuite memory chain: a cue at the first step, to be recalled 5 steps later; jrl reads it as
+``gymnax:MemoryChain-bsuite``) and on CartPole-v1 (PureJaxRL's own env choice; jrl's CartPole
+and gymnax's are the same dynamics).
+
+What cannot be matched: PureJaxRL's heads each have a hidden layer of 128 ReLU units between
+the GRU and the logits/value, jrl's heads are linear on the GRU's output. PureJaxRL does
+about 2 x 128 x 128 more multiply-adds per network call (a GRU of 128 on a 128 input is
+about 6 x 128 x 128), so it computes about a quarter more per step; the table says so beside
+the ratio.
+
+Measurements (each in a fresh interpreter, so every compile starts cold):
+
+- **jrl**: ``jrl.train("ppo", env, recurrent="gru", ...)`` with ``num_reports`` chunks; the
+  compile and run seconds are the runner's own.
+- **PureJaxRL**: its own ``purejaxrl/ppo_rnn.py`` from a checkout outside this repository
+  (``--purejaxrl``; its ``wrappers`` module is gymnax's copy, see
+  ``common.import_purejaxrl``), run by ``--purejaxrl-python``:
+  ``jit(vmap(make_train(config)))`` compiled ahead of time, then called once. ``ppo_rnn.py``
+  calls flax's ``GRUCell.initialize_carry(rng, batch_dims, size)``, which flax 0.7 removed,
+  and flax 0.6 does not import on jax 0.10; so its interpreter has the stack of its time
+  (jax/jaxlib 0.4.13, flax 0.6.11, optax 0.1.7, distrax 0.1.4, gymnax 0.0.6), and the two
+  libraries also differ in their XLA version. The table names both.
+- The final return is the mean over seeds of the last 5% of iterations' training return (the
+  mean return of the episodes finished in an iteration), computed for both from their
+  per-iteration episode statistics.
+
+Usage::
+
+    python benchmarks/ppo_rnn.py --purejaxrl /work/peers/purejaxrl \\
+        --purejaxrl-python /work/peers/pjrl/bin/python --write
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+
+from common import (
+    DEFAULT_PUREJAXRL,
+    compile_and_run,
+    import_purejaxrl,
+    mean_and_final,
+    measure,
+    measured_on,
+    publish,
+    purejaxrl_available,
+    purejaxrl_ppo_returns,
+    rate,
+    run_worker,
+)
+
+HEADING = "## Recurrent PPO and PureJaxRL's ppo_rnn"
+CONFIG = {
+    "learning_rate": 2.5e-4,
+    "num_envs": 4,
+    "num_steps": 128,
+    "num_epochs": 4,
+    "num_minibatches": 4,
+    "gamma": 0.99,
+    "gae_lambda": 0.95,
+    "clip_eps": 0.2,
+    "clip_value": True,
+    "ent_coef": 0.01,
+    "vf_coef": 0.5,
+    "max_grad_norm": 0.5,
+    "anneal_lr": True,
+    "recurrent": "gru",
+    "core_size": 128,
+    "hidden_sizes": (128,),
+    "activation": "relu",
+    "normalize_advantages": True,
+}
+TOTAL_STEPS = 500_000
+ENVS = {"memorychain": ("gymnax:MemoryChain-bsuite", "MemoryChain-bsuite"),
+        "cartpole": ("CartPole-v1", "CartPole-v1")}  # fmt: skip
+"""name -> (jrl's env id, gymnax's env id)."""
+
+
+def worker_jrl(env: str, seeds: int, total_steps: int, seed: int) -> dict:
+    import jax
+    import numpy as np
+
+    import jrl
+
+    t0 = time.perf_counter()
+    res = jrl.train(
+        "ppo",
+        ENVS[env][0],
+        seeds=seeds,
+        seed=seed,
+        total_steps=total_steps,
+        progress=False,
+        num_reports=4,
+        **CONFIG,
+    )
+    _, final = mean_and_final(np.asarray(res.metrics["train/episode_return"]))
+    return {
+        "library": "jrl",
+        "compile": res.compile_seconds,
+        "run": res.run_seconds,
+        "wall": time.perf_counter() - t0,
+        "steps_per_run": int(res.env_steps[-1]),
+        "final_return": final,
+        "load": os.getloadavg()[0],
+        "jax": jax.__version__,
+    }
+
+
+def purejaxrl_config(env: str, total_steps: int) -> dict:
+    """``CONFIG`` in the keys of PureJaxRL's ``ppo_rnn.py`` (DEBUG off)."""
+    c = CONFIG
+    return {
+        "LR": c["learning_rate"],
+        "NUM_ENVS": c["num_envs"],
+        "NUM_STEPS": c["num_steps"],
+        "TOTAL_TIMESTEPS": int(total_steps),
+        "UPDATE_EPOCHS": c["num_epochs"],
+        "NUM_MINIBATCHES": c["num_minibatches"],
+        "GAMMA": c["gamma"],
+        "GAE_LAMBDA": c["gae_lambda"],
+        "CLIP_EPS": c["clip_eps"],
+        "ENT_COEF": c["ent_coef"],
+        "VF_COEF": c["vf_coef"],
+        "MAX_GRAD_NORM": c["max_grad_norm"],
+        "ENV_NAME": ENVS[env][1],
+        "ANNEAL_LR": c["anneal_lr"],
+        "DEBUG": False,
+    }
+
+
+def worker_purejaxrl(env: str, seeds: int, total_steps: int, seed: int, checkout: str) -> dict:
+    from importlib.metadata import version
+
+    import jax
+
+    t0 = time.perf_counter()
+    ppo_rnn = import_purejaxrl(checkout, "ppo_rnn")
+    config = purejaxrl_config(env, total_steps)
+    batch = CONFIG["num_envs"] * CONFIG["num_steps"]
+    keys = jax.random.split(jax.random.PRNGKey(seed), seeds)
+    out, times = compile_and_run(jax.jit(jax.vmap(ppo_rnn.make_train(config))), keys)
+    _, final = mean_and_final(purejaxrl_ppo_returns(out["metric"]))
+    return {
+        "library": "PureJaxRL",
+        **times,
+        "wall": time.perf_counter() - t0,
+        "steps_per_run": (int(total_steps) // batch) * batch,
+        "final_return": final,
+        "load": os.getloadavg()[0],
+        "jax": jax.__version__,
+        "versions": {m: version(m) for m in ("jax", "flax", "optax", "distrax", "gymnax")},
+    }
+
+
+def table(rows: dict, seeds_list: list[int]) -> str:
+    lines = [
+        "| env | library | seeds | compile s | run s | steps/s (all seeds) | jrl / PureJaxRL "
+        "steps/s | final return |",
+        "|---|---|---:|---:|---:|---:|---:|---:|",
+    ]
+    for env in ENVS:
+        for seeds in seeds_list:
+            pair = {lib: rows.get((f"{env}:{lib}", seeds)) for lib in ("jrl", "purejaxrl")}
+            ok = {k: v for k, v in pair.items() if isinstance(v, dict)}
+            sps = {k: v["steps_per_run"] * seeds / v["run"] for k, v in ok.items()}
+            ratio = sps["jrl"] / sps["purejaxrl"] if len(sps) == 2 else None
+            for lib, r in pair.items():
+                if r is None:
+                    continue
+                name = {"jrl": "jrl", "purejaxrl": "PureJaxRL"}[lib]
+                if isinstance(r, str):
+                    lines.append(f"| {ENVS[env][1]} | {name} | {seeds} | {r} | | | | |")
+                    continue
+                shown = f"{ratio:.2f}" if lib == "jrl" and ratio is not None else ""
+                lines.append(
+                    f"| {ENVS[env][1]} | {name} | {seeds} | {r['compile']:.1f} | {r['run']:.1f} "
+                    f"| {rate(sps[lib])} | {shown} | {r['final_return']:.2f} |"
+                )
+    return "\n".join(lines)
+
+
+def best(results: list) -> dict | str:
+    ok = [r for r in results if isinstance(r, dict)]
+    if not ok:
+        return results[-1]
+    out = dict(min(ok, key=lambda r: r["run"]))
+    out["compile"] = min(r["compile"] for r in ok)
+    return out
+
+
+def main(argv=None) -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--worker", choices=["jrl", "purejaxrl"])
+    p.add_argument("--env", choices=list(ENVS), default="memorychain")
+    p.add_argument("--seeds", type=int, nargs="+", default=[1, 8])
+    p.add_argument("--envs", nargs="+", choices=list(ENVS), default=list(ENVS))
+    p.add_argument("--total-steps", type=int, default=TOTAL_STEPS)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--repeats", type=int, default=2)
+    p.add_argument("--purejaxrl", default=DEFAULT_PUREJAXRL)
+    p.add_argument("--purejaxrl-python", default=sys.executable)
+    p.add_argument("--timeout", type=float, default=1200)
+    p.add_argument("--write", action="store_true", help="put the section in BENCHMARKS.md")
+    args = p.parse_args(argv)
+    if args.worker == "jrl":
+        print(json.dumps(worker_jrl(args.env, args.seeds[0], args.total_steps, args.seed)))
+        return
+    if args.worker == "purejaxrl":
+        out = worker_purejaxrl(args.env, args.seeds[0], args.total_steps, args.seed, args.purejaxrl)
+        print(json.dumps(out))
+        return
+    libraries = ["jrl"]
+    if purejaxrl_available(args.purejaxrl, "ppo_rnn", args.purejaxrl_python):
+        libraries.append("purejaxrl")
+    measured = {}
+    for env in args.envs:
+
+        def run_one(lib: str, seeds: int, env=env) -> dict | str:
+            python = args.purejaxrl_python if lib == "purejaxrl" else sys.executable
+            flags = dict(env=env, seeds=seeds, total_steps=args.total_steps, seed=args.seed)
+            if lib == "purejaxrl":
+                flags["purejaxrl"] = args.purejaxrl
+            return run_worker(__file__, python, lib, args.timeout, **flags)
+
+        schedule = [
+            (r, lib, s) for r in range(args.repeats) for s in args.seeds for lib in libraries
+        ]
+        got = measure(
+            schedule,
+            run_one,
+            lambda r: (
+                f"compile {r['compile']:.1f} s, run {r['run']:.1f} s, final {r['final_return']:.2f}"
+            ),
+        )
+        measured.update({(f"{env}:{lib}", s): v for (lib, s), v in got.items()})
+    rows = {k: best(v) for k, v in measured.items()}
+    peer = next((r for k, r in rows.items() if "purejaxrl" in k[0] and isinstance(r, dict)), {})
+    peer_versions = ", ".join(f"{m} {v}" for m, v in peer.get("versions", {}).items())
+    flags = (
+        f"--envs {' '.join(args.envs)} --seeds {' '.join(map(str, args.seeds))} \\\n        "
+        f"--total-steps {args.total_steps} --repeats {args.repeats} "
+    )
+    text = f"""{HEADING}
+
+Recurrent PPO (GRU 128) at the configuration of PureJaxRL's `purejaxrl/ppo_rnn.py`
+(`benchmarks/ppo_rnn.py`'s docstring lists it), {args.total_steps:,} env steps per seed, jrl and
+PureJaxRL's own script side by side in one run of the benchmark, each measurement in a fresh
+interpreter, {args.repeats} repeats alternating the libraries, the best run time of each
+kept. Reproduce with:
+
+    python benchmarks/ppo_rnn.py --purejaxrl PUREJAXRL_CHECKOUT \\
+        --purejaxrl-python PEER_VENV/bin/python {flags}--write
+
+{measured_on()} PureJaxRL: github.com/luchris429/purejaxrl at commit 31756b1, in a venv with
+{peer_versions or "(not run)"} (its script needs flax < 0.7, which needs a jax of its time).
+
+{table(rows, args.seeds)}
+"""
+    publish(HEADING, text, args.write)
+
+
+if __name__ == "__main__":
+    main()
