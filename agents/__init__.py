@@ -29,6 +29,8 @@ __all__ = [
     "BUILTIN",
     "UnknownAgentError",
     "check_action_space",
+    "check_team",
+    "env_kind",
     "fitting",
     "get",
     "names",
@@ -52,6 +54,8 @@ BUILTIN: dict[str, str] = {
     "openai_es": "jrl.agents.es:OpenAIESConfig",
     "cma_es": "jrl.agents.es:CMAESConfig",
     "snes": "jrl.agents.es:SNESConfig",
+    "ippo": "jrl.agents.ippo:IPPOConfig",
+    "mappo": "jrl.agents.mappo:MAPPOConfig",
 }
 """Built-in agent name -> ``"module:ConfigClass"``; the module defines ``build``."""
 
@@ -143,32 +147,64 @@ def _module_of(name: str) -> str:
     return BUILTIN[name].split(":")[0]
 
 
-def fitting(space: Any, turn_based: bool = False) -> list[str]:
+def env_kind(config_cls) -> str:
+    """The kind of env an agent's config trains on: "game" (two-player turn-based,
+    ``TURN_BASED``), "team" (multi-agent, ``MULTI_AGENT``) or "single" (single-agent)."""
+    if getattr(config_cls, "TURN_BASED", False):
+        return "game"
+    return "team" if getattr(config_cls, "MULTI_AGENT", False) else "single"
+
+
+def fitting(space: Any, kind: str = "single") -> list[str]:
     """The registered agents whose config declares they act in ``space``'s class
     (``ACTION_SPACES``; agents that declare nothing are left out), among the agents for
-    single-player envs or, ``turn_based=True``, for two-player turn-based games."""
+    ``kind`` envs (:func:`env_kind`)."""
     out = []
     for name in names():
         cls = get(name).config_cls
         accepted = cls.ACTION_SPACES
-        fits = accepted is not None and isinstance(space, accepted)
-        if fits and bool(getattr(cls, "TURN_BASED", False)) == turn_based:
+        if accepted is not None and isinstance(space, accepted) and env_kind(cls) == kind:
             out.append(name)
     return out
 
 
-def check_action_space(name: str, space: Any, env_id: str, turn_based: bool = False) -> None:
+def check_action_space(name: str, space: Any, env_id: str) -> None:
     """``ValueError`` (one line) when agent ``name`` does not act in ``space``, the action
-    space of ``env_id`` (a two-player game when ``turn_based``): it names the space and the
-    agents that do (on that kind of env)."""
-    accepted = get(name).config_cls.ACTION_SPACES
+    space of ``env_id``: it names the space and the agents for the same kind of env that do
+    (the env's kind is the agent's once :func:`check_team` and the game check passed)."""
+    cls = get(name).config_cls
+    accepted = cls.ACTION_SPACES
     if accepted is None or isinstance(space, accepted):
         return
-    kinds = " or ".join(cls.__name__ for cls in accepted)
-    fit = fitting(space, turn_based)
+    kinds = " or ".join(c.__name__ for c in accepted)
+    fit = fitting(space, env_kind(cls))
     raise ValueError(
         f"{name} needs a {kinds} action space, but {env_id} has {space!r}; "
         f"agents for a {type(space).__name__} action space: {', '.join(fit) or 'none'}"
+    )
+
+
+def check_team(name: str, multi_agent_env: bool, env_id: str) -> None:
+    """``ValueError`` (one line) when agent ``name`` and the env ``env_id`` do not agree on
+    being multi-agent (config ``MULTI_AGENT``; :func:`jrl.marl.is_multi_agent` for the env),
+    naming the agents that fit it."""
+    team_agent = bool(getattr(get(name).config_cls, "MULTI_AGENT", False))
+    if team_agent == bool(multi_agent_env):
+        return
+    fit = [
+        n
+        for n in names()
+        if bool(getattr(get(n).config_cls, "MULTI_AGENT", False)) == bool(multi_agent_env)
+    ]
+    if team_agent:
+        raise ValueError(
+            f"{name} trains a team of agents, but {env_id} is a single-agent env; "
+            f"multi-agent envs: Coordination-v0, jaxmarl:<name>; single-agent agents: "
+            f"{', '.join(fit)}"
+        )
+    raise ValueError(
+        f"{name} is a single-agent agent, but {env_id} is a multi-agent env; "
+        f"agents for multi-agent envs: {', '.join(fit)}"
     )
 
 

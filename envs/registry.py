@@ -44,6 +44,7 @@ _REGISTRY: dict[str, EnvEntry] = {}
 GYMNAX_PREFIX = "gymnax:"
 BRAX_PREFIX = "brax:"
 PGX_PREFIX = "pgx:"
+JAXMARL_PREFIX = "jaxmarl:"
 
 
 def register(
@@ -55,10 +56,11 @@ def register(
     **kwargs: Any,
 ) -> EnvEntry:
     """Registers an environment under ``id``; ``make(id)`` then builds it."""
-    if not isinstance(id, str) or not id or id.startswith((GYMNAX_PREFIX, BRAX_PREFIX, PGX_PREFIX)):
+    prefixes = (GYMNAX_PREFIX, BRAX_PREFIX, PGX_PREFIX, JAXMARL_PREFIX)
+    if not isinstance(id, str) or not id or id.startswith(prefixes):
         raise ValueError(
-            f"invalid env id {id!r} (non-empty, not starting with {GYMNAX_PREFIX!r} or "
-            f"{BRAX_PREFIX!r})"
+            f"invalid env id {id!r} (non-empty, not starting with {GYMNAX_PREFIX!r}, "
+            f"{BRAX_PREFIX!r} or {JAXMARL_PREFIX!r})"
         )
     if id in _REGISTRY and not overwrite:
         raise ValueError(f"env id {id!r} is already registered (pass overwrite=True to replace it)")
@@ -89,6 +91,10 @@ def entry(id: str) -> EnvEntry:
         from jrl.envs.pgx_adapter import pgx_entry
 
         return pgx_entry(id[len(PGX_PREFIX) :])
+    if id.startswith(JAXMARL_PREFIX):
+        from jrl.envs.jaxmarl_adapter import jaxmarl_entry
+
+        return jaxmarl_entry(id[len(JAXMARL_PREFIX) :])
     if id not in _REGISTRY:
         raise UnknownEnvError(id, sorted(_REGISTRY))
     return _REGISTRY[id]
@@ -107,7 +113,8 @@ class UnknownEnvError(KeyError, ValueError):
         if listing is None:
             listing = (
                 f"Registered: {', '.join(known)}; gymnax envs as '{GYMNAX_PREFIX}<name>', "
-                f"brax envs as '{BRAX_PREFIX}<name>', pgx games as '{PGX_PREFIX}<name>'."
+                f"brax envs as '{BRAX_PREFIX}<name>', pgx games as '{PGX_PREFIX}<name>', "
+                f"JaxMARL envs as '{JAXMARL_PREFIX}<name>'."
             )
         self.message = f"unknown environment {prefix + id!r}.{hint} {listing}"
         super().__init__(self.message)
@@ -201,6 +208,8 @@ def _register_builtins() -> None:
         ("MemoryChain-v0", "jrl.envs.memory:MemoryChain", None),
         ("CartPoleNoVel-v1", "jrl.envs.memory:CartPoleNoVel", 500),
         ("TicTacToe-v0", "jrl.envs.tictactoe:TicTacToe", None),
+        ("Coordination-v0", "jrl.envs.coordination:Coordination", None),
+        ("TeamTruncationProbe-v0", "jrl.envs.coordination:TeamTruncationProbe", 20),
     ]
     for id, entry, limit in builtins:
         register(id, entry, max_episode_steps=limit, source="jrl")

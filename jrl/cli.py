@@ -41,9 +41,9 @@ def _fail(message: str) -> int:
 
 def cmd_envs(args: Sequence[str]) -> int:
     """Prints a table of registered envs: id, observation space, action space, source (and the
-    brax envs, by name, when the brax extra is installed)."""
+    brax and JaxMARL envs, by name, when their extras are installed)."""
     import jrl.envs
-    from jrl.envs.registry import BRAX_PREFIX
+    from jrl.envs.registry import BRAX_PREFIX, JAXMARL_PREFIX
 
     p = argparse.ArgumentParser(prog="jrl envs", description="List registered environments.")
     p.add_argument(
@@ -67,9 +67,18 @@ def cmd_envs(args: Sequence[str]) -> int:
         ids = ids + [BRAX_PREFIX + n for n in brax_names()]
     except ImportError:
         pass
+    try:  # the optional jaxmarl extra: its envs as jaxmarl:<name> when it is installed
+        from jrl.envs.jaxmarl_adapter import jaxmarl_names
+
+        ids = ids + [JAXMARL_PREFIX + n for n in jaxmarl_names()]
+    except ImportError:
+        pass
     for env_id in ids:
         if env_id.startswith(BRAX_PREFIX):  # building one takes seconds: listed by name
             rows.append((env_id, "(built on first use)", "Box", "brax"))
+            continue
+        if env_id.startswith(JAXMARL_PREFIX):  # some build for seconds: listed by name
+            rows.append((env_id, "(built on first use)", "per agent", "jaxmarl"))
             continue
         try:
             env, params = jrl.envs.make(env_id)
@@ -149,7 +158,8 @@ class CLIOptions:
     """``jrl train``'s own flags (the run options and the config come from their dataclasses)."""
 
     env: str = "CartPole-v1"
-    """Environment id (see `jrl envs`), gymnax:<name>, or brax:<name> (the brax extra)."""
+    """Environment id (see `jrl envs`), gymnax:<name>, brax:<name> (the brax extra) or
+    jaxmarl:<name> (the jaxmarl extra, for ippo and mappo)."""
     out: str | None = None
     """Run folder to write (default runs/AGENT-ENV-seedS, or -seedsS-T for several seeds, with
     -2, -3... when it exists; runs/latest points at the newest)."""

@@ -33,6 +33,7 @@ import jrl.envs
 from jrl import names, plugins, run_folder, training
 from jrl.checkpoint import CheckpointError
 from jrl.config import check, coerce_field
+from jrl.marl import is_multi_agent
 from jrl.options import RECORDED, RunOptions, RunSpec
 from jrl.result import RETURN_KEY, TrainResult, sweep_groups
 from jrl.run import anakin
@@ -100,7 +101,8 @@ def make_config(agent: str, env_id: str, **overrides: Any):
 def check_env(spec: RunSpec) -> None:
     """``ValueError`` (before any folder is touched) when the run's agent cannot act in its
     env's action space (:func:`jrl.agents.check_action_space`, naming the agents that can) or
-    its config refuses the space (``env_checks``, e.g. a Box with infinite bounds)."""
+    its config refuses the space (``env_checks``, e.g. a Box with infinite bounds), or when
+    one of agent and env is multi-agent and the other is not (:func:`jrl.agents.check_team`)."""
     env, env_params = jrl.envs.make(spec.env_id, **spec.options.env_overrides)
     space = env.action_space(env_params)
     turn_based = getattr(spec.config, "TURN_BASED", False)
@@ -115,7 +117,8 @@ def check_env(spec: RunSpec) -> None:
             f"{spec.agent} is a single-player agent, but {spec.env_id} is a two-player "
             f"turn-based game; agents for games: {', '.join(fit)}"
         )
-    jrl.agents.check_action_space(spec.agent, space, spec.env_id, turn_based)
+    jrl.agents.check_team(spec.agent, is_multi_agent(env), spec.env_id)
+    jrl.agents.check_action_space(spec.agent, space, spec.env_id)
     check(spec.config.env_checks(space, spec.agent))
 
 

@@ -18,6 +18,7 @@ from jrl import networks, parallel
 from jrl.agent import Agent, EnvSpec
 from jrl.buffers import NStepState, ReplayBuffer, nstep_accumulator
 from jrl.env import Environment
+from jrl.marl import AGENT_EPISODE_RETURN, agent_names
 from jrl.types import (
     EPISODE_DONE,
     EPISODE_LENGTH,
@@ -36,6 +37,8 @@ __all__ = [
     "RecurrentOnPolicyState",
     "ReplaySchedule",
     "StatefulOffPolicyState",
+    "TeamOnPolicyState",
+    "agent_episode_metrics",
     "collect_recurrent_step",
     "collect_step",
     "episode_metrics",
@@ -87,6 +90,27 @@ class RecurrentOnPolicyState(OnPolicyState):
     for every env whose episode ended there)."""
 
     acting_state: PyTree  # [N, ...] per leaf, e.g. a recurrent policy's hidden state
+
+
+@struct.dataclass
+class TeamOnPolicyState(OnPolicyState):
+    """An on-policy run on a multi-agent env (:mod:`jrl.marl`): also each agent's mean
+    return of the latest episodes (``last_episode_return`` is the team's, the sum)."""
+
+    last_agent_returns: jax.Array  # [A] float32 (NaN before the first episode)
+
+
+def agent_episode_metrics(info: dict[str, Any], previous: jax.Array, names: tuple[str, ...]):
+    """Each agent's mean return ``[A]`` of the episodes that finished in a rollout, from
+    ``info[AGENT_EPISODE_RETURN]`` ``[T, N, A]`` and ``info["episode_done"]`` ``[T, N]``
+    (all-reduced over devices; ``previous`` carried forward when none finished). Returns
+    ``(returns, metrics)`` with one ``train/episode_return/<agent name>`` metric per agent."""
+    done = info[EPISODE_DONE]
+    count, sums = parallel.psum(
+        (done.sum(), (info[AGENT_EPISODE_RETURN] * done[..., None]).sum(axis=(0, 1)))
+    )
+    mean = jnp.where(count > 0, sums / jnp.maximum(count, 1), previous).astype(jnp.float32)
+    return mean, {f"train/episode_return/{name}": mean[i] for i, name in enumerate(names)}
 
 
 def episode_metrics(info: dict[str, Any], previous_return: jax.Array, previous_length: jax.Array):
@@ -154,7 +178,8 @@ def _recorded(observation, action, act_info, ts):
         ts.info[FINAL_OBSERVATION],
         act_info,
     )
-    episodes = {k: ts.info[k] for k in (EPISODE_RETURN, EPISODE_LENGTH, EPISODE_DONE)}
+    keys = (EPISODE_RETURN, EPISODE_LENGTH, EPISODE_DONE, AGENT_EPISODE_RETURN)
+    episodes = {k: ts.info[k] for k in keys if k in ts.info}
     return transition, episodes
 
 
@@ -209,6 +234,7 @@ def on_policy(
     spec = EnvSpec.from_env(env, params)
 
     recurrent = agent.recurrent
+    names = agent_names(env)
 
     def init(key: PRNGKey) -> OnPolicyState:
         return _on_policy_init(agent, env, params, spec, key)
@@ -250,6 +276,12 @@ def on_policy(
         )
         if recurrent is not None:
             new_state = new_state.replace(acting_state=carry[2])
+        if names:
+            agent_returns, agent_metrics = agent_episode_metrics(
+                episodes, state.last_agent_returns, names
+            )
+            new_state = new_state.replace(last_agent_returns=agent_returns)
+            ep_metrics = {**ep_metrics, **agent_metrics}
         metrics = {**metrics, **ep_metrics, "train/env_steps": new_state.env_steps}
         return new_state, metrics
 
@@ -259,8 +291,9 @@ def on_policy(
 
 
 def _on_policy_init(agent: Agent, env: Environment, params, spec: EnvSpec, key: PRNGKey):
-    """:func:`on_policy`'s first train state: ``OnPolicyState``, or ``RecurrentOnPolicyState``
-    (every env at the agent's initial acting state) for an agent with memory."""
+    """:func:`on_policy`'s first train state: ``OnPolicyState``, ``TeamOnPolicyState`` on a
+    multi-agent env, or ``RecurrentOnPolicyState`` (every env at the agent's initial acting
+    state) for an agent with memory."""
     k_agent, k_env, k_loop = jax.random.split(key, 3)
     env_state, ts = env.reset(k_env, params)
     nan = jnp.full((), NO_EPISODE, jnp.float32)
@@ -274,6 +307,9 @@ def _on_policy_init(agent: Agent, env: Environment, params, spec: EnvSpec, key: 
         nan,
         nan,
     )
+    names = agent_names(env)
+    if names and agent.recurrent is None:
+        return TeamOnPolicyState(*fields, jnp.full((len(names),), NO_EPISODE, jnp.float32))
     if agent.recurrent is None:
         return OnPolicyState(*fields)
     return RecurrentOnPolicyState(*fields, agent.recurrent.initial_state(env.num_envs))

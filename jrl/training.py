@@ -52,6 +52,8 @@ __all__ = [
 
 NAN_BEFORE_FIRST_EPISODE = ("train/episode_return", "train/episode_length")
 """Metrics that are NaN (by design) until the first episode ends, not a failure."""
+PER_AGENT_RETURN = "train/episode_return/"
+"""Prefix of the per-agent returns of a multi-agent run (NaN before the first episode too)."""
 EVAL_KEY = "eval/episode_return"
 """The periodic evaluation's metric: mean greedy return over the evaluation episodes."""
 EVAL_SALT = 0x0E7A1
@@ -561,7 +563,7 @@ class ChunkWork:
         """Run index -> what became NaN/inf first in this chunk (a metric, or the parameters)."""
         found: dict[int, str] = {}
         for name in sorted(metrics):
-            if name in NAN_BEFORE_FIRST_EPISODE:
+            if name in NAN_BEFORE_FIRST_EPISODE or name.startswith(PER_AGENT_RETURN):
                 continue
             bad = ~np.isfinite(np.asarray(metrics[name], np.float64))  # [n, R]
             for it, r in np.argwhere(bad):

@@ -127,14 +127,17 @@ def learn_reference():
 def _env_for(agent: str) -> str:
     """The reference env of an agent in the tests parametrised over every agent: CartPole-v1
     for those that act in a Discrete action space, Pendulum-v1 for the continuous ones,
-    TicTacToe-v0 for those that play two-player games."""
+    TicTacToe-v0 for those that play two-player games, Coordination-v0 for the multi-agent
+    ones."""
     import jrl.agents
     from jrl import spaces
 
-    if jrl.agents.get(agent).config_cls.TURN_BASED:
+    config_cls = jrl.agents.get(agent).config_cls
+    if config_cls.TURN_BASED:
         return "TicTacToe-v0"
-    accepted = jrl.agents.get(agent).config_cls.ACTION_SPACES
-    return "Pendulum-v1" if accepted == (spaces.Box,) else "CartPole-v1"
+    if getattr(config_cls, "MULTI_AGENT", False):
+        return "Coordination-v0"
+    return "Pendulum-v1" if config_cls.ACTION_SPACES == (spaces.Box,) else "CartPole-v1"
 
 
 @pytest.fixture

@@ -84,6 +84,9 @@ SMALL["alphazero"] = dict(
 )
 ENV = {"sac": "Pendulum-v1", "td3": "Pendulum-v1", "ddpg": "Pendulum-v1"}
 ENV["alphazero"] = "TicTacToe-v0"
+# 4 iterations of 4 envs x 16 steps, one network per agent
+SMALL["ippo"] = dict(num_envs=4, num_steps=16, total_steps=4 * 16 * 4, share_parameters=False)
+ENV["ippo"] = "Coordination-v0"
 overrides = dict(SMALL[a.agent])
 if a.total_steps:
     overrides = {"total_steps": a.total_steps}

@@ -40,6 +40,8 @@ def test_public_api_imports():
         "cma_es",
         "ddpg",
         "dqn",
+        "ippo",
+        "mappo",
         "openai_es",
         "ppo",
         "pqn",

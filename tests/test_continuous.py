@@ -156,8 +156,10 @@ def test_registry_entry_and_action_space_check(agent):
     assert {"learning_rate", "gamma", "tau"} <= set(entry.sweepable)
     assert agent in jrl.agents.fitting(spaces.Box(-1.0, 1.0, (2,)))
     assert agent not in jrl.agents.fitting(spaces.Discrete(2))
-    assert "alphazero" in jrl.agents.fitting(spaces.Discrete(9), turn_based=True)
-    assert "alphazero" not in jrl.agents.fitting(spaces.Discrete(2))  # not for CartPole
+    assert "alphazero" in jrl.agents.fitting(spaces.Discrete(9), "game")
+    assert "ippo" in jrl.agents.fitting(spaces.Discrete(3), "team")
+    for other in ("alphazero", "ippo", "mappo"):  # not offered for CartPole
+        assert other not in jrl.agents.fitting(spaces.Discrete(2))
     with pytest.raises(ValueError, match="needs a Box action space, but CartPole-v1 has Discrete"):
         jrl.agents.check_action_space(agent, spaces.Discrete(2), "CartPole-v1")
     with pytest.raises(ValueError, match="num_critics must be >= 1"):

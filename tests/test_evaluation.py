@@ -113,8 +113,14 @@ EPISODES = 32
 
 
 @pytest.mark.parametrize(
-    "agent", [a for a in jrl.agents.names() if not jrl.agents.get(a).config_cls.TURN_BASED]
-)  # agents for two-player games are evaluated by playing games (tests/test_alphazero.py)
+    "agent",  # two-player games: tests/test_alphazero.py; multi-agent: tests/test_ippo.py
+    [
+        a
+        for a in jrl.agents.names()
+        if not jrl.agents.get(a).config_cls.TURN_BASED
+        and not getattr(jrl.agents.get(a).config_cls, "MULTI_AGENT", False)
+    ],
+)
 def test_every_agent_has_a_greedy_and_a_stochastic_evaluation_policy(agent, env_for):
     """Evaluating freshly initialised runs (what eval_every, `jrl eval` and `jrl render` do):
     greedy, every episode returns 8 times the action the agent's ``policy`` picks for the

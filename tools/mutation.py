@@ -86,6 +86,11 @@ SHARED = {
     "jrl/evolution.py": ("normalize_observation", "policy_action", "make_es"),
     "jrl/population.py": ("play_members", "_fold_moments", "_gather", "population"),
     "jrl/pbt.py": ("check_pbt", "every_iterations", "with_pbt", "lineage"),
+    "jrl/multi_agent.py": (
+        "agent_gae",
+        "MultiAgentActorCritic.policy",
+        "MultiAgentActorCritic.value",
+    ),
 }
 """Shared agent code: these top-level functions and methods (of a ``make_*`` function, its
 nested update code, see NESTED)."""
@@ -93,6 +98,8 @@ SHARED_AGENTS = {
     "agents/td3.py": "jrl/continuous.py",
     "agents/ddpg.py": "jrl/continuous.py",
     "agents/es.py": "jrl/evolution.py",
+    "agents/ippo.py": "jrl/multi_agent.py",
+    "agents/mappo.py": "jrl/multi_agent.py",
 }
 """Agent modules whose loss and target code is all shared code (a config, presets and a
 ``build`` only): checked through that file's target instead."""
@@ -191,6 +198,12 @@ TESTS: dict[str, list[str]] = {
         "tests/test_sac.py::test_actor_loss_by_hand",
         "tests/test_sac.py::test_alpha_loss_by_hand",
         "tests/test_sac.py::test_learn_matches_a_reference",
+    ],
+    "jrl/multi_agent.py": [
+        "tests/test_ippo.py::test_agent_gae_by_hand",
+        "tests/test_ippo.py::test_network_shares_or_splits_parameters",
+        "tests/test_ippo.py::test_centralised_critic_reads_the_global_state_only",
+        "tests/test_ippo.py::test_acting_honours_every_agents_mask",
     ],
     "agents/pqn.py": [
         "tests/test_pqn.py::test_q_lambda_targets_by_hand",

@@ -1,0 +1,137 @@
+"""JaxMARL environments (the optional ``jaxmarl`` extra) as ``jaxmarl:<name>`` multi-agent envs:
+the message without jaxmarl, MPE / SMAX / Overcooked through the adapter (agent axis, team and
+per-agent rewards, masks, episode ends), `jrl envs`, the MPE render, and IPPO learning
+MPE simple_spread.
+
+Everything but the first test skips when jaxmarl is not installed."""
+
+import os
+import subprocess
+import sys
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import jrl
+import jrl.envs as jrl_envs
+from jrl.marl import AGENT_REWARD, AGENT_TERMINATED, GLOBAL_STATE
+from jrl.types import ACTION_MASK, OBSERVATION
+
+JRL = [sys.executable, "-m", "jrl.cli"]
+
+
+def run(*args, cwd, env=None):
+    env = {**os.environ, "JAX_PLATFORMS": "cpu", "MPLBACKEND": "Agg", **(env or {})}
+    return subprocess.run(
+        JRL + [str(a) for a in args], capture_output=True, text=True, timeout=600, cwd=cwd, env=env
+    )
+
+
+def test_without_jaxmarl_the_message_names_the_extra(tmp_path):
+    """A jaxmarl that cannot be imported (a module of that name raising ImportError, as a
+    missing package does): one line naming `pip install jrl-jax[jaxmarl]`, exit 2; `jrl envs`
+    lists no jaxmarl ids."""
+    fake = tmp_path / "fake"
+    fake.mkdir()
+    (fake / "jaxmarl.py").write_text("raise ImportError(\"No module named 'jaxmarl'\")\n")
+    out = run(
+        "train",
+        "ippo",
+        "--env",
+        "jaxmarl:MPE_simple_spread_v3",
+        "--out",
+        tmp_path / "x",
+        cwd=tmp_path,
+        env={"PYTHONPATH": str(fake)},
+    )
+    assert out.returncode == 2, (out.stdout, out.stderr)
+    assert "pip install jrl-jax[jaxmarl]" in out.stderr
+    assert len(out.stderr.strip().splitlines()) == 1 and not (tmp_path / "x").exists()
+    listed = run("envs", cwd=tmp_path, env={"PYTHONPATH": str(fake)})
+    assert listed.returncode == 0 and "jaxmarl:" not in listed.stdout
+
+
+jaxmarl = pytest.importorskip("jaxmarl")
+
+
+def _steps(env_id, n=3, key=0):
+    env, params = jrl_envs.make(env_id)
+    state, ts = env.reset(jax.random.key(key), params)
+    out = [ts]
+    for i in range(n):
+        action = env.action_space(params).sample(jax.random.key(100 + i))
+        state, ts = env.step(jax.random.key(200 + i), state, action, params)
+        out.append(ts)
+    return env, params, state, out
+
+
+def test_mpe_simple_spread_through_the_adapter():
+    """3 agents in JaxMARL's order, 18 observations each, 5 actions; the team reward is the sum
+    of JaxMARL's per-agent rewards (shared in simple_spread); episodes end after 26 steps
+    (JaxMARL's MPE is done on the step taken at step count max_steps = 25)."""
+    env, params, state, steps = _steps("jaxmarl:MPE_simple_spread_v3")
+    assert env.agents == ("agent_0", "agent_1", "agent_2")
+    assert env.action_space(params) == jrl.spaces.MultiDiscrete([5, 5, 5])
+    ts = steps[-1]
+    assert ts.observation[OBSERVATION].shape == (3, 18)
+    assert ts.observation[GLOBAL_STATE].shape == (54,) and ACTION_MASK not in ts.observation
+    np.testing.assert_allclose(ts.reward, np.sum(ts.info[AGENT_REWARD]), rtol=1e-6)
+    # the same step of JaxMARL's own env gives the same observation and rewards
+    raw = env.unwrapped.jaxmarl_env
+    obs, st = raw.reset(jax.random.key(0))
+    np.testing.assert_allclose(steps[0].observation[OBSERVATION][1], obs["agent_1"], rtol=1e-6)
+    action = env.action_space(params).sample(jax.random.key(100))
+    obs, st, rew, dones, _ = raw.step_env(
+        jax.random.key(200), st, {a: action[i] for i, a in enumerate(raw.agents)}
+    )
+    np.testing.assert_allclose(steps[1].observation[OBSERVATION][2], obs["agent_2"], rtol=1e-6)
+    np.testing.assert_allclose(steps[1].info[AGENT_REWARD][0], rew["agent_0"], rtol=1e-6)
+    # an episode is 26 steps: JaxMARL's done ends it for every agent
+    wrapped = jrl.marl.wrap_agents_for_training(env, 2)
+    s, t = wrapped.reset(jax.random.key(0), params)
+    step = jax.jit(lambda s, k: wrapped.step(k, s, jnp.zeros((2, 3), jnp.int32), params))
+    for i in range(1, 27):
+        s, t = step(s, jax.random.key(i))
+        assert bool(np.asarray(t.terminated).all()) == (i == 26), i
+    assert np.asarray(t.info["episode_length"]).tolist() == [26, 26]
+
+
+def test_smax_masks_and_overcooked_images():
+    """SMAX: per-agent action masks from JaxMARL's get_avail_actions; Overcooked: two agents
+    with image observations [H, W, C]."""
+    env, params, state, steps = _steps("jaxmarl:SMAX", n=2)
+    n = env.num_agents
+    mask = np.asarray(steps[-1].observation[ACTION_MASK])
+    avail = env.unwrapped.jaxmarl_env.get_avail_actions(state)
+    np.testing.assert_array_equal(mask, np.stack([avail[a] for a in env.agents]))
+    assert mask.shape == (n, env.unwrapped.agent_action_space().n)
+    assert steps[-1].info[AGENT_TERMINATED].shape == (n,)
+    env, params, state, steps = _steps("jaxmarl:overcooked", n=2)
+    assert env.agents == ("agent_0", "agent_1")
+    obs = steps[-1].observation[OBSERVATION]
+    assert obs.ndim == 4 and obs.shape[0] == 2 and obs.shape[-1] == 26
+
+
+def test_unknown_name_lists_jaxmarl_names():
+    with pytest.raises(jrl_envs.UnknownEnvError, match="MPE_simple_spread_v3"):
+        jrl_envs.make("jaxmarl:MPE_simple_sprea_v3")
+
+
+def test_envs_lists_jaxmarl_and_render_draws_the_mpe_scene(tmp_path):
+    listed = run("envs", cwd=tmp_path)
+    assert listed.returncode == 0, listed.stderr
+    assert "jaxmarl:MPE_simple_spread_v3" in listed.stdout and "jaxmarl:SMAX" in listed.stdout
+    assert "Importing" not in listed.stdout  # JaxMARL's import note goes to stderr
+    env, params, state, _ = _steps("jaxmarl:MPE_simple_spread_v3", n=1)
+    frame = np.asarray(env.render(state, params))
+    assert frame.shape == (400, 400, 3) and frame.dtype == np.uint8
+    raw = env.unwrapped.jaxmarl_env
+    for e in range(raw.num_agents):  # each agent's disc centre has its colour
+        x, y = np.asarray(state.p_pos[e])
+        col, row = int((x + 1.5) * 400 / 3), int(400 - (y + 1.5) * 400 / 3)
+        if 0 <= row < 400 and 0 <= col < 400:
+            assert tuple(frame[row, col]) == tuple(int(c) for c in raw.colour[e])
+    with pytest.raises(NotImplementedError, match="MPE envs do"):
+        _steps("jaxmarl:overcooked", n=0)[0].render(None)
