@@ -129,6 +129,10 @@ def test_policy_acts_argmax_or_rescaled_tanh_on_normalised_observations():
     o = jnp.asarray([[0.1, -0.2, 0.3]])
     unit = network_p.apply(st.params["policy"], (o - 0.0) / jnp.sqrt(1.0 + 1e-8))
     np.testing.assert_allclose(es_p.policy(st.params, o), 2.0 * unit, rtol=1e-5)  # [-2, 2]
+    # by hand: (obs - mean) / sqrt(var + 1e-8), clipped; a zero variance stays finite
+    stats = RunningMeanStd(jnp.array([2.0, -1.0, 0.0]), jnp.array([4.0, 0.25, 0.0]), jnp.float32(5))
+    z = evolution.normalize_observation(stats, jnp.array([[4.0, 0.0, 0.0], [2.0, -10.0, 0.0]]))
+    np.testing.assert_allclose(z, [[1.0, 2.0, 0.0], [0.0, -5.0, 0.0]], rtol=1e-6)
 
 
 def test_truncation_probe_episode_masking_and_observation_moments():
@@ -146,6 +150,9 @@ def test_truncation_probe_episode_masking_and_observation_moments():
         )
         np.testing.assert_array_equal(ret, np.full((4, 2), min(steps, 20)))
         assert float(count) == float(length.sum())
+        # the observations acted on are t / 20 for t < min(steps, 20), 8 episodes of them
+        t = np.arange(min(steps, 20)) / 20.0
+        np.testing.assert_allclose(total, [8 * t.sum()], rtol=1e-5)
     _, es, _, env, params = _es("openai_es", population_size=4)
     state = es.init(jax.random.key(0), None)
     genomes, _ = es.ask(state, jax.random.key(1))
@@ -169,6 +176,8 @@ def test_observation_statistics_fold_in_the_generations_observations():
     np.testing.assert_allclose(new.var, expected.var, rtol=1e-5)
     same = population._fold_moments(stats, jnp.float32(0), jnp.zeros(2), jnp.zeros(2))
     np.testing.assert_array_equal(same.mean, stats.mean)
+    one = population._fold_moments(stats, jnp.float32(1), jnp.asarray(x[0]), jnp.asarray(x[0] ** 2))
+    np.testing.assert_allclose(one.mean, stats.update(jnp.asarray(x[:1])).mean, rtol=1e-5)
 
 
 @pytest.mark.parametrize("agent", ES_AGENTS)
@@ -206,6 +215,8 @@ def test_a_generation_updates_the_mean_and_counts_steps_and_sweeps_the_rate():
     assert np.all(m["train/worst_return"] < m["train/best_return"])  # random members differ
     # CartPole pays 1 per step: a member's mean return is its mean episode length
     np.testing.assert_allclose(m["train/episode_length"], m["train/episode_return"], rtol=1e-6)
+    # the observation statistics took in every generation's observations
+    assert np.all(np.asarray(res.final_state.agent_state.params["obs_stats"].count) > 100)
     rates = np.asarray(res.final_state.agent_state.hparams.learning_rate)
     np.testing.assert_allclose(rates, [1e-9, 0.05])
     # a tiny learning rate leaves the mean where it started (both runs start from seed 0)
@@ -300,6 +311,10 @@ def test_population_not_divisible_by_devices_is_refused():
     _, es, _, env, params = _es("openai_es", population_size=6)
     with pytest.raises(ValueError, match="not divisible by 4 devices"):
         population.population(es, env, 1, 10, params, num_devices=4)
+    _, es, _, env, params = _es("openai_es", population_size=4)
+    for episodes, steps in ((0, 10), (1, 0)):
+        with pytest.raises(ValueError, match="must be positive"):
+            population.population(es, env, episodes, steps, params)
 
 
 @pytest.mark.learning
