@@ -145,7 +145,7 @@ def test_truncation_probe_episode_masking_and_observation_moments():
         state = es.init(jax.random.key(0), None)
         genomes, _ = es.ask(state, jax.random.key(1))
         keys = jax.random.split(jax.random.key(2), 8).reshape(4, 2)
-        ret, length, (count, total, _) = population.play_members(
+        ret, length, (count, total, total_sq) = population.play_members(
             es, env, params, genomes, state.params["obs_stats"], keys, steps
         )
         np.testing.assert_array_equal(ret, np.full((4, 2), min(steps, 20)))
@@ -153,6 +153,7 @@ def test_truncation_probe_episode_masking_and_observation_moments():
         # the observations acted on are t / 20 for t < min(steps, 20), 8 episodes of them
         t = np.arange(min(steps, 20)) / 20.0
         np.testing.assert_allclose(total, [8 * t.sum()], rtol=1e-5)
+        np.testing.assert_allclose(total_sq, [8 * np.square(t).sum()], rtol=1e-5)
     _, es, _, env, params = _es("openai_es", population_size=4)
     state = es.init(jax.random.key(0), None)
     genomes, _ = es.ask(state, jax.random.key(1))
@@ -163,6 +164,16 @@ def test_truncation_probe_episode_masking_and_observation_moments():
     np.testing.assert_array_equal(ret, length.astype(np.float32))
     assert 0 < length.min() and length.max() < 500  # random networks fall early
     assert float(count) == float(length.sum()) and bool(jnp.all(total_sq >= 0))
+
+
+def test_population_plays_the_env_params_it_is_given():
+    """TruncationProbe-v0 with horizon 10 observes t / 10 (t < 20): the statistics a
+    generation takes in come from those params, not the defaults (t / 20)."""
+    _, es, _, env, params = _es("openai_es", "TruncationProbe-v0", population_size=4)
+    params = params.replace(horizon=10)
+    algo = population.population(es, env, 1, 30, params)
+    state, _ = jax.jit(algo.step)(jax.jit(algo.init)(jax.random.key(0)))
+    np.testing.assert_allclose(state.agent_state.params["obs_stats"].mean, [0.95], rtol=1e-3)
 
 
 def test_observation_statistics_fold_in_the_generations_observations():
@@ -178,6 +189,7 @@ def test_observation_statistics_fold_in_the_generations_observations():
     np.testing.assert_array_equal(same.mean, stats.mean)
     one = population._fold_moments(stats, jnp.float32(1), jnp.asarray(x[0]), jnp.asarray(x[0] ** 2))
     np.testing.assert_allclose(one.mean, stats.update(jnp.asarray(x[:1])).mean, rtol=1e-5)
+    np.testing.assert_allclose(one.var, stats.update(jnp.asarray(x[:1])).var, rtol=1e-4)
 
 
 @pytest.mark.parametrize("agent", ES_AGENTS)

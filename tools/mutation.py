@@ -190,6 +190,7 @@ TESTS: dict[str, list[str]] = {
     "jrl/population.py": [
         "tests/test_es.py::test_truncation_probe_episode_masking_and_observation_moments",
         "tests/test_es.py::test_observation_statistics_fold_in_the_generations_observations",
+        "tests/test_es.py::test_population_plays_the_env_params_it_is_given",
         "tests/test_es.py::test_a_generation_updates_the_mean_and_counts_steps_and_sweeps_the_rate",
         "tests/test_es.py::test_population_not_divisible_by_devices_is_refused",
         "tests/test_es.py::test_interrupted_run_resumes_bit_identical",
