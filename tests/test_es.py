@@ -123,6 +123,7 @@ def test_policy_acts_argmax_or_rescaled_tanh_on_normalised_observations():
     params = {"policy": state.params["policy"], "obs_stats": stats}
     z = jnp.asarray([[0.0, 1.0, -1.0, 5.0]])  # (obs - 2) / 2, clipped to 5
     out = network.apply(params["policy"], z)
+    assert es.policy(params, obs).shape == (1,)  # one action per observation
     assert int(es.policy(params, obs)[0]) == int(jnp.argmax(out[0]))
     _, es_p, network_p, *_ = _es("cma_es", "Pendulum-v1")
     st = es_p.init(jax.random.key(0), None)
@@ -163,6 +164,13 @@ def test_truncation_probe_episode_masking_and_observation_moments():
     )
     np.testing.assert_array_equal(ret, length.astype(np.float32))
     assert 0 < length.min() and length.max() < 500  # random networks fall early
+    _, es, _, env, params = _es("openai_es", "Pendulum-v1", population_size=4)  # rewards < 0
+    state = es.init(jax.random.key(0), None)
+    genomes, _ = es.ask(state, jax.random.key(1))
+    ret_p, length_p, _ = population.play_members(
+        es, env, params, genomes, state.params["obs_stats"], keys, 20
+    )
+    assert np.all(np.asarray(ret_p) < 0) and np.all(np.asarray(length_p) == 20)
     assert float(count) == float(length.sum()) and bool(jnp.all(total_sq >= 0))
 
 
@@ -327,6 +335,7 @@ def test_population_not_divisible_by_devices_is_refused():
     for episodes, steps in ((0, 10), (1, 0)):
         with pytest.raises(ValueError, match="must be positive"):
             population.population(es, env, episodes, steps, params)
+    population.population(es, env, 1, 1, params)  # one episode of one step is fine
 
 
 @pytest.mark.learning
