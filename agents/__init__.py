@@ -29,7 +29,7 @@ __all__ = [
     "BUILTIN",
     "UnknownAgentError",
     "check_action_space",
-    "check_team",
+    "check_kind",
     "env_kind",
     "fitting",
     "get",
@@ -171,7 +171,7 @@ def fitting(space: Any, kind: str = "single") -> list[str]:
 def check_action_space(name: str, space: Any, env_id: str) -> None:
     """``ValueError`` (one line) when agent ``name`` does not act in ``space``, the action
     space of ``env_id``: it names the space and the agents for the same kind of env that do
-    (the env's kind is the agent's once :func:`check_team` and the game check passed)."""
+    (the env's kind is the agent's once :func:`check_kind` passed)."""
     cls = get(name).config_cls
     accepted = cls.ACTION_SPACES
     if accepted is None or isinstance(space, accepted):
@@ -184,27 +184,30 @@ def check_action_space(name: str, space: Any, env_id: str) -> None:
     )
 
 
-def check_team(name: str, multi_agent_env: bool, env_id: str) -> None:
-    """``ValueError`` (one line) when agent ``name`` and the env ``env_id`` do not agree on
-    being multi-agent (config ``MULTI_AGENT``; :func:`jrl.marl.is_multi_agent` for the env),
-    naming the agents that fit it."""
-    team_agent = bool(getattr(get(name).config_cls, "MULTI_AGENT", False))
-    if team_agent == bool(multi_agent_env):
+_KIND_ENVS = {
+    "single": "a single-agent env",
+    "game": "a two-player turn-based game",
+    "team": "a multi-agent env",
+}
+_KIND_AGENTS = {
+    "single": "is a single-agent agent",
+    "game": "plays two-player turn-based games",
+    "team": "trains a team of agents",
+}
+_KIND_FITS = {"single": "single-agent envs", "game": "games", "team": "multi-agent envs"}
+
+
+def check_kind(name: str, kind: str, env_id: str) -> None:
+    """``ValueError`` (one line) when agent ``name`` trains on another kind of env than
+    ``env_id``'s ``kind`` ("single", "game" or "team", see :func:`env_kind`), naming the
+    agents for that kind."""
+    own = env_kind(get(name).config_cls)
+    if own == kind:
         return
-    fit = [
-        n
-        for n in names()
-        if bool(getattr(get(n).config_cls, "MULTI_AGENT", False)) == bool(multi_agent_env)
-    ]
-    if team_agent:
-        raise ValueError(
-            f"{name} trains a team of agents, but {env_id} is a single-agent env; "
-            f"multi-agent envs: Coordination-v0, jaxmarl:<name>; single-agent agents: "
-            f"{', '.join(fit)}"
-        )
+    fit = [n for n in names() if env_kind(get(n).config_cls) == kind]
     raise ValueError(
-        f"{name} is a single-agent agent, but {env_id} is a multi-agent env; "
-        f"agents for multi-agent envs: {', '.join(fit)}"
+        f"{name} {_KIND_AGENTS[own]}, but {env_id} is {_KIND_ENVS[kind]}; "
+        f"agents for {_KIND_FITS[kind]}: {', '.join(fit) or 'none'}"
     )
 
 

@@ -102,22 +102,12 @@ def check_env(spec: RunSpec) -> None:
     """``ValueError`` (before any folder is touched) when the run's agent cannot act in its
     env's action space (:func:`jrl.agents.check_action_space`, naming the agents that can) or
     its config refuses the space (``env_checks``, e.g. a Box with infinite bounds), or when
-    one of agent and env is multi-agent and the other is not (:func:`jrl.agents.check_team`)."""
+    the agent trains on another kind of env (single-agent, two-player game, team of agents:
+    :func:`jrl.agents.check_kind`)."""
     env, env_params = jrl.envs.make(spec.env_id, **spec.options.env_overrides)
     space = env.action_space(env_params)
-    turn_based = getattr(spec.config, "TURN_BASED", False)
-    if is_two_player(env) != turn_based:
-        fit = [n for n in jrl.agents.names() if jrl.agents.get(n).config_cls.TURN_BASED]
-        if turn_based:
-            raise ValueError(
-                f"{spec.agent} plays two-player turn-based games, but {spec.env_id} is a "
-                "single-player env"
-            )
-        raise ValueError(
-            f"{spec.agent} is a single-player agent, but {spec.env_id} is a two-player "
-            f"turn-based game; agents for games: {', '.join(fit)}"
-        )
-    jrl.agents.check_team(spec.agent, is_multi_agent(env), spec.env_id)
+    kind = "game" if is_two_player(env) else "team" if is_multi_agent(env) else "single"
+    jrl.agents.check_kind(spec.agent, kind, spec.env_id)
     jrl.agents.check_action_space(spec.agent, space, spec.env_id)
     check(spec.config.env_checks(space, spec.agent))
 

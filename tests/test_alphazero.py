@@ -260,10 +260,15 @@ def _jrl(args, cwd):
 def test_cli_refuses_mismatched_agents_and_games(tmp_path):
     out = _jrl(["train", "ppo", "--env", "TicTacToe-v0", "--out", "a"], tmp_path)
     assert out.returncode == 2, out.stderr
-    assert "single-player agent" in out.stderr and "alphazero" in out.stderr
+    assert "ppo is a single-agent agent, but TicTacToe-v0 is a two-player turn-based game; " in (
+        out.stderr
+    )
+    assert "agents for games: alphazero" in out.stderr
     out = _jrl(["train", "alphazero", "--env", "CartPole-v1", "--out", "b"], tmp_path)
     assert out.returncode == 2, out.stderr
-    assert "two-player turn-based games" in out.stderr
+    assert "alphazero plays two-player turn-based games, but CartPole-v1 is a single-agent" in (
+        out.stderr
+    )
     assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()
 
 

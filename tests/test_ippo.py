@@ -172,11 +172,11 @@ def test_config_refuses_what_a_team_learner_does_not_do():
 
 def test_single_and_multi_agent_mismatches_are_refused():
     with pytest.raises(ValueError, match="single-agent agent.*agents for multi-agent envs: ippo"):
-        jrl.agents.check_team("ppo", True, "Coordination-v0")
+        jrl.agents.check_kind("ppo", "team", "Coordination-v0")
     with pytest.raises(ValueError, match="trains a team of agents, but CartPole-v1"):
-        jrl.agents.check_team("mappo", False, "CartPole-v1")
-    jrl.agents.check_team("ppo", False, "CartPole-v1")
-    jrl.agents.check_team("ippo", True, "Coordination-v0")
+        jrl.agents.check_kind("mappo", "single", "CartPole-v1")
+    jrl.agents.check_kind("ppo", "single", "CartPole-v1")
+    jrl.agents.check_kind("ippo", "team", "Coordination-v0")
     env, params = jrl_envs.make("CartPole-v1")  # the build refuses too (Python API)
     with pytest.raises(ValueError, match="needs a multi-agent env"):
         ippo.build(ippo.IPPOConfig(), env, params)
