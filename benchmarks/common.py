@@ -356,6 +356,30 @@ def import_purejaxrl(checkout: str, module: str):
     return importlib.import_module(f"purejaxrl.{module}")
 
 
+def purejaxrl_ppo_config(config: dict, env_name: str, total_steps: int) -> dict:
+    """A jrl PPO ``config`` (jrl's field names) in the keys of PureJaxRL's PPO scripts'
+    ``__main__`` configs (``ppo.py``, ``ppo_rnn.py``; DEBUG off) for gymnax's ``env_name``."""
+    c = config
+    return {
+        "LR": c["learning_rate"],
+        "NUM_ENVS": c["num_envs"],
+        "NUM_STEPS": c["num_steps"],
+        "TOTAL_TIMESTEPS": int(total_steps),
+        "UPDATE_EPOCHS": c["num_epochs"],
+        "NUM_MINIBATCHES": c["num_minibatches"],
+        "GAMMA": c["gamma"],
+        "GAE_LAMBDA": c["gae_lambda"],
+        "CLIP_EPS": c["clip_eps"],
+        "ENT_COEF": c["ent_coef"],
+        "VF_COEF": c["vf_coef"],
+        "MAX_GRAD_NORM": c["max_grad_norm"],
+        "ACTIVATION": c["activation"],
+        "ENV_NAME": env_name,
+        "ANNEAL_LR": c["anneal_lr"],
+        "DEBUG": False,
+    }
+
+
 def carried_returns(total, count):
     """``[R, iterations]``: per run, the mean return of the episodes that finished in
     each iteration (``total / count`` of their returns), carried forward through

@@ -35,10 +35,15 @@ import numpy as np
 
 
 def peer(checkout: str, steps: int, seeds: int) -> dict:
-    sys.path.insert(0, checkout)
+    import importlib.util
+
     from omegaconf import OmegaConf
 
-    from baselines.IPPO import ippo_ff_mpe as module
+    # the baseline is one file importing only installed packages: load it by its path
+    path = f"{checkout}/baselines/IPPO/ippo_ff_mpe.py"
+    spec = importlib.util.spec_from_file_location("ippo_ff_mpe", path)
+    module = sys.modules["ippo_ff_mpe"] = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
 
     config = OmegaConf.to_container(
         OmegaConf.load(f"{checkout}/baselines/IPPO/config/ippo_ff_mpe.yaml")

@@ -135,9 +135,10 @@ def purejaxrl_program(agent: str, checkout: str, total_steps: int):
     import numpy as np
 
     if agent == "ppo":
-        from ppo_cartpole import purejaxrl_config
+        from common import purejaxrl_ppo_config
+        from ppo_cartpole import CONFIG
 
-        config = purejaxrl_config(total_steps)
+        config = purejaxrl_ppo_config(CONFIG, "CartPole-v1", total_steps)
         steps = (
             total_steps
             // (config["NUM_ENVS"] * config["NUM_STEPS"])

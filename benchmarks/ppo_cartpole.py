@@ -88,6 +88,7 @@ from common import (
     nan_to_none,
     or_dash,
     purejaxrl_available,
+    purejaxrl_ppo_config,
     purejaxrl_ppo_returns,
     rate,
     run_worker,
@@ -197,30 +198,6 @@ def worker_jrl(seeds: int, total_steps: int, num_reports: int, seed: int) -> dic
     }
 
 
-def purejaxrl_config(total_steps: int) -> dict:
-    """``CONFIG`` in the keys of PureJaxRL's ``purejaxrl/ppo.py`` (its ``__main__`` config, DEBUG
-    off)."""
-    c = CONFIG
-    return {
-        "LR": c["learning_rate"],
-        "NUM_ENVS": c["num_envs"],
-        "NUM_STEPS": c["num_steps"],
-        "TOTAL_TIMESTEPS": int(total_steps),
-        "UPDATE_EPOCHS": c["num_epochs"],
-        "NUM_MINIBATCHES": c["num_minibatches"],
-        "GAMMA": c["gamma"],
-        "GAE_LAMBDA": c["gae_lambda"],
-        "CLIP_EPS": c["clip_eps"],
-        "ENT_COEF": c["ent_coef"],
-        "VF_COEF": c["vf_coef"],
-        "MAX_GRAD_NORM": c["max_grad_norm"],
-        "ACTIVATION": c["activation"],
-        "ENV_NAME": "CartPole-v1",
-        "ANNEAL_LR": c["anneal_lr"],
-        "DEBUG": False,
-    }
-
-
 def worker_purejaxrl(seeds: int, total_steps: int, seed: int, checkout: str) -> dict:
     """PureJaxRL's own ``purejaxrl/ppo.py`` (a checkout outside jrl), unchanged:
     ``jit(vmap(make_train(config)))`` with the configuration of its ``__main__``
@@ -231,7 +208,7 @@ def worker_purejaxrl(seeds: int, total_steps: int, seed: int, checkout: str) -> 
 
     t_start = time.perf_counter()
     ppo = import_purejaxrl(checkout, "ppo")
-    config = purejaxrl_config(total_steps)
+    config = purejaxrl_ppo_config(CONFIG, "CartPole-v1", total_steps)
     batch = CONFIG["num_envs"] * CONFIG["num_steps"]
     num_iterations = total_steps // batch
     keys = jax.random.split(jax.random.PRNGKey(seed), seeds)

@@ -54,6 +54,7 @@ from common import (
     measured_on,
     publish,
     purejaxrl_available,
+    purejaxrl_ppo_config,
     purejaxrl_ppo_returns,
     rate,
     run_worker,
@@ -116,28 +117,6 @@ def worker_jrl(env: str, seeds: int, total_steps: int, seed: int) -> dict:
     }
 
 
-def purejaxrl_config(env: str, total_steps: int) -> dict:
-    """``CONFIG`` in the keys of PureJaxRL's ``ppo_rnn.py`` (DEBUG off)."""
-    c = CONFIG
-    return {
-        "LR": c["learning_rate"],
-        "NUM_ENVS": c["num_envs"],
-        "NUM_STEPS": c["num_steps"],
-        "TOTAL_TIMESTEPS": int(total_steps),
-        "UPDATE_EPOCHS": c["num_epochs"],
-        "NUM_MINIBATCHES": c["num_minibatches"],
-        "GAMMA": c["gamma"],
-        "GAE_LAMBDA": c["gae_lambda"],
-        "CLIP_EPS": c["clip_eps"],
-        "ENT_COEF": c["ent_coef"],
-        "VF_COEF": c["vf_coef"],
-        "MAX_GRAD_NORM": c["max_grad_norm"],
-        "ENV_NAME": ENVS[env][1],
-        "ANNEAL_LR": c["anneal_lr"],
-        "DEBUG": False,
-    }
-
-
 def worker_purejaxrl(env: str, seeds: int, total_steps: int, seed: int, checkout: str) -> dict:
     from importlib.metadata import version
 
@@ -145,7 +124,7 @@ def worker_purejaxrl(env: str, seeds: int, total_steps: int, seed: int, checkout
 
     t0 = time.perf_counter()
     ppo_rnn = import_purejaxrl(checkout, "ppo_rnn")
-    config = purejaxrl_config(env, total_steps)
+    config = purejaxrl_ppo_config(CONFIG, ENVS[env][1], total_steps)
     batch = CONFIG["num_envs"] * CONFIG["num_steps"]
     keys = jax.random.split(jax.random.PRNGKey(seed), seeds)
     out, times = compile_and_run(jax.jit(jax.vmap(ppo_rnn.make_train(config))), keys)
