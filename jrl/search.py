@@ -115,13 +115,10 @@ def search(
         add = lambda x: x[None]
         logits, value = evaluate(net_params, jax.tree.map(add, obs))
         root = mctx.RootFnOutput(prior_logits=logits, value=value, embedding=jax.tree.map(add, s))
+        args = (net_params, key, root, recurrent_fn, num_simulations)
         if kind == "gumbel":
             out = mctx.gumbel_muzero_policy(
-                net_params,
-                key,
-                root,
-                recurrent_fn,
-                num_simulations,
+                *args,
                 invalid_actions=~legal[None],
                 max_num_considered_actions=max_num_considered_actions,
                 gumbel_scale=0.0 if greedy else 1.0,
@@ -131,11 +128,7 @@ def search(
             )
             return out.action[0], out.action_weights[0]
         out = mctx.muzero_policy(
-            net_params,
-            key,
-            root,
-            recurrent_fn,
-            num_simulations,
+            *args,
             invalid_actions=~legal[None],
             dirichlet_fraction=0.0 if greedy else dirichlet_fraction,
             dirichlet_alpha=dirichlet_alpha,
