@@ -43,6 +43,7 @@ from jrl.continuous import (
     init_networks,
     item_normals,
     polyak,
+    subset_key,
     uniform_warmup,
 )
 from jrl.learner import apply_gradients, scheduled_lr
@@ -128,12 +129,10 @@ def make_sac(actor, critic, scale: ActionScale, config: "SACConfig") -> Agent:
         return dist.from_noise(item_normals(key, dist.mean.shape[0], scale.dim))
 
     def critic_loss_fn(critic_params, state, batch, alpha, key):
-        if subset:
-            key, k_subset = jax.random.split(key)
+        key, k_subset = subset_key(key, subset)
         next_action, next_log_prob = sample(state.params["actor"], batch.next_observation, key)
         next_q = critic.apply(state.target_critic, batch.next_observation, next_action)
-        if subset:
-            next_q = critic_subset(next_q, k_subset, subset)
+        next_q = critic_subset(next_q, k_subset, subset)
         target = critic_target(batch.reward, batch.discount, next_q, alpha * next_log_prob)
         q = critic.apply(critic_params, batch.observation, scale.to_unit(batch.action))
         return critic_loss(q, target), q

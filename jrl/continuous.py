@@ -59,6 +59,7 @@ __all__ = [
     "make_deterministic_losses",
     "ou_step",
     "polyak",
+    "subset_key",
     "uniform_warmup",
 ]
 
@@ -131,6 +132,13 @@ def critic_subset(next_q, key, size: int) -> jax.Array:
     if size in (0, num):
         return next_q
     return next_q[jax.random.choice(key, num, (size,), replace=False)]
+
+
+def subset_key(key, size: int):
+    """``(key, subset_key)``: ``key`` split in two when the bootstrap takes a subset of the
+    critics (``size`` > 0; the first half stays the caller's), else ``(key, None)``, so a run
+    without subsets draws what it always drew."""
+    return tuple(jax.random.split(key)) if size else (key, None)
 
 
 def ou_step(x, normals, theta, sigma, dt) -> jax.Array:
@@ -332,12 +340,10 @@ def make_deterministic_losses(actor, critic, scale: ActionScale, target_critics:
 
     def critic_loss_fn(critic_params, target_params, batch, key, hp):
         next_obs = batch.next_observation
-        if target_critics:
-            key, k_subset = jax.random.split(key)
+        key, k_subset = subset_key(key, target_critics)
         next_action = smoothed_target_action(target_params["actor"], next_obs, key, hp)
         next_q = critic.apply(target_params["critic"], next_obs, next_action)
-        if target_critics:
-            next_q = critic_subset(next_q, k_subset, target_critics)
+        next_q = critic_subset(next_q, k_subset, target_critics)
         target = critic_target(batch.reward, batch.discount, next_q)
         q = critic.apply(critic_params, batch.observation, scale.to_unit(batch.action))
         return critic_loss(q, target), q

@@ -76,6 +76,7 @@ SHARED = {
         "critic_target",
         "critic_loss",
         "critic_subset",
+        "subset_key",
         "ou_step",
         "uniform_warmup",
         "make_deterministic_losses",
