@@ -284,9 +284,9 @@ def _run(work: "ChunkWork", stop: StopRequest) -> anakin.RunResult:
             file=sys.stderr,
             flush=True,
         )
-    hparams = {k: np.asarray(v, np.float32) for k, v in spec.run_sweep.items()}
-    if work.start.state is not None and spec.options.pbt is not None:
-        hparams = {}  # a resumed PBT run keeps the values PBT has set since (in its checkpoint)
+    # a resumed state carries its hyperparameters (PBT's perturbed ones too): set them on init only
+    sweep = spec.run_sweep if work.start.state is None else {}
+    hparams = {k: np.asarray(v, np.float32) for k, v in sweep.items()}
     res = anakin.run(
         algorithm,
         work.keys,

@@ -323,6 +323,15 @@ def test_run_keeps_the_callers_initial_state():
         np.isfinite(np.asarray(x)).all()
         for x in jax.tree.leaves(first.final_state.agent_state.params)
     )
+    # a given state carries its own hyperparameters: setting others on it is refused
+    with pytest.raises(ValueError, match="an initial_state carries its own"):
+        anakin.run(
+            built.algorithm,
+            jax.random.split(jax.random.key(0), 2),
+            2,
+            hparams={"learning_rate": np.asarray([1e-3, 1e-4], np.float32)},
+            initial_state=first.final_state,
+        )
 
 
 def test_compiler_options_lower_the_cpu_backend_level_only(monkeypatch):

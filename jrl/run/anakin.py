@@ -341,7 +341,8 @@ def run(
         compiled call; the hooks are called after each.
       hparams: sweepable hyperparameters per run, name -> ``[R]`` values, set
         after init through the algorithm's ``with_hparams``.
-      initial_state: a stacked train state to start from instead of ``init``.
+      initial_state: a stacked train state to start from instead of ``init``; it
+        carries its own hyperparameters, so ``hparams`` must then be empty.
       mesh: run sharded over this 1-D device mesh (see the module docstring).
       start_iteration: iterations ``initial_state`` has already done (a
         resumed run); the remaining chunks of the same schedule
@@ -353,6 +354,8 @@ def run(
     """
     if num_iterations <= 0:
         raise ValueError(f"num_iterations must be positive, got {num_iterations}")
+    if initial_state is not None and hparams:
+        raise ValueError("hparams are set after init: an initial_state carries its own")
     if memory_check:
         check_memory(algorithm, keys, mesh)
     lengths = _remaining_chunks(num_iterations, num_reports, start_iteration)
