@@ -34,6 +34,7 @@ __all__ = [
     "NO_EPISODE",
     "OnPolicyState",
     "OffPolicyState",
+    "PER_AGENT_RETURN",
     "RecurrentOnPolicyState",
     "ReplaySchedule",
     "StatefulOffPolicyState",
@@ -100,6 +101,11 @@ class TeamOnPolicyState(OnPolicyState):
     last_agent_returns: jax.Array  # [A] float32 (NaN before the first episode)
 
 
+PER_AGENT_RETURN = "train/episode_return/"
+"""Prefix of the per-agent return metrics of a multi-agent run (NaN before the first episode,
+like the team's)."""
+
+
 def agent_episode_metrics(info: dict[str, Any], previous: jax.Array, names: tuple[str, ...]):
     """Each agent's mean return ``[A]`` of the episodes that finished in a rollout, from
     ``info[AGENT_EPISODE_RETURN]`` ``[T, N, A]`` and ``info["episode_done"]`` ``[T, N]``
@@ -110,7 +116,7 @@ def agent_episode_metrics(info: dict[str, Any], previous: jax.Array, names: tupl
         (done.sum(), (info[AGENT_EPISODE_RETURN] * done[..., None]).sum(axis=(0, 1)))
     )
     mean = jnp.where(count > 0, sums / jnp.maximum(count, 1), previous).astype(jnp.float32)
-    return mean, {f"train/episode_return/{name}": mean[i] for i, name in enumerate(names)}
+    return mean, {f"{PER_AGENT_RETURN}{name}": mean[i] for i, name in enumerate(names)}
 
 
 def episode_metrics(info: dict[str, Any], previous_return: jax.Array, previous_length: jax.Array):

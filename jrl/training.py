@@ -34,6 +34,7 @@ import jrl.agents
 import jrl.envs
 from jrl import checkpoint, run_folder, sinks
 from jrl.checkpoint import CheckpointError
+from jrl.loops import PER_AGENT_RETURN
 from jrl.options import RunSpec
 from jrl.result import Progress, TrainResult, sweep_groups
 from jrl.run import anakin
@@ -52,8 +53,6 @@ __all__ = [
 
 NAN_BEFORE_FIRST_EPISODE = ("train/episode_return", "train/episode_length")
 """Metrics that are NaN (by design) until the first episode ends, not a failure."""
-PER_AGENT_RETURN = "train/episode_return/"
-"""Prefix of the per-agent returns of a multi-agent run (NaN before the first episode too)."""
 EVAL_KEY = "eval/episode_return"
 """The periodic evaluation's metric: mean greedy return over the evaluation episodes."""
 EVAL_SALT = 0x0E7A1
