@@ -307,12 +307,13 @@ def _iqm(sorted_values: np.ndarray) -> float:
 def _evaluate_games(loaded: LoadedRun, games: int, seed: int) -> dict[str, Any]:
     """:func:`evaluate_run` of a two-player game: ``games`` games (half as first player)
     of every run against each baseline opponent (:func:`jrl.games.baseline_players`)."""
+    from jrl import evaluation
     from jrl import games as game_eval
 
     if games < 2 or games % 2:
         raise ValueError(f"a game evaluation plays an even number of games >= 2, got {games}")
     built, spec = loaded.built, loaded.spec
-    env = evaluation_env_of(built)
+    env = evaluation.evaluation_env(built.env)  # the unbatched env the training env steps
     opponents = game_eval.baseline_players(env, built.env_params)
     key = jax.random.key(seed)
     runs = len(spec.run_seeds)
@@ -342,13 +343,6 @@ def _evaluate_games(loaded: LoadedRun, games: int, seed: int) -> dict[str, Any]:
         "run_seeds": list(spec.run_seeds),
         "opponents": report,
     }
-
-
-def evaluation_env_of(built: Any):
-    """The unbatched env a built experiment's training env steps."""
-    from jrl import evaluation
-
-    return evaluation.evaluation_env(built.env)
 
 
 def evaluate_run(
