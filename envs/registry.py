@@ -45,6 +45,16 @@ GYMNAX_PREFIX = "gymnax:"
 BRAX_PREFIX = "brax:"
 PGX_PREFIX = "pgx:"
 JAXMARL_PREFIX = "jaxmarl:"
+GYMNASIUM_PREFIX = "gymnasium:"  # host envs (envs/host.py): the Sebulba runner steps them
+ENVPOOL_PREFIX = "envpool:"
+PREFIXES = (
+    GYMNAX_PREFIX,
+    BRAX_PREFIX,
+    PGX_PREFIX,
+    JAXMARL_PREFIX,
+    GYMNASIUM_PREFIX,
+    ENVPOOL_PREFIX,
+)
 
 
 def register(
@@ -56,11 +66,10 @@ def register(
     **kwargs: Any,
 ) -> EnvEntry:
     """Registers an environment under ``id``; ``make(id)`` then builds it."""
-    prefixes = (GYMNAX_PREFIX, BRAX_PREFIX, PGX_PREFIX, JAXMARL_PREFIX)
-    if not isinstance(id, str) or not id or id.startswith(prefixes):
+    if not isinstance(id, str) or not id or id.startswith(PREFIXES):
         raise ValueError(
-            f"invalid env id {id!r} (non-empty, not starting with {GYMNAX_PREFIX!r}, "
-            f"{BRAX_PREFIX!r} or {JAXMARL_PREFIX!r})"
+            f"invalid env id {id!r} (non-empty, not starting with one of the adapters' "
+            f"prefixes {', '.join(map(repr, PREFIXES))})"
         )
     if id in _REGISTRY and not overwrite:
         raise ValueError(f"env id {id!r} is already registered (pass overwrite=True to replace it)")
@@ -95,6 +104,14 @@ def entry(id: str) -> EnvEntry:
         from jrl.envs.jaxmarl_adapter import jaxmarl_entry
 
         return jaxmarl_entry(id[len(JAXMARL_PREFIX) :])
+    if id.startswith(GYMNASIUM_PREFIX):
+        from jrl.envs.host import gymnasium_entry
+
+        return gymnasium_entry(id[len(GYMNASIUM_PREFIX) :])
+    if id.startswith(ENVPOOL_PREFIX):
+        from jrl.envs.host import envpool_entry
+
+        return envpool_entry(id[len(ENVPOOL_PREFIX) :])
     if id not in _REGISTRY:
         raise UnknownEnvError(id, sorted(_REGISTRY))
     return _REGISTRY[id]
@@ -114,7 +131,8 @@ class UnknownEnvError(KeyError, ValueError):
             listing = (
                 f"Registered: {', '.join(known)}; gymnax envs as '{GYMNAX_PREFIX}<name>', "
                 f"brax envs as '{BRAX_PREFIX}<name>', pgx games as '{PGX_PREFIX}<name>', "
-                f"JaxMARL envs as '{JAXMARL_PREFIX}<name>'."
+                f"JaxMARL envs as '{JAXMARL_PREFIX}<name>'; host envs (--runner sebulba) as "
+                f"'{GYMNASIUM_PREFIX}<id>' and '{ENVPOOL_PREFIX}<id>'."
             )
         self.message = f"unknown environment {prefix + id!r}.{hint} {listing}"
         super().__init__(self.message)

@@ -375,6 +375,8 @@ def cmd_train(args: Sequence[str]) -> int:
         return e.exit_code
     except experiment.NonFiniteError as e:
         return _error(e, cli.debug, code=3)
+    except experiment.ActorError as e:  # a host env (or an actor) failed: every thread stopped
+        return _error(e, cli.debug, code=1)
     except USER_ERRORS as e:
         if cli.debug:
             raise

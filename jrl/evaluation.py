@@ -24,6 +24,7 @@ from typing import Any, Callable, NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from jrl.agent import Agent
 from jrl.env import Environment, Wrapper
@@ -36,6 +37,7 @@ __all__ = [
     "episode_returns",
     "evaluate",
     "evaluation_env",
+    "host_evaluator",
     "observation_normalizer",
     "run_policy",
 ]
@@ -192,3 +194,51 @@ def episode_returns(
     carry = ((state, memory), ts.observation, key, zeros, zeros.astype(jnp.int32), done)
     _, _, _, ret, length, _ = jax.lax.while_loop(lambda c: ~jnp.all(c[-1]), body, carry)
     return ret, length
+
+
+def host_evaluator(agent: Agent, host_env, num_episodes: int, greedy: bool = True):
+    """``evaluate(train_states [R], key) -> (returns, lengths)`` ``[R, num_episodes]`` on a host
+    env (:mod:`jrl.envs.host`): every run plays one episode on each of ``num_episodes`` fresh
+    envs, stepped on the host with the jitted, vmapped policy (greedy: the agent's ``policy``;
+    else its ``act``) until all have ended. Env seeds derive from ``key``."""
+    if int(num_episodes) <= 0:
+        raise ValueError(f"num_episodes must be positive, got {num_episodes}")
+    if greedy and agent.policy is None:
+        raise ValueError("this agent has no greedy policy; evaluate it with greedy=False")
+
+    def one(agent_state, obs, key):
+        if greedy:
+            return agent.policy(agent_state.params, obs, key)
+        return agent.act(agent_state, obs, key)[0]
+
+    policy = jax.jit(jax.vmap(one, in_axes=(0, 0, None)))
+    E = int(num_episodes)
+
+    def evaluate(train_states, key):
+        runs = jax.tree.leaves(train_states.agent_state)[0].shape[0]
+        seed = int(jax.random.randint(key, (), 0, 2**30))
+        batches = [host_env.make_batch(E, seed + r * E) for r in range(runs)]
+        try:
+            obs = np.stack([b.reset() for b in batches])
+            returns = np.zeros((runs, E), np.float32)
+            lengths = np.zeros((runs, E), np.int32)
+            ended = np.zeros((runs, E), bool)
+            t = 0
+            while not ended.all():
+                actions = np.asarray(
+                    policy(train_states.agent_state, obs, jax.random.fold_in(key, t))
+                )
+                for r, b in enumerate(batches):
+                    step = b.step(actions[r])
+                    new = step.done & ~ended[r]
+                    returns[r] = np.where(new, step.episode_return, returns[r])
+                    lengths[r] = np.where(new, step.episode_length, lengths[r])
+                    ended[r] |= step.done
+                    obs[r] = step.observation
+                t += 1
+        finally:
+            for b in batches:
+                b.close()
+        return returns, lengths
+
+    return evaluate

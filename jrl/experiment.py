@@ -35,6 +35,7 @@ from jrl.checkpoint import CheckpointError
 from jrl.config import check, coerce_field
 from jrl.marl import is_multi_agent
 from jrl.options import RECORDED, RunOptions, RunSpec
+from jrl.run.sebulba import ActorError
 from jrl.result import RETURN_KEY, TrainResult, sweep_groups
 from jrl.run import anakin
 from jrl.run_folder import RUN_FILES, read_spec
@@ -42,6 +43,7 @@ from jrl.training import NonFiniteError, TrainingInterrupted
 from jrl.two_player import is_two_player
 
 __all__ = [
+    "ActorError",
     "RETURN_KEY",
     "RUN_FILES",
     "CheckpointError",
@@ -52,6 +54,7 @@ __all__ = [
     "TrainResult",
     "TrainingInterrupted",
     "check_env",
+    "check_runner",
     "evaluate_run",
     "load_run",
     "make_config",
@@ -105,11 +108,44 @@ def check_env(spec: RunSpec) -> None:
     the agent trains on another kind of env (single-agent, two-player game, team of agents:
     :func:`jrl.agents.check_kind`)."""
     env, env_params = jrl.envs.make(spec.env_id, **spec.options.env_overrides)
+    check_runner(spec, env)
     space = env.action_space(env_params)
     kind = "game" if is_two_player(env) else "team" if is_multi_agent(env) else "single"
     jrl.agents.check_kind(spec.agent, kind, spec.env_id)
     jrl.agents.check_action_space(spec.agent, space, spec.env_id)
     check(spec.config.env_checks(space, spec.agent))
+
+
+def check_runner(spec: RunSpec, env) -> None:
+    """``ValueError`` when the runner cannot run the env or the agent: a host env
+    (``gymnasium:``/``envpool:``) needs the Sebulba runner and a pure-JAX env the Anakin one;
+    Sebulba runs agents that learn from on-policy rollouts (naming them)."""
+    from jrl.config import RolloutConfig
+    from jrl.envs.host import host_env_of
+
+    on_host = host_env_of(env) is not None
+    if on_host and spec.options.runner != "sebulba":
+        raise ValueError(
+            f"{spec.env_id} is a host environment (it steps outside the compiled program): "
+            "train it with --runner sebulba"
+        )
+    if spec.options.runner != "sebulba":
+        return
+    if not on_host:
+        raise ValueError(
+            f"the sebulba runner steps host environments (gymnasium:<id>, envpool:<id>); "
+            f"{spec.env_id} is a pure-JAX env: train it with the anakin runner (the default)"
+        )
+    fits = lambda cls: (
+        issubclass(cls, RolloutConfig)
+        and not (getattr(cls, "TURN_BASED", False) or getattr(cls, "MULTI_AGENT", False))
+    )
+    if not fits(type(spec.config)):
+        able = [n for n in jrl.agents.names() if fits(jrl.agents.get(n).config_cls)]
+        raise ValueError(
+            f"the sebulba runner runs agents that learn from on-policy rollouts "
+            f"({', '.join(able)}); {spec.agent} does not: train it with the anakin runner"
+        )
 
 
 def _split_options(kwargs: dict[str, Any], options: RunOptions | None) -> tuple[RunOptions, dict]:
@@ -290,10 +326,10 @@ def load_run(run_dir: str | os.PathLike, step: int | None = None) -> LoadedRun:
     build = jrl.agents.get(spec.agent).build
     env_obj, env_params = jrl.envs.make(spec.env_id, **spec.options.env_overrides)
     built = build(spec.config, env_obj, env_params, num_devices=spec.options.devices or 1)
-    like = anakin.abstract_states(built.algorithm, spec.keys(), spec.options.devices)
+    like = training.abstract_states(spec, built)
     ck = checkpoint.load(run_dir, like, step, step_flag="--step")
     run_folder.check_checkpoint_run(ck.meta, spec, ck.path)  # a checkpoint of another run
-    state = ck.state if spec.options.devices is None else jax.tree.map(lambda x: x[0], ck.state)
+    state = training.one_view(spec, ck.state)
     return LoadedRun(spec, built, state, ck.step, ck)
 
 

@@ -88,6 +88,24 @@ class RunOptions:
     False to leave JAX's setting alone."""
     pbt: Annotated[PBT | None, _Hidden] = None
     """Population-based training of the runs (jrl.pbt.PBT; the CLI's --pbt flags); None: off."""
+    runner: typing.Literal["anakin", "sebulba"] = "anakin"
+    """anakin: the env inside the compiled program (pure-JAX envs); sebulba: actor threads
+    stepping host envs (gymnasium:<id>, envpool:<id>) and a learner on its device(s)."""
+    actor_threads: int = 1
+    """sebulba: actor threads, each stepping num_envs / actor_threads envs of every run."""
+    queue_size: int = 2
+    """sebulba: trajectories each actor thread may hold ready for the learner."""
+    max_staleness: int = 0
+    """sebulba: 0 runs actors and learner in turn (synchronous, reproducible); k lets actors act
+    with parameters up to k updates old (asynchronous)."""
+    transfer: typing.Literal["float32", "bfloat16"] = "float32"
+    """sebulba: send trajectories and parameters as bfloat16 (uint8 observations stay uint8)."""
+    pull_batch: int = 0
+    """sebulba with envpool:<id>: act on the first pull_batch envs that are ready (EnvPool's
+    async send/recv; one seed); 0: step all envs together."""
+    actor_devices: int = 0
+    """sebulba: devices for the actor threads after the learner's --devices (0: actors use the
+    learner's first device)."""
     keys: Annotated[str, _Hidden] = "per_seed"
     """How run keys derive from the seeds: "per_seed" (run i uses key(seed + i)) or "split"
     (split(key(seed), seeds)[i]: run folders written before per-seed keys)."""
@@ -132,6 +150,18 @@ class RunOptions:
         for name, values in self.sweep.items():
             if not values:
                 raise ValueError(f"sweep over {name!r} has no values")
+        if self.runner not in ("anakin", "sebulba"):
+            raise ValueError(f"runner must be 'anakin' or 'sebulba', got {self.runner!r}")
+        if self.runner == "anakin":
+            default = RunOptions()
+            given = [n for n in SEBULBA_OPTIONS if getattr(self, n) != getattr(default, n)]
+            if given:
+                flag = "--" + given[0].replace("_", "-")
+                raise ValueError(f"{flag} is an option of the sebulba runner: add --runner sebulba")
+        else:
+            self.sebulba().validate()
+            if self.pbt is not None:
+                raise ValueError("PBT runs in the anakin runner's compiled program, not sebulba")
         if self.log:
             from jrl import sinks
 
@@ -153,9 +183,16 @@ class RunOptions:
         out: dict[str, Any] = {"format_version": RUN_FORMAT_VERSION}
         for name in RECORDED:
             value = getattr(self, name)
+            if name in SEBULBA_OPTIONS:  # recorded with "runner"
+                continue
             if name == "pbt":  # absent when off: the records of runs without PBT are unchanged
                 if value is not None:
                     out["pbt"] = value.record()
+                continue
+            if name == "runner":  # absent for anakin: older records are unchanged
+                if value != "anakin":
+                    out["runner"] = value
+                    out["sebulba"] = {n: getattr(self, n) for n in SEBULBA_OPTIONS}
                 continue
             if name == "sweep":
                 value = {k: list(v) for k, v in value.items()}
@@ -170,7 +207,15 @@ class RunOptions:
         values = {name: run[key] for name, key in names.items() if key in run}
         if "pbt" in values:
             values["pbt"] = PBT.from_record(values["pbt"])
+        values.update(run.get("sebulba", {}))
         return cls(**{"keys": "split", **values}).normalized()
+
+    def sebulba(self):
+        """The :class:`jrl.run.sebulba.SebulbaOptions` of these options."""
+        from jrl.run.sebulba import SebulbaOptions
+
+        fields = {n: getattr(self, n) for n in SEBULBA_OPTIONS}
+        return SebulbaOptions(learner_devices=int(self.devices or 1), **fields)
 
     def recorded(self) -> dict[str, Any]:
         """The :data:`RECORDED` options by name."""
@@ -197,6 +242,15 @@ def _whole_number_fields() -> tuple[str, ...]:
 
 
 _RECORD_KEYS = {"seeds": "num_seeds", "sweep": "sweep_values"}
+SEBULBA_OPTIONS = (
+    "actor_threads",
+    "queue_size",
+    "max_staleness",
+    "transfer",
+    "pull_batch",
+    "actor_devices",
+)
+"""The sebulba runner's options (recorded under ``"sebulba"`` for its runs only)."""
 """Names the ``run`` record of ``config.json`` gives some options."""
 
 RECORDED = (
@@ -214,6 +268,13 @@ RECORDED = (
     "keys",
     "plugins",
     "pbt",
+    "runner",
+    "actor_threads",
+    "queue_size",
+    "max_staleness",
+    "transfer",
+    "pull_batch",
+    "actor_devices",
 )
 """Options that define a run (saved in ``config.json``; a resumed run keeps them)."""
 

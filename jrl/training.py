@@ -37,7 +37,7 @@ from jrl.checkpoint import CheckpointError
 from jrl.loops import PER_AGENT_RETURN
 from jrl.options import RunSpec
 from jrl.result import Progress, TrainResult, sweep_groups
-from jrl.run import anakin
+from jrl.run import anakin, sebulba
 
 __all__ = [
     "EVAL_KEY",
@@ -55,6 +55,9 @@ NAN_BEFORE_FIRST_EPISODE = ("train/episode_return", "train/episode_length")
 """Metrics that are NaN (by design) until the first episode ends, not a failure."""
 EVAL_KEY = "eval/episode_return"
 """The periodic evaluation's metric: mean greedy return over the evaluation episodes."""
+HOST_ENVS = "host_envs"
+"""Checkpoint metadata key of a Sebulba run's host envs (per actor thread, per run: the
+batch's pickled state, base64, or None where the envs cannot be saved)."""
 EVAL_SALT = 0x0E7A1
 """Folded into the base seed's key for evaluation keys, apart from every training key."""
 
@@ -121,8 +124,13 @@ def passed(before: int, after: int, every: int) -> bool:
 
 
 def make_evaluator(built, num_episodes: int, greedy: bool = True):
-    """``jit(evaluate)(states [R, ...], key) -> (returns, lengths)`` ``[R, num_episodes]``."""
+    """``jit(evaluate)(states [R, ...], key) -> (returns, lengths)`` ``[R, num_episodes]``
+    (for a host env, a host loop: :func:`jrl.evaluation.host_evaluator`)."""
     from jrl import evaluation
+    from jrl.envs.host import host_env_of
+
+    if host_env_of(built.env) is not None:
+        return evaluation.host_evaluator(built.agent, host_env_of(built.env), num_episodes, greedy)
 
     def one(state, key):
         return evaluation.evaluate(
@@ -149,14 +157,35 @@ class Start:
     resuming: bool = False
     complete: bool = False  # the checkpoint is the run's last iteration
     later: list[int] = dataclasses.field(default_factory=list)  # checkpoints after this one
+    host_envs: Any = None  # sebulba: the host envs' saved state (see HOST_ENVS)
+
+
+def is_sebulba(spec: RunSpec) -> bool:
+    """Whether the run executes on the Sebulba runner (host envs) rather than Anakin."""
+    return spec.options.runner == "sebulba"
+
+
+def abstract_states(spec: RunSpec, built) -> Any:
+    """Shapes of the run's stacked train states as its checkpoints hold them: ``[R, ...]``
+    (``[D, R, ...]`` for an Anakin run sharded over D devices; a Sebulba run's learner
+    states are replicated, never with a device axis)."""
+    if is_sebulba(spec):
+        return sebulba.abstract_states(built.agent, built.spec, spec.keys())
+    return anakin.abstract_states(built.algorithm, spec.keys(), spec.options.devices)
+
+
+def one_view(spec: RunSpec, states: Any) -> Any:
+    """``[R, ...]`` states of a checkpoint (device 0's slice of a sharded Anakin run)."""
+    if spec.options.devices is None or is_sebulba(spec):
+        return states
+    return anakin.first_device(states)
 
 
 def load_start(spec: RunSpec, built, out_path: Path, step: int | None, mesh) -> Start:
     """The checkpoint to resume from, loaded and checked against the run record (a
     checkpoint of another run is refused). A checkpoint at the last iteration gives a
     ``Start`` with ``complete`` set (only the final outputs may be missing)."""
-    keys, devices = spec.keys(), spec.options.devices
-    ck = checkpoint.load(out_path, anakin.abstract_states(built.algorithm, keys, devices), step)
+    ck = checkpoint.load(out_path, abstract_states(spec, built), step)
     run_folder.check_checkpoint_run(ck.meta, spec, ck.path)
     return Start(
         ck.step,
@@ -168,6 +197,7 @@ def load_start(spec: RunSpec, built, out_path: Path, step: int | None, mesh) -> 
         resuming=True,
         complete=ck.step >= spec.config.num_iterations,
         later=[s for s in checkpoint.steps(out_path) if s > ck.step],
+        host_envs=ck.meta.get(HOST_ENVS),
     )
 
 
@@ -177,11 +207,14 @@ def execute(
     """Runs ``spec`` (a new run, or with ``resuming`` the one in ``out_path``); writes
     ``out_path`` unless None (processes other than 0 of a multi-process run)."""
     opts = spec.options
-    mesh = anakin.make_mesh(opts.devices) if opts.devices is not None else None
+    on_host = is_sebulba(spec)
+    mesh = anakin.make_mesh(opts.devices) if opts.devices is not None and not on_host else None
     env, env_params = jrl.envs.make(spec.env_id, **opts.env_overrides)
     built = jrl.agents.get(spec.agent).build(
         spec.config, env, env_params, num_devices=opts.devices or 1
     )
+    if on_host:
+        sebulba.check_agent(built.agent, built.env)
     if opts.pbt is not None:
         from jrl import pbt
 
@@ -193,7 +226,8 @@ def execute(
         start = load_start(spec, built, out_path, resume_step, mesh) if resuming else Start()
         if start.complete:
             return _complete(spec, built, out_path, start)
-        anakin.check_memory(built.algorithm, spec.keys(), mesh)
+        if not on_host:  # a Sebulba learner holds no envs or buffers
+            anakin.check_memory(built.algorithm, spec.keys(), mesh)
         if out_path is not None:
             _prepare_folder(spec, out_path, start)
         work = ChunkWork(spec, built, out_path, start, mesh)
@@ -251,7 +285,7 @@ def _complete(spec: RunSpec, built, out_path: Path, start: Start) -> TrainResult
             f"{out_path} is already complete ({start.iteration}/{spec.config.num_iterations} "
             f"iterations); evaluate it with `jrl eval {out_path}`"
         )
-    state = start.state if spec.options.devices is None else anakin.first_device(start.state)
+    state = one_view(spec, start.state)
     result = _result(spec, start.history, state, 0.0, start.prior_seconds, start.evals)
     result.save(out_path, start.reports, write_metrics=False)
     print(
@@ -286,18 +320,22 @@ def _run(work: "ChunkWork", stop: StopRequest) -> anakin.RunResult:
     # a resumed state carries its hyperparameters (PBT's perturbed ones too): set them on init only
     sweep = spec.run_sweep if work.start.state is None else {}
     hparams = {k: np.asarray(v, np.float32) for k, v in sweep.items()}
-    res = anakin.run(
-        algorithm,
-        work.keys,
-        num_iterations,
-        num_reports=spec.options.num_reports,
-        hparams=hparams,
-        initial_state=work.start.state,
-        mesh=work.mesh,
-        start_iteration=work.start.iteration,
-        hooks=anakin.RunHooks(on_chunk=work, on_report=work.progress, should_stop=should_stop),
-        memory_check=False,  # done by execute() before the folder changed
-    )
+    hooks = anakin.RunHooks(on_chunk=work, on_report=work.progress, should_stop=should_stop)
+    if is_sebulba(spec):
+        res = _run_sebulba(work, hparams, hooks)
+    else:
+        res = anakin.run(
+            algorithm,
+            work.keys,
+            num_iterations,
+            num_reports=spec.options.num_reports,
+            hparams=hparams,
+            initial_state=work.start.state,
+            mesh=work.mesh,
+            start_iteration=work.start.iteration,
+            hooks=hooks,
+            memory_check=False,  # done by execute() before the folder changed
+        )
     if work.checkpointer is not None and work.last_checkpoint != res.iterations:
         final = res.final_state if work.mesh is None else res.sharded_state
         try:
@@ -305,6 +343,75 @@ def _run(work: "ChunkWork", stop: StopRequest) -> anakin.RunResult:
         except CheckpointWriteError as e:  # the final outputs are still attempted (_finish)
             work.save_error = e
     return res
+
+
+def _run_sebulba(work: "ChunkWork", hparams, hooks) -> anakin.RunResult:
+    """:func:`_run` on the Sebulba runner. A resumed run restores the host envs saved with its
+    checkpoint (an exact resume in synchronous mode), or starts fresh episodes where they
+    could not be saved. A failing actor stops the run; the iterations learned until then are
+    checkpointed before :class:`~jrl.run.sebulba.ActorError` is raised."""
+    from jrl.envs.host import host_env_of
+
+    spec, built, start = work.spec, work.built, work.start
+    config = spec.config
+    snapshots = None
+    if start.resuming:
+        snapshots = decode_host_envs(start.host_envs)
+        if snapshots is None and jax.process_index() == 0:
+            print(
+                f"jrl: note: {spec.env_id}'s envs could not be saved with the checkpoint: the "
+                "resumed run starts fresh episodes (it does not continue the saved ones)",
+                file=sys.stderr,
+            )
+    try:
+        return sebulba.run(
+            built.agent,
+            host_env_of(built.env),
+            built.spec,
+            work.keys,
+            config.num_iterations,
+            config.num_steps,
+            config.num_envs,
+            spec.options.sebulba(),
+            num_reports=spec.options.num_reports,
+            hparams=hparams,
+            with_hparams=built.agent.with_hparams,
+            initial_state=start.state,
+            start_iteration=start.iteration,
+            hooks=hooks,
+            env_snapshots=snapshots,
+            on_snapshots=work.keep_host_envs,
+        )
+    except sebulba.ActorError as e:
+        res = getattr(e, "result", None)
+        saved = ""
+        if res is not None and work.checkpointer is not None and res.iterations > start.iteration:
+            if work.last_checkpoint != res.iterations:
+                work.save(res.iterations, res.final_state, start.prior_seconds + res.run_seconds)
+            saved = (
+                f"; the {res.iterations} iterations learned are checkpointed: resume with "
+                f"jrl train --resume {work.out_path}"
+            )
+        raise sebulba.ActorError(f"{e}{saved}") from e.__cause__
+
+
+def encode_host_envs(snapshots: list) -> list | None:
+    """Per actor thread, per run: base64 text of the pickled host envs (None when any batch
+    cannot be saved)."""
+    import base64
+
+    if any(data is None for thread in snapshots for data in thread):
+        return None
+    return [[base64.b64encode(data).decode("ascii") for data in thread] for thread in snapshots]
+
+
+def decode_host_envs(encoded: list | None) -> list | None:
+    """The inverse of :func:`encode_host_envs`."""
+    import base64
+
+    if encoded is None:
+        return None
+    return [[base64.b64decode(text) for text in thread] for thread in encoded]
 
 
 def _finish(work: "ChunkWork", res: anakin.RunResult, reason: str | None) -> TrainResult:
@@ -394,6 +501,7 @@ class ChunkWork:
         devices = f" on {spec.options.devices} devices" if spec.options.devices else ""
         self.label = f"{spec.agent} {spec.env_id} x{len(seeds)}{devices}"
         self.sinks = self.checkpointer = self.progress = None
+        self.host_envs: dict[int, Any] = {}  # sebulba: iteration -> encoded host envs
         writer = jax.process_index() == 0
         if spec.options.progress and writer:
             groups = sweep_groups(spec.run_sweep, len(seeds))
@@ -427,22 +535,33 @@ class ChunkWork:
         """The per-chunk checks and evaluations see one device's view of the states, [R, ...],
         on this process's first device; they are compiled now, not in the timed loop."""
         self.local = jax.sharding.SingleDeviceSharding(jax.local_devices()[0])
+        abstract = (
+            abstract_states(self.spec, self.built)
+            if is_sebulba(self.spec)
+            else anakin.abstract_states(self.built.algorithm, self.keys)
+        )
         view = jax.tree.map(
-            lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=self.local),
-            anakin.abstract_states(self.built.algorithm, self.keys),
+            lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=self.local), abstract
         )
         self.evaluator = self.eval_key = None
         opts = self.spec.options
         if opts.eval_every > 0:
             self.eval_key = jax.random.fold_in(jax.random.key(opts.seed), EVAL_SALT)
             evaluator = make_evaluator(self.built, opts.eval_episodes)
-            self.evaluator = evaluator.lower(view, self.eval_key).compile()
+            if is_sebulba(self.spec):  # a host loop: nothing to compile ahead
+                self.evaluator = evaluator
+            else:
+                self.evaluator = evaluator.lower(view, self.eval_key).compile()
 
         def params_finite(p):  # [R]
             rows = [jnp.isfinite(x).reshape(x.shape[0], -1).all(axis=1) for x in jax.tree.leaves(p)]
             return jnp.stack(rows).all(axis=0)
 
         self.params_finite = jax.jit(params_finite).lower(view.agent_state.params).compile()
+
+    def keep_host_envs(self, iteration: int, snapshots: list) -> None:
+        """Sebulba's ``on_snapshots``: the host envs after ``iteration`` (only the latest kept)."""
+        self.host_envs = {iteration: encode_host_envs(snapshots)}
 
     def elapsed(self) -> float:
         """Run seconds so far, earlier calls of a resumed run included."""
@@ -464,6 +583,8 @@ class ChunkWork:
             "env_steps": done * self.per_iter,
             "fingerprint": spec.fingerprint(),
         }
+        if is_sebulba(spec):  # the host envs after the same iteration, when they could be saved
+            meta[HOST_ENVS] = self.host_envs.get(done)
         if self.start.later:  # resumed from an older checkpoint: now the later ones go
             self.checkpointer.delete(self.start.later)
             self.start.later = []

@@ -1,0 +1,837 @@
+"""The Sebulba runner: actor threads stepping host environments, a learner on its device(s).
+
+Where the Anakin runner compiles the environment into the training program, Sebulba keeps the
+environments on the host (:mod:`jrl.envs.host`: Gymnasium, EnvPool) and runs the agent's two
+halves apart, the same agent in both runners:
+
+- **Actors.** ``actor_threads`` Python threads each own a slice of every run's envs and an actor
+  device. A thread waits for parameters recent enough (see staleness below), then collects a
+  trajectory of ``num_steps`` steps: the agent's ``act`` (jitted, vmapped over runs) on the
+  actor device, the host envs stepped with its actions. It pushes the trajectory (a time-major
+  ``Transition [R, T, n]`` and the episodes that ended in it) into its own bounded queue
+  (``queue_size``).
+- **Learner.** Iteration ``j`` takes trajectory ``j`` from every actor's queue, joins them along
+  the env axis (``[R, T, N]``) and calls the agent's ``learn`` (vmapped over runs;
+  ``shard_map``ped over the learner devices, each taking its share of the envs, exactly as the
+  Anakin runner shards a rollout). It then publishes the new agent state as version ``j + 1``.
+- **Staleness.** Trajectory ``j`` is acted with a version ``v >= j - max_staleness``: with
+  ``max_staleness=0`` actor and learner take turns (synchronous; the run then equals the same
+  agent stepping the same envs in one loop), with ``k > 0`` actors run up to ``k`` versions
+  ahead. The policy lag ``j - v`` of every trajectory is logged (``sebulba/policy_lag``).
+- **Pull mode** (``pull_batch``: EnvPool's asynchronous ``send``/``recv``): a thread acts on
+  whichever envs are ready; each env keeps its own time order, so slot ``i`` of a trajectory
+  is env ``i``'s next ``T`` transitions (envs that ran ahead carry their extra steps into the
+  next trajectory).
+- **Transfers.** With ``transfer="bfloat16"`` the float32 parts of trajectories (observations,
+  rewards, ``act_info``) and of the parameters sent to actors travel as bfloat16 (uint8 and
+  integer parts stay as they are); the bytes per transfer are logged either way.
+- **Shutdown.** An exception in an actor (a crashing env) stops every thread, drains the
+  queues and is raised by :func:`run` as :class:`ActorError` naming the thread and the error,
+  after the iterations already learned have been handed to ``on_chunk`` (so a checkpoint of
+  them can be written). A stop request (``should_stop``) is honoured between chunks.
+
+Train states are :class:`SebulbaState` stacked ``[R, ...]`` (replicated over learner devices,
+never with a device axis), so the run folder, metrics, checkpoints and evaluation of
+:mod:`jrl.training` serve both runners.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import queue
+import threading
+import time
+from typing import Any, Callable
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import struct
+from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+
+from jrl import parallel
+from jrl.agent import Agent, EnvSpec
+from jrl.envs.host import HostBatch, HostEnvironment, HostStep
+from jrl.loops import NO_EPISODE, episode_metrics
+from jrl.run.anakin import Report, RunHooks, RunResult, chunk_lengths, compiler_options, make_mesh
+from jrl.types import EPISODE_DONE, EPISODE_LENGTH, EPISODE_RETURN, PRNGKey, PyTree, Transition
+
+__all__ = [
+    "ActorError",
+    "SebulbaOptions",
+    "SebulbaState",
+    "abstract_states",
+    "check_agent",
+    "collect",
+    "init_states",
+    "run",
+]
+
+TRANSFERS = ("float32", "bfloat16")
+LAG_METRICS = ("sebulba/policy_lag", "sebulba/policy_lag_max")
+
+
+class ActorError(RuntimeError):
+    """An actor thread failed (its environment raised, ...); every thread was stopped."""
+
+
+@dataclasses.dataclass(frozen=True)
+class SebulbaOptions:
+    """How the Sebulba runner executes (see the module docstring)."""
+
+    actor_threads: int = 1  # threads, each with num_envs / actor_threads envs of every run
+    queue_size: int = 2  # trajectories an actor may hold ready
+    max_staleness: int = 0  # 0: synchronous; k: trajectories acted up to k versions behind
+    transfer: str = "float32"  # or "bfloat16"
+    pull_batch: int = 0  # EnvPool pull mode: envs per recv (0: push mode)
+    learner_devices: int = 1  # the first devices, data-parallel
+    actor_devices: int = 0  # the next devices, one per thread in turn (0: the learner's first)
+
+    def validate(self, num_envs: int | None = None) -> "SebulbaOptions":
+        """Raises ``ValueError`` for the first bad option (with ``num_envs``: also how the envs
+        divide among threads); returns ``self``."""
+        checks = [
+            (self.actor_threads >= 1, f"actor_threads must be >= 1, got {self.actor_threads}"),
+            (self.queue_size >= 1, f"queue_size must be >= 1, got {self.queue_size}"),
+            (self.max_staleness >= 0, f"max_staleness must be >= 0, got {self.max_staleness}"),
+            (
+                self.transfer in TRANSFERS,
+                f"transfer must be one of {TRANSFERS}, got {self.transfer!r}",
+            ),
+            (
+                self.pull_batch >= 0,
+                f"pull_batch must be >= 0 (0: push mode), got {self.pull_batch}",
+            ),
+            (self.learner_devices >= 1, f"devices must be >= 1, got {self.learner_devices}"),
+            (self.actor_devices >= 0, f"actor_devices must be >= 0, got {self.actor_devices}"),
+        ]
+        for ok, message in checks:
+            if not ok:
+                raise ValueError(message)
+        if num_envs is None:
+            return self
+        checks = [
+            (
+                num_envs % (self.actor_threads * self.learner_devices) == 0,
+                f"num_envs ({num_envs}) must divide among actor_threads ({self.actor_threads}) "
+                f"and among the learner's devices ({self.learner_devices})",
+            ),
+        ]
+        per_thread = num_envs // self.actor_threads
+        if self.pull_batch:
+            checks.append(
+                (
+                    self.pull_batch < per_thread and per_thread % self.pull_batch == 0,
+                    f"pull_batch ({self.pull_batch}) must divide, and be below, the envs of "
+                    f"one actor thread ({per_thread})",
+                )
+            )
+        for ok, message in checks:
+            if not ok:
+                raise ValueError(message)
+        return self
+
+
+@struct.dataclass
+class SebulbaState:
+    """One run's learner state (stacked ``[R, ...]`` for R runs)."""
+
+    agent_state: PyTree
+    key: PRNGKey  # the learner's key (learn keys fold in the iteration)
+    act_key: PRNGKey  # actors' keys fold in iteration, thread and step
+    env_seed: jax.Array  # [] int32 the run's host env seed (env i of thread a: seed + a*n + i)
+    iteration: jax.Array  # [] int32 updates done (= the parameter version)
+    env_steps: jax.Array  # [] int32 env transitions learned from (all envs)
+    last_episode_return: jax.Array  # [] float32 (NaN before the first episode)
+    last_episode_length: jax.Array  # [] float32
+
+    @property
+    def env_state(self):  # evaluation reads no env statistics from a host-env run
+        return None
+
+
+def check_agent(agent: Agent, built_env: Any) -> None:
+    """Refuses what Sebulba cannot run: agents with memory (their acting state would cross
+    threads) and training envs with normalisers (their statistics live in a pure env's
+    state)."""
+    if agent.recurrent is not None:
+        raise ValueError(
+            "the sebulba runner does not run agents with an acting state (recurrent policies, "
+            "OU noise) yet; use the anakin runner"
+        )
+    env = built_env
+    while env is not None:
+        name = type(env).__name__
+        if name in ("NormalizeObservation", "NormalizeReward"):
+            raise ValueError(
+                f"the sebulba runner does not normalise host envs ({name}): set "
+                "normalize_observations=False and normalize_rewards=False"
+            )
+        env = getattr(env, "env", None)
+
+
+def _init(agent: Agent, spec: EnvSpec) -> Callable[[PRNGKey], SebulbaState]:
+    def init(key):
+        k_agent, k_env, k_loop, k_act = jax.random.split(key, 4)
+        nan = jnp.full((), NO_EPISODE, jnp.float32)
+        return SebulbaState(
+            agent.init(k_agent, spec),
+            k_loop,
+            k_act,
+            jax.random.randint(k_env, (), 0, 2**30, jnp.int32),
+            jnp.zeros((), jnp.int32),
+            jnp.zeros((), jnp.int32),
+            nan,
+            nan,
+        )
+
+    return init
+
+
+def init_states(agent: Agent, spec: EnvSpec, keys: jax.Array) -> SebulbaState:
+    """``[R]`` states, one per key (sequential ``lax.map``, as the Anakin runner does)."""
+    init = _init(agent, spec)
+    program = jax.jit(lambda ks: jax.lax.map(init, ks)).lower(keys).compile(compiler_options())
+    return program(keys)
+
+
+def abstract_states(agent: Agent, spec: EnvSpec, keys: jax.Array) -> SebulbaState:
+    """Shapes and dtypes of :func:`init_states`'s result; nothing is allocated."""
+    return jax.eval_shape(lambda ks: jax.lax.map(_init(agent, spec), ks), keys)
+
+
+# --- transfers ------------------------------------------------------------------------------
+
+
+def _compress(tree: PyTree, transfer: str) -> PyTree:
+    """float32 leaves as bfloat16 for ``transfer="bfloat16"`` (host or device arrays)."""
+    if transfer == "float32":
+        return tree
+    return jax.tree.map(lambda x: x.astype(jnp.bfloat16) if x.dtype == np.float32 else x, tree)
+
+
+def _expand(tree: PyTree, like: PyTree) -> PyTree:
+    """Back to the dtypes of ``like`` (a no-op for uncompressed leaves)."""
+    return jax.tree.map(lambda x, l: x.astype(l.dtype) if x.dtype != l.dtype else x, tree, like)
+
+
+def nbytes(tree: PyTree) -> int:
+    """Bytes of every leaf of ``tree``."""
+    return int(
+        sum(np.dtype(x.dtype).itemsize * int(np.prod(x.shape)) for x in jax.tree.leaves(tree))
+    )
+
+
+# --- the parameter store ----------------------------------------------------------------------
+
+
+class _Store:
+    """The learner's latest agent state, versioned; actors wait for a minimum version."""
+
+    def __init__(self, stop: threading.Event):
+        self._cond = threading.Condition()
+        self._stop = stop
+        self.version, self.value = -1, None
+
+    def publish(self, version: int, value: Any) -> None:
+        with self._cond:
+            self.version, self.value = version, value
+            self._cond.notify_all()
+
+    def wait(self, min_version: int) -> tuple[int, Any] | None:
+        """``(version, value)`` once ``version >= min_version``; None when stopping."""
+        with self._cond:
+            while self.version < min_version and not self._stop.is_set():
+                self._cond.wait(0.1)
+            return None if self._stop.is_set() else (self.version, self.value)
+
+    def wake(self) -> None:
+        with self._cond:
+            self._cond.notify_all()
+
+
+@dataclasses.dataclass
+class _Item:
+    """One actor's trajectory for one iteration (host arrays)."""
+
+    iteration: int
+    version: int
+    batch: Transition  # [R, T, n]
+    episodes: dict[str, np.ndarray]  # [R, T, n]
+    snapshots: list[bytes | None] | None  # per run, after the trajectory (push mode)
+    act_seconds: float
+
+
+# --- actors -----------------------------------------------------------------------------------
+
+
+class _Actor(threading.Thread):
+    """One actor thread (see the module docstring)."""
+
+    def __init__(self, index: int, runner: "_Runner", batches: list[HostBatch], device):
+        super().__init__(name=f"jrl-sebulba-actor-{index}", daemon=True)
+        self.index, self.runner, self.batches, self.device = index, runner, batches, device
+        self.out: queue.Queue = queue.Queue(maxsize=runner.options.queue_size)
+        self.error: BaseException | None = None
+
+    def run(self) -> None:
+        try:
+            if self.runner.options.pull_batch:
+                self._pull()
+            else:
+                self._push()
+        except BaseException as e:  # reported by the learner, which stops everything
+            self.error = e
+            self.runner.stop.set()
+            self.runner.store.wake()
+
+    def _params(self, j: int):
+        got = self.runner.store.wait(j - self.runner.options.max_staleness)
+        if got is None:
+            return None
+        version, (agent_state, act_keys) = got
+        agent_state = jax.device_put(agent_state, self.device)  # the transfer (maybe bfloat16)
+        if self.runner.expand is not None:
+            agent_state = self.runner.expand(agent_state)
+        return version, agent_state, jax.device_put(act_keys, self.device)
+
+    def _put(self, item: _Item) -> bool:
+        while not self.runner.stop.is_set():
+            try:
+                self.out.put(item, timeout=0.1)
+                return True
+            except queue.Full:
+                continue
+        return False
+
+    def _push(self) -> None:
+        r = self.runner
+        obs = np.stack([b.reset() for b in self.batches])  # [R, n, ...]
+        if r.restore is not None:
+            obs = r.restore(self.index, self.batches, obs)
+        for j in range(r.start, r.num_iterations):
+            got = self._params(j)
+            if got is None:
+                return
+            version, agent_state, act_keys = got
+            t0 = time.perf_counter()
+            steps, acted = [], []
+            for t in range(r.num_steps):
+                action, info = r.act(
+                    agent_state, jax.device_put(obs, self.device), act_keys, j, self.index, t
+                )
+                action = np.asarray(action)
+                host = [b.step(action[i]) for i, b in enumerate(self.batches)]
+                acted.append((obs, action, jax.device_get(info)))
+                steps.append(host)
+                obs = np.stack([s.observation for s in host])
+                if r.stop.is_set():
+                    return
+            item = self._item(j, version, acted, steps, time.perf_counter() - t0)
+            if r.snapshot_due(j + 1):
+                item.snapshots = [b.snapshot() for b in self.batches]
+            if not self._put(item):
+                return
+
+    def _item(self, j, version, acted, steps, seconds) -> _Item:
+        """The trajectory ``[R, T, n]`` of T acted steps and their host results."""
+        field = lambda f: np.stack([np.stack([getattr(s, f) for s in host]) for host in steps], 1)
+        batch = Transition(
+            np.stack([a[0] for a in acted], 1),
+            np.stack([a[1] for a in acted], 1),
+            field("reward"),
+            field("terminated"),
+            field("truncated"),
+            field("final_observation"),
+            jax.tree.map(lambda *xs: np.stack(xs, 1), *[a[2] for a in acted]),
+        )
+        episodes = {
+            EPISODE_RETURN: field("episode_return"),
+            EPISODE_LENGTH: field("episode_length"),
+            EPISODE_DONE: field("done"),
+        }
+        tr = self.runner.options.transfer
+        return _Item(j, version, _compress(batch, tr), _compress(episodes, tr), None, seconds)
+
+    def _pull(self) -> None:
+        """EnvPool's async mode (one run): act on the ready envs, keep each env's own order."""
+        r, pool = self.runner, self.batches[0]
+        n, T = pool.num_envs, r.num_steps
+        rows: list[list[tuple]] = [
+            [] for _ in range(n)
+        ]  # per env: (obs, action, info, HostStep row)
+        pending: dict[int, tuple] = {}  # env id -> (obs, action, info) awaiting its result
+        pool.reset()
+        j = r.start
+        got = self._params(j)
+        if got is None:
+            return
+        version, agent_state, act_keys = got
+        t0, calls = time.perf_counter(), 0
+        while True:
+            step = pool.recv()
+            for k, e in enumerate(step.env_ids.tolist()):
+                if not step.first[k]:
+                    o, a, i = pending.pop(e)
+                    rows[e].append((o, a, i, _row(step, k), version))
+            obs = step.observation
+            action, info = r.act(
+                agent_state, jax.device_put(obs[None], self.device), act_keys, j, self.index, calls
+            )
+            calls += 1
+            action, info = np.asarray(action)[0], jax.tree.map(lambda x: np.asarray(x)[0], info)
+            for k, e in enumerate(step.env_ids.tolist()):
+                pending[e] = (obs[k], action[k], jax.tree.map(lambda x: x[k], info))
+            pool.send(action, step.env_ids)
+            while min(len(x) for x in rows) >= T:
+                item = self._pull_item(j, rows, T, time.perf_counter() - t0)
+                rows = [x[T:] for x in rows]
+                if not self._put(item):
+                    return
+                j += 1
+                if j >= r.num_iterations:
+                    return
+                got = self._params(j)
+                if got is None:
+                    return
+                version, agent_state, act_keys = got
+                t0, calls = time.perf_counter(), 0
+            if r.stop.is_set():
+                return
+
+    def _pull_item(self, j, rows, T, seconds) -> _Item:
+        """Slot i of the trajectory: env i's first T recorded transitions. The version is the
+        oldest any of them was acted with."""
+        take = [x[:T] for x in rows]  # [n][T]
+        get = lambda f: np.stack([np.stack([f(s) for s in env]) for env in take], 1)[None]
+        batch = Transition(
+            get(lambda s: s[0]),
+            get(lambda s: s[1]),
+            get(lambda s: s[3]["reward"]),
+            get(lambda s: s[3]["terminated"]),
+            get(lambda s: s[3]["truncated"]),
+            get(lambda s: s[3]["final_observation"]),
+            jax.tree.map(
+                lambda *xs: np.stack(xs)[None],
+                *[
+                    jax.tree.map(lambda *ys: np.stack(ys), *[s[2] for s in col])
+                    for col in zip(*take)
+                ],
+            ),
+        )
+        episodes = {
+            EPISODE_RETURN: get(lambda s: s[3]["episode_return"]),
+            EPISODE_LENGTH: get(lambda s: s[3]["episode_length"]),
+            EPISODE_DONE: get(lambda s: s[3]["terminated"] | s[3]["truncated"]),
+        }
+        version = min(s[4] for env in take for s in env)
+        tr = self.runner.options.transfer
+        return _Item(j, version, _compress(batch, tr), _compress(episodes, tr), None, seconds)
+
+
+def _row(step: HostStep, k: int) -> dict[str, Any]:
+    return {
+        "reward": step.reward[k],
+        "terminated": step.terminated[k],
+        "truncated": step.truncated[k],
+        "final_observation": step.final_observation[k],
+        "episode_return": step.episode_return[k],
+        "episode_length": step.episode_length[k],
+    }
+
+
+# --- the learner ------------------------------------------------------------------------------
+
+
+class _Runner:
+    """Shared state of one :func:`run` call."""
+
+    def __init__(self, options, num_steps, num_iterations, start, act, snapshot_due, restore):
+        self.options, self.num_steps, self.num_iterations = options, num_steps, num_iterations
+        self.start, self.act, self.snapshot_due, self.restore = start, act, snapshot_due, restore
+        self.stop = threading.Event()
+        self.store = _Store(self.stop)
+        self.expand: Callable | None = None  # bfloat16 parameters back to float32, on an actor
+
+
+def _act_fn(agent: Agent):
+    """``act(agent_state [R], obs [R, n], act_keys [R], j, thread, t)``, jitted: each run's key
+    folds in the iteration, the thread and the step."""
+
+    def one(agent_state, obs, key, j, a, t):
+        key = jax.random.fold_in(jax.random.fold_in(jax.random.fold_in(key, j), a), t)
+        return agent.act(agent_state, obs, key)
+
+    return jax.jit(jax.vmap(one, in_axes=(0, 0, 0, None, None, None)))
+
+
+def _learn_fn(agent: Agent, mesh: Mesh | None, steps_per_iteration: int):
+    """``learn(states [R], batch [R, T, N], episodes [R, T, N]) -> (states, metrics [R])``."""
+
+    def one(state: SebulbaState, batch, episodes):
+        k_learn = jax.random.fold_in(state.key, state.iteration)
+        agent_state, metrics, _ = agent.learn(state.agent_state, batch, k_learn)
+        ret, length, ep = episode_metrics(
+            episodes, state.last_episode_return, state.last_episode_length
+        )
+        new = state.replace(
+            agent_state=agent_state,
+            iteration=state.iteration + 1,
+            env_steps=state.env_steps + steps_per_iteration,
+            last_episode_return=ret,
+            last_episode_length=length,
+        )
+        return new, {**metrics, **ep, "train/env_steps": new.env_steps}
+
+    def learn(states, batch, episodes):
+        with parallel.runs_axis():
+            return jax.vmap(one, axis_name=parallel.RUNS)(states, batch, episodes)
+
+    if mesh is None:  # no donation: actors may still hold the published agent state
+        return jax.jit(learn)
+    env_axis = P(None, None, parallel.AXIS)  # [R, T, N, ...]: the envs split over devices
+    sharded = jax.shard_map(
+        learn,
+        mesh=mesh,
+        in_specs=(P(), env_axis, env_axis),
+        out_specs=(P(), P()),
+        check_vma=False,
+    )
+    program = jax.jit(sharded)
+
+    def call(states, batch, episodes):
+        with parallel.device_axis(parallel.AXIS, mesh.devices.size):
+            return program(states, batch, episodes)
+
+    return call
+
+
+def run(
+    agent: Agent,
+    host_env: HostEnvironment,
+    spec: EnvSpec,
+    keys: jax.Array,
+    num_iterations: int,
+    num_steps: int,
+    num_envs: int,
+    options: SebulbaOptions = SebulbaOptions(),
+    *,
+    num_reports: int = 20,
+    hparams: dict[str, Any] | None = None,
+    with_hparams: Callable | None = None,
+    initial_state: SebulbaState | None = None,
+    start_iteration: int = 0,
+    hooks: RunHooks = RunHooks(),
+    env_snapshots: list | None = None,
+    snapshot_every: int = 0,
+    on_snapshots: Callable[[int, list], None] | None = None,
+) -> RunResult:
+    """Trains ``len(keys)`` runs of ``agent`` on ``host_env`` (see the module docstring).
+
+    Args:
+      agent: built for ``options.learner_devices`` devices (``num_envs / devices`` envs each).
+      host_env: the env; every run has ``num_envs`` of it, split over the actor threads.
+      spec: the agent's env spec (the host env's spaces).
+      keys: ``[R]`` run keys.
+      num_iterations, num_steps: updates per run and steps per env between them.
+      hparams, with_hparams: swept values (name -> ``[R]``) set after init through the
+        algorithm's hook (``with_hparams(state, values)`` of one agent state).
+      initial_state, start_iteration: a resumed run's states and the updates they have done.
+      hooks: as for :func:`jrl.run.anakin.run`; ``on_chunk`` gets :class:`SebulbaState`\\ s.
+      env_snapshots: per actor thread, per run, the host envs' saved state to restore (exact
+        resume in push mode); None: fresh envs.
+      snapshot_every: take env snapshots after iterations that are multiples of this (0: at
+        chunk ends only); ``on_snapshots(iteration, snapshots)`` receives them on the learner
+        thread after that iteration is learned.
+    """
+    options.validate(num_envs)
+    if num_iterations <= 0:
+        raise ValueError(f"num_iterations must be positive, got {num_iterations}")
+    if initial_state is not None and hparams:
+        raise ValueError("hparams are set after init: an initial_state carries its own")
+    runs, threads = int(keys.shape[0]), options.actor_threads
+    if options.pull_batch and runs != 1:
+        raise ValueError(f"pull mode runs one seed at a time, got {runs} runs")
+    if options.pull_batch and not host_env.pull_capable:
+        raise ValueError(f"{host_env.id} has no pull mode (EnvPool envs have: envpool:<id>)")
+    devices = jax.devices()
+    L = options.learner_devices
+    if L + options.actor_devices > len(devices):
+        raise ValueError(
+            f"{L} learner and {options.actor_devices} actor devices requested, {len(devices)} "
+            f"available ({devices[0].platform}); on CPU, XLA_FLAGS="
+            f"--xla_force_host_platform_device_count=N gives fake devices"
+        )
+    actor_devs = devices[L : L + options.actor_devices] or devices[:1]
+    mesh = make_mesh(L) if L > 1 else None
+    lengths = remaining_chunks(num_iterations, num_reports, start_iteration)
+    ends = set((np.cumsum(lengths) + start_iteration).tolist())
+
+    states = initial_state if initial_state is not None else init_states(agent, spec, keys)
+    if hparams:
+        values = {k: jnp.asarray(v) for k, v in hparams.items()}
+        states = states.replace(agent_state=jax.vmap(with_hparams)(states.agent_state, values))
+    per_thread = num_envs // threads
+    per_iter = num_steps * num_envs
+    learn = _learn_fn(agent, mesh, per_iter)
+    act = _act_fn(agent)
+    seeds = np.asarray(jax.device_get(states.env_seed)).tolist()
+
+    def snapshot_due(done: int) -> bool:
+        return done in ends or (snapshot_every > 0 and done % snapshot_every == 0)
+
+    def restore(index, batches, obs):
+        if env_snapshots is None:
+            return obs
+        for b, data in zip(batches, env_snapshots[index]):
+            if data is not None:
+                b.restore(data)
+        return np.stack([b.last_observation() for b in batches])
+
+    runner = _Runner(
+        options, num_steps, num_iterations, start_iteration, act, snapshot_due, restore
+    )
+    batch_size = options.pull_batch or None
+    actors, made = [], []
+    try:
+        for a in range(threads):
+            batches = [
+                host_env.make_batch(per_thread, seeds[r] + a * per_thread, batch_size)
+                for r in range(runs)
+            ]
+            made += batches
+            actors.append(_Actor(a, runner, batches, actor_devs[a % len(actor_devs)]))
+        return _learner_loop(
+            runner, actors, learn, states, lengths, hooks, mesh, on_snapshots, per_iter
+        )
+    finally:
+        runner.stop.set()
+        runner.store.wake()
+        for actor in actors:
+            _drain(actor.out)
+        for actor in actors:
+            if actor.is_alive():
+                actor.join(timeout=10.0)
+        for b in made:
+            try:
+                b.close()
+            except Exception:  # closing after a crash: the original error is what matters
+                pass
+
+
+def collect(
+    agent: Agent,
+    host_env: HostEnvironment,
+    spec: EnvSpec,
+    keys: jax.Array,
+    num_steps: int,
+    num_envs: int,
+    count: int,
+    options: SebulbaOptions = SebulbaOptions(),
+) -> list[list["_Item"]]:
+    """The actors alone: ``count`` trajectories from every actor thread, all acted with the
+    initial parameters (nothing is learned; ``max_staleness`` must allow ``count - 1``).
+    Returns, per iteration, the actors' items (``batch``: ``Transition [R, T, n]``) in thread
+    order; for tests and for measuring actor throughput."""
+    options.validate(num_envs)
+    if options.max_staleness < count - 1:
+        raise ValueError(f"collecting {count} trajectories needs max_staleness >= {count - 1}")
+    states = init_states(agent, spec, keys)
+    runs, threads, per_thread = (
+        int(keys.shape[0]),
+        options.actor_threads,
+        num_envs // options.actor_threads,
+    )
+    seeds = np.asarray(jax.device_get(states.env_seed)).tolist()
+    runner = _Runner(options, num_steps, count, 0, _act_fn(agent), lambda done: False, None)
+    actors, made = [], []
+    try:
+        for a in range(threads):
+            batches = [
+                host_env.make_batch(
+                    per_thread, seeds[r] + a * per_thread, options.pull_batch or None
+                )
+                for r in range(runs)
+            ]
+            made += batches
+            actors.append(_Actor(a, runner, batches, jax.devices()[0]))
+        runner.store.publish(0, _published(states, "float32"))
+        for actor in actors:
+            actor.start()
+        out = []
+        for _ in range(count):
+            items, _ = _take(actors, runner)
+            if items is None:
+                raise _actor_error(actors)
+            out.append(items)
+        return out
+    finally:
+        runner.stop.set()
+        runner.store.wake()
+        for actor in actors:
+            _drain(actor.out)
+            actor.join(timeout=10.0)
+        for b in made:
+            b.close()
+
+
+def remaining_chunks(num_iterations: int, num_reports: int, start: int) -> list[int]:
+    """The chunks of :func:`jrl.run.anakin.chunk_lengths`'s schedule after ``start``; a start
+    inside a chunk (a run stopped by a failing actor) first finishes that chunk."""
+    ends = np.cumsum(chunk_lengths(num_iterations, num_reports))
+    later = [int(e) for e in ends if e > start]
+    return [b - a for a, b in zip([start] + later[:-1], later)]
+
+
+def _drain(q: queue.Queue) -> None:
+    while True:
+        try:
+            q.get_nowait()
+        except queue.Empty:
+            return
+
+
+def _published(states: SebulbaState, transfer: str):
+    """What actors pull: the agent state (compressed) and the act keys."""
+    return _compress(states.agent_state, transfer), states.act_key
+
+
+def _learner_loop(runner, actors, learn, states, lengths, hooks, mesh, on_snapshots, per_iter):
+    opts = runner.options
+    if opts.transfer != "float32":
+        template = jax.tree.map(
+            lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype), states.agent_state
+        )
+        runner.expand = jax.jit(lambda s: _expand(s, template))
+
+    def publish(version, states):
+        published = _published(states, opts.transfer)
+        runner.store.publish(version, published)
+        return nbytes(published[0])
+
+    sharding = None
+    if mesh is not None:
+        sharding = NamedSharding(mesh, P(None, None, parallel.AXIS))
+        states = jax.device_put(states, NamedSharding(mesh, P()))
+    compile_t0 = time.perf_counter()
+    params_bytes = publish(runner.start, states)
+    for actor in actors:
+        actor.start()
+    done, runs = runner.start, int(states.iteration.shape[0])
+    history, t_start, compile_seconds, first = [], None, 0.0, True
+    error: ActorError | None = None
+    timings = {"learner_wait_s": 0.0, "actor_s": 0.0}
+    for n in lengths:
+        if hooks.should_stop is not None and hooks.should_stop():
+            break
+        chunk: list[dict[str, Any]] = []
+        for _ in range(n):
+            items, waited = _take(actors, runner)
+            if items is None:
+                error = _actor_error(actors)
+                break
+            lags = [done - it.version for it in items]
+            batch = jax.tree.map(lambda *xs: np.concatenate(xs, 2), *[it.batch for it in items])
+            episodes = {
+                k: np.concatenate([it.episodes[k] for it in items], 2) for k in items[0].episodes
+            }
+            traj_bytes = nbytes(batch) + nbytes(episodes)
+            batch, episodes = jax.device_put((batch, episodes), sharding)
+            if opts.transfer != "float32":
+                batch = jax.tree.map(
+                    lambda x: x.astype(jnp.float32) if x.dtype == jnp.bfloat16 else x, batch
+                )
+                episodes = {
+                    k: v.astype(jnp.float32) if v.dtype == jnp.bfloat16 else v
+                    for k, v in episodes.items()
+                }
+            states, metrics = learn(states, batch, episodes)
+            done += 1
+            params_bytes = publish(done, states)
+            if first:
+                jax.block_until_ready(states)
+                compile_seconds, first = time.perf_counter() - compile_t0, False
+                t_start = time.perf_counter()
+            if items[0].snapshots is not None and on_snapshots is not None:
+                on_snapshots(done, [it.snapshots for it in items])
+            if t_start is not None:  # after the first update (compilation)
+                timings["learner_wait_s"] += waited
+                timings["actor_s"] += float(np.mean([it.act_seconds for it in items]))
+            extra = {
+                "sebulba/policy_lag": float(np.mean(lags)),
+                "sebulba/policy_lag_max": float(max(lags)),
+                "sebulba/trajectory_bytes": float(traj_bytes),
+                "sebulba/params_bytes": float(params_bytes),
+            }
+            chunk.append((metrics, extra))
+        if chunk:
+            got = jax.device_get([m for m, _ in chunk])
+            merged = {k: np.stack([np.asarray(g[k]) for g in got]) for k in got[0]}  # [c, R]
+            for k in chunk[0][1]:
+                merged[k] = np.stack([np.full(runs, e[k], np.float32) for _, e in chunk])
+            history.append(merged)
+            if hooks.on_chunk is not None:
+                hooks.on_chunk(states, done, merged)
+            if hooks.on_report is not None and t_start is not None:
+                elapsed = time.perf_counter() - t_start
+                latest = {k: np.asarray(v[-1]) for k, v in merged.items()}
+                rate = (done - runner.start) * per_iter * runs / max(elapsed, 1e-9)
+                hooks.on_report(
+                    Report(
+                        done,
+                        runner.num_iterations,
+                        done * per_iter,
+                        elapsed,
+                        rate,
+                        latest,
+                        runner.start,
+                    )
+                )
+        if error is not None:
+            break
+    jax.block_until_ready(states)
+    run_seconds = 0.0 if t_start is None else time.perf_counter() - t_start
+    merged = {}
+    if history:
+        merged = {k: np.concatenate([h[k] for h in history], axis=0).T for k in history[0]}
+    result = RunResult(
+        merged,
+        states,
+        compile_seconds,
+        run_seconds,
+        (done - runner.start) * per_iter,
+        runs,
+        None,
+        iterations=done,
+    )
+    result.timings = {**timings, "run_s": run_seconds}  # learner waiting vs. run time
+    if error is not None:
+        error.result = result
+        raise error
+    return result
+
+
+def _take(actors, runner) -> tuple[list[_Item] | None, float]:
+    """The next trajectory of every actor, in thread order (None when an actor failed)."""
+    t0, items = time.perf_counter(), []
+    for actor in actors:
+        while True:
+            if actor.error is not None or any(a.error is not None for a in actors):
+                return None, 0.0
+            try:
+                items.append(actor.out.get(timeout=0.05))
+                break
+            except queue.Empty:
+                if not actor.is_alive() and actor.out.empty():
+                    return None, 0.0
+    return items, time.perf_counter() - t0
+
+
+def _actor_error(actors) -> ActorError:
+    for actor in actors:
+        if actor.error is not None:
+            e = actor.error
+            err = ActorError(f"actor thread {actor.index} failed: {type(e).__name__}: {e}")
+            err.__cause__ = e
+            return err
+    return ActorError("an actor thread stopped without a result")

@@ -1,0 +1,402 @@
+"""The Sebulba runner and host environments (jrl.run.sebulba, jrl.envs.host): Gymnasium and
+EnvPool envs stepped by actor threads, the learner on its device(s); synchronous runs equal a
+sequential loop, staleness bounds the policy lag, a crashing env stops everything."""
+
+import os
+import subprocess
+import sys
+import textwrap
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import jrl.agents
+import jrl.envs
+from jrl import experiment
+from jrl.envs.host import HostEnvError
+from jrl.run import sebulba
+from jrl.types import Transition
+
+gymnasium = pytest.importorskip("gymnasium")  # the test extra installs it
+pytestmark = pytest.mark.filterwarnings("ignore:os.fork:RuntimeWarning", "ignore::UserWarning")
+
+JRL = [sys.executable, "-m", "jrl.cli"]
+SMALL = dict(num_envs=4, num_steps=16, num_minibatches=2, num_epochs=2, hidden_sizes=(16, 16))
+
+
+def cli(*args, cwd, timeout=600, env=None):
+    env = {**os.environ, "JAX_PLATFORMS": "cpu", "MPLBACKEND": "Agg", **(env or {})}
+    return subprocess.run(
+        JRL + [str(a) for a in args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=cwd,
+        env=env,
+    )
+
+
+def build(agent="ppo", env_id="gymnasium:CartPole-v1", devices=1, **overrides):
+    env, params = jrl.envs.make(env_id)
+    config = experiment.make_config(agent, "CartPole-v1", **{**SMALL, **overrides})
+    return env, config, jrl.agents.get(agent).build(config, env, params, num_devices=devices)
+
+
+# --- host envs ------------------------------------------------------------------------------
+
+
+def test_gymnasium_batch_resets_in_the_step_an_episode_ends_and_reports_it():
+    env, _ = jrl.envs.make("gymnasium:CartPole-v1")
+    assert env.observation_space().shape == (4,) and env.action_space().n == 2
+    with pytest.raises(HostEnvError, match="--runner sebulba"):
+        env.reset(jax.random.key(0))
+    batch = env.make_batch(3, seed=7)
+    obs = batch.reset()
+    reference = [gymnasium.make("CartPole-v1") for _ in range(3)]
+    ref_obs = np.stack([e.reset(seed=7 + i)[0] for i, e in enumerate(reference)])
+    np.testing.assert_array_equal(obs, ref_obs)
+    returns = np.zeros(3)
+    ended = 0
+    for t in range(60):  # always push right: episodes end after ~10 steps
+        step = batch.step(np.ones(3, np.int32))
+        returns += step.reward
+        for i, e in enumerate(reference):
+            o, r, te, tr, _ = e.step(1)
+            np.testing.assert_array_equal(step.final_observation[i], o)
+            assert step.terminated[i] == te and step.truncated[i] == tr
+            if te or tr:
+                assert step.episode_return[i] == returns[i] == step.episode_length[i]
+                returns[i] = 0
+                ended += 1
+                o, _ = e.reset()
+                assert not np.array_equal(step.observation[i], step.final_observation[i])
+            else:
+                assert step.episode_return[i] == 0
+            np.testing.assert_array_equal(step.observation[i], o)
+    assert ended >= 6
+
+
+def test_gymnasium_snapshot_continues_the_same_episodes():
+    env, _ = jrl.envs.make("gymnasium:CartPole-v1")
+    a = env.make_batch(2, seed=3)
+    a.reset()
+    for _ in range(5):
+        a.step(np.array([0, 1]))
+    saved = a.snapshot()
+    b = env.make_batch(2, seed=99)
+    b.reset()
+    b.restore(saved)
+    np.testing.assert_array_equal(b.last_observation(), a.last_observation())
+    for t in range(40):
+        action = np.array([t % 2, 1])
+        sa, sb = a.step(action), b.step(action)
+        np.testing.assert_array_equal(sa.observation, sb.observation)
+        np.testing.assert_array_equal(sa.episode_return, sb.episode_return)
+
+
+def test_unknown_host_env_suggests_names():
+    with pytest.raises(jrl.envs.UnknownEnvError, match="gymnasium:CartPole-v1"):
+        jrl.envs.make("gymnasium:CartPol-v1")
+
+
+def test_envpool_pull_mode_keeps_every_env_in_its_own_time_order():
+    """Pull mode: slot i of a trajectory is env i's own next T transitions, even though each
+    recv returns whichever envs are ready: each slot's observations follow on from the
+    previous step's successor (or start a new episode after an end)."""
+    pytest.importorskip("envpool")
+    env, params = jrl.envs.make("envpool:CartPole-v1")
+    config = experiment.make_config("ppo", "CartPole-v1", **{**SMALL, "num_envs": 8})
+    built = jrl.agents.get("ppo").build(config, env, params)
+    options = sebulba.SebulbaOptions(pull_batch=2, max_staleness=3, queue_size=3)
+    items = sebulba.collect(
+        built.agent, env, built.spec, jax.random.key(0)[None], 16, 8, 3, options
+    )
+    assert len(items) == 3 and all(len(one) == 1 for one in items)  # one thread
+    items = [one[0] for one in items]
+    for item in items:
+        b = item.batch  # [1, T, n]
+        obs, nxt = np.asarray(b.observation[0]), np.asarray(b.next_observation[0])
+        done = np.asarray(b.terminated[0] | b.truncated[0])
+        for i in range(8):
+            for t in range(15):
+                if not done[t, i]:  # the next step starts where this one ended
+                    np.testing.assert_array_equal(obs[t + 1, i], nxt[t, i])
+                else:  # a new episode: near the start state
+                    assert np.abs(obs[t + 1, i]).max() < 0.05
+    first, second = items[0].batch, items[1].batch  # trajectories follow on, per env
+    done = np.asarray(first.terminated[0, -1] | first.truncated[0, -1])
+    for i in np.flatnonzero(~done):
+        np.testing.assert_array_equal(second.observation[0, 0, i], first.next_observation[0, -1, i])
+
+
+# --- the runner -------------------------------------------------------------------------------
+
+
+def test_synchronous_run_equals_the_sequential_loop():
+    """max_staleness 0, one actor thread: the same parameters as the agent stepping the same
+    host envs in a plain loop (act, step, ..., learn)."""
+    env, config, built = build()
+    agent, iters, T, N = built.agent, 3, config.num_steps, config.num_envs
+    keys = jax.random.key(5)[None]
+    res = sebulba.run(agent, env, built.spec, keys, iters, T, N, num_reports=iters)
+
+    state = jax.tree.map(lambda x: x[0], sebulba.init_states(agent, built.spec, keys))
+    batch = env.make_batch(N, int(state.env_seed))
+    obs = batch.reset()
+    agent_state = state.agent_state
+    for j in range(iters):
+        steps = []
+        for t in range(T):
+            key = jax.random.fold_in(jax.random.fold_in(jax.random.fold_in(state.act_key, j), 0), t)
+            action, info = agent.act(agent_state, jnp.asarray(obs), key)
+            s = batch.step(np.asarray(action))
+            steps.append(
+                Transition(
+                    obs, action, s.reward, s.terminated, s.truncated, s.final_observation, info
+                )
+            )
+            obs = s.observation
+        rollout = jax.tree.map(lambda *xs: jnp.stack(xs), *steps)
+        agent_state = agent.learn(
+            agent_state, rollout, jax.random.fold_in(state.key, j)
+        ).agent_state
+    got = jax.tree.map(lambda x: x[0], res.final_state.agent_state.params)
+    for a, b in zip(jax.tree.leaves(got), jax.tree.leaves(agent_state.params)):
+        np.testing.assert_allclose(a, b, atol=1e-5)
+    assert res.metrics["sebulba/policy_lag_max"].max() == 0
+    assert res.iterations == iters
+
+
+def test_staleness_bounds_the_policy_lag_under_a_slow_learner():
+    env, config, built = build()
+    options = sebulba.SebulbaOptions(actor_threads=2, max_staleness=2, queue_size=4)
+    slow = sebulba.RunHooks(on_chunk=lambda *a: time.sleep(0.3))
+    res = sebulba.run(
+        built.agent,
+        env,
+        built.spec,
+        jax.random.key(0)[None],
+        8,
+        config.num_steps,
+        config.num_envs,
+        options,
+        num_reports=8,
+        hooks=slow,
+    )
+    lag = res.metrics["sebulba/policy_lag_max"][0]
+    assert lag.max() == 2  # actors ran ahead of the slow learner, as far as allowed
+    assert np.all(res.metrics["sebulba/policy_lag"][0] <= 2)
+
+
+def test_bfloat16_transfers_halve_the_float_bytes():
+    env, config, built = build()
+    runs = {
+        t: sebulba.run(
+            built.agent,
+            env,
+            built.spec,
+            jax.random.key(0)[None],
+            2,
+            config.num_steps,
+            config.num_envs,
+            sebulba.SebulbaOptions(transfer=t),
+            num_reports=1,
+        )
+        for t in ("float32", "bfloat16")
+    }
+    f32, bf16 = (runs[t].metrics for t in ("float32", "bfloat16"))
+    state = sebulba.init_states(built.agent, built.spec, jax.random.key(0)[None]).agent_state
+    floats = sum(x.nbytes for x in jax.tree.leaves(state) if x.dtype == jnp.float32)
+    others = sum(x.nbytes for x in jax.tree.leaves(state) if x.dtype != jnp.float32)
+    assert f32["sebulba/params_bytes"][0, 0] == floats + others
+    assert bf16["sebulba/params_bytes"][0, 0] == floats // 2 + others
+    # observations, rewards, log-probs and values halve; actions and flags stay
+    assert f32["sebulba/trajectory_bytes"][0, 0] / 2 < bf16["sebulba/trajectory_bytes"][0, 0]
+    assert bf16["sebulba/trajectory_bytes"][0, 0] < 0.7 * f32["sebulba/trajectory_bytes"][0, 0]
+
+
+def test_learner_on_two_devices_with_an_actor_device_equals_one_device(tmp_path):
+    """--devices 2 (the learner data-parallel, the envs split) and an actor device of its own,
+    on 3 fake CPU devices: the parameters of the run on one device."""
+    script = textwrap.dedent(
+        """
+        import sys, warnings
+        warnings.simplefilter("ignore")
+        import jax, numpy as np
+        import jrl.agents, jrl.envs
+        from jrl import experiment
+        from jrl.run import sebulba
+        env, params = jrl.envs.make("gymnasium:CartPole-v1")
+        small = dict(num_minibatches=2, num_epochs=2, hidden_sizes=(16, 16))
+        config = experiment.make_config("ppo", "CartPole-v1", num_envs=4, num_steps=16, **small)
+        out = []
+        for devices, actors in ((1, 0), (2, 1)):
+            built = jrl.agents.get("ppo").build(config, env, params, num_devices=devices)
+            options = sebulba.SebulbaOptions(learner_devices=devices, actor_devices=actors)
+            res = sebulba.run(built.agent, env, built.spec, jax.random.key(1)[None], 3, 16, 4,
+                              options, num_reports=1)
+            out.append(jax.tree.leaves(jax.device_get(res.final_state.agent_state.params)))
+        for a, b in zip(*out):
+            np.testing.assert_allclose(a, b, atol=1e-5)
+        print("OK")
+        """
+    )
+    env = {
+        **os.environ,
+        "JAX_PLATFORMS": "cpu",
+        "XLA_FLAGS": "--xla_force_host_platform_device_count=3",
+    }
+    out = subprocess.run(
+        [sys.executable, "-c", script],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=env,
+        cwd=tmp_path,
+    )
+    assert out.returncode == 0 and "OK" in out.stdout, out.stderr[-3000:]
+
+
+def test_runner_refusals_name_the_way_out():
+    env, config, built = build()
+    with pytest.raises(ValueError, match="num_envs .5. must divide"):
+        sebulba.SebulbaOptions(actor_threads=2).validate(5)
+    with pytest.raises(ValueError, match="pull mode"):
+        sebulba.run(
+            built.agent,
+            env,
+            built.spec,
+            jax.random.key(0)[None],
+            1,
+            16,
+            4,
+            sebulba.SebulbaOptions(pull_batch=2),
+        )
+    with pytest.raises(ValueError, match="--runner sebulba"):
+        experiment.train("ppo", "gymnasium:CartPole-v1", total_steps=1000, progress=False)
+    with pytest.raises(ValueError, match="pure-JAX env"):
+        experiment.train("ppo", "CartPole-v1", runner="sebulba", total_steps=1000, progress=False)
+    with pytest.raises(ValueError, match="on-policy rollouts .*ppo.*dqn does not"):
+        experiment.train("dqn", "gymnasium:CartPole-v1", runner="sebulba", progress=False)
+    with pytest.raises(ValueError, match="--max-staleness is an option of the sebulba runner"):
+        experiment.train("ppo", "CartPole-v1", max_staleness=1, progress=False)
+    with pytest.raises(ValueError, match="acting state"):
+        experiment.train(
+            "ppo", "gymnasium:CartPole-v1", runner="sebulba", recurrent="gru", progress=False
+        )
+
+
+# --- through the CLI: the run folder, resume, eval, a crashing env ------------------------------
+
+
+def test_cli_run_resumes_exactly_and_evaluates(tmp_path):
+    """A synchronous run stopped after a checkpoint and resumed ends with the parameters of the
+    uninterrupted run (the host envs are saved with the checkpoint); eval plays the host env."""
+    common = [
+        "train",
+        "ppo",
+        "--env",
+        "gymnasium:CartPole-v1",
+        "--runner",
+        "sebulba",
+        "--total-steps",
+        512,
+        "--num-reports",
+        4,
+        "--quiet",
+        *[
+            x
+            for k, v in SMALL.items()
+            for x in (f"--{k.replace('_', '-')}", *(v if isinstance(v, tuple) else (v,)))
+        ],
+    ]
+    full = cli(*common, "--out", "full", cwd=tmp_path)
+    assert full.returncode == 0, full.stderr[-2000:]
+    part = cli(*common, "--out", "part", "--stop-at-steps", 256, cwd=tmp_path)
+    assert part.returncode == 0 and "Resume with" in part.stderr, part.stderr[-2000:]
+    resumed = cli("train", "--resume", "part", "--quiet", cwd=tmp_path)
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    import flax.serialization
+
+    a = flax.serialization.msgpack_restore((tmp_path / "full" / "params.msgpack").read_bytes())
+    b = flax.serialization.msgpack_restore((tmp_path / "part" / "params.msgpack").read_bytes())
+    for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b)):
+        np.testing.assert_array_equal(x, y)
+    ev = cli("eval", "full", "--episodes", 3, cwd=tmp_path)
+    assert ev.returncode == 0, ev.stderr[-2000:]
+    assert "gymnasium:CartPole-v1" in ev.stdout
+
+
+CRASHING = """
+import gymnasium
+from gymnasium.envs.classic_control import CartPoleEnv
+
+class Crashing(CartPoleEnv):
+    steps = 0
+
+    def step(self, action):
+        Crashing.steps += 1
+        if Crashing.steps > 1500:
+            raise RuntimeError("the simulator lost its connection")
+        return super().step(action)
+
+gymnasium.register("Crashing-v0", entry_point=Crashing, max_episode_steps=500)
+"""
+
+
+def test_a_crashing_env_stops_every_thread_with_its_error(tmp_path):
+    (tmp_path / "crashing_env.py").write_text(CRASHING)
+    t0 = time.monotonic()
+    out = cli(
+        "train",
+        "ppo",
+        "--env",
+        "gymnasium:Crashing-v0",
+        "--runner",
+        "sebulba",
+        "--import",
+        "crashing_env",
+        "--actor-threads",
+        2,
+        "--num-envs",
+        4,
+        "--num-steps",
+        16,
+        "--total-steps",
+        100_000,
+        "--num-reports",
+        50,
+        "--quiet",
+        "--out",
+        "run",
+        cwd=tmp_path,
+        timeout=300,
+        env={"PYTHONPATH": str(tmp_path)},
+    )
+    assert out.returncode == 1, (out.returncode, out.stderr[-3000:])
+    assert "the simulator lost its connection" in out.stderr
+    assert "actor thread" in out.stderr and "--resume" in out.stderr
+    assert time.monotonic() - t0 < 240
+    assert any((tmp_path / "run" / "checkpoints").iterdir())
+
+
+# --- learning -------------------------------------------------------------------------------
+
+
+@pytest.mark.learning
+def test_ppo_sebulba_gymnasium_cartpole_450():
+    result = experiment.train(
+        "ppo",
+        "gymnasium:CartPole-v1",
+        seeds=2,
+        runner="sebulba",
+        progress=False,
+        total_steps=200_000,
+        num_envs=8,
+        num_reports=4,
+    )
+    final = result.final_return()
+    assert final.mean() >= 450, final
