@@ -51,7 +51,6 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 from jrl import parallel
 from jrl.agent import Agent, EnvSpec
-from jrl.envs.host import HostBatch, HostEnvironment, HostStep
 from jrl.loops import NO_EPISODE, episode_metrics
 from jrl.run.anakin import Report, RunHooks, RunResult, chunk_lengths, compiler_options, make_mesh
 from jrl.types import EPISODE_DONE, EPISODE_LENGTH, EPISODE_RETURN, PRNGKey, PyTree, Transition
@@ -268,7 +267,7 @@ class _Item:
 class _Actor(threading.Thread):
     """One actor thread (see the module docstring)."""
 
-    def __init__(self, index: int, runner: "_Runner", batches: list[HostBatch], device):
+    def __init__(self, index: int, runner: "_Runner", batches: list, device):
         super().__init__(name=f"jrl-sebulba-actor-{index}", daemon=True)
         self.index, self.runner, self.batches, self.device = index, runner, batches, device
         self.out: queue.Queue = queue.Queue(maxsize=runner.options.queue_size)
@@ -429,7 +428,7 @@ class _Actor(threading.Thread):
         return _Item(j, version, _compress(batch, tr), _compress(episodes, tr), None, seconds)
 
 
-def _row(step: HostStep, k: int) -> dict[str, Any]:
+def _row(step, k: int) -> dict[str, Any]:
     return {
         "reward": step.reward[k],
         "terminated": step.terminated[k],
@@ -508,7 +507,7 @@ def _learn_fn(agent: Agent, mesh: Mesh | None, steps_per_iteration: int):
 
 def run(
     agent: Agent,
-    host_env: HostEnvironment,
+    host_env: Any,
     spec: EnvSpec,
     keys: jax.Array,
     num_iterations: int,
@@ -621,7 +620,7 @@ def run(
 
 def collect(
     agent: Agent,
-    host_env: HostEnvironment,
+    host_env: Any,
     spec: EnvSpec,
     keys: jax.Array,
     num_steps: int,
