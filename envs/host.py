@@ -347,9 +347,20 @@ class EnvPoolEnvironment(HostEnvironment):
             obs, act = probe.observation_space, probe.action_space
         finally:
             probe.close()
-        super().__init__(
-            ENVPOOL_PREFIX + name, from_gymnasium_space(obs), from_gymnasium_space(act)
-        )
+        obs_space = from_gymnasium_space(obs)
+        shape = tuple(obs_space.shape)
+        # EnvPool's images are channels-first (Atari: 4 stacked 84x84 frames); jrl's CNN
+        # torsos read channels last, so image observations are transposed on the way out
+        self.channels_first = len(shape) == 3 and shape[0] < min(shape[1:])
+        if self.channels_first:
+            c, h, w = shape
+            obs_space = spaces.Box(
+                np.moveaxis(obs_space.low, 0, -1),
+                np.moveaxis(obs_space.high, 0, -1),
+                (h, w, c),
+                obs_space.dtype,
+            )
+        super().__init__(ENVPOOL_PREFIX + name, obs_space, from_gymnasium_space(act))
 
     @property
     def pull_capable(self) -> bool:
@@ -378,8 +389,14 @@ class EnvPoolBatch(HostBatch):
             **env.kwargs,
         )
         self.obs_dtype = env.observation_space().dtype
+        self.channels_first = env.channels_first
         self._ended = np.zeros(self.num_envs, bool)  # pull mode: the next row is a reset
         self.ids = np.arange(self.num_envs, dtype=np.int32)
+
+    def _obs(self, obs) -> np.ndarray:
+        """``[B, *obs]`` in the env's dtype, images channels last."""
+        obs = np.asarray(obs, self.obs_dtype)
+        return np.ascontiguousarray(np.moveaxis(obs, 1, -1)) if self.channels_first else obs
 
     def reset(self):
         if self.pull:
@@ -387,17 +404,17 @@ class EnvPoolBatch(HostBatch):
             self._ended[:] = True  # the first recv of every env is a reset row
             return None
         obs, _ = self.pool.reset()
-        return np.asarray(obs, self.obs_dtype)
+        return self._obs(obs)
 
     def step(self, actions: np.ndarray) -> HostStep:
         if self.pull:
             return super().step(actions)
         obs, rew, term, trunc, _ = self.pool.step(np.asarray(actions), self.ids)
-        obs = np.asarray(obs, self.obs_dtype)
+        obs = self._obs(obs)
         final, done = obs.copy(), np.asarray(term, bool) | np.asarray(trunc, bool)
         if done.any():
             fresh, info = self.pool.reset(options={"reset_mask": done})
-            obs[np.asarray(info["env_id"])] = fresh
+            obs[np.asarray(info["env_id"])] = self._obs(fresh)
         reward = np.asarray(rew, np.float32)
         no = np.zeros(self.num_envs, bool)
         ret, length = self._episodes(self.ids, reward, done, no)
@@ -430,7 +447,7 @@ class EnvPoolBatch(HostBatch):
         done = terminated | truncated
         self._ended[ids] = done
         ret, length = self._episodes(ids, reward, done, first)
-        obs = np.asarray(obs, self.obs_dtype)
+        obs = self._obs(obs)
         return HostStep(obs, reward, terminated, truncated, obs, ret, length, ids, first)
 
     def close(self) -> None:

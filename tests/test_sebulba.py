@@ -132,6 +132,45 @@ def test_envpool_pull_mode_keeps_every_env_in_its_own_time_order():
         np.testing.assert_array_equal(second.observation[0, 0, i], first.next_observation[0, -1, i])
 
 
+def test_envpool_atari_frames_are_channels_last_uint8_and_ppo_runs_on_them():
+    pytest.importorskip("envpool")
+    env, params = jrl.envs.make("envpool:Breakout-v5")
+    space = env.observation_space()
+    assert space.shape == (84, 84, 4) and space.dtype == jnp.uint8  # EnvPool's preprocessing
+    batch = env.make_batch(2, seed=0)
+    obs = batch.reset()
+    assert obs.shape == (2, 84, 84, 4) and obs.dtype == np.uint8
+    step = batch.step(np.ones(2, np.int32))  # FIRE
+    assert step.observation.shape == (2, 84, 84, 4) and step.final_observation.dtype == np.uint8
+    batch.close()
+    config = experiment.make_config(
+        "ppo",
+        "CartPole-v1",
+        hidden_sizes=(8,),  # an MLP on the flattened frames: the CNN's compile is not tested
+        num_envs=2,
+        num_steps=8,
+        num_minibatches=1,
+        num_epochs=1,
+    )
+    built = jrl.agents.get("ppo").build(config, env, params)
+    res = sebulba.run(
+        built.agent,
+        env,
+        built.spec,
+        jax.random.key(0)[None],
+        2,
+        8,
+        2,
+        sebulba.SebulbaOptions(transfer="bfloat16"),
+        num_reports=1,
+    )
+    assert res.iterations == 2 and np.isfinite(res.metrics["train/value_loss"]).all()
+    # uint8 frames travel as they are: 8 x 2 observations of 84*84*4 bytes, twice (o and o'),
+    # and the rest (actions, rewards, flags, log-probs, values in bfloat16) is small
+    frames = 8 * 2 * 84 * 84 * 4 * 2
+    assert frames < res.metrics["sebulba/trajectory_bytes"][0, 0] < frames + 1000
+
+
 # --- the runner -------------------------------------------------------------------------------
 
 

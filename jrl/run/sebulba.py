@@ -314,43 +314,28 @@ class _Actor(threading.Thread):
                 return
             version, agent_state, act_keys = got
             t0 = time.perf_counter()
-            steps, acted = [], []
+            traj = _Trajectory(r.num_steps)
             for t in range(r.num_steps):
-                action, info = r.act(
-                    agent_state, jax.device_put(obs, self.device), act_keys, j, self.index, t
-                )
-                action = np.asarray(action)
+                action, info = jax.device_get(
+                    r.act(agent_state, obs, act_keys, j, self.index, t)
+                )  # one transfer back per step
                 host = [b.step(action[i]) for i, b in enumerate(self.batches)]
-                acted.append((obs, action, jax.device_get(info)))
-                steps.append(host)
-                obs = np.stack([s.observation for s in host])
+                traj.add(t, obs, action, info, host)
+                obs = (
+                    np.stack([s.observation for s in host])
+                    if len(host) > 1
+                    else host[0].observation[None]
+                )
                 if r.stop.is_set():
                     return
-            item = self._item(j, version, acted, steps, time.perf_counter() - t0)
+            tr = r.options.transfer
+            batch, episodes = traj.arrays()
+            item = _Item(j, version, _compress(batch, tr), _compress(episodes, tr), None, 0.0)
+            item.act_seconds = time.perf_counter() - t0
             if r.snapshot_due(j + 1):
                 item.snapshots = [b.snapshot() for b in self.batches]
             if not self._put(item):
                 return
-
-    def _item(self, j, version, acted, steps, seconds) -> _Item:
-        """The trajectory ``[R, T, n]`` of T acted steps and their host results."""
-        field = lambda f: np.stack([np.stack([getattr(s, f) for s in host]) for host in steps], 1)
-        batch = Transition(
-            np.stack([a[0] for a in acted], 1),
-            np.stack([a[1] for a in acted], 1),
-            field("reward"),
-            field("terminated"),
-            field("truncated"),
-            field("final_observation"),
-            jax.tree.map(lambda *xs: np.stack(xs, 1), *[a[2] for a in acted]),
-        )
-        episodes = {
-            EPISODE_RETURN: field("episode_return"),
-            EPISODE_LENGTH: field("episode_length"),
-            EPISODE_DONE: field("done"),
-        }
-        tr = self.runner.options.transfer
-        return _Item(j, version, _compress(batch, tr), _compress(episodes, tr), None, seconds)
 
     def _pull(self) -> None:
         """EnvPool's async mode (one run): act on the ready envs, keep each env's own order."""
@@ -426,6 +411,53 @@ class _Actor(threading.Thread):
         version = min(s[4] for env in take for s in env)
         tr = self.runner.options.transfer
         return _Item(j, version, _compress(batch, tr), _compress(episodes, tr), None, seconds)
+
+
+class _Trajectory:
+    """A push-mode trajectory ``[R, T, n]``, written step by step into arrays allocated at the
+    first step."""
+
+    FIELDS = ("reward", "terminated", "truncated", "final_observation")
+    EPISODES = ((EPISODE_RETURN, "episode_return"), (EPISODE_LENGTH, "episode_length"))
+
+    def __init__(self, num_steps: int):
+        self.T, self.buf = num_steps, None
+
+    def _alloc(self, x) -> np.ndarray:
+        x = np.asarray(x)
+        return np.empty((x.shape[0], self.T) + x.shape[1:], x.dtype)
+
+    def add(self, t: int, obs, action, info, host) -> None:
+        stack = (
+            (lambda f: getattr(host[0], f)[None])
+            if len(host) == 1
+            else (lambda f: np.stack([getattr(s, f) for s in host]))
+        )
+        values = {
+            "observation": obs,
+            "action": action,
+            "info": info,
+            **{f: stack(f) for f in self.FIELDS},
+            **{k: stack(f) for k, f in self.EPISODES},
+            EPISODE_DONE: stack("terminated") | stack("truncated"),
+        }
+        if self.buf is None:
+            self.buf = jax.tree.map(self._alloc, values)
+        jax.tree.map(lambda b, v: b.__setitem__((slice(None), t), v), self.buf, values)
+
+    def arrays(self) -> tuple[Transition, dict[str, np.ndarray]]:
+        b = self.buf
+        batch = Transition(
+            b["observation"],
+            b["action"],
+            b["reward"],
+            b["terminated"],
+            b["truncated"],
+            b["final_observation"],
+            b["info"],
+        )
+        episodes = {k: b[k] for k in (EPISODE_RETURN, EPISODE_LENGTH, EPISODE_DONE)}
+        return batch, episodes
 
 
 def _row(step, k: int) -> dict[str, Any]:
@@ -719,7 +751,7 @@ def _learner_loop(runner, actors, learn, states, lengths, hooks, mesh, on_snapsh
     done, runs = runner.start, int(states.iteration.shape[0])
     history, t_start, compile_seconds, first = [], None, 0.0, True
     error: ActorError | None = None
-    timings = {"learner_wait_s": 0.0, "actor_s": 0.0}
+    timings = {"learner_wait_s": 0.0, "learner_s": 0.0, "actor_s": 0.0}
     for n in lengths:
         if hooks.should_stop is not None and hooks.should_stop():
             break
@@ -744,7 +776,11 @@ def _learner_loop(runner, actors, learn, states, lengths, hooks, mesh, on_snapsh
                     k: v.astype(jnp.float32) if v.dtype == jnp.bfloat16 else v
                     for k, v in episodes.items()
                 }
+            counted = not first  # the first update (compilation) is not timed
+            t_learn = time.perf_counter()
             states, metrics = learn(states, batch, episodes)
+            jax.block_until_ready(states)  # the learner's time is its own, not the actors'
+            learn_seconds = time.perf_counter() - t_learn
             done += 1
             params_bytes = publish(done, states)
             if first:
@@ -753,8 +789,9 @@ def _learner_loop(runner, actors, learn, states, lengths, hooks, mesh, on_snapsh
                 t_start = time.perf_counter()
             if items[0].snapshots is not None and on_snapshots is not None:
                 on_snapshots(done, [it.snapshots for it in items])
-            if t_start is not None:  # after the first update (compilation)
+            if counted:
                 timings["learner_wait_s"] += waited
+                timings["learner_s"] += learn_seconds
                 timings["actor_s"] += float(np.mean([it.act_seconds for it in items]))
             extra = {
                 "sebulba/policy_lag": float(np.mean(lags)),
