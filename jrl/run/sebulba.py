@@ -340,36 +340,34 @@ class _Actor(threading.Thread):
     def _pull(self) -> None:
         """EnvPool's async mode (one run): act on the ready envs, keep each env's own order."""
         r, pool = self.runner, self.batches[0]
-        n, T = pool.num_envs, r.num_steps
-        rows: list[list[tuple]] = [
-            [] for _ in range(n)
-        ]  # per env: (obs, action, info, HostStep row)
-        pending: dict[int, tuple] = {}  # env id -> (obs, action, info) awaiting its result
         pool.reset()
         j = r.start
         got = self._params(j)
         if got is None:
             return
         version, agent_state, act_keys = got
+        store = _PerEnv(pool.num_envs, r.num_steps)
         t0, calls = time.perf_counter(), 0
         while True:
             step = pool.recv()
-            for k, e in enumerate(step.env_ids.tolist()):
-                if not step.first[k]:
-                    o, a, i = pending.pop(e)
-                    rows[e].append((o, a, i, _row(step, k), version))
-            obs = step.observation
-            action, info = r.act(
-                agent_state, jax.device_put(obs[None], self.device), act_keys, j, self.index, calls
+            store.record(step)  # completes the transitions of the envs that were acted on
+            action, info = jax.device_get(
+                r.act(agent_state, step.observation[None], act_keys, j, self.index, calls)
             )
             calls += 1
-            action, info = np.asarray(action)[0], jax.tree.map(lambda x: np.asarray(x)[0], info)
-            for k, e in enumerate(step.env_ids.tolist()):
-                pending[e] = (obs[k], action[k], jax.tree.map(lambda x: x[k], info))
-            pool.send(action, step.env_ids)
-            while min(len(x) for x in rows) >= T:
-                item = self._pull_item(j, rows, T, time.perf_counter() - t0)
-                rows = [x[T:] for x in rows]
+            store.acted(
+                step.env_ids,
+                step.observation,
+                action[0],
+                jax.tree.map(lambda x: x[0], info),
+                version,
+            )
+            pool.send(action[0], step.env_ids)
+            while store.ready():
+                batch, episodes, oldest = store.take()
+                tr = r.options.transfer
+                item = _Item(j, oldest, _compress(batch, tr), _compress(episodes, tr), None, 0.0)
+                item.act_seconds = time.perf_counter() - t0
                 if not self._put(item):
                     return
                 j += 1
@@ -383,34 +381,88 @@ class _Actor(threading.Thread):
             if r.stop.is_set():
                 return
 
-    def _pull_item(self, j, rows, T, seconds) -> _Item:
-        """Slot i of the trajectory: env i's first T recorded transitions. The version is the
-        oldest any of them was acted with."""
-        take = [x[:T] for x in rows]  # [n][T]
-        get = lambda f: np.stack([np.stack([f(s) for s in env]) for env in take], 1)[None]
-        batch = Transition(
-            get(lambda s: s[0]),
-            get(lambda s: s[1]),
-            get(lambda s: s[3]["reward"]),
-            get(lambda s: s[3]["terminated"]),
-            get(lambda s: s[3]["truncated"]),
-            get(lambda s: s[3]["final_observation"]),
-            jax.tree.map(
-                lambda *xs: np.stack(xs)[None],
-                *[
-                    jax.tree.map(lambda *ys: np.stack(ys), *[s[2] for s in col])
-                    for col in zip(*take)
-                ],
-            ),
-        )
-        episodes = {
-            EPISODE_RETURN: get(lambda s: s[3]["episode_return"]),
-            EPISODE_LENGTH: get(lambda s: s[3]["episode_length"]),
-            EPISODE_DONE: get(lambda s: s[3]["terminated"] | s[3]["truncated"]),
+
+class _PerEnv:
+    """Pull mode's storage: each env's transitions in its own time order, as arrays
+    ``[n, capacity, ...]`` (grown when an env runs far ahead), filled row by row from
+    ``recv`` batches of any envs. :meth:`take` cuts the first T of every env."""
+
+    def __init__(self, num_envs: int, num_steps: int):
+        self.n, self.T = num_envs, num_steps
+        self.count = np.zeros(num_envs, np.int64)
+        self.pending = None  # per env: (obs, action, info, version) acted, awaiting the result
+        self.data = None  # per env, per step: the transition's arrays
+        self.version = None
+
+    def acted(self, ids, obs, action, info, version) -> None:
+        values = {"observation": obs, "action": action, "info": info}
+        if self.pending is None:
+            alloc = lambda x: np.zeros((self.n,) + np.shape(x)[1:], np.asarray(x).dtype)
+            self.pending = jax.tree.map(alloc, values)
+            self.pending_version = np.zeros(self.n, np.int64)
+        jax.tree.map(lambda b, v: b.__setitem__(ids, v), self.pending, values)
+        self.pending_version[ids] = version
+
+    def record(self, step) -> None:
+        live = ~step.first
+        if not live.any():
+            return
+        ids = step.env_ids[live]
+        row = {
+            **self.pending,
+            "observation": self.pending["observation"][ids],
+            "action": self.pending["action"][ids],
+            "info": jax.tree.map(lambda x: x[ids], self.pending["info"]),
+            "reward": step.reward[live],
+            "terminated": step.terminated[live],
+            "truncated": step.truncated[live],
+            "final_observation": step.final_observation[live],
+            EPISODE_RETURN: step.episode_return[live],
+            EPISODE_LENGTH: step.episode_length[live],
         }
-        version = min(s[4] for env in take for s in env)
-        tr = self.runner.options.transfer
-        return _Item(j, version, _compress(batch, tr), _compress(episodes, tr), None, seconds)
+        if self.data is None:
+            cap = 2 * self.T
+            alloc = lambda x: np.zeros((self.n, cap) + np.shape(x)[1:], np.asarray(x).dtype)
+            self.data = jax.tree.map(alloc, row)
+            self.version = np.zeros((self.n, cap), np.int64)
+        cap = self.version.shape[1]
+        if self.count[ids].max() >= cap:  # an env ran far ahead: double the room
+            grow = lambda b: np.concatenate([b, np.zeros_like(b)], axis=1)
+            self.data, self.version = jax.tree.map(grow, self.data), grow(self.version)
+        pos = self.count[ids]
+        jax.tree.map(lambda b, v: b.__setitem__((ids, pos), v), self.data, row)
+        self.version[ids, pos] = self.pending_version[ids]
+        self.count[ids] += 1
+
+    def ready(self) -> bool:
+        return self.data is not None and int(self.count.min()) >= self.T
+
+    def take(self) -> tuple[Transition, dict[str, np.ndarray], int]:
+        """The first T transitions of every env as ``[1, T, n]`` arrays, with the oldest
+        version any of them was acted with; the rest move to the front."""
+        T = self.T
+        cut = lambda b: np.swapaxes(b[:, :T], 0, 1)[None]  # [n, T, ...] -> [1, T, n, ...]
+        d = jax.tree.map(cut, self.data)
+        oldest = int(self.version[:, :T].min())
+        shift = lambda b: np.concatenate([b[:, T:], np.zeros_like(b[:, :T])], axis=1)
+        self.data, self.version = jax.tree.map(shift, self.data), shift(self.version)
+        self.count -= T
+        batch = Transition(
+            d["observation"],
+            d["action"],
+            d["reward"],
+            d["terminated"],
+            d["truncated"],
+            d["final_observation"],
+            d["info"],
+        )
+        done = d["terminated"] | d["truncated"]
+        episodes = {
+            EPISODE_RETURN: d[EPISODE_RETURN],
+            EPISODE_LENGTH: d[EPISODE_LENGTH],
+            EPISODE_DONE: done,
+        }
+        return batch, episodes, oldest
 
 
 class _Trajectory:
@@ -458,17 +510,6 @@ class _Trajectory:
         )
         episodes = {k: b[k] for k in (EPISODE_RETURN, EPISODE_LENGTH, EPISODE_DONE)}
         return batch, episodes
-
-
-def _row(step, k: int) -> dict[str, Any]:
-    return {
-        "reward": step.reward[k],
-        "terminated": step.terminated[k],
-        "truncated": step.truncated[k],
-        "final_observation": step.final_observation[k],
-        "episode_return": step.episode_return[k],
-        "episode_length": step.episode_length[k],
-    }
 
 
 # --- the learner ------------------------------------------------------------------------------
