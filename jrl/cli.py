@@ -553,6 +553,7 @@ def cmd_render(args: Sequence[str]) -> int:
     import jax
 
     from jrl import compile_cache, experiment, render
+    from jrl.envs.host import host_env_of
     from jrl.evaluation import evaluation_env
 
     compile_cache.enable()
@@ -562,10 +563,20 @@ def cmd_render(args: Sequence[str]) -> int:
             raise ValueError(f"--out must end in .gif or .mp4, got {out.name!r}")
         loaded = experiment.load_run(ns.run_dir, ns.step)
         policy = loaded.policy(ns.run, ns.greedy)
-        env = evaluation_env(loaded.built.env)
-        frames, ret, length = render.episode_frames(
-            policy, env, jax.random.key(ns.seed), loaded.built.env_params, max_steps=ns.max_steps
-        )
+        host_env = host_env_of(loaded.built.env)
+        if host_env is not None:  # a Sebulba run: the host env draws itself
+            frames, ret, length = render.host_episode_frames(
+                policy, host_env, jax.random.key(ns.seed), max_steps=ns.max_steps
+            )
+        else:
+            env = evaluation_env(loaded.built.env)
+            frames, ret, length = render.episode_frames(
+                policy,
+                env,
+                jax.random.key(ns.seed),
+                loaded.built.env_params,
+                max_steps=ns.max_steps,
+            )
         path = render.write_video(frames, out, fps=ns.fps)
     except (ValueError, FileNotFoundError, KeyError, TypeError, ImportError) as e:
         if ns.debug:

@@ -73,6 +73,8 @@ def evaluation_env(train_env: Environment) -> Environment:
 def observation_normalizer(train_env: Environment, env_state: PyTree) -> Callable[[Any], Any]:
     """``obs -> obs`` applying the training env's NormalizeObservation wrappers (inner
     first) with their statistics as they are in ``env_state`` (frozen)."""
+    if env_state is None:  # a host-env run (Sebulba): no normaliser (its runner refuses them)
+        return lambda obs: obs
     found = []
     env, state = train_env, env_state
     while isinstance(env, Wrapper) and not isinstance(env, VmapEnv):

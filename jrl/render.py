@@ -115,6 +115,43 @@ def episode_frames(
     return frames, float(total_return), length
 
 
+def host_episode_frames(
+    policy: Callable[[Any, jax.Array], jax.Array],
+    host_env: Any,
+    key: jax.Array,
+    max_steps: int = 1000,
+) -> tuple[np.ndarray, float, int]:
+    """:func:`episode_frames` for a host env (:mod:`jrl.envs.host`): one episode of the env
+    drawing RGB frames (``host_env.render_env()``, e.g. Gymnasium's ``rgb_array`` mode),
+    ``policy`` jitted and called on a batch of one each step. Same returns."""
+    if int(max_steps) < 1:
+        raise ValueError(f"max_steps must be positive, got {max_steps}")
+    make = getattr(host_env, "render_env", None)
+    if make is None:
+        raise ValueError(
+            f"{host_env.id} cannot draw frames; render a run of the same env as gymnasium:<id>"
+        )
+    env = make()
+    act = jax.jit(policy)
+    try:
+        seed = int(jax.random.randint(key, (), 0, 2**30))
+        obs, _ = env.reset(seed=seed)
+        frames, total, length = [np.asarray(env.render(), np.uint8)], 0.0, 0
+        dtype = host_env.observation_space().dtype
+        for t in range(int(max_steps)):
+            action = np.asarray(act(np.asarray(obs, dtype)[None], jax.random.fold_in(key, t)))[0]
+            obs, reward, terminated, truncated, _ = env.step(
+                action.item() if action.ndim == 0 else action
+            )
+            frames.append(np.asarray(env.render(), np.uint8))
+            total, length = total + float(reward), length + 1
+            if terminated or truncated:
+                break
+    finally:
+        env.close()
+    return np.stack(frames), total, length
+
+
 def _rollout(policy, venv: VmapEnv, num_steps: int, key: jax.Array, params: PyTree):
     """One episode of ``venv`` (a batch of one): ``(states, return, length)``.
 

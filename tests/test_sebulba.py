@@ -367,6 +367,12 @@ def test_cli_run_resumes_exactly_and_evaluates(tmp_path):
     ev = cli("eval", "full", "--episodes", 3, cwd=tmp_path)
     assert ev.returncode == 0, ev.stderr[-2000:]
     assert "gymnasium:CartPole-v1" in ev.stdout
+    rendered = cli("render", "full", "--out", "ep.gif", "--max-steps", 20, cwd=tmp_path)
+    assert rendered.returncode == 0, rendered.stderr[-2000:]
+    import imageio.v3 as iio
+
+    frames = iio.imread(tmp_path / "ep.gif", index=None)
+    assert frames.ndim == 4 and 2 <= len(frames) <= 21 and frames.shape[-1] in (3, 4)
 
 
 CRASHING = """
