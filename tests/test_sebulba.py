@@ -375,6 +375,56 @@ def test_cli_run_resumes_exactly_and_evaluates(tmp_path):
     assert frames.ndim == 4 and 2 <= len(frames) <= 21 and frames.shape[-1] in (3, 4)
 
 
+def test_ctrl_c_stops_the_actors_checkpoints_and_resumes(tmp_path):
+    """SIGINT during an asynchronous run with two actor threads: the learner stops after the
+    chunk, every thread ends, a checkpoint is written (exit 130), and the run resumes."""
+    import signal
+
+    env = {**os.environ, "JAX_PLATFORMS": "cpu", "MPLBACKEND": "Agg"}
+    args = [
+        "train",
+        "ppo",
+        "--env",
+        "gymnasium:CartPole-v1",
+        "--runner",
+        "sebulba",
+        "--actor-threads",
+        2,
+        "--max-staleness",
+        2,
+        "--num-envs",
+        4,
+        "--num-steps",
+        16,
+        "--total-steps",
+        400_000,
+        "--num-reports",
+        400,
+        "--out",
+        "run",
+    ]
+    proc = subprocess.Popen(
+        JRL + [str(a) for a in args], stderr=subprocess.PIPE, text=True, env=env, cwd=tmp_path
+    )
+    for line in proc.stderr:  # the first progress line: training has started
+        if "steps/s" in line:
+            break
+    proc.send_signal(signal.SIGINT)
+    err = proc.stderr.read()
+    assert proc.wait(timeout=120) == 130, err
+    assert "SIGINT received" in err and "jrl train --resume run" in err and "Traceback" not in err
+    from jrl import checkpoint
+
+    steps = checkpoint.steps(tmp_path / "run")
+    assert steps and 0 < steps[-1] < 400_000 // 64
+    resumed = cli(
+        "train", "--resume", "run", "--stop-at-steps", (steps[-1] + 2) * 64, "--quiet", cwd=tmp_path
+    )
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    assert "fresh episodes" not in resumed.stderr  # Gymnasium's envs were saved and restored
+    assert checkpoint.steps(tmp_path / "run")[-1] > steps[-1]
+
+
 CRASHING = """
 import gymnasium
 from gymnasium.envs.classic_control import CartPoleEnv
