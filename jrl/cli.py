@@ -96,6 +96,11 @@ def cmd_envs(args: Sequence[str]) -> int:
         print("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip())
         if i == 0:
             print("  ".join("-" * w for w in widths))
+    print(
+        "\nHost envs, stepped outside the program (--runner sebulba): gymnasium:<id> for any "
+        "Gymnasium id (pip install jrl-jax[gymnasium]), envpool:<id> for EnvPool's "
+        "(pip install jrl-jax[envpool])."
+    )
     return 0
 
 

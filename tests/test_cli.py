@@ -108,6 +108,7 @@ def test_envs_lists_registered_envs(tmp_path):
         row = next(line for line in lines if line.startswith(env_id + " "))
         assert "jrl" in row.split()[-1]
     assert "Discrete(2)" in next(line for line in lines if line.startswith("CartPole-v1"))
+    assert "gymnasium:<id>" in out.stdout and "--runner sebulba" in out.stdout  # host envs
 
 
 def test_train_help_lists_fields_with_docstrings(tmp_path):
