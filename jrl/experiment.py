@@ -94,11 +94,22 @@ def make_config(agent: str, env_id: str, **overrides: Any):
         raise TypeError(
             f"unknown {agent} config field(s): {hints_txt}. Fields: {', '.join(sorted(fields))}"
         )
-    values = dict(config_cls.PRESETS.get(env_id, {}))
+    values = dict(config_cls.PRESETS.get(env_id, preset_of_host_env(config_cls, env_id)))
     values.update({k: coerce_field(fields[k], v, hints) for k, v in overrides.items()})
     config = config_cls(**values)
     config.validate()
     return config
+
+
+def preset_of_host_env(config_cls, env_id: str) -> dict[str, Any]:
+    """A host env (``gymnasium:<id>``, ``envpool:<id>``) without a preset of its own takes the
+    preset of the jrl env of the same id (the same task), if there is one."""
+    from jrl.envs.registry import ENVPOOL_PREFIX, GYMNASIUM_PREFIX
+
+    for prefix in (GYMNASIUM_PREFIX, ENVPOOL_PREFIX):
+        if env_id.startswith(prefix):
+            return config_cls.PRESETS.get(env_id[len(prefix) :], {})
+    return {}
 
 
 def check_env(spec: RunSpec) -> None:

@@ -97,6 +97,13 @@ def test_gymnasium_snapshot_continues_the_same_episodes():
         np.testing.assert_array_equal(sa.episode_return, sb.episode_return)
 
 
+def test_a_host_env_takes_the_preset_of_the_jrl_env_of_the_same_id():
+    acrobot = experiment.make_config("ppo", "Acrobot-v1")
+    assert experiment.make_config("ppo", "gymnasium:Acrobot-v1") == acrobot
+    assert experiment.make_config("ppo", "envpool:Acrobot-v1") == acrobot
+    assert acrobot.num_envs != experiment.make_config("ppo", "gymnasium:Taxi-v3").num_envs
+
+
 def test_unknown_host_env_suggests_names():
     with pytest.raises(jrl.envs.UnknownEnvError, match="gymnasium:CartPole-v1"):
         jrl.envs.make("gymnasium:CartPol-v1")
