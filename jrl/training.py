@@ -602,9 +602,12 @@ class ChunkWork:
 
     def __call__(self, states, done: int, metrics: dict[str, np.ndarray]) -> None:
         prev, per_iter = self.done, self.per_iter
-        view = (
-            states if self.mesh is None else jax.device_put(anakin.first_device(states), self.local)
-        )
+        if self.mesh is not None:  # [D, R, ...]: device 0's slice
+            view = jax.device_put(anakin.first_device(states), self.local)
+        elif is_sebulba(self.spec) and (self.spec.options.devices or 1) > 1:
+            view = jax.device_put(states, self.local)  # replicated over the learner's devices
+        else:
+            view = states
         self._check_finite(metrics, view, prev, done)
         for k, v in metrics.items():
             v = np.asarray(v).T  # [R, n]

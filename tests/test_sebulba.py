@@ -304,6 +304,39 @@ def test_learner_on_two_devices_with_an_actor_device_equals_one_device(tmp_path)
         cwd=tmp_path,
     )
     assert out.returncode == 0 and "OK" in out.stdout, out.stderr[-3000:]
+    # through jrl train: evaluation and checkpoints see the replicated learner state
+    flags = {"XLA_FLAGS": env["XLA_FLAGS"]}
+    trained = cli(
+        "train",
+        "ppo",
+        "--env",
+        "gymnasium:CartPole-v1",
+        "--runner",
+        "sebulba",
+        "--devices",
+        2,
+        "--actor-devices",
+        1,
+        "--num-envs",
+        4,
+        "--total-steps",
+        2048,
+        "--eval-every",
+        1024,
+        "--eval-episodes",
+        2,
+        "--checkpoint-every",
+        1024,
+        "--out",
+        "run",
+        "--quiet",
+        cwd=tmp_path,
+        env=flags,
+    )
+    assert trained.returncode == 0, trained.stderr[-3000:]
+    assert '"eval/episode_return"' in (tmp_path / "run" / "summary.json").read_text() or (
+        "eval/episode_return" in (tmp_path / "run" / "metrics.csv").read_text().splitlines()[0]
+    )
 
 
 def test_runner_refusals_name_the_way_out():
