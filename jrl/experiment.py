@@ -142,6 +142,8 @@ def check_runner(spec: RunSpec, env) -> None:
         )
     if spec.options.runner != "sebulba":
         return
+    if jax.process_count() > 1:
+        raise ValueError("the sebulba runner runs in one process (its actors are threads)")
     if not on_host:
         raise ValueError(
             f"the sebulba runner steps host environments (gymnasium:<id>, envpool:<id>); "
