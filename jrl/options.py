@@ -242,6 +242,7 @@ def _whole_number_fields() -> tuple[str, ...]:
 
 
 _RECORD_KEYS = {"seeds": "num_seeds", "sweep": "sweep_values"}
+"""Names the ``run`` record of ``config.json`` gives some options."""
 SEBULBA_OPTIONS = (
     "actor_threads",
     "queue_size",
@@ -251,7 +252,6 @@ SEBULBA_OPTIONS = (
     "actor_devices",
 )
 """The sebulba runner's options (recorded under ``"sebulba"`` for its runs only)."""
-"""Names the ``run`` record of ``config.json`` gives some options."""
 
 RECORDED = (
     "seeds",
@@ -269,12 +269,7 @@ RECORDED = (
     "plugins",
     "pbt",
     "runner",
-    "actor_threads",
-    "queue_size",
-    "max_staleness",
-    "transfer",
-    "pull_batch",
-    "actor_devices",
+    *SEBULBA_OPTIONS,
 )
 """Options that define a run (saved in ``config.json``; a resumed run keeps them)."""
 

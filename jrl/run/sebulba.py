@@ -23,7 +23,8 @@ halves apart, the same agent in both runners:
   is env ``i``'s next ``T`` transitions (envs that ran ahead carry their extra steps into the
   next trajectory).
 - **Transfers.** With ``transfer="bfloat16"`` the float32 parts of trajectories (observations,
-  rewards, ``act_info``) and of the parameters sent to actors travel as bfloat16 (uint8 and
+  rewards, episode returns; not the agent's ``act_info``, whose log-probs and values the
+  update is sensitive to) and of the parameters sent to actors travel as bfloat16 (uint8 and
   integer parts stay as they are); the bytes per transfer are logged either way.
 - **Shutdown.** An exception in an actor (a crashing env) stops every thread, drains the
   queues and is raised by :func:`run` as :class:`ActorError` naming the thread and the error,
@@ -209,6 +210,13 @@ def _compress(tree: PyTree, transfer: str) -> PyTree:
     return jax.tree.map(lambda x: x.astype(jnp.bfloat16) if x.dtype == np.float32 else x, tree)
 
 
+def _compress_trajectory(batch: Transition, transfer: str) -> Transition:
+    """:func:`_compress` of a trajectory but its ``extras``: the agent's act_info (behaviour
+    log-probs, values) is what the update is most sensitive to and a small share of the
+    bytes, so it stays float32."""
+    return _compress(batch, transfer).replace(extras=batch.extras)
+
+
 def _expand(tree: PyTree, like: PyTree) -> PyTree:
     """Back to the dtypes of ``like`` (a no-op for uncompressed leaves)."""
     return jax.tree.map(lambda x, l: x.astype(l.dtype) if x.dtype != l.dtype else x, tree, like)
@@ -330,7 +338,9 @@ class _Actor(threading.Thread):
                     return
             tr = r.options.transfer
             batch, episodes = traj.arrays()
-            item = _Item(j, version, _compress(batch, tr), _compress(episodes, tr), None, 0.0)
+            item = _Item(
+                j, version, _compress_trajectory(batch, tr), _compress(episodes, tr), None, 0.0
+            )
             item.act_seconds = time.perf_counter() - t0
             if r.snapshot_due(j + 1):
                 item.snapshots = [b.snapshot() for b in self.batches]
@@ -366,7 +376,9 @@ class _Actor(threading.Thread):
             while store.ready():
                 batch, episodes, oldest = store.take()
                 tr = r.options.transfer
-                item = _Item(j, oldest, _compress(batch, tr), _compress(episodes, tr), None, 0.0)
+                item = _Item(
+                    j, oldest, _compress_trajectory(batch, tr), _compress(episodes, tr), None, 0.0
+                )
                 item.act_seconds = time.perf_counter() - t0
                 if not self._put(item):
                     return
