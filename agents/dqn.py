@@ -320,7 +320,7 @@ def sequence_q_targets(
     (the final observation where the episode ended) from the state after step ``t``;
     ``reward``, ``terminated``, ``truncated`` ``[L, B]``; ``next_mask`` ``[L, B, A]``."""
     greedy = greedy_next_actions(q_next_online, q_next_target, double_q, next_mask)
-    bootstrap = jnp.take_along_axis(q_next_target, greedy[..., None], axis=-1)[..., 0]
+    bootstrap = jnp.take_along_axis(q_next_target, greedy[..., None], axis=-1).squeeze(-1)
     return returns.n_step_returns(reward, bootstrap, terminated, truncated, gamma, n)
 
 
@@ -371,13 +371,13 @@ def sequence_loss(unroll, head: Head, burn_in: int, n: int, double_q: bool = Tru
         online = stored
         if burn_in:  # warm the state up on the first steps: no gradient, no loss
             warm = jax.tree.map(lambda x: x[:burn_in], (obs, next_obs, start))
-            online = jax.lax.stop_gradient(unroll(jax.lax.stop_gradient(params), stored, *warm)[2])
+            online = unroll(jax.lax.stop_gradient(params), stored, *warm)[2]
         rest = jax.tree.map(cut, (obs, next_obs, start))
         q, q_next_online, _ = unroll(params, online, *rest)
         _, q_next_target, _ = unroll(target_params, stored, obs, next_obs, start)
-        target = sequence_q_targets(
-            jax.lax.stop_gradient(q_next_online),
-            jax.lax.stop_gradient(cut(q_next_target)),
+        target = sequence_q_targets(  # no gradient: target params, an argmax, head.loss
+            q_next_online,
+            cut(q_next_target),
             cut(seq.reward),
             cut(seq.terminated),
             cut(seq.truncated),
@@ -387,7 +387,7 @@ def sequence_loss(unroll, head: Head, burn_in: int, n: int, double_q: bool = Tru
             None if next_mask is None else cut(next_mask),
         )
         action = cut(seq.action).astype(jnp.int32)
-        taken = jnp.take_along_axis(q, action[..., None], axis=-1)[..., 0]
+        taken = jnp.take_along_axis(q, action[..., None], axis=-1).squeeze(-1)
         flat = lambda x: x.reshape(-1)
         zeros = jnp.zeros_like(flat(target))  # the n-step return enters as the reward
         per_item, _ = head.loss(flat(taken), zeros, flat(target), zeros)

@@ -414,6 +414,8 @@ def test_memory_check_refuses_before_allocating(monkeypatch):
         jax.eval_shape(B.prioritized_buffer(1_000_000).init, item)
     with pytest.raises(MemoryError, match=r"capacity 2000000 x item"):
         jax.eval_shape(B.trajectory_buffer(250_000, 8, 10).init, item)
+    shapes = jax.eval_shape(B.trajectory_buffer(250_000, 8, 10, check_memory=False).init, item)
+    assert shapes.storage.observation.shape == (250_000, 8, 84, 84, 4)
     shapes = jax.eval_shape(B.uniform_buffer(1_000_000, check_memory=False).init, item)
     assert shapes.storage.observation.shape == (1_000_000, 84, 84, 4)
     # small buffers pass; copies multiply
@@ -542,3 +544,20 @@ def test_trajectory_stratified_sequences_by_hand():
     assert seen == {2, 3, 4}
     with pytest.raises(ValueError, match="same number from each of 3 envs"):
         buf.sample(state, jax.random.key(0), 4)
+
+
+@pytest.mark.parametrize("stratify", [False, True])
+def test_trajectory_buffer_with_a_single_start(stratify):
+    """A sequence as long as the buffer is allowed; with exactly ``sequence_length`` rows
+    written there is one start per env (the oldest row), which can_sample counts and every
+    sample takes."""
+    T, N, L = 4, 2, 3
+    B.trajectory_buffer(L, N, L, stratify=stratify)  # sequence_length == capacity_steps
+    buf = B.trajectory_buffer(T, N, L, stratify=stratify)
+    state = buf.init(jnp.float32(0))
+    for t in range(L):
+        state = buf.add(state, jnp.array([10.0 * t + 1, 10.0 * t + 2]))
+    assert buf.can_sample(state, 2) and not buf.can_sample(state, 3)
+    for seed in range(4):
+        v = np.asarray(buf.sample(state, jax.random.key(seed), 8).items)
+        np.testing.assert_array_equal(v // 10, np.broadcast_to(np.arange(L), (8, L)))

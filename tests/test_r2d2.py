@@ -375,3 +375,17 @@ def test_r2d2_solves_memory_chain_and_feed_forward_dqn_cannot(tmp_path):
     ff = dict(MEMORY, hidden_sizes=(16, 16))
     jrl.train("dqn", "MemoryChain-v0", 2, out=tmp_path / "ff", **ff, **QUIET)
     assert (greedy_returns(tmp_path / "ff") < 0.5).all()
+
+
+def test_sequence_q_targets_mask_the_bootstrap_action():
+    """With an action mask on the successors, the double-Q bootstrap action is the online
+    network's best *valid* action (here the masked-out best one would give another target)."""
+    q_online = jnp.array([[[5.0, 1.0, 2.0]], [[0.0, 3.0, 1.0]]])  # [L=2, B=1, A=3]
+    q_target = jnp.array([[[10.0, 20.0, 30.0]], [[40.0, 50.0, 60.0]]])
+    mask = jnp.array([[[False, True, True]], [[True, True, False]]])
+    zeros = jnp.zeros((2, 1), bool)
+    reward = jnp.array([[1.0], [2.0]])
+    got = dqn.sequence_q_targets(q_online, q_target, reward, zeros, zeros, 0.5, 1, True, mask)
+    np.testing.assert_allclose(got, [[1.0 + 0.5 * 30.0], [2.0 + 0.5 * 50.0]])
+    got = dqn.sequence_q_targets(q_online, q_target, reward, zeros, zeros, 0.5, 1, True)
+    np.testing.assert_allclose(got, [[1.0 + 0.5 * 10.0], [2.0 + 0.5 * 50.0]])

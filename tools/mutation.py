@@ -176,6 +176,8 @@ TESTS: dict[str, list[str]] = {
     "jrl/buffers.py": [
         "tests/test_buffers.py::test_trajectory_sequences_contiguous_in_time_order",
         "tests/test_buffers.py::test_trajectory_stratified_sequences_by_hand",
+        "tests/test_buffers.py::test_trajectory_buffer_with_a_single_start",
+        "tests/test_buffers.py::test_memory_check_refuses_before_allocating",
     ],
     "jrl/continuous.py": [
         "tests/test_continuous.py",
