@@ -575,58 +575,58 @@ class DQNConfig(EpsilonGreedyConfig, ReplayConfig):
         return max(self.num_iterations - first + 1, 0) * self.updates_per_iteration
 
     def checks(self) -> list[Check]:
-        return (
-            super().checks()
-            + [
-                (self.n_step > 0, f"n_step must be positive, got {self.n_step}"),
-                (0.0 < self.tau <= 1.0, f"tau must lie in (0, 1], got {self.tau}"),
-                (
-                    self.target_update_interval > 0,
-                    f"target_update_interval must be positive, got {self.target_update_interval}",
-                ),
-                (
-                    self.per_alpha >= 0 and 0.0 <= self.per_beta <= 1.0,
-                    "per_alpha must be >= 0 and per_beta in [0, 1], got "
-                    f"{self.per_alpha}/{self.per_beta}",
-                ),
-                (
-                    self.loss in ("huber", "mse"),
-                    f"loss must be 'huber' or 'mse', got {self.loss!r}",
-                ),
-                (
-                    self.distribution in DISTRIBUTIONS,
-                    f"distribution must be one of {', '.join(map(repr, DISTRIBUTIONS))}, "
-                    f"got {self.distribution!r}",
-                ),
-                (
-                    self.num_atoms >= 2 or self.distribution == "none",
-                    f"num_atoms must be at least 2, got {self.num_atoms}",
-                ),
-                (
-                    self.v_min < self.v_max,
-                    f"v_min must be below v_max, got {self.v_min} >= {self.v_max}",
-                ),
-                (self.kappa >= 0, f"kappa must be >= 0, got {self.kappa}"),
-                (self.adam_eps > 0, f"adam_eps must be positive, got {self.adam_eps}"),
-                (
-                    self.recurrent in ("none", *networks.CORES),
-                    f"recurrent must be 'none', 'lstm' or 'gru', got {self.recurrent!r}",
-                ),
-                (self.core_size > 0, f"core_size must be positive, got {self.core_size}"),
-                (
-                    0 <= self.burn_in < self.sequence_length,
-                    f"burn_in must lie in [0, sequence_length), got {self.burn_in} with "
-                    f"sequence_length {self.sequence_length}",
-                ),
-            ]
-            + (self._recurrent_checks() if self.recurrent != "none" else [])
-        )
+        return [
+            *super().checks(),
+            *self._recurrent_checks(),
+            (self.n_step > 0, f"n_step must be positive, got {self.n_step}"),
+            (0.0 < self.tau <= 1.0, f"tau must lie in (0, 1], got {self.tau}"),
+            (
+                self.target_update_interval > 0,
+                f"target_update_interval must be positive, got {self.target_update_interval}",
+            ),
+            (
+                self.per_alpha >= 0 and 0.0 <= self.per_beta <= 1.0,
+                "per_alpha must be >= 0 and per_beta in [0, 1], got "
+                f"{self.per_alpha}/{self.per_beta}",
+            ),
+            (self.loss in ("huber", "mse"), f"loss must be 'huber' or 'mse', got {self.loss!r}"),
+            (
+                self.distribution in DISTRIBUTIONS,
+                f"distribution must be one of {', '.join(map(repr, DISTRIBUTIONS))}, "
+                f"got {self.distribution!r}",
+            ),
+            (
+                self.num_atoms >= 2 or self.distribution == "none",
+                f"num_atoms must be at least 2, got {self.num_atoms}",
+            ),
+            (
+                self.v_min < self.v_max,
+                f"v_min must be below v_max, got {self.v_min} >= {self.v_max}",
+            ),
+            (self.kappa >= 0, f"kappa must be >= 0, got {self.kappa}"),
+            (self.adam_eps > 0, f"adam_eps must be positive, got {self.adam_eps}"),
+        ]
 
     def _recurrent_checks(self) -> list[Check]:
-        """What recurrent replay (R2D2) needs: a scalar head without noise, uniform replay
-        stratified by env, and a full sequence of every env before the first update."""
+        """The recurrent options, and with a core what recurrent replay (R2D2) needs: a scalar
+        head without noise, uniform replay stratified by env, and a full sequence of every env
+        before the first update."""
         steps = self.buffer_size // self.num_envs
-        return [
+        options = [
+            (
+                self.recurrent in ("none", *networks.CORES),
+                f"recurrent must be 'none', 'lstm' or 'gru', got {self.recurrent!r}",
+            ),
+            (self.core_size > 0, f"core_size must be positive, got {self.core_size}"),
+            (
+                0 <= self.burn_in < self.sequence_length,
+                f"burn_in must lie in [0, sequence_length), got {self.burn_in} with "
+                f"sequence_length {self.sequence_length}",
+            ),
+        ]
+        if self.recurrent == "none":
+            return options
+        return options + [
             (
                 self.distribution == "none" and not self.noisy and not self.prioritized,
                 "recurrent DQN has a scalar Q head, no noisy layers and uniform replay: set "
