@@ -367,7 +367,7 @@ MEMORY = dict(
 @pytest.mark.learning
 def test_r2d2_solves_memory_chain_and_feed_forward_dqn_cannot(tmp_path):
     """MemoryChain-v0 (length 10), 12k steps, 2 seeds: with a GRU every greedy episode returns
-    the optimum 1 (2025-12-02: 6 of 6 seeds at 12k steps, 3 of 6 at 6k); feed-forward, the
+    the optimum 1 (2026-12-02: 6 of 6 seeds at 12k steps, 3 of 6 at 6k); feed-forward, the
     query looks the same whichever cue came first, so its expected return is 0 and it stays
     below 0.5 (measured 0.0 and -0.125)."""
     jrl.train("dqn", "MemoryChain-v0", 2, out=tmp_path / "gru", recurrent="gru", **MEMORY, **QUIET)
