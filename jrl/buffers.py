@@ -462,7 +462,12 @@ def prioritized_buffer(
 
 
 def trajectory_buffer(
-    capacity_steps: int, num_envs: int, sequence_length: int, *, check_memory: bool = True
+    capacity_steps: int,
+    num_envs: int,
+    sequence_length: int,
+    *,
+    stratify: bool = False,
+    check_memory: bool = True,
 ) -> ReplayBuffer:
     """A time-major buffer ``[T_capacity, N, ...]`` sampled as contiguous sequences.
 
@@ -485,6 +490,14 @@ def trajectory_buffer(
     ``terminated``/``truncated`` flags inside them mark where.
     ``can_sample`` is ``size >= sequence_length`` and at least ``batch_size``
     distinct (start, env) pairs.
+
+    ``stratify=True``: ``sample`` draws ``batch_size / num_envs`` sequences from every env
+    (sequence ``j`` of the batch from env ``j // (batch_size / num_envs)``), each env's starts
+    with that env's key from :func:`jrl.parallel.local_keys`; every device holds the same time
+    rows, so N envs split over D devices, each device sampling ``batch_size / D`` sequences
+    from its envs, draw exactly the sequences one device would (as :func:`uniform_buffer`'s
+    ``stratify``). A recurrent learner stores the state it acted from in each step's extras,
+    so a sequence's first item carries the state to replay it from.
     """
     capacity_steps = _positive_int(capacity_steps, "capacity_steps")
     num_envs = _positive_int(num_envs, "num_envs")
@@ -509,12 +522,23 @@ def trajectory_buffer(
     def sample(state: BufferState, key: PRNGKey, batch_size: int, beta=None) -> Sample:
         del beta
         batch_size = _positive_int(batch_size, "batch_size")
-        k_start, k_env = jax.random.split(key)
         num_starts = jnp.maximum(state.size - sequence_length + 1, 1)
         oldest = (state.position - state.size) % capacity_steps
-        offset = jax.random.randint(k_start, (batch_size,), 0, num_starts, jnp.int32)
+        if stratify:
+            if batch_size % num_envs:
+                raise ValueError(
+                    f"a batch of {batch_size} sequences cannot take the same number from each "
+                    f"of {num_envs} envs"
+                )
+            per_env = batch_size // num_envs
+            draw = jax.vmap(lambda k: jax.random.randint(k, (per_env,), 0, num_starts, jnp.int32))
+            offset = draw(parallel.local_keys(key, num_envs)).reshape(-1)
+            env = jnp.repeat(jnp.arange(num_envs, dtype=jnp.int32), per_env)
+        else:
+            k_start, k_env = jax.random.split(key)
+            offset = jax.random.randint(k_start, (batch_size,), 0, num_starts, jnp.int32)
+            env = jax.random.randint(k_env, (batch_size,), 0, num_envs, jnp.int32)
         start = (oldest + offset) % capacity_steps
-        env = jax.random.randint(k_env, (batch_size,), 0, num_envs, jnp.int32)
         rows = (start[:, None] + jnp.arange(sequence_length, dtype=jnp.int32)) % capacity_steps
         items = jax.tree.map(lambda s: s[rows, env[:, None]], state.storage)  # [B, L, ...]
         return Sample(items, start * num_envs + env, jnp.ones((batch_size,), jnp.float32))

@@ -398,8 +398,9 @@ def off_policy(
     An agent with an acting state (``agent.recurrent``, e.g. DDPG's Ornstein-Uhlenbeck
     noise) acts through ``recurrent.act``; the loop carries that state in a
     :class:`StatefulOffPolicyState` and puts each env's row back to the initial state where
-    its episode ends. The state shapes behaviour only: replay stores single transitions, and
-    ``learn`` never sees it.
+    its episode ends. Replay sees the state only where the agent puts it in its ``act_info``
+    (a recurrent DQN stores the core state each step was acted from, to replay sequences of a
+    :func:`~jrl.buffers.trajectory_buffer` from it); DDPG's noise never reaches ``learn``.
     """
     loop = _OffPolicyLoop(agent, env, buffer, schedule, discount, beta, env_params, num_devices)
     return Algorithm(loop.init, loop.step, loop.per_iteration, _agent_hparams(agent))

@@ -37,6 +37,7 @@ __all__ = [
     "QEnsemble",
     "QNetwork",
     "RecurrentActorCritic",
+    "RecurrentQNetwork",
     "SquashedGaussianActor",
     "activation",
     "example_observation",
@@ -478,6 +479,57 @@ class QNetwork(nn.Module):
         )
         q = value + advantage - advantage.mean(axis=-2, keepdims=True)  # [..., A, K]
         return q[..., 0] if num_atoms == 1 else q
+
+
+class RecurrentQNetwork(nn.Module):
+    """Action values with memory: ``obs -> torso -> recurrent core -> Dense -> q [N, A]``
+    (R2D2's network shape; ``core``: an LSTM or GRU of ``core_size`` units, flax's default
+    init like :class:`QNetwork`; ``dueling`` splits the head into value and advantage
+    streams).
+
+    Like :class:`RecurrentActorCritic` a step is three methods, so a learner can embed a whole
+    sequence at once and unroll the core alone: :meth:`embed` (the torso, any leading dims),
+    :meth:`core_step` (``(state [N, core_size], features [N, F]) -> (state, out [N,
+    core_size])``) and :meth:`q_values` (``out [..., core_size] -> q [..., A]``); ``__call__``
+    is one whole step ``(state, obs) -> (state, q)``.
+    """
+
+    num_actions: int
+    core: str = "lstm"  # one of CORES
+    core_size: int = 128
+    hidden_sizes: Sequence[int] = (64,)
+    activation: str = "relu"
+    obs_ndim: int = 1
+    dueling: bool = False
+    torso: str = "mlp"  # a name of TORSOS
+
+    def setup(self):
+        self.torso_module = make_torso(
+            self.torso, self.hidden_sizes, self.activation, self.obs_ndim, orthogonal=False
+        )
+        cell = {"lstm": nn.OptimizedLSTMCell, "gru": nn.GRUCell}
+        if self.core not in cell:
+            raise ValueError(f"unknown recurrent core {self.core!r}; choose from {list(CORES)}")
+        self.cell = cell[self.core](self.core_size)
+        self.advantage_head = nn.Dense(self.num_actions)
+        if self.dueling:
+            self.value_head = nn.Dense(1)
+
+    def __call__(self, state, obs: jax.Array):
+        state, out = self.core_step(state, self.embed(obs))
+        return state, self.q_values(out)
+
+    def embed(self, obs: jax.Array) -> jax.Array:
+        return self.torso_module(obs)
+
+    def core_step(self, state, features: jax.Array):
+        return self.cell(state, features)
+
+    def q_values(self, out: jax.Array) -> jax.Array:
+        advantage = self.advantage_head(out)
+        if not self.dueling:
+            return advantage
+        return self.value_head(out) + advantage - advantage.mean(axis=-1, keepdims=True)
 
 
 # ---------------------------------------------------------------------------

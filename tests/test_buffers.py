@@ -414,6 +414,8 @@ def test_memory_check_refuses_before_allocating(monkeypatch):
         jax.eval_shape(B.prioritized_buffer(1_000_000).init, item)
     with pytest.raises(MemoryError, match=r"capacity 2000000 x item"):
         jax.eval_shape(B.trajectory_buffer(250_000, 8, 10).init, item)
+    shapes = jax.eval_shape(B.trajectory_buffer(250_000, 8, 10, check_memory=False).init, item)
+    assert shapes.storage.observation.shape == (250_000, 8, 84, 84, 4)
     shapes = jax.eval_shape(B.uniform_buffer(1_000_000, check_memory=False).init, item)
     assert shapes.storage.observation.shape == (1_000_000, 84, 84, 4)
     # small buffers pass; copies multiply
@@ -505,3 +507,57 @@ def test_minibatch_epochs_visit_every_sample_once_per_epoch():
     np.testing.assert_array_equal(counts, epochs)
     assert int(steps) == epochs * m
     np.testing.assert_allclose(metrics["x"], np.mean(np.arange(epochs * m)))
+
+
+def test_trajectory_stratified_sequences_by_hand():
+    """stratify=True: a batch of 6 sequences of 3 from 3 envs takes 2 from each env, in env
+    order, each env drawing its starts with its own key (split(key, 3)[e]) among the starts
+    whose 3 steps are all still stored (after 7 steps into 5 rows: steps 2, 3 and 4); a
+    sequence is 3 consecutive steps of its env, wrapping around the array's end, and its first
+    item's extras are the state stored with its first step."""
+    T, N, L = 5, 3, 3
+    buf = B.trajectory_buffer(T, N, L, stratify=True)
+    item = {"x": jnp.zeros((), jnp.int32), "core": jnp.zeros((2,), jnp.float32)}
+    state = buf.init(item)
+    envs = jnp.arange(N)
+    for t in range(7):
+        core = jnp.stack([jnp.full((N,), float(t)), envs.astype(jnp.float32)], axis=-1)
+        state = buf.add(state, {"x": 10 * t + envs, "core": core})
+    seen = set()
+    for seed in range(12):
+        key = jax.random.key(seed)
+        sample = jax.jit(lambda s, k: buf.sample(s, k, 6))(state, key)
+        x = np.asarray(sample.items["x"])  # [6, 3]
+        assert x.shape == (6, L)
+        env, first = x % 10, x[:, 0] // 10
+        np.testing.assert_array_equal(env, np.repeat(np.arange(N), 2)[:, None] * np.ones(L, int))
+        np.testing.assert_array_equal(x // 10, first[:, None] + np.arange(L))
+        assert set(first.tolist()) <= {2, 3, 4}
+        seen |= set(first.tolist())
+        keys = jax.random.split(key, N)
+        for e in range(N):
+            offset = np.asarray(jax.random.randint(keys[e], (2,), 0, T - L + 1, jnp.int32))
+            np.testing.assert_array_equal(first[2 * e : 2 * e + 2], offset + 2)
+        np.testing.assert_array_equal(sample.items["core"][:, 0, 0], first)
+        np.testing.assert_array_equal(sample.items["core"][:, 0, 1], env[:, 0])
+        np.testing.assert_array_equal(sample.indices, (first % T) * N + env[:, 0])
+    assert seen == {2, 3, 4}
+    with pytest.raises(ValueError, match="same number from each of 3 envs"):
+        buf.sample(state, jax.random.key(0), 4)
+
+
+@pytest.mark.parametrize("stratify", [False, True])
+def test_trajectory_buffer_with_a_single_start(stratify):
+    """A sequence as long as the buffer is allowed; with exactly ``sequence_length`` rows
+    written there is one start per env (the oldest row), which can_sample counts and every
+    sample takes."""
+    T, N, L = 4, 2, 3
+    B.trajectory_buffer(L, N, L, stratify=stratify)  # sequence_length == capacity_steps
+    buf = B.trajectory_buffer(T, N, L, stratify=stratify)
+    state = buf.init(jnp.float32(0))
+    for t in range(L):
+        state = buf.add(state, jnp.array([10.0 * t + 1, 10.0 * t + 2]))
+    assert buf.can_sample(state, 2) and not buf.can_sample(state, 3)
+    for seed in range(4):
+        v = np.asarray(buf.sample(state, jax.random.key(seed), 8).items)
+        np.testing.assert_array_equal(v // 10, np.broadcast_to(np.arange(L), (8, L)))

@@ -83,6 +83,7 @@ SHARED = {
         "make_deterministic",
     ),
     "jrl/two_player.py": ("player_returns",),
+    "jrl/buffers.py": ("trajectory_buffer",),
     "jrl/search.py": ("game_recurrent_fn",),
     "jrl/evolution.py": ("normalize_observation", "policy_action", "make_es"),
     "jrl/population.py": ("play_members", "_fold_moments", "_gather", "population"),
@@ -169,6 +170,14 @@ TESTS: dict[str, list[str]] = {
         "tests/test_dqn.py::test_quantile_head_by_hand",
         "tests/test_dqn.py::test_masked_bootstrap_action",
         "tests/test_dqn.py::test_learn_matches_a_numpy_reference",
+        "tests/test_r2d2.py::test_sequence_loss_by_hand",
+        "tests/test_r2d2.py::test_stored_states_restart_with_every_episode_and_replay_from_the_first",
+    ],
+    "jrl/buffers.py": [
+        "tests/test_buffers.py::test_trajectory_sequences_contiguous_in_time_order",
+        "tests/test_buffers.py::test_trajectory_stratified_sequences_by_hand",
+        "tests/test_buffers.py::test_trajectory_buffer_with_a_single_start",
+        "tests/test_buffers.py::test_memory_check_refuses_before_allocating",
     ],
     "jrl/continuous.py": [
         "tests/test_continuous.py",
