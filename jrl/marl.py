@@ -33,7 +33,10 @@ Learners see the *agent view*: :func:`wrap_agents_for_training` puts :class:`Age
 outside the training wrappers, whose time steps have ``reward``, ``terminated`` and
 ``truncated`` ``[N, A]`` (the episode's truncation copied to every agent) and whose
 ``info[AGENT_EPISODE_RETURN]`` ``[N, A]`` holds each agent's return of the episodes that
-ended (``info["episode_return"]``, from EpisodeStatistics, is the team's: the sum).
+ended (``info["episode_return"]``, from EpisodeStatistics, is the team's: the sum). A learner
+without a centralised critic asks for the agent view without the global state
+(``global_state=False``): its observations and final observations then lack the
+``"global_state"`` entry, so a rollout neither stores nor carries it.
 """
 
 from __future__ import annotations
@@ -50,6 +53,7 @@ from jrl.env import Environment, Wrapper
 from jrl.types import (
     ACTION_MASK,
     EPISODE_DONE,
+    FINAL_OBSERVATION,
     OBSERVATION,
     PRNGKey,
     PyTree,
@@ -215,15 +219,29 @@ class AgentSteps(Wrapper):
     """The agent view of a (batched, auto-resetting) team env: ``reward``, ``terminated``
     and ``truncated`` become ``[..., A]`` (see the module docstring) and
     ``info[AGENT_EPISODE_RETURN]`` ``[..., A]`` holds each agent's return of the episodes
-    that ended here. Sits outside EpisodeStatistics (whose ``episode_done`` it reads)."""
+    that ended here. Sits outside EpisodeStatistics (whose ``episode_done`` it reads).
+    With ``global_state=False`` the observations (and ``info["final_observation"]``) and
+    the observation space leave out the global state."""
 
-    def __init__(self, env: Environment):
+    def __init__(self, env: Environment, global_state: bool = True):
         super().__init__(env)
         if not is_multi_agent(env):
             raise ValueError(f"AgentSteps wraps a multi-agent env, got {env!r}")
+        self.global_state = bool(global_state)
 
     def inner_state(self, state: AgentStepsState) -> PyTree:
         return state.env_state
+
+    def observation_space(self, params: PyTree | None = None) -> spaces.Space:
+        space = self.env.observation_space(params)
+        if self.global_state:
+            return space
+        return spaces.Dict({k: s for k, s in space.spaces.items() if k != GLOBAL_STATE})
+
+    def _observation(self, obs: dict) -> dict:
+        if self.global_state:
+            return obs
+        return {k: v for k, v in obs.items() if k != GLOBAL_STATE}
 
     def _agent_view(self, ts: TimeStep, agent_return: jax.Array):
         info = ts.info
@@ -231,11 +249,15 @@ class AgentSteps(Wrapper):
         reward = info[AGENT_REWARD]
         total = agent_return + reward
         terminated = info[AGENT_TERMINATED] | ts.terminated[..., None]
+        info = {**info, AGENT_EPISODE_RETURN: jnp.where(done, total, 0.0)}
+        if FINAL_OBSERVATION in info:
+            info[FINAL_OBSERVATION] = self._observation(info[FINAL_OBSERVATION])
         ts = ts.replace(
+            observation=self._observation(ts.observation),
             reward=reward,
             terminated=terminated,
             truncated=jnp.broadcast_to(ts.truncated[..., None], terminated.shape),
-            info={**info, AGENT_EPISODE_RETURN: jnp.where(done, total, 0.0)},
+            info=info,
         )
         return ts, jnp.where(done, 0.0, total)
 
@@ -251,11 +273,13 @@ class AgentSteps(Wrapper):
         return AgentStepsState(env_state, agent_return), ts
 
 
-def wrap_agents_for_training(env: Environment, num_envs: int | None) -> Environment:
+def wrap_agents_for_training(
+    env: Environment, num_envs: int | None, global_state: bool = True
+) -> Environment:
     """``num_envs`` copies of the multi-agent ``env`` (with its TimeLimit, as
     :func:`jrl.envs.make` returns it) ready for a learner: auto-reset, episode statistics
     of the team, the batch (:func:`jrl.wrappers.wrap_for_training`) and the agent view
-    (:class:`AgentSteps`)."""
+    (:class:`AgentSteps`; without the global state unless ``global_state``)."""
     if not is_multi_agent(env):
         raise ValueError(f"wrap_agents_for_training takes a multi-agent env, got {env!r}")
-    return AgentSteps(wrap_for_training(env, num_envs))
+    return AgentSteps(wrap_for_training(env, num_envs), global_state)

@@ -211,7 +211,9 @@ def build_multi_agent(
     agent_space = team.agent_action_space(env_params)
     if isinstance(agent_space, spaces.Box) and config.continuous == "normal":
         env = ClipAction(env)
-    env = wrap_agents_for_training(env, envs_per_device(config.num_envs, num_devices))
+    # a local critic never reads the global state: the rollout leaves it out
+    num_envs = envs_per_device(config.num_envs, num_devices)
+    env = wrap_agents_for_training(env, num_envs, global_state=centralised_critic)
     spec = EnvSpec.from_env(env, env_params)
     obs_shape = team.agent_observation_space(env_params).shape
     network = MultiAgentActorCritic(

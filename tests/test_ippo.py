@@ -141,6 +141,20 @@ def test_centralised_critic_reads_the_global_state_only():
 
 
 @pytest.mark.parametrize("agent", ["ippo", "mappo"])
+def test_only_a_centralised_critic_gets_the_global_state(agent):
+    """MAPPO's rollout carries the global state; IPPO's, whose critics are local, leaves it out
+    (of its training env's observations and of the run's carried observation)."""
+    config = jrl.agents.get(agent).config_cls()
+    env, params = jrl_envs.make("Coordination-v0")
+    built = jrl.agents.get(agent).build(config, env, params)
+    state = built.algorithm.init(jax.random.key(0))
+    want = agent == "mappo"
+    assert (GLOBAL_STATE in built.env.observation_space(params).spaces) == want
+    assert (GLOBAL_STATE in state.observation) == want
+    assert OBSERVATION in state.observation and ACTION_MASK in state.observation
+
+
+@pytest.mark.parametrize("agent", ["ippo", "mappo"])
 def test_acting_honours_every_agents_mask(agent):
     """On Coordination-v0 one action per agent is masked; sampled and greedy actions avoid it."""
     config = experiment.make_config(agent, "Coordination-v0", share_parameters=False)

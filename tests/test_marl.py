@@ -19,7 +19,7 @@ from jrl.marl import (
     joint_action_space,
     wrap_agents_for_training,
 )
-from jrl.types import ACTION_MASK, EPISODE_RETURN, OBSERVATION
+from jrl.types import ACTION_MASK, EPISODE_RETURN, FINAL_OBSERVATION, OBSERVATION
 
 
 def test_team_view_spaces_and_observation():
@@ -110,6 +110,39 @@ def test_agent_view_through_the_training_wrappers():
     np.testing.assert_array_equal(state.agent_return, np.ones((3, 2)))
     with pytest.raises(ValueError, match="multi-agent env"):
         wrap_agents_for_training(jrl_envs.make("CartPole-v1")[0], 2)
+
+
+def test_agent_view_can_leave_out_the_global_state():
+    """global_state=False: observations, final observations and the observation space lack the
+    global state; everything else (observations, masks, rewards, per-agent returns) is the same
+    as with it, step for step, across an episode's end."""
+    env, params = jrl_envs.make("Coordination-v0")  # episodes of 8 rounds
+    full = wrap_agents_for_training(env, 3)
+    local = wrap_agents_for_training(env, 3, global_state=False)
+    keys = {OBSERVATION, ACTION_MASK}
+    assert set(full.observation_space(params).spaces) == keys | {GLOBAL_STATE}
+    assert set(local.observation_space(params).spaces) == keys
+    (sf, tf), (sl, tl) = (w.reset(jax.random.key(0), params) for w in (full, local))
+    assert set(tl.observation) == keys and set(tf.observation) == keys | {GLOBAL_STATE}
+    step_full, step_local = (
+        jax.jit(lambda s, k, a, w=w: w.step(k, s, a, params)) for w in (full, local)
+    )
+    ended = False
+    for t in range(1, 10):
+        action = jax.vmap(env.action_space(params).sample)(jax.random.split(jax.random.key(t), 3))
+        sf, tf = step_full(sf, jax.random.key(t), action)
+        sl, tl = step_local(sl, jax.random.key(t), action)
+        assert set(tl.observation) == set(tl.info[FINAL_OBSERVATION]) == keys
+        assert GLOBAL_STATE in tf.info[FINAL_OBSERVATION]
+        for k in keys:
+            np.testing.assert_array_equal(tl.observation[k], tf.observation[k])
+            np.testing.assert_array_equal(
+                tl.info[FINAL_OBSERVATION][k], tf.info[FINAL_OBSERVATION][k]
+            )
+        np.testing.assert_array_equal(tl.reward, tf.reward)
+        np.testing.assert_array_equal(tl.info[AGENT_EPISODE_RETURN], tf.info[AGENT_EPISODE_RETURN])
+        ended |= bool(np.asarray(tl.info["episode_done"]).any())
+    assert ended
 
 
 def test_step_env_shapes_are_checked():
