@@ -56,15 +56,6 @@ class IMPALAHParams(GAEHParams):
     pg_rho_bar: jax.Array
 
 
-CONTINUOUS = {
-    "normalize_observations": True,
-    "gamma": 0.95,
-    "ent_coef": 0.0,
-}
-"""IMPALA for a Gaussian policy on the classic continuous-control envs: normalised
-observations and rewards, a shorter horizon, no entropy bonus (as A2C's Pendulum preset)."""
-
-
 @dataclasses.dataclass(frozen=True)
 class IMPALAConfig(GAEConfig):
     """IMPALA settings: 16 envs x 20 steps per rollout, learned in 2 epochs of 2 minibatches
@@ -75,12 +66,15 @@ class IMPALAConfig(GAEConfig):
     Adam 2e-3 annealed."""
 
     HPARAMS: ClassVar[type] = IMPALAHParams
+    # Measured 2026-12-02 (final training return, 5e5 steps unless said): CartPole-v1 500.0 on
+    # each of 8 seeds at 3e5 steps; Acrobot-v1 -83.4 (4 seeds, -85.5 .. -81.8); MountainCar-v0
+    # -145.9 (4 seeds, one never reaches the goal: -200). No continuous preset: on Pendulum-v1
+    # the settings tried (A2C's and PPO's Pendulum presets without clipping, 1 to 10 epochs)
+    # stayed below -700 in 5e5 steps.
     PRESETS: ClassVar[dict[str, dict]] = {
         "CartPole-v1": {},
         "Acrobot-v1": {},
         "MountainCar-v0": {"normalize_observations": True},
-        "Pendulum-v1": CONTINUOUS,
-        "MountainCarContinuous-v0": {**CONTINUOUS, "gamma": 0.99},
     }
 
     num_envs: int = 16
