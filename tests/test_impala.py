@@ -231,7 +231,7 @@ def test_learn_under_policy_lag_matches_numpy_vtrace(clips, normalize, learn_ref
     template = learn_reference.rollout(jax.random.key(1))
     t, n = template.reward.shape
     obs = 2.0 * template.observation
-    action, info = built.agent.act(state_a, obs.reshape(t * n, 4), jax.random.key(5))
+    action, info = jax.jit(built.agent.act)(state_a, obs.reshape(t * n, 4), jax.random.key(5))
     batch = template.replace(
         observation=obs,
         action=action.reshape(t, n),
@@ -240,13 +240,15 @@ def test_learn_under_policy_lag_matches_numpy_vtrace(clips, normalize, learn_ref
 
     # the reference, at B
     f64 = lambda x: np.asarray(x, np.float64)  # noqa: E731
-    dist_b, values_b = net.apply(params_b, obs)
+    dist_b, values_b = jax.jit(net.apply)(params_b, obs)
     log_pi = f64(dist_b.log_prob(batch.action))
     log_mu = f64(batch.extras["log_prob"])
     ratio = np.exp(log_pi - log_mu)
     assert (ratio > max(clips)).any() and (ratio < min(clips)).any(), ratio  # clipping matters
     assert np.abs(f64(values_b) - f64(batch.extras["value"])).max() > 0.1  # A's values differ
-    boot = f64(net.apply(params_b, batch.next_observation, method=net.value))
+    boot = f64(
+        jax.jit(lambda p, o: net.apply(p, o, method=net.value))(params_b, batch.next_observation)
+    )
     vs, pg_adv = numpy_vtrace(
         f64(batch.reward), f64(values_b), boot, f64(batch.terminated), f64(batch.truncated),
         log_pi - log_mu, 0.9, 0.8, clips,
@@ -274,7 +276,7 @@ def test_learn_under_policy_lag_matches_numpy_vtrace(clips, normalize, learn_ref
         }
         return pg + 0.5 * v_loss - 0.05 * entropy, parts
 
-    (total, parts), grads = jax.value_and_grad(reference, has_aux=True)(params_b)
+    (total, parts), grads = jax.jit(jax.value_and_grad(reference, has_aux=True))(params_b)
     learned = jax.jit(built.agent.learn)(state_b, batch, jax.random.key(2))
     m = learned.metrics
     np.testing.assert_allclose(m["train/value_target"], vs.mean(), rtol=1e-5, atol=1e-5)
@@ -317,8 +319,10 @@ def test_recurrent_learner_corrects_for_the_lag_of_its_unrolled_policy():
         built.network, lambda n: networks.initial_core_state("lstm", 8, n)
     )
     first = jax.tree.map(lambda x: x[0], batch.extras["hidden"])
-    (dist, values), _ = unroll(state_b.params, first, batch.observation, start)
-    _, boot = unroll(state_b.params, first, batch.observation, start, batch.next_observation)
+    (dist, values), _ = jax.jit(unroll)(state_b.params, first, batch.observation, start)
+    _, boot = jax.jit(unroll)(
+        state_b.params, first, batch.observation, start, batch.next_observation
+    )
     f64 = lambda x: np.asarray(x, np.float64)  # noqa: E731
     log_rho = f64(dist.log_prob(batch.action)) - f64(batch.extras["log_prob"])
     assert np.abs(log_rho).max() > 0.1
