@@ -38,7 +38,7 @@ CONFIGS = {
     "ppo-pendulum": ("ppo", "Pendulum-v1", 150_000, 8, {}),
     "a2c-cartpole": ("a2c", "CartPole-v1", 500_000, 16, {}),
     "reinforce-cartpole": ("reinforce", "CartPole-v1", 500_000, 8, {}),
-    "impala-cartpole": ("impala", "CartPole-v1", 300_000, 2, {}),
+    "impala-cartpole": ("impala", "CartPole-v1", 600_000, 2, {}),
     "pqn-cartpole": ("pqn", "CartPole-v1", 131_072, 8, {}),
     "dqn-cartpole": ("dqn", "CartPole-v1", 100_000, 16, {}),
     "rainbow-cartpole": ("rainbow", "CartPole-v1", 100_000, 8, {}),

@@ -382,7 +382,7 @@ def test_sweep_run_resumes_exactly_and_evaluates(tmp_path):
     folder, the same parameters and metric histories as the run that never stopped; then
     evaluated."""
     kw = dict(
-        total_steps=16 * 20 * 6,
+        total_steps=16 * 32 * 6,
         num_reports=6,
         progress=False,
         sweep={"rho_bar": [0.5, 1.0]},
@@ -390,7 +390,7 @@ def test_sweep_run_resumes_exactly_and_evaluates(tmp_path):
     whole = experiment.train("impala", "CartPole-v1", 2, out=tmp_path / "whole", **kw)
     with pytest.raises(experiment.TrainingInterrupted):
         experiment.train(
-            "impala", "CartPole-v1", 2, out=tmp_path / "split", stop_at_steps=2 * 320, **kw
+            "impala", "CartPole-v1", 2, out=tmp_path / "split", stop_at_steps=2 * 512, **kw
         )
     resumed = experiment.resume(tmp_path / "split", progress=False)
     assert whole.num_runs == 4
@@ -425,13 +425,14 @@ def test_two_devices_give_the_parameters_of_one(tmp_path):
 
 @pytest.mark.learning
 def test_impala_cartpole_450():
-    """IMPALA's CartPole-v1 defaults, 2 seeds vmapped in one program, 3e5 steps."""
+    """IMPALA's CartPole-v1 defaults, 2 seeds vmapped in one program, 6e5 steps."""
     res = jrl.train(
-        "impala", "CartPole-v1", seeds=2, total_steps=300_000, progress=False, num_reports=4
+        "impala", "CartPole-v1", seeds=2, total_steps=600_000, progress=False, num_reports=4
     )
     final = res.final_returns()
-    # measured 2026-12-02, 2 seeds: 500.0 +- 0.0 (both 500; 8 seeds: 500.0 +- 0.0); the
-    # issue's threshold, 10% below
+    # measured 2026-12-02, 2 seeds: 500.0 +- 0.0 (both 500; 8 seeds: 500.0 +- 0.0, each 500;
+    # at 4e5 steps 8 seeds reach 500 but one of the 2 stalls at 203); the issue's threshold,
+    # 10% below
     assert final.mean() >= 450, (final, res.summary())
 
 
