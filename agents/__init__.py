@@ -56,6 +56,7 @@ BUILTIN: dict[str, str] = {
     "snes": "jrl.agents.es:SNESConfig",
     "ippo": "jrl.agents.ippo:IPPOConfig",
     "mappo": "jrl.agents.mappo:MAPPOConfig",
+    "impala": "jrl.agents.impala:IMPALAConfig",
 }
 """Built-in agent name -> ``"module:ConfigClass"``; the module defines ``build``."""
 

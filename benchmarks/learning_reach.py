@@ -1,12 +1,13 @@
 """What the learning tests' agents reach: the configurations of the learning tests with their
 seeds (or ``--seeds``), the final return of each seed, mean, spread and wall time.
 
-The learning thresholds in ``tests/test_learning.py``, ``tests/test_reinforce.py`` and
-``tests/test_pqn.py`` are set from these figures (written beside each threshold): a threshold
-sits about 10-15% below the measured mean, so a clearly degraded agent fails while the test,
-which runs these very seeds, passes here and, elsewhere (another jax or CPU), moves by about
-the spread over the square root of the seed count. A vmapped seed's trajectory depends on the
-seed count (another batch shape, other float rounding), so measure with the test's count.
+The learning thresholds in ``tests/test_learning.py``, ``tests/test_reinforce.py``,
+``tests/test_impala.py`` and ``tests/test_pqn.py`` are set from these figures (written beside
+each threshold): a threshold sits about 10-15% below the measured mean, so a clearly degraded
+agent fails while the test, which runs these very seeds, passes here and, elsewhere (another jax
+or CPU), moves by about the spread over the square root of the seed count. A vmapped seed's
+trajectory depends on the seed count (another batch shape, other float rounding), so measure
+with the test's count.
 
 Usage::
 
@@ -37,6 +38,7 @@ CONFIGS = {
     "ppo-pendulum": ("ppo", "Pendulum-v1", 150_000, 8, {}),
     "a2c-cartpole": ("a2c", "CartPole-v1", 500_000, 16, {}),
     "reinforce-cartpole": ("reinforce", "CartPole-v1", 500_000, 8, {}),
+    "impala-cartpole": ("impala", "CartPole-v1", 600_000, 2, {}),
     "pqn-cartpole": ("pqn", "CartPole-v1", 131_072, 8, {}),
     "dqn-cartpole": ("dqn", "CartPole-v1", 100_000, 16, {}),
     "rainbow-cartpole": ("rainbow", "CartPole-v1", 100_000, 8, {}),

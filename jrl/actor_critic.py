@@ -12,7 +12,11 @@ brings:
   :class:`ActorCriticHParams` with the fields its loss and advantage
   estimator read, e.g. PPO's ``clip_eps``);
 - an :data:`AdvantageFn`: :func:`gae` for the agents on :class:`GAEConfig`
-  (PPO, A2C); REINFORCE's Monte Carlo returns or V-trace plug in the same way.
+  (PPO, A2C); REINFORCE's Monte Carlo returns or IMPALA's V-trace plug in the same way.
+  An estimator that corrects for the gap between the policy that acted and the one that
+  learns (V-trace) asks for ``learner_outputs``: ``learn`` then also gives it the current
+  parameters' log-probs of the actions taken and values on the rollout (see
+  :data:`AdvantageFn`).
 
 With ``config.recurrent`` ('lstm' or 'gru') the network is a
 :class:`jrl.networks.RecurrentActorCritic` and the agent has memory
@@ -47,6 +51,8 @@ __all__ = [
     "AdvantageFn",
     "GAEConfig",
     "GAEHParams",
+    "LEARNER_LOG_PROB",
+    "LEARNER_VALUE",
     "LossFn",
     "Minibatch",
     "SequenceMinibatch",
@@ -110,7 +116,17 @@ network's distribution and values ``[M]`` on the minibatch are given."""
 AdvantageFn = Callable[[Transition, jax.Array, Any], tuple[jax.Array, jax.Array]]
 """``advantages(rollout, bootstrap_values, hparams) -> (advantages, value_targets)``, all
 ``[T, N]``: ``rollout`` is the time-major ``Transition`` (``extras["value"]``,
-``extras["log_prob"]``) and ``bootstrap_values`` the critic on its ``next_observation``."""
+``extras["log_prob"]``: the behaviour policy's, recorded when it acted) and
+``bootstrap_values`` the critic on its ``next_observation`` with the learner's current
+parameters. With ``make_actor_critic(..., learner_outputs=True)`` the rollout's extras also
+hold ``LEARNER_LOG_PROB`` and ``LEARNER_VALUE`` (``[T, N]``): the log-prob of each action
+taken and the critic's value of each observation, with the current parameters."""
+
+LEARNER_LOG_PROB = "learner_log_prob"
+"""The rollout extra (with ``learner_outputs``) holding the current policy's log-probs of the
+actions taken, ``[T, N]``."""
+LEARNER_VALUE = "learner_value"
+"""The rollout extra (with ``learner_outputs``) holding the current critic's values, ``[T, N]``."""
 
 
 def gae(rollout: Transition, bootstrap_values: jax.Array, hp: Any) -> tuple[jax.Array, jax.Array]:
@@ -202,15 +218,23 @@ class GAEConfig(ActorCriticConfig):
 
 
 def make_actor_critic(
-    network: nn.Module, loss_fn: LossFn, config: ActorCriticConfig, advantages: AdvantageFn
+    network: nn.Module,
+    loss_fn: LossFn,
+    config: ActorCriticConfig,
+    advantages: AdvantageFn,
+    learner_outputs: bool = False,
 ) -> Agent:
     """Builds the agent. ``network`` maps observations to ``(distribution, value)``
     and has ``policy`` and ``value`` methods (see :class:`jrl.networks.ActorCritic`);
     ``config`` gives the update's settings and, through ``config.hparams()``, the
     initial hyperparameters ``loss_fn`` and ``advantages`` read. With ``config.recurrent``,
-    ``network`` is a :class:`jrl.networks.RecurrentActorCritic` (see the module docstring)."""
+    ``network`` is a :class:`jrl.networks.RecurrentActorCritic` (see the module docstring).
+    With ``learner_outputs``, ``learn`` evaluates the network on the rollout's observations
+    with the parameters it starts from and hands ``advantages`` the log-probs of the actions
+    taken and the values (``LEARNER_LOG_PROB``, ``LEARNER_VALUE`` in the rollout's extras),
+    once per rollout, before any gradient step."""
     if config.recurrent != "none":
-        return _recurrent_actor_critic(network, loss_fn, config, advantages)
+        return _recurrent_actor_critic(network, loss_fn, config, advantages, learner_outputs)
     tx = make_optimizer(config.optimizer, config.max_grad_norm)
     hparams, total_updates = config.hparams(), config.num_iterations
 
@@ -237,7 +261,10 @@ def make_actor_critic(
     def learn(state: ActorCriticState, batch: Transition, key: PRNGKey) -> Learned:
         hp = state.hparams
         bootstrap = network.apply(state.params, batch.next_observation, method=network.value)
-        adv, target = advantages(batch, bootstrap, hp)
+        rollout = batch
+        if learner_outputs:
+            rollout = _with_learner_outputs(batch, *network.apply(state.params, batch.observation))
+        adv, target = advantages(rollout, bootstrap, hp)
         ex = batch.extras
         data = Minibatch(batch.observation, batch.action, ex["log_prob"], ex["value"], adv, target)
         lr = scheduled_lr(hp.learning_rate, state.num_updates, total_updates, config.anneal_lr)
@@ -257,6 +284,13 @@ def _sample(dist, key: PRNGKey, obs):
     # exactly 1 (a tanh-normal's exact sample-time log-prob differs from log_prob(action)
     # where tanh saturates)
     return action, dist.log_prob(action)
+
+
+def _with_learner_outputs(batch: Transition, dist, values: jax.Array) -> Transition:
+    """``batch`` (``[T, N]``) with ``dist``'s log-probs of its actions and ``values`` (the
+    network's outputs on its observations) added to its extras."""
+    extras = {LEARNER_LOG_PROB: dist.log_prob(batch.action), LEARNER_VALUE: values}
+    return batch.replace(extras={**batch.extras, **extras})
 
 
 def _normalized(mb: Minibatch, config: ActorCriticConfig) -> Minibatch:
@@ -290,7 +324,11 @@ def _learned(state: ActorCriticState, metrics, lr, target) -> Learned:
 
 
 def _recurrent_actor_critic(
-    network: nn.Module, loss_fn: LossFn, config: ActorCriticConfig, advantages: AdvantageFn
+    network: nn.Module,
+    loss_fn: LossFn,
+    config: ActorCriticConfig,
+    advantages: AdvantageFn,
+    learner_outputs: bool,
 ) -> Agent:
     """:func:`make_actor_critic` with memory: ``network`` is a
     :class:`jrl.networks.RecurrentActorCritic` whose core is ``config.recurrent``."""
@@ -330,7 +368,11 @@ def _recurrent_actor_critic(
         start = jnp.concatenate([jnp.zeros_like(done[:1]), done[:-1]])
         first = jax.tree.map(lambda x: x[0], hidden)
         _, bootstrap = unroll(state.params, first, batch.observation, start, batch.next_observation)
-        adv, target = advantages(batch, bootstrap, hp)
+        rollout = batch
+        if learner_outputs:
+            outputs, _ = unroll(state.params, first, batch.observation, start)
+            rollout = _with_learner_outputs(batch, *outputs)
+        adv, target = advantages(rollout, bootstrap, hp)
         data = Minibatch(batch.observation, batch.action, ex["log_prob"], ex["value"], adv, target)
         lr = scheduled_lr(hp.learning_rate, state.num_updates, total_updates, config.anneal_lr)
         state, metrics = minibatch_epochs(

@@ -62,9 +62,10 @@ def build_on_policy(
     loss_fn: LossFn,
     advantages: AdvantageFn,
     num_devices: int = 1,
+    learner_outputs: bool = False,
 ) -> Built:
-    """Wraps ``env`` for training, builds the network and agent (``loss_fn`` and
-    ``advantages``: see :mod:`jrl.actor_critic`), returns the loop.
+    """Wraps ``env`` for training, builds the network and agent (``loss_fn``, ``advantages``
+    and ``learner_outputs``: see :func:`jrl.actor_critic.make_actor_critic`), returns the loop.
 
     With ``num_devices > 1`` each device steps ``num_envs / num_devices`` envs
     (the loop must then run sharded, see :func:`jrl.run.anakin.run`).
@@ -81,7 +82,7 @@ def build_on_policy(
         gamma=config.gamma,
     )
     network = _actor_critic_network(config, spec, num_devices)
-    agent = make_actor_critic(network, loss_fn, config, advantages)
+    agent = make_actor_critic(network, loss_fn, config, advantages, learner_outputs)
     algorithm = on_policy(agent, env, config.num_steps, env_params, num_devices)
     return Built(algorithm, agent, env, env_params, spec, network)
 

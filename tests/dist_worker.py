@@ -42,6 +42,7 @@ SMALL = {
     "ppo": dict(num_envs=4, num_steps=32, total_steps=4 * 32 * 4),
     "a2c": dict(num_envs=4, num_steps=8, total_steps=4 * 8 * 4),
     "reinforce": dict(num_envs=4, num_steps=32, total_steps=4 * 32 * 4),
+    "impala": dict(num_envs=4, num_steps=16, total_steps=4 * 16 * 4),
     # 12 iterations of 16 steps, updates from the 4th (2 per iteration), target copied every 3
     "dqn": dict(
         num_envs=4,

@@ -40,6 +40,7 @@ def test_public_api_imports():
         "cma_es",
         "ddpg",
         "dqn",
+        "impala",
         "ippo",
         "mappo",
         "openai_es",

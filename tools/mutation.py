@@ -65,6 +65,7 @@ SHARED = {
         "gae",
         "make_actor_critic",
         "_normalized",
+        "_with_learner_outputs",
         "_sgd_step",
         "_learned",
         "recurrent_unroll",
@@ -145,6 +146,7 @@ TESTS: dict[str, list[str]] = {
         "tests/test_reinforce.py::test_loss_is_policy_gradient_plus_weighted_baseline_loss",
         "tests/test_reinforce.py::test_learn_matches_a_numpy_reference",
         "tests/test_recurrent.py::test_learner_replays_what_the_agent_acted_on",
+        "tests/test_impala.py::test_learn_under_policy_lag_matches_numpy_vtrace",
     ],
     "jrl/two_player.py": ["tests/test_alphazero.py::test_player_returns_and_targets_by_hand"],
     "jrl/search.py": [
@@ -159,6 +161,12 @@ TESTS: dict[str, list[str]] = {
         "tests/test_reinforce.py::test_monte_carlo_advantages_by_hand",
         "tests/test_reinforce.py::test_loss_is_policy_gradient_plus_weighted_baseline_loss",
         "tests/test_reinforce.py::test_learn_matches_a_numpy_reference",
+    ],
+    "agents/impala.py": [
+        "tests/test_impala.py::test_vtrace_advantages_by_hand",
+        "tests/test_impala.py::test_loss_by_hand",
+        "tests/test_impala.py::test_learn_under_policy_lag_matches_numpy_vtrace",
+        "tests/test_impala.py::test_recurrent_learner_corrects_for_the_lag_of_its_unrolled_policy",
     ],
     "agents/dqn.py": [
         "tests/test_dqn.py::test_double_q_target_by_hand",
