@@ -525,8 +525,13 @@ def test_ppo_sebulba_gymnasium_cartpole_450(transfer):
 def test_impala_sebulba_gymnasium_cartpole_450():
     """IMPALA (its defaults) under synchronous Sebulba on Gymnasium's CartPole, 2 seeds."""
     result = experiment.train(
-        "impala", "gymnasium:CartPole-v1", seeds=2, runner="sebulba", progress=False,
-        total_steps=TOTAL_IMPALA, num_reports=4,
+        "impala",
+        "gymnasium:CartPole-v1",
+        seeds=2,
+        runner="sebulba",
+        progress=False,
+        total_steps=500_000,
+        num_reports=4,
     )
     final = result.final_returns()
     assert final.mean() >= 450, final
