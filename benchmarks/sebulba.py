@@ -216,6 +216,8 @@ def main() -> None:
         print(bytes_rows[-2:], flush=True)
 
     text = [
+        HEADING,
+        "",
         "PPO (jrl's defaults: 128 steps per env, 4 epochs x 4 minibatches, 64x64 tanh, with N "
         "envs) on CartPole-v1 stepped on the host, one seed. Steps/s exclude compilation (the "
         "first update). Actor utilisation: the share of the run the actor threads spent acting "
