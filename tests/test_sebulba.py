@@ -523,7 +523,8 @@ def test_ppo_sebulba_gymnasium_cartpole_450(transfer):
 
 @pytest.mark.learning
 def test_impala_sebulba_gymnasium_cartpole_450():
-    """IMPALA (its defaults) under synchronous Sebulba on Gymnasium's CartPole, 2 seeds."""
+    """IMPALA (its defaults) under synchronous Sebulba on Gymnasium's CartPole, 2 seeds.
+    Reach measured 2026-12-02 at 500k steps: 500.0 and 499.2 (at 300k: 500.0 and 411.7)."""
     result = experiment.train(
         "impala",
         "gymnasium:CartPole-v1",
