@@ -97,9 +97,9 @@ def cmd_envs(args: Sequence[str]) -> int:
         if i == 0:
             print("  ".join("-" * w for w in widths))
     print(
-        "\nHost envs, stepped outside the program (--runner sebulba): gymnasium:<id> for any "
-        "Gymnasium id (pip install jrl-jax[gymnasium]), envpool:<id> for EnvPool's "
-        "(pip install jrl-jax[envpool])."
+        "\nHost envs, stepped outside the program (--runner sebulba):\n"
+        "  gymnasium:<id>  any Gymnasium id (pip install jrl-jax[gymnasium])\n"
+        "  envpool:<id>    any EnvPool id (pip install jrl-jax[envpool])"
     )
     return 0
 
