@@ -165,13 +165,14 @@ def is_sebulba(spec: RunSpec) -> bool:
     return spec.options.runner == "sebulba"
 
 
-def abstract_states(spec: RunSpec, built) -> Any:
+def abstract_states(spec: RunSpec, built, device_axis: bool = True) -> Any:
     """Shapes of the run's stacked train states as its checkpoints hold them: ``[R, ...]``
-    (``[D, R, ...]`` for an Anakin run sharded over D devices; a Sebulba run's learner
-    states are replicated, never with a device axis)."""
+    (``[D, R, ...]`` for an Anakin run sharded over D devices, unless ``device_axis`` is
+    False; a Sebulba run's learner states are replicated, never with a device axis)."""
     if is_sebulba(spec):
         return sebulba.abstract_states(built.agent, built.spec, spec.keys())
-    return anakin.abstract_states(built.algorithm, spec.keys(), spec.options.devices)
+    devices = spec.options.devices if device_axis else None
+    return anakin.abstract_states(built.algorithm, spec.keys(), devices)
 
 
 def one_view(spec: RunSpec, states: Any) -> Any:
@@ -535,13 +536,9 @@ class ChunkWork:
         """The per-chunk checks and evaluations see one device's view of the states, [R, ...],
         on this process's first device; they are compiled now, not in the timed loop."""
         self.local = jax.sharding.SingleDeviceSharding(jax.local_devices()[0])
-        abstract = (
-            abstract_states(self.spec, self.built)
-            if is_sebulba(self.spec)
-            else anakin.abstract_states(self.built.algorithm, self.keys)
-        )
         view = jax.tree.map(
-            lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=self.local), abstract
+            lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=self.local),
+            abstract_states(self.spec, self.built, device_axis=False),
         )
         self.evaluator = self.eval_key = None
         opts = self.spec.options

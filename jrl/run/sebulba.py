@@ -38,6 +38,7 @@ never with a device axis), so the run folder, metrics, checkpoints and evaluatio
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import queue
 import threading
@@ -54,6 +55,7 @@ from jrl import parallel
 from jrl.agent import Agent, EnvSpec
 from jrl.loops import NO_EPISODE, episode_metrics
 from jrl.run.anakin import Report, RunHooks, RunResult, chunk_lengths, compiler_options, make_mesh
+from jrl.wrappers import NormalizeObservation, NormalizeReward
 from jrl.types import EPISODE_DONE, EPISODE_LENGTH, EPISODE_RETURN, PRNGKey, PyTree, Transition
 
 __all__ = [
@@ -161,10 +163,9 @@ def check_agent(agent: Agent, built_env: Any) -> None:
         )
     env = built_env
     while env is not None:
-        name = type(env).__name__
-        if name in ("NormalizeObservation", "NormalizeReward"):
+        if isinstance(env, (NormalizeObservation, NormalizeReward)):
             raise ValueError(
-                f"the sebulba runner does not normalise host envs ({name}): set "
+                f"the sebulba runner does not normalise host envs ({type(env).__name__}): set "
                 "normalize_observations=False and normalize_rewards=False"
             )
         env = getattr(env, "env", None)
@@ -224,9 +225,7 @@ def _expand(tree: PyTree, like: PyTree) -> PyTree:
 
 def nbytes(tree: PyTree) -> int:
     """Bytes of every leaf of ``tree``."""
-    return int(
-        sum(np.dtype(x.dtype).itemsize * int(np.prod(x.shape)) for x in jax.tree.leaves(tree))
-    )
+    return int(sum(x.nbytes for x in jax.tree.leaves(tree)))
 
 
 # --- the parameter store ----------------------------------------------------------------------
@@ -261,12 +260,11 @@ class _Store:
 class _Item:
     """One actor's trajectory for one iteration (host arrays)."""
 
-    iteration: int
-    version: int
+    version: int  # the parameter version the trajectory was acted with (its oldest)
     batch: Transition  # [R, T, n]
     episodes: dict[str, np.ndarray]  # [R, T, n]
-    snapshots: list[bytes | None] | None  # per run, after the trajectory (push mode)
-    act_seconds: float
+    act_seconds: float  # acting and stepping the envs, without waiting
+    snapshots: list[bytes | None] | None = None  # per run, after the trajectory (push mode)
 
 
 # --- actors -----------------------------------------------------------------------------------
@@ -302,6 +300,16 @@ class _Actor(threading.Thread):
             agent_state = self.runner.expand(agent_state)
         return version, agent_state, jax.device_put(act_keys, self.device)
 
+    def _item(self, version: int, batch: Transition, episodes: dict, t0: float) -> _Item:
+        """The queue item of a trajectory acted since ``t0``, compressed for the transfer."""
+        tr = self.runner.options.transfer
+        return _Item(
+            version,
+            _compress_trajectory(batch, tr),
+            _compress(episodes, tr),
+            time.perf_counter() - t0,
+        )
+
     def _put(self, item: _Item) -> bool:
         while not self.runner.stop.is_set():
             try:
@@ -336,12 +344,7 @@ class _Actor(threading.Thread):
                 )
                 if r.stop.is_set():
                     return
-            tr = r.options.transfer
-            batch, episodes = traj.arrays()
-            item = _Item(
-                j, version, _compress_trajectory(batch, tr), _compress(episodes, tr), None, 0.0
-            )
-            item.act_seconds = time.perf_counter() - t0
+            item = self._item(version, *traj.arrays(), t0)
             if r.snapshot_due(j + 1):
                 item.snapshots = [b.snapshot() for b in self.batches]
             if not self._put(item):
@@ -375,12 +378,7 @@ class _Actor(threading.Thread):
             pool.send(action[0], step.env_ids)
             while store.ready():
                 batch, episodes, oldest = store.take()
-                tr = r.options.transfer
-                item = _Item(
-                    j, oldest, _compress_trajectory(batch, tr), _compress(episodes, tr), None, 0.0
-                )
-                item.act_seconds = time.perf_counter() - t0
-                if not self._put(item):
+                if not self._put(self._item(oldest, batch, episodes, t0)):
                     return
                 j += 1
                 if j >= r.num_iterations:
@@ -568,6 +566,9 @@ def _learn_fn(agent: Agent, mesh: Mesh | None, steps_per_iteration: int):
         return new, {**metrics, **ep, "train/env_steps": new.env_steps}
 
     def learn(states, batch, episodes):
+        # bfloat16 transfers back to float32, inside the program (no extra dispatches)
+        widen = lambda x: x.astype(jnp.float32) if x.dtype == jnp.bfloat16 else x
+        batch, episodes = jax.tree.map(widen, (batch, episodes))
         with parallel.runs_axis():
             return jax.vmap(one, axis_name=parallel.RUNS)(states, batch, episodes)
 
@@ -607,7 +608,6 @@ def run(
     start_iteration: int = 0,
     hooks: RunHooks = RunHooks(),
     env_snapshots: list | None = None,
-    snapshot_every: int = 0,
     on_snapshots: Callable[[int, list], None] | None = None,
 ) -> RunResult:
     """Trains ``len(keys)`` runs of ``agent`` on ``host_env`` (see the module docstring).
@@ -624,16 +624,16 @@ def run(
       hooks: as for :func:`jrl.run.anakin.run`; ``on_chunk`` gets :class:`SebulbaState`\\ s.
       env_snapshots: per actor thread, per run, the host envs' saved state to restore (exact
         resume in push mode); None: fresh envs.
-      snapshot_every: take env snapshots after iterations that are multiples of this (0: at
-        chunk ends only); ``on_snapshots(iteration, snapshots)`` receives them on the learner
-        thread after that iteration is learned.
+      on_snapshots: ``on_snapshots(iteration, snapshots)`` receives the host envs' snapshots
+        (per thread, per run) taken at every chunk end, on the learner thread, after that
+        iteration is learned.
     """
     options.validate(num_envs)
     if num_iterations <= 0:
         raise ValueError(f"num_iterations must be positive, got {num_iterations}")
     if initial_state is not None and hparams:
         raise ValueError("hparams are set after init: an initial_state carries its own")
-    runs, threads = int(keys.shape[0]), options.actor_threads
+    runs = int(keys.shape[0])
     if options.pull_batch and runs != 1:
         raise ValueError(f"pull mode runs one seed at a time, got {runs} runs")
     if options.pull_batch and not host_env.pull_capable:
@@ -655,14 +655,13 @@ def run(
     if hparams:
         values = {k: jnp.asarray(v) for k, v in hparams.items()}
         states = states.replace(agent_state=jax.vmap(with_hparams)(states.agent_state, values))
-    per_thread = num_envs // threads
     per_iter = num_steps * num_envs
     learn = _learn_fn(agent, mesh, per_iter)
     act = _act_fn(agent)
     seeds = np.asarray(jax.device_get(states.env_seed)).tolist()
 
     def snapshot_due(done: int) -> bool:
-        return done in ends or (snapshot_every > 0 and done % snapshot_every == 0)
+        return done in ends
 
     def restore(index, batches, obs):
         if env_snapshots is None:
@@ -675,19 +674,30 @@ def run(
     runner = _Runner(
         options, num_steps, num_iterations, start_iteration, act, snapshot_due, restore
     )
-    batch_size = options.pull_batch or None
-    actors, made = [], []
-    try:
-        for a in range(threads):
-            batches = [
-                host_env.make_batch(per_thread, seeds[r] + a * per_thread, batch_size)
-                for r in range(runs)
-            ]
-            made += batches
-            actors.append(_Actor(a, runner, batches, actor_devs[a % len(actor_devs)]))
+    with _actor_threads(runner, host_env, seeds, num_envs, actor_devs) as actors:
         return _learner_loop(
             runner, actors, learn, states, lengths, hooks, mesh, on_snapshots, per_iter
         )
+
+
+@contextlib.contextmanager
+def _actor_threads(runner: _Runner, host_env: Any, seeds: list[int], num_envs: int, devices):
+    """The actor threads (not started), each with its share of every run's host envs (env
+    ``i`` of thread ``a`` in run ``r`` seeded ``seeds[r] + a * n + i``) and a device in turn. On
+    exit every thread is stopped (queues drained, so none blocks on a full one) and joined,
+    and the envs are closed."""
+    opts = runner.options
+    per_thread = num_envs // opts.actor_threads
+    actors, made = [], []
+    try:
+        for a in range(opts.actor_threads):
+            batches = [
+                host_env.make_batch(per_thread, seed + a * per_thread, opts.pull_batch or None)
+                for seed in seeds
+            ]
+            made += batches
+            actors.append(_Actor(a, runner, batches, devices[a % len(devices)]))
+        yield actors
     finally:
         runner.stop.set()
         runner.store.wake()
@@ -721,24 +731,9 @@ def collect(
     if options.max_staleness < count - 1:
         raise ValueError(f"collecting {count} trajectories needs max_staleness >= {count - 1}")
     states = init_states(agent, spec, keys)
-    runs, threads, per_thread = (
-        int(keys.shape[0]),
-        options.actor_threads,
-        num_envs // options.actor_threads,
-    )
     seeds = np.asarray(jax.device_get(states.env_seed)).tolist()
     runner = _Runner(options, num_steps, count, 0, _act_fn(agent), lambda done: False, None)
-    actors, made = [], []
-    try:
-        for a in range(threads):
-            batches = [
-                host_env.make_batch(
-                    per_thread, seeds[r] + a * per_thread, options.pull_batch or None
-                )
-                for r in range(runs)
-            ]
-            made += batches
-            actors.append(_Actor(a, runner, batches, jax.devices()[0]))
+    with _actor_threads(runner, host_env, seeds, num_envs, jax.devices()[:1]) as actors:
         runner.store.publish(0, _published(states, "float32"))
         for actor in actors:
             actor.start()
@@ -749,14 +744,6 @@ def collect(
                 raise _actor_error(actors)
             out.append(items)
         return out
-    finally:
-        runner.stop.set()
-        runner.store.wake()
-        for actor in actors:
-            _drain(actor.out)
-            actor.join(timeout=10.0)
-        for b in made:
-            b.close()
 
 
 def remaining_chunks(num_iterations: int, num_reports: int, start: int) -> list[int]:
@@ -821,14 +808,6 @@ def _learner_loop(runner, actors, learn, states, lengths, hooks, mesh, on_snapsh
             }
             traj_bytes = nbytes(batch) + nbytes(episodes)
             batch, episodes = jax.device_put((batch, episodes), sharding)
-            if opts.transfer != "float32":
-                batch = jax.tree.map(
-                    lambda x: x.astype(jnp.float32) if x.dtype == jnp.bfloat16 else x, batch
-                )
-                episodes = {
-                    k: v.astype(jnp.float32) if v.dtype == jnp.bfloat16 else v
-                    for k, v in episodes.items()
-                }
             counted = not first  # the first update (compilation) is not timed
             t_learn = time.perf_counter()
             states, metrics = learn(states, batch, episodes)
