@@ -205,13 +205,11 @@ def host_evaluator(agent: Agent, host_env, num_episodes: int, greedy: bool = Tru
     else its ``act``) until all have ended. Env seeds derive from ``key``."""
     if int(num_episodes) <= 0:
         raise ValueError(f"num_episodes must be positive, got {num_episodes}")
-    if greedy and agent.policy is None:
+    if greedy and agent.policy is None:  # before any training, not at the first evaluation
         raise ValueError("this agent has no greedy policy; evaluate it with greedy=False")
 
-    def one(agent_state, obs, key):
-        if greedy:
-            return agent.policy(agent_state.params, obs, key)
-        return agent.act(agent_state, obs, key)[0]
+    def one(agent_state, obs, key):  # a host-env run has no normaliser state
+        return run_policy(agent, host_env, agent_state, None, greedy)(obs, key)
 
     policy = jax.jit(jax.vmap(one, in_axes=(0, 0, None)))
     E = int(num_episodes)
