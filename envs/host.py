@@ -313,7 +313,9 @@ def gymnasium_entry(name: str):
     gymnasium = _gymnasium()
     known = sorted(gymnasium.envs.registry)
     if name not in known:
-        raise UnknownEnvError(name, known, prefix=GYMNASIUM_PREFIX, listing="")
+        raise UnknownEnvError(
+            name, known, prefix=GYMNASIUM_PREFIX, listing="gymnasium.pprint_registry() lists them."
+        )
     return EnvEntry(
         GYMNASIUM_PREFIX + name,
         GymnasiumEnvironment,
@@ -460,7 +462,9 @@ def envpool_entry(name: str):
 
     known = sorted(_envpool().list_all_envs())
     if name not in known:
-        raise UnknownEnvError(name, known, prefix=ENVPOOL_PREFIX, listing="")
+        raise UnknownEnvError(
+            name, known, prefix=ENVPOOL_PREFIX, listing="envpool.list_all_envs() lists them."
+        )
     return EnvEntry(
         ENVPOOL_PREFIX + name, EnvPoolEnvironment, None, source="envpool", kwargs=(("name", name),)
     )
