@@ -147,7 +147,8 @@ def test_synchronous_ray_actors_equal_actor_threads(ray_session):
 def test_a_killed_actor_process_is_restarted_and_the_run_learns(ray_session, capfd):
     """kill -9 of one Ray actor after the first chunk: the runner replaces it (a line on
     stderr, ``ray/actor_restarts``), the run finishes and PPO still learns CartPole (bfloat16
-    on the wire). Reach measured 2026-12-02 with the kill: see the threshold."""
+    on the wire). Reach measured 2026-12-02 at 150k steps with the kill, seeds 0 and 1: 500.0
+    and 475.0 (mean 487.5)."""
     from jrl.run import ray_actors
 
     env, config, built = build(
@@ -183,12 +184,14 @@ def test_a_killed_actor_process_is_restarted_and_the_run_learns(ray_session, cap
 
 
 KILL_TEST_STEPS = 150_000
-KILL_TEST_THRESHOLD = 400
+KILL_TEST_THRESHOLD = 420
 
 
 @pytest.mark.learning
 def test_impala_with_two_ray_actors_gymnasium_cartpole_450(ray_session):
-    """IMPALA (its defaults) with 2 Ray actor processes, synchronous, 2 seeds."""
+    """IMPALA (its defaults) with 2 Ray actor processes, synchronous, 2 seeds. Reach measured
+    2026-12-02 at 500k steps, seeds 0 and 1: 500.0 and 500.0 (at 300k: 500.0 and 179.0, one
+    seed unlearning again, as IMPALA on CartPole does under the threaded runner too)."""
     from jrl.run.ray_actors import RayActors
 
     result = experiment.train(
@@ -205,4 +208,4 @@ def test_impala_with_two_ray_actors_gymnasium_cartpole_450(ray_session):
     assert final.mean() >= 450, final
 
 
-IMPALA_STEPS = 300_000
+IMPALA_STEPS = 500_000
