@@ -122,18 +122,37 @@ def test_ray_actors_option_reads_as_text():
 # --- Ray runs --------------------------------------------------------------------------------
 
 
-def test_synchronous_ray_actors_equal_actor_threads(ray_session):
+def max_diff(a, b) -> float:
+    diff = jax.tree.map(lambda x, y: float(np.abs(np.asarray(x) - np.asarray(y)).max()), a, b)
+    return max(jax.tree.leaves(diff))
+
+
+def test_synchronous_ray_actors_equal_actor_threads_and_resume_their_checkpoint(ray_session):
     """Two Ray actor processes, synchronous: the same parameters as two actor threads (same
-    envs, same act keys, CPU inference either way); the wire's bytes/s is logged."""
+    envs, same act keys, CPU inference either way); Ray actors resumed from the threads' state
+    and host envs after 2 of 4 iterations end where the threads did (the envs' snapshots
+    travel to the actor processes); the wire's bytes/s is logged."""
     env, config, built = build()
-    threads = run(built, env, config, 4, sebulba.SebulbaOptions(actor_threads=2), num_reports=2)
+    mid = {}
+    hooks = RunHooks(on_chunk=lambda states, done, _: mid.setdefault(done, states))
+    keep = lambda done, snapshots: mid.setdefault(("envs", done), snapshots)
+    two_threads = sebulba.SebulbaOptions(actor_threads=2)
+    threads = run(built, env, config, 4, two_threads, num_reports=2, hooks=hooks, on_snapshots=keep)
     rays = run(built, env, config, 4, sebulba.SebulbaOptions(actors="ray:2"), num_reports=2)
-    diff = jax.tree.map(
-        lambda a, b: float(np.abs(np.asarray(a) - np.asarray(b)).max()),
-        threads.final_state.agent_state,
-        rays.final_state.agent_state,
+    assert max_diff(threads.final_state.agent_state, rays.final_state.agent_state) <= 1e-6
+    resumed = run(
+        built,
+        env,
+        config,
+        4,
+        sebulba.SebulbaOptions(actors="ray:2"),
+        num_reports=2,
+        initial_state=mid[2],
+        start_iteration=2,
+        env_snapshots=mid[("envs", 2)],
     )
-    assert max(jax.tree.leaves(diff)) <= 1e-6, diff
+    assert resumed.iterations == 4
+    assert max_diff(threads.final_state.agent_state, resumed.final_state.agent_state) <= 1e-6
     m = rays.metrics
     assert (m["ray/actor_restarts"] == 0).all()
     assert (m["sebulba/bytes_per_s"] > 0).all()
