@@ -22,6 +22,7 @@ Steps/s and updates/s exclude the first update (compilation), as in benchmarks/s
 from __future__ import annotations
 
 import argparse
+import os
 import warnings
 
 import common
@@ -123,6 +124,16 @@ def main() -> None:
     ]
     for transfer, tb, pb, per_s, rate in wire:
         text.append(f"| {transfer} | {tb:,.0f} | {pb:,.0f} | {per_s:,.0f} | {rate:,.0f} |")
+    cores = os.cpu_count() or 1
+    text += [
+        "",
+        f"This machine has {cores} cores for the learner and every actor process (and, when "
+        "the load average above exceeds them, for other work too): more actors cannot step "
+        "more envs per second here, so the rows by actor count show the overhead of each "
+        "setting, not scaling, which needs a core per actor (a larger machine or a Ray "
+        "cluster). Ray / threads is the cost of processes, pickling and the object store "
+        "against threads sharing the learner's process at the same actor count.",
+    ]
     common.publish(HEADING, "\n".join(text) + "\n", args.write and not args.quick)
 
 

@@ -21,7 +21,9 @@ actor processes (``jrl[ray]``):
   restarts (``ray/actor_restarts``). After :data:`MAX_RESTARTS` deaths of one actor, or when
   an env raises inside an actor (a bug a restart would repeat), the run stops with
   :class:`~jrl.run.sebulba.ActorError`, as a failing thread does; so does losing Ray itself.
-  A learner that dies takes its actors with it (Ray ends the actors a driver owns).
+  A learner that dies takes its actors with it (Ray ends the actors a driver owns). When
+  Ray's head goes away (its GCS killed), Ray ends the learner's process itself after about a
+  minute without it; the last checkpoint is what remains.
 - **Ray itself.** With ``ray_address`` the run joins that cluster (``ray.init(address=...)``;
   the machines need jrl installed); otherwise it starts a small local Ray (one CPU per actor,
   no dashboard) and shuts it down at the end. A Ray already initialised in the process (a
@@ -46,7 +48,8 @@ __all__ = ["MAX_RESTARTS", "RayActors", "RayPool", "pids", "ray_pool"]
 MAX_RESTARTS = 5
 """Deaths of one actor the runner replaces before it stops the run."""
 NAME_PREFIX = "jrl-actor-"
-"""Ray actor names: ``jrl-actor-<run>-<index>`` (``ray.util.list_named_actors`` finds them)."""
+"""Ray actor names: ``jrl-actor-<run>-<index>``, ``-restart<k>`` appended for the k-th
+replacement (``ray.util.list_named_actors`` finds them)."""
 OBJECT_STORE_BYTES = 256 * 2**20
 """A local Ray's object store: trajectories and parameters of small envs need little."""
 
@@ -173,7 +176,11 @@ class RayPool:
             import ray
 
             ray.kill(self.handles[a], no_restart=True)
-        self.handles[a] = self.make_actor(a, self.deaths[a])
+        try:
+            self.handles[a] = self.make_actor(a, self.deaths[a])
+        except Exception as e2:  # Ray could not place a new actor
+            self._fail(f"ray actor {a} died and could not be replaced: {e2}", e2)
+            return False
         self.pending[a] = [(j, self._request(a, j)) for j, _ in self.pending[a]]
         print(
             f"jrl: ray actor {a} died; restarted it with fresh envs "
@@ -238,7 +245,7 @@ def ray_pool(runner, agent, host_env, seeds: list[int], num_envs: int, template)
         # a replacement's envs are seeded past every env of every actor before it
         moved = [s + deaths * num_envs for s in seeds]
         return remote.options(
-            name=f"{NAME_PREFIX}{run_id}-{a}",
+            name=f"{NAME_PREFIX}{run_id}-{a}" + (f"-restart{deaths}" if deaths else ""),
             runtime_env={"env_vars": {"JAX_PLATFORMS": "cpu"}},
         ).remote(
             agent,

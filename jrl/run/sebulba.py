@@ -9,7 +9,9 @@ halves apart, the same agent in both runners:
   trajectory of ``num_steps`` steps: the agent's ``act`` (jitted, vmapped over runs) on the
   actor device, the host envs stepped with its actions. It pushes the trajectory (a time-major
   ``Transition [R, T, n]`` and the episodes that ended in it) into its own bounded queue
-  (``queue_size``).
+  (``queue_size``). With ``actors="ray:N"`` the actors are N Ray processes instead
+  (:mod:`jrl.run.ray_actors`); both run :class:`PushActing`, and the learner drives either
+  through the same small interface (:class:`ThreadActors`).
 - **Learner.** Iteration ``j`` takes trajectory ``j`` from every actor's queue, joins them along
   the env axis (``[R, T, N]``) and calls the agent's ``learn`` (vmapped over runs;
   ``shard_map``ped over the learner devices, each taking its share of the envs, exactly as the
