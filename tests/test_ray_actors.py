@@ -3,6 +3,7 @@ equals the threaded one, a killed actor process is replaced and the run still le
 learns with two Ray actors, and bad --actors values exit 2 with the reason. One local Ray
 (2 CPUs, no dashboard) serves the module."""
 
+import json
 import os
 import signal
 import subprocess
@@ -14,7 +15,7 @@ import pytest
 
 import jrl.agents
 import jrl.envs
-from jrl import experiment
+from jrl import cli, experiment
 from jrl.options import RunOptions
 from jrl.run import sebulba
 from jrl.run.anakin import RunHooks
@@ -22,7 +23,6 @@ from jrl.run.anakin import RunHooks
 gymnasium = pytest.importorskip("gymnasium")
 pytestmark = pytest.mark.filterwarnings("ignore:os.fork:RuntimeWarning", "ignore::UserWarning")
 
-JRL = [sys.executable, "-m", "jrl.cli"]
 SMALL = dict(num_envs=4, num_steps=16, num_minibatches=2, num_epochs=2, hidden_sizes=(16, 16))
 
 
@@ -62,20 +62,6 @@ def run(built, env, config, iterations, options, seeds=1, **kwargs):
     )
 
 
-def cli(*args, cwd, pre=""):
-    code = f"import sys; {pre}from jrl.cli import main; sys.exit(main(sys.argv[1:]))"
-    env = {**os.environ, "JAX_PLATFORMS": "cpu"}
-    out = subprocess.run(
-        [sys.executable, "-c", code, *map(str, args)],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        cwd=cwd,
-        env=env,
-    )
-    return out
-
-
 # --- bad input (no Ray started) ------------------------------------------------------------
 
 
@@ -92,19 +78,21 @@ def cli(*args, cwd, pre=""):
         ),
     ],
 )
-def test_bad_actors_exit_2_with_the_reason(tmp_path, args, reason):
-    out = cli("train", "ppo", "--env", "gymnasium:CartPole-v1", *args, cwd=tmp_path)
-    assert out.returncode == 2, (out.returncode, out.stderr[-2000:])
-    assert reason in out.stderr, out.stderr[-2000:]
+def test_bad_actors_exit_2_with_the_reason(tmp_path, monkeypatch, capsys, args, reason):
+    monkeypatch.chdir(tmp_path)
+    assert cli.main(["train", "ppo", "--env", "gymnasium:CartPole-v1", *args]) == 2
+    err = capsys.readouterr().err
+    assert reason in err, err[-2000:]
+    assert not any(tmp_path.iterdir())  # refused before any run folder
 
 
-def test_ray_absent_names_the_extra(tmp_path, monkeypatch):
+def test_ray_absent_names_the_extra(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setitem(sys.modules, "ray", None)  # as if Ray were not installed
     args = ["--runner", "sebulba", "--actors", "ray:2"]
-    pre = "sys.modules['ray'] = None; "  # as if Ray were not installed
-    out = cli("train", "ppo", "--env", "gymnasium:CartPole-v1", *args, cwd=tmp_path, pre=pre)
-    assert out.returncode == 2, (out.returncode, out.stderr[-2000:])
-    assert "needs Ray, which is not installed: pip install jrl-jax[ray]" in out.stderr
-    monkeypatch.setitem(sys.modules, "ray", None)
+    assert cli.main(["train", "ppo", "--env", "gymnasium:CartPole-v1", *args]) == 2
+    err = capsys.readouterr().err
+    assert "needs Ray, which is not installed: pip install jrl-jax[ray]" in err, err[-2000:]
     with pytest.raises(ValueError, match=r"pip install jrl-jax\[ray\]"):
         RunOptions(runner="sebulba", actors="ray:1").validate()
 
@@ -160,6 +148,28 @@ def test_synchronous_ray_actors_equal_actor_threads_and_resume_their_checkpoint(
     wire = m["sebulba/trajectory_bytes"] + 2 * m["sebulba/params_bytes"]  # 2 actors pull
     assert wire[0, -1] > 0
     assert set(threads.metrics) | {"ray/actor_restarts"} == set(m)
+
+
+def test_cli_trains_with_ray_actors_on_a_local_ray_of_its_own(tmp_path, ray_session):
+    """``jrl train --actors ray:2`` starts (beside the module's Ray) and stops its own local
+    Ray; the run folder records the actors and logs restarts and bytes/s."""
+    args = ["--runner", "sebulba", "--actors", "ray:2", "--num-envs", 4, "--num-steps", 16]
+    args += ["--hidden-sizes", 16, 16, "--total-steps", 1024, "--num-reports", 2, "--out", "run"]
+    env = {**os.environ, "JAX_PLATFORMS": "cpu"}
+    out = subprocess.run(
+        [sys.executable, "-m", "jrl.cli", "train", "ppo", "--env", "gymnasium:CartPole-v1"]
+        + [str(a) for a in args],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=tmp_path,
+        env=env,
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    config = json.loads((tmp_path / "run" / "config.json").read_text())
+    assert config["run"]["sebulba"]["actors"] == "ray:2", config["run"]
+    header = (tmp_path / "run" / "metrics.csv").read_text().splitlines()[0].split(",")
+    assert {"ray/actor_restarts", "sebulba/bytes_per_s"} <= set(header)
 
 
 @pytest.mark.learning

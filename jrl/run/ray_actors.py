@@ -226,6 +226,7 @@ def ray_pool(runner, agent, host_env, seeds: list[int], num_envs: int, template)
                 ray.init(address=opts.ray_address, log_to_driver=False, logging_level="ERROR")
             else:
                 ray.init(
+                    address="local",  # a new Ray of its own, even beside a running one
                     num_cpus=max(2, count),
                     include_dashboard=False,
                     object_store_memory=OBJECT_STORE_BYTES,
