@@ -8,6 +8,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 
 import jax
 import numpy as np
@@ -170,6 +171,65 @@ def test_cli_trains_with_ray_actors_on_a_local_ray_of_its_own(tmp_path, ray_sess
     assert config["run"]["sebulba"]["actors"] == "ray:2", config["run"]
     header = (tmp_path / "run" / "metrics.csv").read_text().splitlines()[0].split(",")
     assert {"ray/actor_restarts", "sebulba/bytes_per_s"} <= set(header)
+
+
+LEARNER = """
+import json
+import jax
+import jrl.agents, jrl.envs
+from jrl import experiment
+from jrl.run import ray_actors, sebulba
+from jrl.run.anakin import RunHooks
+
+env, params = jrl.envs.make("gymnasium:CartPole-v1")
+config = experiment.make_config("ppo", "CartPole-v1", num_envs=4, num_steps=16,
+                                hidden_sizes=(16, 16))
+built = jrl.agents.get("ppo").build(config, env, params)
+said = []
+
+def tell(states, done, metrics):  # the actors' and the local Ray's process ids, once
+    if not said:
+        import ray
+        node = ray._private.worker._global_node
+        procs = [i.process.pid for infos in node.all_processes.values() for i in infos]
+        print(json.dumps([*ray_actors.pids().values(), *procs]), flush=True)
+        said.append(True)
+
+sebulba.run(built.agent, env, built.spec, jax.random.key(0)[None], 10**6, 16, 4,
+            sebulba.SebulbaOptions(actors="ray:2"), num_reports=10**6,
+            hooks=RunHooks(on_chunk=tell))
+"""
+
+
+def test_a_lost_learner_takes_its_actors_and_its_local_ray_with_it(tmp_path):
+    """kill -9 of the learner's process: its Ray actors and the local Ray it started end
+    too (Ray ends the actors a dead driver owned); nothing is left running."""
+    (tmp_path / "learner.py").write_text(LEARNER)
+    env = {**os.environ, "JAX_PLATFORMS": "cpu"}
+    learner = subprocess.Popen(
+        [sys.executable, "learner.py"], cwd=tmp_path, env=env, stdout=subprocess.PIPE, text=True
+    )
+    try:
+        pids = json.loads(learner.stdout.readline())
+    finally:
+        learner.kill()
+        assert learner.wait(timeout=60) == -signal.SIGKILL
+    assert len(pids) >= 4  # 2 actors, the GCS, the raylet, ...
+
+    def alive(pid):
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return False
+        return True
+
+    deadline = time.monotonic() + 60
+    while any(alive(p) for p in pids) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    left = [p for p in pids if alive(p)]
+    for p in left:  # not to leak them into the rest of the suite
+        os.kill(p, signal.SIGKILL)
+    assert not left
 
 
 @pytest.mark.learning
