@@ -173,6 +173,59 @@ def test_cli_trains_with_ray_actors_on_a_local_ray_of_its_own(tmp_path, ray_sess
     assert {"ray/actor_restarts", "sebulba/bytes_per_s"} <= set(header)
 
 
+class CrashingHostEnv:
+    """A host env whose batches raise after 40 steps (travels to the actors by value)."""
+
+    def __init__(self, env):
+        self.env = env
+
+    def __getattr__(self, name):
+        if name == "env":  # while unpickling
+            raise AttributeError(name)
+        return getattr(self.env, name)
+
+    def make_batch(self, n, seed, pull=None):
+        return CrashingBatch(self.env.make_batch(n, seed, pull))
+
+
+class CrashingBatch:
+    def __init__(self, batch):
+        self.batch, self.steps = batch, 0
+
+    def __getattr__(self, name):
+        if name == "batch":
+            raise AttributeError(name)
+        return getattr(self.batch, name)
+
+    def step(self, actions):
+        self.steps += 1
+        if self.steps > 40:
+            raise RuntimeError("the simulator lost its connection")
+        return self.batch.step(actions)
+
+
+def test_an_env_failing_in_a_ray_actor_stops_the_run_with_its_error(ray_session):
+    """An env that raises inside an actor process, or an actor that cannot be built, is not
+    restarted (it would fail again): the run stops with ActorError naming the actor and the
+    error, after the iterations learned."""
+    from ray import cloudpickle  # Ray's own copy pickles actor arguments
+
+    env, config, built = build()
+    options = sebulba.SebulbaOptions(actors="ray:2")
+    # an actor that cannot be built (its module absent in the actor process) is not retried
+    with pytest.raises(sebulba.ActorError, match="ray actor 0 could not start: .*test_ray_actors"):
+        run(built, CrashingHostEnv(env), config, 20, options)
+    cloudpickle.register_pickle_by_value(sys.modules[__name__])
+    try:
+        with pytest.raises(sebulba.ActorError) as caught:
+            run(built, CrashingHostEnv(env), config, 20, options)
+    finally:
+        cloudpickle.unregister_pickle_by_value(sys.modules[__name__])
+    message = str(caught.value)
+    assert "ray actor 0 failed: RuntimeError: the simulator lost its connection" in message
+    assert caught.value.result.iterations == 2  # 2 trajectories of 16 steps, then the crash
+
+
 LEARNER = """
 import json
 import jax

@@ -19,7 +19,8 @@ actor processes (``jrl[ray]``):
   replaced by a new one with fresh envs (seeds moved past every other actor's), its pending
   requests sent again with the latest parameters; the runner prints a line and counts
   restarts (``ray/actor_restarts``). After :data:`MAX_RESTARTS` deaths of one actor, or when
-  an env raises inside an actor (a bug a restart would repeat), the run stops with
+  an env raises inside an actor, or an actor cannot be built (errors a restart would
+  repeat), the run stops with
   :class:`~jrl.run.sebulba.ActorError`, as a failing thread does; so does losing Ray itself.
   A learner that dies takes its actors with it (Ray ends the actors a driver owns). When
   Ray's head goes away (its GCS killed), Ray ends the learner's process itself after about a
@@ -155,8 +156,11 @@ class RayPool:
                     items.append(ray.get(ref))
                     self.pending[a].pop(0)
                     break
-                except RayActorError as e:  # the process died: replace it, ask again
-                    if not self._restart(a, e):
+                except RayActorError as e:
+                    if getattr(e, "actor_init_failed", False):  # a restart would fail again
+                        self._fail(f"ray actor {a} could not start: {_last_line(e)}", e)
+                        return None, 0.0
+                    if not self._restart(a, e):  # the process died: replace it, ask again
                         return None, 0.0
                 except RayTaskError as e:  # the actor's code raised (its env): stop
                     cause = getattr(e, "cause", None) or e
@@ -269,6 +273,12 @@ def ray_pool(runner, agent, host_env, seeds: list[int], num_envs: int, template)
             pool.close()
         if started:
             ray.shutdown()
+
+
+def _last_line(e: BaseException) -> str:
+    """The last line of an error's text (Ray's errors carry the remote traceback)."""
+    lines = [line.strip() for line in str(e).splitlines() if line.strip()]
+    return lines[-1] if lines else type(e).__name__
 
 
 def pids(prefix: str = NAME_PREFIX) -> dict[str, int]:
