@@ -106,6 +106,12 @@ class RunOptions:
     actor_devices: int = 0
     """sebulba: devices for the actor threads after the learner's --devices (0: actors use the
     learner's first device)."""
+    actors: str = "threads"
+    """sebulba: where the actors run: threads (--actor-threads of them) or ray:N (N Ray actor
+    processes with their own envs and CPU inference; pip install jrl-jax[ray])."""
+    ray_address: str = ""
+    """sebulba with --actors ray:N: the Ray cluster to join (e.g. 10.0.0.1:6379); empty: a local
+    Ray started and shut down with the run."""
     keys: Annotated[str, _Hidden] = "per_seed"
     """How run keys derive from the seeds: "per_seed" (run i uses key(seed + i)) or "split"
     (split(key(seed), seeds)[i]: run folders written before per-seed keys)."""
@@ -176,6 +182,7 @@ class RunOptions:
         values["sweep"] = {k: tuple(float(v) for v in vs) for k, vs in self.sweep.items()}
         values["env_overrides"], values["log"] = dict(self.env_overrides), tuple(self.log)
         values["plugins"] = tuple(str(m) for m in self.plugins)
+        values["actors"] = str(values["actors"])  # RayActors(n) -> "ray:n"
         return RunOptions(**values)
 
     def record(self) -> dict[str, Any]:
@@ -215,6 +222,7 @@ class RunOptions:
         from jrl.run.sebulba import SebulbaOptions
 
         fields = {n: getattr(self, n) for n in SEBULBA_OPTIONS}
+        fields["actors"] = str(fields["actors"])  # a jrl.run.ray_actors.RayActors, or text
         return SebulbaOptions(learner_devices=int(self.devices or 1), **fields)
 
     def recorded(self) -> dict[str, Any]:
@@ -250,6 +258,8 @@ SEBULBA_OPTIONS = (
     "transfer",
     "pull_batch",
     "actor_devices",
+    "actors",
+    "ray_address",
 )
 """The sebulba runner's options (recorded under ``"sebulba"`` for its runs only)."""
 

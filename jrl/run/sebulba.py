@@ -9,7 +9,9 @@ halves apart, the same agent in both runners:
   trajectory of ``num_steps`` steps: the agent's ``act`` (jitted, vmapped over runs) on the
   actor device, the host envs stepped with its actions. It pushes the trajectory (a time-major
   ``Transition [R, T, n]`` and the episodes that ended in it) into its own bounded queue
-  (``queue_size``).
+  (``queue_size``). With ``actors="ray:N"`` the actors are N Ray processes instead
+  (:mod:`jrl.run.ray_actors`); both run :class:`PushActing`, and the learner drives either
+  through the same small interface (:class:`ThreadActors`).
 - **Learner.** Iteration ``j`` takes trajectory ``j`` from every actor's queue, joins them along
   the env axis (``[R, T, N]``) and calls the agent's ``learn`` (vmapped over runs;
   ``shard_map``ped over the learner devices, each taking its share of the envs, exactly as the
@@ -41,6 +43,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import queue
+import sys
 import threading
 import time
 from typing import Any, Callable
@@ -88,6 +91,18 @@ class SebulbaOptions:
     pull_batch: int = 0  # EnvPool pull mode: envs per recv (0: push mode)
     learner_devices: int = 1  # the first devices, data-parallel
     actor_devices: int = 0  # the next devices, one per thread in turn (0: the learner's first)
+    actors: str = "threads"  # or "ray:N": N Ray actor processes (jrl.run.ray_actors)
+    ray_address: str = ""  # with ray:N, the cluster to join ("": a local Ray for the run)
+
+    @property
+    def ray_actors(self) -> int:
+        """The number of Ray actor processes (0: actor threads)."""
+        return parse_actors(self.actors)
+
+    @property
+    def num_actors(self) -> int:
+        """Actors (threads or processes), each stepping ``num_envs / num_actors`` envs."""
+        return self.ray_actors or self.actor_threads
 
     def validate(self, num_envs: int | None = None) -> "SebulbaOptions":
         """Raises ``ValueError`` for the first bad option (with ``num_envs``: also how the envs
@@ -110,16 +125,21 @@ class SebulbaOptions:
         for ok, message in checks:
             if not ok:
                 raise ValueError(message)
+        if self.ray_actors:
+            _check_ray_options(self)
+        elif self.ray_address:
+            raise ValueError("--ray-address is for Ray actors: add --actors ray:N")
         if num_envs is None:
             return self
+        what = f"actors ({self.actors})" if self.ray_actors else "actor_threads"
         checks = [
             (
-                num_envs % (self.actor_threads * self.learner_devices) == 0,
-                f"num_envs ({num_envs}) must divide among actor_threads ({self.actor_threads}) "
+                num_envs % (self.num_actors * self.learner_devices) == 0,
+                f"num_envs ({num_envs}) must divide among {what} ({self.num_actors}) "
                 f"and among the learner's devices ({self.learner_devices})",
             ),
         ]
-        per_thread = num_envs // self.actor_threads
+        per_thread = num_envs // self.num_actors
         if self.pull_batch:
             checks.append(
                 (
@@ -132,6 +152,39 @@ class SebulbaOptions:
             if not ok:
                 raise ValueError(message)
         return self
+
+
+def parse_actors(text: str) -> int:
+    """``"threads"`` -> 0, ``"ray:N"`` -> N (``ValueError`` for anything else)."""
+    kind, _, count = str(text).partition(":")
+    if kind == "threads" and not count:
+        return 0
+    if kind == "ray" and count.isdigit() and int(count) >= 1:
+        return int(count)
+    raise ValueError(
+        f"actors must be 'threads' or 'ray:N' with N >= 1 Ray actor processes, got {text!r}"
+    )
+
+
+def _check_ray_options(options: SebulbaOptions) -> None:
+    """``ValueError`` for what Ray actors do not combine with, and when Ray is absent."""
+    import importlib.util
+
+    refused = [
+        (options.actor_threads != 1, "--actor-threads (each Ray actor is one process)"),
+        (options.pull_batch != 0, "--pull-batch (EnvPool's pull mode runs in threads)"),
+        (options.actor_devices != 0, "--actor-devices (Ray actors act on their own CPU)"),
+    ]
+    for bad, what in refused:
+        if bad:
+            raise ValueError(f"--actors {options.actors} does not take {what}")
+    absent = (
+        sys.modules["ray"] is None if "ray" in sys.modules else not importlib.util.find_spec("ray")
+    )
+    if absent:
+        raise ValueError(
+            f"--actors {options.actors} needs Ray, which is not installed: pip install jrl-jax[ray]"
+        )
 
 
 @struct.dataclass
@@ -300,16 +353,6 @@ class _Actor(threading.Thread):
             agent_state = self.runner.expand(agent_state)
         return version, agent_state, jax.device_put(act_keys, self.device)
 
-    def _item(self, version: int, batch: Transition, episodes: dict, t0: float) -> _Item:
-        """The queue item of a trajectory acted since ``t0``, compressed for the transfer."""
-        tr = self.runner.options.transfer
-        return _Item(
-            version,
-            _compress_trajectory(batch, tr),
-            _compress(episodes, tr),
-            time.perf_counter() - t0,
-        )
-
     def _put(self, item: _Item) -> bool:
         while not self.runner.stop.is_set():
             try:
@@ -321,32 +364,17 @@ class _Actor(threading.Thread):
 
     def _push(self) -> None:
         r = self.runner
-        obs = np.stack([b.reset() for b in self.batches])  # [R, n, ...]
-        if r.restore is not None:
-            obs = r.restore(self.index, self.batches, obs)
+        envs = PushActing(self.batches, self.index, r.act, r.num_steps, r.options.transfer)
+        envs.reset(None if r.env_snapshots is None else r.env_snapshots[self.index])
         for j in range(r.start, r.num_iterations):
             got = self._params(j)
             if got is None:
                 return
-            version, agent_state, act_keys = got
-            t0 = time.perf_counter()
-            traj = _Trajectory(r.num_steps)
-            for t in range(r.num_steps):
-                action, info = jax.device_get(
-                    r.act(agent_state, obs, act_keys, j, self.index, t)
-                )  # one transfer back per step
-                host = [b.step(action[i]) for i, b in enumerate(self.batches)]
-                traj.add(t, obs, action, info, host)
-                obs = (
-                    np.stack([s.observation for s in host])
-                    if len(host) > 1
-                    else host[0].observation[None]
-                )
-                if r.stop.is_set():
-                    return
-            item = self._item(version, *traj.arrays(), t0)
+            item = envs.rollout(j, *got, stopping=r.stop.is_set)
+            if item is None:
+                return
             if r.snapshot_due(j + 1):
-                item.snapshots = [b.snapshot() for b in self.batches]
+                item.snapshots = envs.snapshots()
             if not self._put(item):
                 return
 
@@ -378,7 +406,8 @@ class _Actor(threading.Thread):
             pool.send(action[0], step.env_ids)
             while store.ready():
                 batch, episodes, oldest = store.take()
-                if not self._put(self._item(oldest, batch, episodes, t0)):
+                item = make_item(oldest, batch, episodes, t0, r.options.transfer)
+                if not self._put(item):
                     return
                 j += 1
                 if j >= r.num_iterations:
@@ -390,6 +419,71 @@ class _Actor(threading.Thread):
                 t0, calls = time.perf_counter(), 0
             if r.stop.is_set():
                 return
+
+
+def make_item(version: int, batch: Transition, episodes: dict, t0: float, transfer: str) -> _Item:
+    """The queue item of a trajectory acted since ``t0``, compressed for the transfer."""
+    return _Item(
+        version,
+        _compress_trajectory(batch, transfer),
+        _compress(episodes, transfer),
+        time.perf_counter() - t0,
+    )
+
+
+class PushActing:
+    """One actor's share of every run's host envs in push mode (one ``HostBatch`` per run) and
+    their current observations: the acting half of the Sebulba loop, shared by the actor
+    threads and the Ray actor processes (:mod:`jrl.run.ray_actors`)."""
+
+    def __init__(self, batches: list, index: int, act: Callable, num_steps: int, transfer: str):
+        self.batches, self.index, self.act = batches, index, act
+        self.num_steps, self.transfer = num_steps, transfer
+        self.obs: np.ndarray | None = None  # [R, n, ...]
+
+    def reset(self, snapshots: list | None = None) -> None:
+        """Fresh episodes, or (``snapshots``: per run, saved bytes or None) the saved ones."""
+        obs = np.stack([b.reset() for b in self.batches])
+        if snapshots is not None:
+            for b, data in zip(self.batches, snapshots):
+                if data is not None:
+                    b.restore(data)
+            obs = np.stack([b.last_observation() for b in self.batches])
+        self.obs = obs
+
+    def rollout(
+        self, j: int, version: int, agent_state, act_keys, stopping: Callable[[], bool]
+    ) -> _Item | None:
+        """Trajectory ``j`` (``[R, T, n]``) acted with ``agent_state`` of ``version``; None
+        when ``stopping()`` turned true on the way."""
+        t0 = time.perf_counter()
+        traj, obs = _Trajectory(self.num_steps), self.obs
+        for t in range(self.num_steps):
+            action, info = jax.device_get(
+                self.act(agent_state, obs, act_keys, j, self.index, t)
+            )  # one transfer back per step
+            host = [b.step(action[i]) for i, b in enumerate(self.batches)]
+            traj.add(t, obs, action, info, host)
+            obs = (
+                np.stack([s.observation for s in host])
+                if len(host) > 1
+                else host[0].observation[None]
+            )
+            if stopping():
+                return None
+        self.obs = obs
+        return make_item(version, *traj.arrays(), t0, self.transfer)
+
+    def snapshots(self) -> list:
+        """Per run, the host envs' saved state (None where they cannot be saved)."""
+        return [b.snapshot() for b in self.batches]
+
+    def close(self) -> None:
+        for b in self.batches:
+            try:
+                b.close()
+            except Exception:  # closing after a crash: the original error is what matters
+                pass
 
 
 class _PerEnv:
@@ -528,9 +622,10 @@ class _Trajectory:
 class _Runner:
     """Shared state of one :func:`run` call."""
 
-    def __init__(self, options, num_steps, num_iterations, start, act, snapshot_due, restore):
+    def __init__(self, options, num_steps, num_iterations, start, act, snapshot_due, snapshots):
         self.options, self.num_steps, self.num_iterations = options, num_steps, num_iterations
-        self.start, self.act, self.snapshot_due, self.restore = start, act, snapshot_due, restore
+        self.start, self.act, self.snapshot_due = start, act, snapshot_due
+        self.env_snapshots = snapshots  # per actor, per run: saved host envs (or None)
         self.stop = threading.Event()
         self.store = _Store(self.stop)
         self.expand: Callable | None = None  # bfloat16 parameters back to float32, on an actor
@@ -663,21 +758,49 @@ def run(
     def snapshot_due(done: int) -> bool:
         return done in ends
 
-    def restore(index, batches, obs):
-        if env_snapshots is None:
-            return obs
-        for b, data in zip(batches, env_snapshots[index]):
-            if data is not None:
-                b.restore(data)
-        return np.stack([b.last_observation() for b in batches])
-
     runner = _Runner(
-        options, num_steps, num_iterations, start_iteration, act, snapshot_due, restore
+        options, num_steps, num_iterations, start_iteration, act, snapshot_due, env_snapshots
     )
-    with _actor_threads(runner, host_env, seeds, num_envs, actor_devs) as actors:
+    if options.ray_actors:  # actor processes (jrl[ray]), imported only when asked for
+        from jrl.run import ray_actors
+
+        template = jax.tree.map(lambda x: np.zeros((), x.dtype), states.agent_state)
+        actors = ray_actors.ray_pool(runner, agent, host_env, seeds, num_envs, template)
+    else:
+        actors = _actor_threads(runner, host_env, seeds, num_envs, actor_devs)
+    with actors as pool:
         return _learner_loop(
-            runner, actors, learn, states, lengths, hooks, mesh, on_snapshots, per_iter
+            runner, pool, learn, states, lengths, hooks, mesh, on_snapshots, per_iter
         )
+
+
+class ThreadActors:
+    """The actor threads as the learner drives them; :class:`jrl.run.ray_actors.RayPool` is
+    the same interface over Ray actor processes."""
+
+    def __init__(self, runner: "_Runner", actors: list[_Actor]):
+        self.runner, self.actors = runner, actors
+        self.count = len(actors)
+
+    def publish(self, version: int, published) -> None:
+        """Makes ``published`` (agent state, act keys) version ``version``."""
+        self.runner.store.publish(version, published)
+
+    def start(self) -> None:
+        for actor in self.actors:
+            actor.start()
+
+    def take(self) -> tuple[list[_Item] | None, float]:
+        """The next trajectory of every actor in order and the seconds waited (None when an
+        actor failed: :meth:`error` says how)."""
+        return _take(self.actors, self.runner)
+
+    def error(self) -> ActorError:
+        return _actor_error(self.actors)
+
+    def metrics(self) -> dict[str, float]:
+        """Per-iteration metrics of the actors themselves (none for threads)."""
+        return {}
 
 
 @contextlib.contextmanager
@@ -697,7 +820,7 @@ def _actor_threads(runner: _Runner, host_env: Any, seeds: list[int], num_envs: i
             ]
             made += batches
             actors.append(_Actor(a, runner, batches, devices[a % len(devices)]))
-        yield actors
+        yield ThreadActors(runner, actors)
     finally:
         runner.stop.set()
         runner.store.wake()
@@ -733,15 +856,14 @@ def collect(
     states = init_states(agent, spec, keys)
     seeds = np.asarray(jax.device_get(states.env_seed)).tolist()
     runner = _Runner(options, num_steps, count, 0, _act_fn(agent), lambda done: False, None)
-    with _actor_threads(runner, host_env, seeds, num_envs, jax.devices()[:1]) as actors:
-        runner.store.publish(0, _published(states, "float32"))
-        for actor in actors:
-            actor.start()
+    with _actor_threads(runner, host_env, seeds, num_envs, jax.devices()[:1]) as pool:
+        pool.publish(0, _published(states, "float32"))
+        pool.start()
         out = []
         for _ in range(count):
-            items, _ = _take(actors, runner)
+            items, _ = pool.take()
             if items is None:
-                raise _actor_error(actors)
+                raise pool.error()
             out.append(items)
         return out
 
@@ -767,7 +889,7 @@ def _published(states: SebulbaState, transfer: str):
     return _compress(states.agent_state, transfer), states.act_key
 
 
-def _learner_loop(runner, actors, learn, states, lengths, hooks, mesh, on_snapshots, per_iter):
+def _learner_loop(runner, pool, learn, states, lengths, hooks, mesh, on_snapshots, per_iter):
     opts = runner.options
     if opts.transfer != "float32":
         template = jax.tree.map(
@@ -777,7 +899,7 @@ def _learner_loop(runner, actors, learn, states, lengths, hooks, mesh, on_snapsh
 
     def publish(version, states):
         published = _published(states, opts.transfer)
-        runner.store.publish(version, published)
+        pool.publish(version, published)
         return nbytes(published[0])
 
     sharding = None
@@ -786,8 +908,8 @@ def _learner_loop(runner, actors, learn, states, lengths, hooks, mesh, on_snapsh
         states = jax.device_put(states, NamedSharding(mesh, P()))
     compile_t0 = time.perf_counter()
     params_bytes = publish(runner.start, states)
-    for actor in actors:
-        actor.start()
+    pool.start()
+    t_last = time.perf_counter()
     done, runs = runner.start, int(states.iteration.shape[0])
     history, t_start, compile_seconds, first = [], None, 0.0, True
     error: ActorError | None = None
@@ -797,9 +919,9 @@ def _learner_loop(runner, actors, learn, states, lengths, hooks, mesh, on_snapsh
             break
         chunk: list[dict[str, Any]] = []
         for _ in range(n):
-            items, waited = _take(actors, runner)
+            items, waited = pool.take()
             if items is None:
-                error = _actor_error(actors)
+                error = pool.error()
                 break
             lags = [done - it.version for it in items]
             batch = jax.tree.map(lambda *xs: np.concatenate(xs, 2), *[it.batch for it in items])
@@ -815,6 +937,7 @@ def _learner_loop(runner, actors, learn, states, lengths, hooks, mesh, on_snapsh
             learn_seconds = time.perf_counter() - t_learn
             done += 1
             params_bytes = publish(done, states)
+            now = time.perf_counter()
             if first:
                 jax.block_until_ready(states)
                 compile_seconds, first = time.perf_counter() - compile_t0, False
@@ -830,7 +953,13 @@ def _learner_loop(runner, actors, learn, states, lengths, hooks, mesh, on_snapsh
                 "sebulba/policy_lag_max": float(max(lags)),
                 "sebulba/trajectory_bytes": float(traj_bytes),
                 "sebulba/params_bytes": float(params_bytes),
+                # trajectories in, the new version out to every actor, per second of this
+                # iteration (the first one's seconds include compiling the update)
+                "sebulba/bytes_per_s": float(traj_bytes + params_bytes * pool.count)
+                / max(now - t_last, 1e-9),
+                **pool.metrics(),
             }
+            t_last = now
             chunk.append((metrics, extra))
         if chunk:
             got = jax.device_get([m for m, _ in chunk])

@@ -1,0 +1,353 @@
+"""Ray actors for the Sebulba runner (jrl.run.ray_actors): the actor loop in Ray processes
+equals the threaded one, a killed actor process is replaced and the run still learns, IMPALA
+learns with two Ray actors, and bad --actors values exit 2 with the reason. One local Ray
+(2 CPUs, no dashboard) serves the module."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import jax
+import numpy as np
+import pytest
+
+import jrl.agents
+import jrl.envs
+from jrl import cli, experiment
+from jrl.options import RunOptions
+from jrl.run import sebulba
+from jrl.run.anakin import RunHooks
+
+gymnasium = pytest.importorskip("gymnasium")
+pytestmark = pytest.mark.filterwarnings("ignore:os.fork:RuntimeWarning", "ignore::UserWarning")
+
+SMALL = dict(num_envs=4, num_steps=16, num_minibatches=2, num_epochs=2, hidden_sizes=(16, 16))
+
+
+@pytest.fixture(scope="module")
+def ray_session():
+    """One small local Ray for every test here (its start-up is paid once)."""
+    ray = pytest.importorskip("ray")
+    ray.init(
+        num_cpus=2,
+        include_dashboard=False,
+        object_store_memory=128 * 2**20,
+        log_to_driver=False,
+        logging_level="ERROR",
+    )
+    yield ray
+    ray.shutdown()
+
+
+def build(agent="ppo", **overrides):
+    env, params = jrl.envs.make("gymnasium:CartPole-v1")
+    config = experiment.make_config(agent, "CartPole-v1", **{**SMALL, **overrides})
+    return env, config, jrl.agents.get(agent).build(config, env, params)
+
+
+def run(built, env, config, iterations, options, seeds=1, **kwargs):
+    keys = jax.vmap(jax.random.key)(np.arange(seeds))
+    return sebulba.run(
+        built.agent,
+        env,
+        built.spec,
+        keys,
+        iterations,
+        config.num_steps,
+        config.num_envs,
+        options,
+        **kwargs,
+    )
+
+
+# --- bad input (no Ray started) ------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "args, reason",
+    [
+        (["--runner", "sebulba", "--actors", "ray:0"], "'ray:N' with N >= 1"),
+        (["--runner", "sebulba", "--actors", "ray:x"], "'ray:N' with N >= 1"),
+        (["--actors", "ray:2"], "--actors is an option of the sebulba runner"),
+        (["--runner", "sebulba", "--ray-address", "h:1"], "--ray-address is for Ray actors"),
+        (
+            ["--runner", "sebulba", "--actors", "ray:2", "--actor-threads", "2"],
+            "does not take --actor-threads",
+        ),
+    ],
+)
+def test_bad_actors_exit_2_with_the_reason(tmp_path, monkeypatch, capsys, args, reason):
+    monkeypatch.chdir(tmp_path)
+    assert cli.main(["train", "ppo", "--env", "gymnasium:CartPole-v1", *args]) == 2
+    err = capsys.readouterr().err
+    assert reason in err, err[-2000:]
+    assert not any(tmp_path.iterdir())  # refused before any run folder
+
+
+def test_ray_absent_names_the_extra(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setitem(sys.modules, "ray", None)  # as if Ray were not installed
+    args = ["--runner", "sebulba", "--actors", "ray:2"]
+    assert cli.main(["train", "ppo", "--env", "gymnasium:CartPole-v1", *args]) == 2
+    err = capsys.readouterr().err
+    assert "needs Ray, which is not installed: pip install jrl-jax[ray]" in err, err[-2000:]
+    with pytest.raises(ValueError, match=r"pip install jrl-jax\[ray\]"):
+        RunOptions(runner="sebulba", actors="ray:1").validate()
+
+
+def test_ray_actors_option_reads_as_text():
+    from jrl.run.ray_actors import RayActors
+
+    options = RunOptions(runner="sebulba", actors=RayActors(3)).normalized()
+    assert options.actors == "ray:3" and options.sebulba().ray_actors == 3
+    assert sebulba.SebulbaOptions().ray_actors == 0
+    with pytest.raises(ValueError, match="must divide among actors"):
+        sebulba.SebulbaOptions(actors="ray:3").validate(num_envs=4)
+
+
+# --- Ray runs --------------------------------------------------------------------------------
+
+
+def max_diff(a, b) -> float:
+    diff = jax.tree.map(lambda x, y: float(np.abs(np.asarray(x) - np.asarray(y)).max()), a, b)
+    return max(jax.tree.leaves(diff))
+
+
+def test_synchronous_ray_actors_equal_actor_threads_and_resume_their_checkpoint(ray_session):
+    """Two Ray actor processes, synchronous: the same parameters as two actor threads (same
+    envs, same act keys, CPU inference either way); Ray actors resumed from the threads' state
+    and host envs after 2 of 4 iterations end where the threads did (the envs' snapshots
+    travel to the actor processes); the wire's bytes/s is logged."""
+    env, config, built = build()
+    mid = {}
+    hooks = RunHooks(on_chunk=lambda states, done, _: mid.setdefault(done, states))
+    keep = lambda done, snapshots: mid.setdefault(("envs", done), snapshots)
+    two_threads = sebulba.SebulbaOptions(actor_threads=2)
+    threads = run(built, env, config, 4, two_threads, num_reports=2, hooks=hooks, on_snapshots=keep)
+    rays = run(built, env, config, 4, sebulba.SebulbaOptions(actors="ray:2"), num_reports=2)
+    assert max_diff(threads.final_state.agent_state, rays.final_state.agent_state) <= 1e-6
+    resumed = run(
+        built,
+        env,
+        config,
+        4,
+        sebulba.SebulbaOptions(actors="ray:2"),
+        num_reports=2,
+        initial_state=mid[2],
+        start_iteration=2,
+        env_snapshots=mid[("envs", 2)],
+    )
+    assert resumed.iterations == 4
+    assert max_diff(threads.final_state.agent_state, resumed.final_state.agent_state) <= 1e-6
+    m = rays.metrics
+    assert (m["ray/actor_restarts"] == 0).all()
+    assert (m["sebulba/bytes_per_s"] > 0).all()
+    np.testing.assert_array_equal(m["sebulba/policy_lag_max"], 0)
+    wire = m["sebulba/trajectory_bytes"] + 2 * m["sebulba/params_bytes"]  # 2 actors pull
+    assert wire[0, -1] > 0
+    assert set(threads.metrics) | {"ray/actor_restarts"} == set(m)
+
+
+def test_cli_trains_with_ray_actors_on_a_local_ray_of_its_own(tmp_path, ray_session):
+    """``jrl train --actors ray:2`` starts (beside the module's Ray) and stops its own local
+    Ray; the run folder records the actors and logs restarts and bytes/s."""
+    args = ["--runner", "sebulba", "--actors", "ray:2", "--num-envs", 4, "--num-steps", 16]
+    args += ["--hidden-sizes", 16, 16, "--total-steps", 1024, "--num-reports", 2, "--out", "run"]
+    env = {**os.environ, "JAX_PLATFORMS": "cpu"}
+    out = subprocess.run(
+        [sys.executable, "-m", "jrl.cli", "train", "ppo", "--env", "gymnasium:CartPole-v1"]
+        + [str(a) for a in args],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=tmp_path,
+        env=env,
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    config = json.loads((tmp_path / "run" / "config.json").read_text())
+    assert config["run"]["sebulba"]["actors"] == "ray:2", config["run"]
+    header = (tmp_path / "run" / "metrics.csv").read_text().splitlines()[0].split(",")
+    assert {"ray/actor_restarts", "sebulba/bytes_per_s"} <= set(header)
+
+
+class CrashingHostEnv:
+    """A host env whose batches raise after 40 steps (travels to the actors by value)."""
+
+    def __init__(self, env):
+        self.env = env
+
+    def __getattr__(self, name):
+        if name == "env":  # while unpickling
+            raise AttributeError(name)
+        return getattr(self.env, name)
+
+    def make_batch(self, n, seed, pull=None):
+        return CrashingBatch(self.env.make_batch(n, seed, pull))
+
+
+class CrashingBatch:
+    def __init__(self, batch):
+        self.batch, self.steps = batch, 0
+
+    def __getattr__(self, name):
+        if name == "batch":
+            raise AttributeError(name)
+        return getattr(self.batch, name)
+
+    def step(self, actions):
+        self.steps += 1
+        if self.steps > 40:
+            raise RuntimeError("the simulator lost its connection")
+        return self.batch.step(actions)
+
+
+def test_an_env_failing_in_a_ray_actor_stops_the_run_with_its_error(ray_session):
+    """An env that raises inside an actor process, or an actor that cannot be built, is not
+    restarted (it would fail again): the run stops with ActorError naming the actor and the
+    error, after the iterations learned."""
+    from ray import cloudpickle  # Ray's own copy pickles actor arguments
+
+    env, config, built = build()
+    options = sebulba.SebulbaOptions(actors="ray:2")
+    # an actor that cannot be built (its module absent in the actor process) is not retried
+    with pytest.raises(sebulba.ActorError, match="ray actor 0 could not start: .*test_ray_actors"):
+        run(built, CrashingHostEnv(env), config, 20, options)
+    cloudpickle.register_pickle_by_value(sys.modules[__name__])
+    try:
+        with pytest.raises(sebulba.ActorError) as caught:
+            run(built, CrashingHostEnv(env), config, 20, options)
+    finally:
+        cloudpickle.unregister_pickle_by_value(sys.modules[__name__])
+    message = str(caught.value)
+    assert "ray actor 0 failed: RuntimeError: the simulator lost its connection" in message
+    assert caught.value.result.iterations == 2  # 2 trajectories of 16 steps, then the crash
+
+
+LEARNER = """
+import json
+import jax
+import jrl.agents, jrl.envs
+from jrl import experiment
+from jrl.run import ray_actors, sebulba
+from jrl.run.anakin import RunHooks
+
+env, params = jrl.envs.make("gymnasium:CartPole-v1")
+config = experiment.make_config("ppo", "CartPole-v1", num_envs=4, num_steps=16,
+                                hidden_sizes=(16, 16))
+built = jrl.agents.get("ppo").build(config, env, params)
+said = []
+
+def tell(states, done, metrics):  # the actors' and the local Ray's process ids, once
+    if not said:
+        import ray
+        node = ray._private.worker._global_node
+        procs = [i.process.pid for infos in node.all_processes.values() for i in infos]
+        print(json.dumps([*ray_actors.pids().values(), *procs]), flush=True)
+        said.append(True)
+
+sebulba.run(built.agent, env, built.spec, jax.random.key(0)[None], 10**6, 16, 4,
+            sebulba.SebulbaOptions(actors="ray:2"), num_reports=10**6,
+            hooks=RunHooks(on_chunk=tell))
+"""
+
+
+def test_a_lost_learner_takes_its_actors_and_its_local_ray_with_it(tmp_path):
+    """kill -9 of the learner's process: its Ray actors and the local Ray it started end
+    too (Ray ends the actors a dead driver owned); nothing is left running."""
+    (tmp_path / "learner.py").write_text(LEARNER)
+    env = {**os.environ, "JAX_PLATFORMS": "cpu"}
+    learner = subprocess.Popen(
+        [sys.executable, "learner.py"], cwd=tmp_path, env=env, stdout=subprocess.PIPE, text=True
+    )
+    try:
+        pids = json.loads(learner.stdout.readline())
+    finally:
+        learner.kill()
+        assert learner.wait(timeout=60) == -signal.SIGKILL
+    assert len(pids) >= 4  # 2 actors, the GCS, the raylet, ...
+
+    def alive(pid):
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return False
+        return True
+
+    deadline = time.monotonic() + 60
+    while any(alive(p) for p in pids) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    left = [p for p in pids if alive(p)]
+    for p in left:  # not to leak them into the rest of the suite
+        os.kill(p, signal.SIGKILL)
+    assert not left
+
+
+@pytest.mark.learning
+def test_a_killed_actor_process_is_restarted_and_the_run_learns(ray_session, capfd):
+    """kill -9 of one Ray actor after the first chunk: the runner replaces it (a line on
+    stderr, ``ray/actor_restarts``), the run finishes and PPO still learns CartPole (bfloat16
+    on the wire). Reach measured 2026-12-02 at 150k steps with the kill, seeds 0 and 1: 500.0
+    and 475.0 (mean 487.5)."""
+    from jrl.run import ray_actors
+
+    env, config, built = build(
+        num_envs=8, num_steps=64, learning_rate=1e-3, num_minibatches=4, num_epochs=4,
+        hidden_sizes=(64, 64),
+    )  # fmt: skip
+    killed = []
+
+    def kill_one(states, done, metrics):
+        if not killed:
+            name, pid = sorted(ray_actors.pids().items())[0]
+            assert name.endswith("-0")
+            os.kill(pid, signal.SIGKILL)
+            killed.append(pid)
+
+    iterations = KILL_TEST_STEPS // (8 * 64)
+    options = sebulba.SebulbaOptions(actors="ray:2", transfer="bfloat16")
+    result = run(
+        built, env, config, iterations, options, seeds=2, num_reports=4,
+        hooks=RunHooks(on_chunk=kill_one),
+    )  # fmt: skip
+    assert killed and result.iterations == iterations
+    err = capfd.readouterr().err
+    assert "jrl: ray actor 0 died; restarted it with fresh envs (1 restart in this run)" in err
+    restarts = result.metrics["ray/actor_restarts"][0]
+    assert restarts[0] == 0 and restarts[-1] == 1, restarts
+    assert killed[0] not in ray_actors.pids().values()
+    # bfloat16 parameters on the wire: half the float32 bytes
+    f32 = sebulba.nbytes(result.final_state.agent_state)
+    assert result.metrics["sebulba/params_bytes"][0, -1] < 0.6 * f32
+    final = result.metrics["train/episode_return"][:, -1]
+    assert final.mean() >= KILL_TEST_THRESHOLD, final
+
+
+KILL_TEST_STEPS = 150_000
+KILL_TEST_THRESHOLD = 420
+
+
+@pytest.mark.learning
+def test_impala_with_two_ray_actors_gymnasium_cartpole_450(ray_session):
+    """IMPALA (its defaults) with 2 Ray actor processes, synchronous, 2 seeds. Reach measured
+    2026-12-02 at 500k steps, seeds 0 and 1: 500.0 and 500.0 (at 300k: 500.0 and 179.0, one
+    seed unlearning again, as IMPALA on CartPole does under the threaded runner too)."""
+    from jrl.run.ray_actors import RayActors
+
+    result = experiment.train(
+        "impala",
+        "gymnasium:CartPole-v1",
+        seeds=2,
+        runner="sebulba",
+        actors=RayActors(2),
+        progress=False,
+        total_steps=IMPALA_STEPS,
+        num_reports=4,
+    )
+    final = result.final_returns()
+    assert final.mean() >= 450, final
+
+
+IMPALA_STEPS = 500_000
