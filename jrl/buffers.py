@@ -358,20 +358,41 @@ def _climb(_, carry: tuple[Array, Array]) -> tuple[Array, Array]:
     return tree.at[node].set(tree[2 * node] + tree[2 * node + 1]), node
 
 
-def _tree_find(tree: Array, mass: Array, leaves: int) -> Array:
-    """Leaf slot holding cumulative ``mass`` (``[B]``): descend from the root,
-    one level per loop step, never into a zero-mass subtree. O(B log P)."""
-    depth = leaves.bit_length() - 1
+def _tree_find(tree: Array, fractions: Array, leaves: int) -> tuple[Array, Array, Array]:
+    """Stratified descent: ``fractions`` (``[B]``, in ``[0, B)``) are cut points
+    in units of ``total / B``. Returns ``(slot, leaf, total)``: the leaf slot
+    holding cumulative mass ``fractions * (total / B)`` (``[B]`` int32), that
+    leaf's stored value (``[B]``) and the root's total (``[]``). One level per
+    loop step, never into a zero-mass subtree; O(B log P).
 
-    def descend(_, carry):
-        node, mass = carry
+    Every read of ``tree`` happens inside the loop, whose outputs are new
+    arrays: a caller that later writes the tree in place (``add``,
+    ``update_priorities``) then never races a read of it, so XLA updates the
+    tree in place instead of copying it (a read fused into some later
+    consumer, e.g. the importance weights, would force a copy of the whole
+    tree before every write).
+    """
+    depth = leaves.bit_length() - 1
+    batch = fractions.shape[0]
+    if depth == 0:  # a single leaf, which is the root
+        total = tree[1]
+        return jnp.zeros((batch,), jnp.int32), jnp.broadcast_to(total, (batch,)), total
+
+    def descend(i, carry):
+        node, mass, leaf, total = carry
+        first = i == 0
+        total = jnp.where(first, tree[1], total)
+        mass = jnp.where(first, mass * (total / batch), mass)
         left, right = tree[2 * node], tree[2 * node + 1]
         go_right = (right > 0) & ((mass >= left) | (left <= 0))
-        return 2 * node + go_right, jnp.where(go_right, mass - left, mass)
+        leaf = jnp.where(go_right, right, left)
+        return 2 * node + go_right, jnp.where(go_right, mass - left, mass), leaf, total
 
-    node0 = jnp.ones(mass.shape, jnp.int32)
-    node, _ = jax.lax.fori_loop(0, depth, descend, (node0, mass))
-    return node - leaves
+    node0 = jnp.ones((batch,), jnp.int32)
+    zero = jnp.zeros((), tree.dtype)
+    carry = (node0, fractions, jnp.zeros((batch,), tree.dtype), zero)
+    node, _, leaf, total = jax.lax.fori_loop(0, depth, descend, carry)
+    return node - leaves, leaf, total
 
 
 # ----------------------------------------------------------------------------- prioritised
@@ -434,11 +455,12 @@ def prioritized_buffer(
     def sample(state: PrioritizedBufferState, key: PRNGKey, batch_size: int, beta=None) -> Sample:
         batch_size = _positive_int(batch_size, "batch_size")
         beta = default_beta if beta is None else beta
-        total = state.tree[1]
         u = jax.random.uniform(key, (batch_size,), jnp.float32)
-        mass = (jnp.arange(batch_size, dtype=jnp.float32) + u) * (total / batch_size)
-        idx = jnp.clip(_tree_find(state.tree, mass, leaves), 0, capacity - 1)
-        leaf = jnp.maximum(state.tree[leaves + idx], jnp.finfo(jnp.float32).tiny)
+        slot, leaf, total = _tree_find(
+            state.tree, jnp.arange(batch_size, dtype=jnp.float32) + u, leaves
+        )
+        idx = jnp.clip(slot, 0, capacity - 1)
+        leaf = jnp.maximum(leaf, jnp.finfo(jnp.float32).tiny)
         n = jnp.maximum(state.size, 1).astype(jnp.float32)
         log_w = -jnp.asarray(beta, jnp.float32) * (jnp.log(n) + jnp.log(leaf) - jnp.log(total))
         weights = jnp.where(total > 0, jnp.exp(log_w - log_w.max()), 1.0)
