@@ -339,16 +339,34 @@ def uniform_buffer(
 # ----------------------------------------------------------------------------- sum tree
 
 
+_DENSE_LEVELS = 12  # the sum tree's top levels (4095 nodes) are recomputed in one dense pass
+
+
 def _tree_set(tree: Array, slots: Array, values: Array, leaves: int) -> Array:
-    """Set leaves ``slots`` to ``values`` and recompute their ancestors, one
-    tree level per loop step (O(B log P)). Parents are recomputed from their
-    children, never incremented, so float error does not accumulate and
-    duplicate slots leave a consistent tree."""
+    """Set leaves ``slots`` to ``values`` and recompute their ancestors. Parents
+    are recomputed from their children, never incremented, so float error does
+    not accumulate and duplicate slots leave a consistent tree.
+
+    The ancestors below the top ``_DENSE_LEVELS`` levels are climbed one level
+    per loop step (``B`` parents per step, O(B (log P - 12))); the top levels
+    (nodes ``1 .. 2^12 - 1``) are then rebuilt in one pass from the ``2^12``
+    nodes below them, level by level, each node as ``left + right`` exactly as
+    the climb computes it (the same floats), written back with one
+    ``dynamic_update_slice``. Fewer loop steps: each costs a few kernel launches,
+    more than the dense pass's 4096 additions."""
     depth = leaves.bit_length() - 1
+    top = min(depth, _DENSE_LEVELS)
     node = slots.astype(jnp.int32) + leaves
     tree = tree.at[node].set(values.astype(tree.dtype))
-    tree, _ = jax.lax.fori_loop(0, depth, _climb, (tree, node))
-    return tree
+    tree, _ = jax.lax.fori_loop(0, depth - top, _climb, (tree, node))
+    level = tree[2**top : 2 ** (top + 1)]  # the highest climbed level (the leaves if top == depth)
+    upper = []
+    for _ in range(top):
+        level = level[0::2] + level[1::2]  # node k = child 2k + child 2k+1
+        upper.append(level)
+    if not upper:  # a single leaf, which is the root
+        return tree
+    return jax.lax.dynamic_update_slice(tree, jnp.concatenate(upper[::-1]), (1,))
 
 
 def _climb(_, carry: tuple[Array, Array]) -> tuple[Array, Array]:
@@ -374,6 +392,7 @@ def _tree_find(tree: Array, fractions: Array, leaves: int) -> tuple[Array, Array
     """
     depth = leaves.bit_length() - 1
     batch = fractions.shape[0]
+    pairs = tree.reshape(leaves, 2)  # row k: the children 2k, 2k + 1 of node k
     if depth == 0:  # a single leaf, which is the root
         total = tree[1]
         return jnp.zeros((batch,), jnp.int32), jnp.broadcast_to(total, (batch,)), total
@@ -383,7 +402,8 @@ def _tree_find(tree: Array, fractions: Array, leaves: int) -> tuple[Array, Array
         first = i == 0
         total = jnp.where(first, tree[1], total)
         mass = jnp.where(first, mass * (total / batch), mass)
-        left, right = tree[2 * node], tree[2 * node + 1]
+        children = pairs[node]  # [B, 2]: one gather of both children
+        left, right = children[:, 0], children[:, 1]
         go_right = (right > 0) & ((mass >= left) | (left <= 0))
         leaf = jnp.where(go_right, right, left)
         return 2 * node + go_right, jnp.where(go_right, mass - left, mass), leaf, total
