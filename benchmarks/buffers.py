@@ -27,12 +27,17 @@ Usage::
 
     python benchmarks/buffers.py            # full run, writes BENCHMARKS.md
     python benchmarks/buffers.py --quick    # smoke run, prints only
+    PYTHONPATH=/work/peers/flashbax python benchmarks/buffers.py  # with flashbax's row
+
+flashbax (a peer, never a jrl dependency) is timed in the same rounds when it can be
+imported: ``pip install --no-deps --target /work/peers/flashbax flashbax``.
 """
 
 from __future__ import annotations
 
 import argparse
 import datetime
+import importlib.metadata
 import math
 import os
 import re
@@ -238,6 +243,75 @@ def make_runner(
     )
 
 
+def make_flashbax_runner(add_batch: int, iterations: int, seed: int) -> Runner | None:
+    """The same full step with flashbax's prioritised flat buffer (``None`` when flashbax is
+    not importable): capacity, add batch, sample batch and priority exponent as jrl's; the
+    checksum folds in the sampled items and their probabilities (flashbax returns those, not
+    importance weights). flashbax is a peer, not a jrl dependency: install it outside the
+    repository and put it on ``PYTHONPATH`` (see BENCHMARKS.md)."""
+    try:
+        import flashbax
+    except ImportError:
+        return None
+    buf = flashbax.make_prioritised_flat_buffer(
+        max_length=CAPACITY,
+        min_length=SAMPLE_BATCH,
+        sample_batch_size=SAMPLE_BATCH,
+        add_batch_size=add_batch,
+        priority_exponent=PER_ALPHA,
+    )
+    k_prio, k_run = jax.random.split(jax.random.key(seed + 1))
+
+    @jax.jit
+    def fill(k_prio):
+        def add(state, step):
+            return buf.add(state, counter_items(step, add_batch)), None
+
+        state = buf.init(jax.tree.map(lambda x: x, example_item()))
+        steps = jnp.arange(CAPACITY // add_batch, dtype=jnp.int32)
+        state = jax.lax.scan(add, state, steps)[0]
+        priorities = jax.random.uniform(k_prio, (CAPACITY,), jnp.float32, 0.01, 2.0)
+        return buf.set_priorities(state, jnp.arange(CAPACITY, dtype=jnp.int32), priorities)
+
+    def body(carry, _):
+        state, step, key, checksum = carry
+        key, k_sample, k_prio = jax.random.split(key, 3)
+        priorities = jax.random.uniform(k_prio, (SAMPLE_BATCH,), jnp.float32, 0.01, 2.0)
+        state = buf.add(state, counter_items(step, add_batch))
+        sample = buf.sample(state, k_sample)
+        first = sample.experience.first
+        checksum = (
+            checksum
+            + first.observation.sum()
+            + sample.experience.second.observation.sum()
+            + first.reward.sum()
+            + first.discount.sum()
+            + first.action.sum()
+            + sample.probabilities.sum()
+        )
+        state = buf.set_priorities(state, sample.indices, priorities)
+        return (state, step + 1, key, checksum), None
+
+    run = jax.jit(lambda c: jax.lax.scan(body, c, None, length=iterations)[0], donate_argnums=0)
+    carry = (fill(k_prio), jnp.zeros((), jnp.int32), k_run, jnp.zeros((), jnp.float32))
+    jax.block_until_ready(carry)
+    t0 = time.perf_counter()
+    compiled = run.lower(carry).compile()
+    compile_s = time.perf_counter() - t0
+    carry = jax.block_until_ready(compiled(carry))
+    name = f"flashbax {importlib.metadata.version('flashbax')} prioritised"
+    return Runner(
+        name,
+        compiled,
+        carry,
+        iterations,
+        add_batch,
+        compile_s,
+        large_copies(compiled.as_text()),
+        True,
+    )
+
+
 def measure(
     add_batch: int, iterations: int, rounds: int, seed: int, breakdown: bool
 ) -> list[Runner]:
@@ -249,6 +323,9 @@ def measure(
     runners = []
     for kind, ops in units:  # one at a time: each holds a full buffer (~50 MB)
         runners.append(make_runner(kind, ops, add_batch, iterations, seed))
+    peer = make_flashbax_runner(add_batch, iterations, seed)
+    if peer is not None:
+        runners.insert(2, peer)
     for r in range(rounds):
         for runner in runners if r % 2 == 0 else runners[::-1]:
             runner.time_once()
@@ -353,6 +430,19 @@ the key split and draws, so their sum counts those more than once:
         if breakdown
         else ""
     )
+    peer = next((r for r in rows if r["name"].startswith("flashbax")), None)
+    ours = next(r for r in rows if r["full"] and r["name"] == "prioritized")
+    peer_txt = (
+        f"Side by side, in the same rounds: {peer['name']} "
+        "(`make_prioritised_flat_buffer` at the same capacity, add batch, sample batch and "
+        f"priority exponent; its own sum tree and priority update), installed outside the "
+        "repository (`pip install --no-deps --target /work/peers/flashbax flashbax`, run with "
+        "`PYTHONPATH=/work/peers/flashbax`). jrl's prioritised step is "
+        f"**{peer['best_s'] / ours['best_s']:.2f}x** flashbax's speed (best rounds; CPU time "
+        f"{peer['cpu_s'] / ours['cpu_s']:.2f}x)."
+        if peer
+        else "flashbax was not importable in this run: no side-by-side row."
+    )
     return f"""{HEADING}
 
 Add + sample throughput of `jrl.buffers` at capacity {CAPACITY:,}, items shaped
@@ -372,14 +462,21 @@ Measured {datetime.date.today().isoformat()} on {machine()}.
 - Both buffers are full before timing (every add overwrites, every sample draws
   from {CAPACITY:,} slots); the prioritised one starts with random priorities.
   `prioritized_buffer(capacity, alpha={PER_ALPHA}, beta={PER_BETA})` keeps a flat sum tree
-  of 2^21 float32 (8 MiB), sampled stratified (one O(log P) descent per draw) and
-  updated leaf to root one level at a time (O(B log P)).
+  of 2^21 float32 (8 MiB), sampled stratified (one O(log P) descent per draw, each
+  level one gather of a sibling pair) and updated leaf to root one level at a time up
+  to the top 12 levels, which are rebuilt in one dense pass.
+- {peer_txt}
 - Rates are wall clock of the best round: items added/s = steps x {add_batch} / s,
   samples/s = steps x {SAMPLE_BATCH} / s. "time vs uniform" is the ratio of
   best-round times (the prioritised/uniform time ratio); the CPU-time ratio uses this
   process's CPU seconds (less moved by other processes). 1-minute load average during
   this run: {load}.
-- {copies_note(rows)}
+- {copies_note(rows)} Until 2026-12-02 jrl's own full step also held two copies of its
+  sum tree (16.4x the uniform step, against 319 µs for its parts timed alone): sampling
+  read the tree's total and the drawn leaves outside the descent loop, XLA fused those
+  reads into the importance weights' consumers, which an update need not wait for, and
+  so copied the tree before writing it in place. The descent now returns those values
+  (tests/test_buffers.py checks the compiled step has no tree-sized copy).
 
 {table(rows)}
 {breakdown_txt}"""
@@ -425,6 +522,8 @@ def main(argv: list[str] | None = None) -> None:
     output = default_output(args.output, args.quick)
     if output is not None:
         command = "python benchmarks/buffers.py"
+        if any(r["name"].startswith("flashbax") for r in rows):
+            command = "PYTHONPATH=/work/peers/flashbax " + command
         if args.add_batch != 10:
             command += f" --add-batch {args.add_batch}"
         if args.iterations:

@@ -339,16 +339,34 @@ def uniform_buffer(
 # ----------------------------------------------------------------------------- sum tree
 
 
+_DENSE_LEVELS = 12  # the sum tree's top levels (4095 nodes) are recomputed in one dense pass
+
+
 def _tree_set(tree: Array, slots: Array, values: Array, leaves: int) -> Array:
-    """Set leaves ``slots`` to ``values`` and recompute their ancestors, one
-    tree level per loop step (O(B log P)). Parents are recomputed from their
-    children, never incremented, so float error does not accumulate and
-    duplicate slots leave a consistent tree."""
+    """Set leaves ``slots`` to ``values`` and recompute their ancestors. Parents
+    are recomputed from their children, never incremented, so float error does
+    not accumulate and duplicate slots leave a consistent tree.
+
+    The ancestors below the top ``_DENSE_LEVELS`` levels are climbed one level
+    per loop step (``B`` parents per step, O(B (log P - 12))); the top levels
+    (nodes ``1 .. 2^12 - 1``) are then rebuilt in one pass from the ``2^12``
+    nodes below them, level by level, each node as ``left + right`` exactly as
+    the climb computes it (the same floats), written back with one
+    ``dynamic_update_slice``. Fewer loop steps: each costs a few kernel launches,
+    more than the dense pass's 4096 additions."""
     depth = leaves.bit_length() - 1
+    top = min(depth, _DENSE_LEVELS)
     node = slots.astype(jnp.int32) + leaves
     tree = tree.at[node].set(values.astype(tree.dtype))
-    tree, _ = jax.lax.fori_loop(0, depth, _climb, (tree, node))
-    return tree
+    tree, _ = jax.lax.fori_loop(0, depth - top, _climb, (tree, node))
+    level = tree[2**top : 2 ** (top + 1)]  # the highest climbed level (the leaves if top == depth)
+    upper = []
+    for _ in range(top):
+        level = level[0::2] + level[1::2]  # node k = child 2k + child 2k+1
+        upper.append(level)
+    if not upper:  # a single leaf, which is the root
+        return tree
+    return jax.lax.dynamic_update_slice(tree, jnp.concatenate(upper[::-1]), (1,))
 
 
 def _climb(_, carry: tuple[Array, Array]) -> tuple[Array, Array]:
@@ -358,20 +376,43 @@ def _climb(_, carry: tuple[Array, Array]) -> tuple[Array, Array]:
     return tree.at[node].set(tree[2 * node] + tree[2 * node + 1]), node
 
 
-def _tree_find(tree: Array, mass: Array, leaves: int) -> Array:
-    """Leaf slot holding cumulative ``mass`` (``[B]``): descend from the root,
-    one level per loop step, never into a zero-mass subtree. O(B log P)."""
+def _tree_find(tree: Array, fractions: Array, leaves: int) -> tuple[Array, Array, Array]:
+    """Stratified descent: ``fractions`` (``[B]``, in ``[0, B)``) are cut points
+    in units of ``total / B``. Returns ``(slot, leaf, total)``: the leaf slot
+    holding cumulative mass ``fractions * (total / B)`` (``[B]`` int32), that
+    leaf's stored value (``[B]``) and the root's total (``[]``). One level per
+    loop step, never into a zero-mass subtree; O(B log P).
+
+    Every read of ``tree`` happens inside the loop, whose outputs are new
+    arrays: a caller that later writes the tree in place (``add``,
+    ``update_priorities``) then never races a read of it, so XLA updates the
+    tree in place instead of copying it (a read fused into some later
+    consumer, e.g. the importance weights, would force a copy of the whole
+    tree before every write).
+    """
     depth = leaves.bit_length() - 1
+    batch = fractions.shape[0]
+    pairs = tree.reshape(leaves, 2)  # row k: the children 2k, 2k + 1 of node k
+    if depth == 0:  # a single leaf, which is the root
+        total = tree[1]
+        return jnp.zeros((batch,), jnp.int32), jnp.broadcast_to(total, (batch,)), total
 
-    def descend(_, carry):
-        node, mass = carry
-        left, right = tree[2 * node], tree[2 * node + 1]
+    def descend(i, carry):
+        node, mass, leaf, total = carry
+        first = i == 0
+        total = jnp.where(first, tree[1], total)
+        mass = jnp.where(first, mass * (total / batch), mass)
+        children = pairs[node]  # [B, 2]: one gather of both children
+        left, right = children[:, 0], children[:, 1]
         go_right = (right > 0) & ((mass >= left) | (left <= 0))
-        return 2 * node + go_right, jnp.where(go_right, mass - left, mass)
+        leaf = jnp.where(go_right, right, left)
+        return 2 * node + go_right, jnp.where(go_right, mass - left, mass), leaf, total
 
-    node0 = jnp.ones(mass.shape, jnp.int32)
-    node, _ = jax.lax.fori_loop(0, depth, descend, (node0, mass))
-    return node - leaves
+    node0 = jnp.ones((batch,), jnp.int32)
+    zero = jnp.zeros((), tree.dtype)
+    carry = (node0, fractions, jnp.zeros((batch,), tree.dtype), zero)
+    node, _, leaf, total = jax.lax.fori_loop(0, depth, descend, carry)
+    return node - leaves, leaf, total
 
 
 # ----------------------------------------------------------------------------- prioritised
@@ -434,11 +475,12 @@ def prioritized_buffer(
     def sample(state: PrioritizedBufferState, key: PRNGKey, batch_size: int, beta=None) -> Sample:
         batch_size = _positive_int(batch_size, "batch_size")
         beta = default_beta if beta is None else beta
-        total = state.tree[1]
         u = jax.random.uniform(key, (batch_size,), jnp.float32)
-        mass = (jnp.arange(batch_size, dtype=jnp.float32) + u) * (total / batch_size)
-        idx = jnp.clip(_tree_find(state.tree, mass, leaves), 0, capacity - 1)
-        leaf = jnp.maximum(state.tree[leaves + idx], jnp.finfo(jnp.float32).tiny)
+        slot, leaf, total = _tree_find(
+            state.tree, jnp.arange(batch_size, dtype=jnp.float32) + u, leaves
+        )
+        idx = jnp.clip(slot, 0, capacity - 1)
+        leaf = jnp.maximum(leaf, jnp.finfo(jnp.float32).tiny)
         n = jnp.maximum(state.size, 1).astype(jnp.float32)
         log_w = -jnp.asarray(beta, jnp.float32) * (jnp.log(n) + jnp.log(leaf) - jnp.log(total))
         weights = jnp.where(total > 0, jnp.exp(log_w - log_w.max()), 1.0)

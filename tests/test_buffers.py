@@ -1,5 +1,7 @@
 """Replay buffers and the n-step accumulator: hand-computed contracts, with and without jit."""
 
+import re
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -187,7 +189,8 @@ def test_prioritized_frequencies_match_priorities():
 
 def test_prioritized_sampling_is_a_log_depth_descent():
     """Structure, not timing: for 2^20 slots, sampling is a loop of 20 tree levels
-    and no intermediate array has as many elements as the buffer."""
+    and no intermediate array has as many elements as the buffer (the tree viewed as
+    [P, 2] rows of sibling pairs is a reshape, which XLA makes a bitcast, not a copy)."""
     cap = 2**20
     buf = B.prioritized_buffer(cap, check_memory=False)
     state = jax.eval_shape(buf.init, jax.ShapeDtypeStruct((), jnp.float32))  # nothing allocated
@@ -197,6 +200,8 @@ def test_prioritized_sampling_is_a_log_depth_descent():
 
     def walk(jp):
         for eqn in jp.eqns:
+            if eqn.primitive.name == "reshape":
+                continue
             sizes.extend(
                 int(np.prod(v.aval.shape)) for v in eqn.outvars if hasattr(v.aval, "shape")
             )
@@ -214,6 +219,74 @@ def test_prioritized_sampling_is_a_log_depth_descent():
     walk(jaxpr.jaxpr)
     assert loops == [20]  # one loop, over the depth log2(2^20)
     assert max(sizes) < cap
+
+
+def test_sum_tree_matches_numpy_above_the_dense_top_levels():
+    """Capacity 5000 (P = 8192, 13 levels): the climbed level and the densely rebuilt top
+    levels equal a float32 tree built in NumPy bottom-up (node k = child 2k + child 2k+1),
+    bit for bit, after updates with repeated slots."""
+    cap, alpha = 5000, 1.0
+    buf = B.prioritized_buffer(cap, alpha=alpha, eps=0.0)
+    assert B.sum_tree_size(cap) == 2 * 8192
+    add, update = jax.jit(buf.add), jax.jit(buf.update_priorities)
+    state = add(buf.init(jnp.float32(0)), jnp.arange(cap, dtype=jnp.float32))
+    rng = np.random.default_rng(0)
+    leaves = np.zeros(8192, np.float32)
+    leaves[:cap] = 1.0
+    for _ in range(3):
+        slots = rng.integers(0, cap, 300)
+        slots[:50] = slots[50:100]  # repeated slots, repeated priorities
+        prio = rng.uniform(0.1, 3.0, 300).astype(np.float32)
+        prio[:50] = prio[50:100]
+        state = update(state, jnp.asarray(slots), jnp.asarray(prio))
+        leaves[slots] = prio
+    want = np.zeros(2 * 8192, np.float32)
+    want[8192:] = leaves
+    for k in range(8191, 0, -1):
+        want[k] = want[2 * k] + want[2 * k + 1]
+    np.testing.assert_array_equal(np.asarray(state.tree), want)
+
+
+def _tree_copies(hlo: str, tree_size: int) -> list[str]:
+    """The HLO ``copy`` instructions of compiled text whose result is a tree-sized float32 array."""
+    return re.findall(rf"\S+ = f32\[{tree_size}\]\S* copy\(", hlo)
+
+
+def test_prioritized_step_updates_the_sum_tree_in_place():
+    """add + sample + update_priorities compiled in one donated scan writes the tree in place:
+    no HLO copy of it, also when the importance weights feed something the update does not
+    wait for (here a checksum), which used to cost two full copies of the tree per step."""
+    cap = 1024
+    buf = B.prioritized_buffer(cap)
+
+    def step(carry, _):
+        state, key, checksum = carry
+        key, k_sample, k_prio = jax.random.split(key, 3)
+        state = buf.add(state, jnp.arange(3, dtype=jnp.float32))
+        s = buf.sample(state, k_sample, 16)
+        checksum = checksum + s.weights.sum() + s.items.sum()
+        state = buf.update_priorities(state, s.indices, jax.random.uniform(k_prio, (16,)))
+        return (state, key, checksum), None
+
+    run = jax.jit(lambda c: jax.lax.scan(step, c, None, length=2)[0], donate_argnums=0)
+    carry = (buf.init(jnp.float32(0)), jax.random.key(0), jnp.zeros(()))
+    hlo = run.lower(carry).compile().as_text()
+    assert " copy(" in hlo  # the pattern below matches this XLA's text (it copies scalars)
+    assert _tree_copies(hlo, B.sum_tree_size(cap)) == []
+    state, _, checksum = run(carry)
+    _check_tree(state.tree, cap)
+    assert int(state.size) == 6 and np.isfinite(float(checksum))
+
+
+def test_prioritized_single_slot():
+    buf = B.prioritized_buffer(1, alpha=1.0, eps=0.0)
+    state = buf.add(buf.init(jnp.float32(0)), jnp.array([7.0]))
+    state = buf.update_priorities(state, jnp.array([0]), jnp.array([2.5]))
+    np.testing.assert_allclose(state.tree, [0, 2.5])
+    s = jax.jit(lambda st, k: buf.sample(st, k, 3))(state, jax.random.key(0))
+    np.testing.assert_array_equal(s.indices, [0, 0, 0])
+    np.testing.assert_array_equal(s.items, [7, 7, 7])
+    np.testing.assert_array_equal(s.weights, [1, 1, 1])
 
 
 # ----------------------------------------------------------------------------- trajectory

@@ -1,0 +1,117 @@
+"""Start-up of ``jrl train ppo --env CartPole-v1``: seconds from the command to its first
+progress line, with a cold and a warm persistent compilation cache, and Python's import time.
+
+Each round runs, in fresh processes: ``python -c pass`` (the interpreter alone), ``python -c
+"import jax"`` (the floor every jrl command pays), ``python -c "import jrl.cli"``, then the
+training command twice against one new, empty cache directory (cold: it compiles and fills
+the cache; warm: it loads the program from it). A run's start-up is the time from starting
+the process until its first progress line (``... steps/s | ...``, after the program is compiled or
+loaded and its first chunk has run) reaches the pipe. Rounds are
+repeated and the median and best are reported, with the 1-minute load average.
+
+Usage::
+
+    python benchmarks/startup.py [--rounds 5] [--write]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from common import machine, write_section
+
+HEADING = "## Start-up"
+MARK = b" steps/s |"  # a progress line (the "compiling ..." line before it is not one)
+
+
+def seconds(cmd: list[str], env: dict[str, str], cwd: Path) -> float:
+    """Wall seconds until ``cmd`` exits (exit status checked)."""
+    t0 = time.perf_counter()
+    subprocess.run(cmd, env=env, cwd=cwd, check=True, capture_output=True)
+    return time.perf_counter() - t0
+
+
+def first_progress(cmd: list[str], env: dict[str, str], cwd: Path) -> tuple[float, float]:
+    """(seconds to the first progress line, seconds to exit) of ``cmd``."""
+    t0 = time.perf_counter()
+    proc = subprocess.Popen(cmd, env=env, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    seen, first = b"", None
+    while True:
+        chunk = proc.stdout.read1(4096)
+        if not chunk:
+            break
+        seen += chunk
+        if first is None and MARK in seen:
+            first = time.perf_counter() - t0
+    if proc.wait():
+        raise SystemExit(f"{' '.join(cmd)} failed:\n{seen.decode(errors='replace')[-3000:]}")
+    if first is None:
+        raise SystemExit(f"no progress line in the output of {' '.join(cmd)}")
+    return first, time.perf_counter() - t0
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--rounds", type=int, default=5)
+    p.add_argument("--total-steps", type=int, default=100_000)
+    p.add_argument("--write", action="store_true", help="write the table to BENCHMARKS.md")
+    a = p.parse_args(argv)
+    py = sys.executable
+    env = {k: v for k, v in os.environ.items() if k != "JRL_COMPILE_CACHE"}
+    env.setdefault("JAX_PLATFORMS", "cpu")
+    rows: dict[str, list[float]] = {}
+    load0 = os.getloadavg()[0]
+    with tempfile.TemporaryDirectory() as tmp:
+        cwd = Path(tmp)
+        for r in range(a.rounds):
+            cache = cwd / f"cache{r}"
+            train = [
+                *(py, "-m", "jrl.cli", "train", "ppo", "--env", "CartPole-v1"),
+                *("--total-steps", str(a.total_steps), "--out", str(cwd / "run"), "--overwrite"),
+                *("--compile-cache-dir", str(cache)),
+            ]
+            for name, cmd in (
+                ("python -c pass", [py, "-c", "pass"]),
+                ("import jax", [py, "-c", "import jax"]),
+                ("import jrl.cli", [py, "-c", "import jrl.cli"]),
+            ):
+                rows.setdefault(name, []).append(seconds(cmd, env, cwd))
+            for name in ("cold cache", "warm cache"):
+                first, total = first_progress(train, env, cwd)
+                rows.setdefault(f"train, {name}: first progress line", []).append(first)
+                rows.setdefault(f"train, {name}: exit", []).append(total)
+            print(f"round {r + 1}: " + ", ".join(f"{k} {v[-1]:.2f}" for k, v in rows.items()))
+    load = f"{load0:.1f} at the start, {os.getloadavg()[0]:.1f} at the end"
+    table = ["| what | median s | best s |", "|---|---:|---:|"]
+    for name, v in rows.items():
+        table.append(f"| {name} | {statistics.median(v):.2f} | {min(v):.2f} |")
+    text = "\n".join(table)
+    print(text, f"\nload: {load}", sep="\n")
+    if a.write:
+        section = f"""{HEADING}
+
+Seconds from the command to the first progress line of `jrl train ppo --env CartPole-v1
+--total-steps {a.total_steps:,}` (1 seed), each process fresh, with an empty persistent
+compilation cache (cold: trace, compile, fill the cache) and then the same cache (warm: the
+program loaded from it); and the interpreter alone, `import jax` and `import jrl.cli` for
+scale. {a.rounds} rounds; median and best. Reproduce with:
+
+    python benchmarks/startup.py --rounds {a.rounds} --total-steps {a.total_steps} --write
+
+Measured on {machine()}; 1-minute load average {load} (the machine is shared: two
+cores, other jobs running).
+
+{text}
+"""
+        write_section(Path(__file__).resolve().parent.parent / "BENCHMARKS.md", HEADING, section)
+
+
+if __name__ == "__main__":
+    main()
