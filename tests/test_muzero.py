@@ -245,3 +245,15 @@ def test_device_count_invariance(tmp_path):
             results.append([f[k] for k in f.files if k.startswith("arr_")])
     assert max(float(np.abs(x - y).max()) for x, y in zip(*results)) <= 1e-5
     assert max(float(np.abs(x[0] - x[1]).max()) for x in results[0]) > 1e-4
+
+
+@pytest.mark.learning
+def test_muzero_learns_cartpole(tmp_path):
+    """Gumbel MuZero, the CartPole-v1 preset (16 envs, 8 simulations per step, 8 updates of
+    256 sequences per iteration of 128 steps, learning rate 3e-3), 2 seeds vmapped for 32,768
+    steps: mean return of the last episodes >= 400 over the 2 seeds."""
+    # measured 2026-12-02: the 2 seeds ended at 489 and 500 (one measurement of 2 seeds)
+    res = experiment.train("muzero", "CartPole-v1", 2, out=tmp_path / "run", **QUIET)
+    assert res.config.num_simulations == 8 and res.config.search == "gumbel"
+    final = np.asarray(res.metrics["train/episode_return"])[:, -1]
+    assert float(final.mean()) >= 400, final
