@@ -81,8 +81,8 @@ class MuZeroConfig(ReplayConfig):
             "updates_per_iteration": 8,
             "learning_rate": 3e-3,
         },
-        "TicTacToe-v0": {"gamma": 1.0, "td_steps": 9, "total_steps": 40_960},
-        "pgx:tic_tac_toe": {"gamma": 1.0, "td_steps": 9, "total_steps": 40_960},
+        "TicTacToe-v0": {"gamma": 1.0, "td_steps": 9, "num_simulations": 8, "total_steps": 16_384},
+        "pgx:tic_tac_toe": {"gamma": 1.0, "td_steps": 9, "num_simulations": 8},
         "pgx:connect_four": {"gamma": 1.0, "td_steps": 42, "hidden_sizes": (128, 128)},
     }
 
