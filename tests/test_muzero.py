@@ -142,7 +142,7 @@ def _two_hot_np(x, S):
 
 def test_unrolled_loss_by_hand():
     rng = np.random.default_rng(0)
-    K, B, A, S = 2, 3, 4, 2
+    K, B, A, S = 2, 4, 5, 2  # every axis of its own size
     Z = 2 * S + 1
     f = lambda *s: rng.normal(size=s).astype(np.float32)
     out = Unrolled(
@@ -152,7 +152,7 @@ def test_unrolled_loss_by_hand():
         policy=rng.dirichlet(np.ones(A), size=(K + 1, B)).astype(np.float32),
         value=f(K + 1, B) * 3,
         reward=f(K, B),
-        alive=np.array([[1, 1, 1], [1, 0, 1], [1, 0, 0]], np.float32),
+        alive=np.array([[1, 1, 1, 1], [1, 0, 1, 1], [1, 0, 0, 1]], np.float32),
     )
     hp = MuZeroHParams(jnp.float32(1e-3), jnp.float32(0.25))
     total, m = muzero_loss(jax.tree.map(jnp.asarray, out), hp, S)
