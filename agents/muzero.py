@@ -135,6 +135,11 @@ class MuZeroConfig(ReplayConfig):
     def checks(self):
         c = self
         return super().checks() + [
+            (
+                c.torso == "mlp",
+                f"muzero's model is MLPs over the flattened observation: torso must be 'mlp', "
+                f"got {c.torso!r}",
+            ),
             (c.latent_size > 0, f"latent_size must be positive, got {c.latent_size}"),
             (c.support_size > 0, f"support_size must be positive, got {c.support_size}"),
             (c.unroll_steps > 0, f"unroll_steps must be positive, got {c.unroll_steps}"),

@@ -177,6 +177,7 @@ def test_registry_entry_kinds_and_checks():
         jrl.agents.check_kind("muzero", "team", "Coordination-v0")
     for bad, msg in [
         (dict(search="beam"), "search must be one of"),
+        (dict(torso="nature_cnn"), "torso must be 'mlp'"),
         (dict(value_bootstrap="x"), "value_bootstrap"),
         (dict(batch_size=100), "multiple of num_envs"),
         (dict(learning_starts=16), "learning_starts"),
