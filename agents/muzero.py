@@ -74,7 +74,9 @@ class MuZeroConfig(ReplayConfig):
     ACTION_SPACES: ClassVar[tuple[type, ...]] = (spaces.Discrete,)
     ENV_KINDS: ClassVar[tuple[str, ...]] = ("single", "game")
     PRESETS: ClassVar[dict[str, dict]] = {
-        # measured 2026-12-02: both of 2 seeds at 489 and 500 after 32,768 steps
+        # measured 2026-12-02, final training return of seeds 0-3: 489, 500, 242, 258
+        # (BENCHMARKS.md, "MuZero on CartPole-v1 and TicTacToe-v0": not every seed learns
+        # within this budget)
         "CartPole-v1": {
             "total_steps": 32_768,
             "num_simulations": 8,
