@@ -31,6 +31,7 @@ __all__ = [
     "check_action_space",
     "check_kind",
     "env_kind",
+    "env_kinds",
     "fitting",
     "get",
     "names",
@@ -51,6 +52,7 @@ BUILTIN: dict[str, str] = {
     "td3": "jrl.agents.td3:TD3Config",
     "ddpg": "jrl.agents.ddpg:DDPGConfig",
     "alphazero": "jrl.agents.alphazero:AlphaZeroConfig",
+    "muzero": "jrl.agents.muzero:MuZeroConfig",
     "openai_es": "jrl.agents.es:OpenAIESConfig",
     "cma_es": "jrl.agents.es:CMAESConfig",
     "snes": "jrl.agents.es:SNESConfig",
@@ -156,6 +158,12 @@ def env_kind(config_cls) -> str:
     return "team" if getattr(config_cls, "MULTI_AGENT", False) else "single"
 
 
+def env_kinds(config_cls) -> tuple[str, ...]:
+    """Every kind of env an agent's config trains on: its ``ENV_KINDS`` where it declares
+    several (MuZero: single-agent envs and games), else :func:`env_kind`'s one."""
+    return tuple(getattr(config_cls, "ENV_KINDS", None) or (env_kind(config_cls),))
+
+
 def fitting(space: Any, kind: str = "single") -> list[str]:
     """The registered agents whose config declares they act in ``space``'s class
     (``ACTION_SPACES``; agents that declare nothing are left out), among the agents for
@@ -164,7 +172,7 @@ def fitting(space: Any, kind: str = "single") -> list[str]:
     for name in names():
         cls = get(name).config_cls
         accepted = cls.ACTION_SPACES
-        if accepted is not None and isinstance(space, accepted) and env_kind(cls) == kind:
+        if accepted is not None and isinstance(space, accepted) and kind in env_kinds(cls):
             out.append(name)
     return out
 
@@ -202,12 +210,14 @@ def check_kind(name: str, kind: str, env_id: str) -> None:
     """``ValueError`` (one line) when agent ``name`` trains on another kind of env than
     ``env_id``'s ``kind`` ("single", "game" or "team", see :func:`env_kind`), naming the
     agents for that kind."""
-    own = env_kind(get(name).config_cls)
-    if own == kind:
+    own = env_kinds(get(name).config_cls)
+    if kind in own:
         return
-    fit = [n for n in names() if env_kind(get(n).config_cls) == kind]
+    fit = [n for n in names() if kind in env_kinds(get(n).config_cls)]
+    what = " and ".join(_KIND_FITS[k] for k in own)
+    trains = _KIND_AGENTS[own[0]] if len(own) == 1 else f"trains on {what}"
     raise ValueError(
-        f"{name} {_KIND_AGENTS[own]}, but {env_id} is {_KIND_ENVS[kind]}; "
+        f"{name} {trains}, but {env_id} is {_KIND_ENVS[kind]}; "
         f"agents for {_KIND_FITS[kind]}: {', '.join(fit) or 'none'}"
     )
 

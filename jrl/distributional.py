@@ -15,6 +15,12 @@ Two ways to represent the return distribution ``Z`` of a state-action pair:
 Every function is pure and jittable; shapes are in each docstring (``B`` any
 batch size; leading dims ``[...]`` broadcast where stated). ``discount`` is
 ``gamma^n * (1 - terminated)``, so ``0`` means no bootstrap.
+
+A third representation, MuZero's (Schrittwieser et al., 2020; Pohlen et al., 2018 for the
+transform): a scalar ``x`` is squashed by :func:`value_transform` ``h(x)`` and written as a
+"two-hot" distribution over the integer atoms ``-S..S`` (:func:`scalar_to_two_hot`); a
+network predicts logits over those atoms and the scalar is ``h^{-1}`` of their mean
+(:func:`two_hot_to_scalar`).
 """
 
 from __future__ import annotations
@@ -29,7 +35,11 @@ __all__ = [
     "expected_value",
     "quantile_huber_loss",
     "quantile_midpoints",
+    "scalar_to_two_hot",
     "support",
+    "two_hot_to_scalar",
+    "value_transform",
+    "value_transform_inverse",
 ]
 
 
@@ -144,3 +154,41 @@ def quantile_huber_loss(
 def expected_value(probs: jax.Array, atoms: jax.Array) -> jax.Array:
     """The mean ``sum_k probs_k * z_k``: ``probs [..., K]``, ``atoms [K]`` -> ``[...]``."""
     return jnp.sum(probs * atoms, axis=-1)
+
+
+VALUE_TRANSFORM_EPS = 1e-3
+"""The ``eps`` of :func:`value_transform` (MuZero's and R2D2's value)."""
+
+
+def value_transform(x: jax.Array, eps: float = VALUE_TRANSFORM_EPS) -> jax.Array:
+    """``h(x) = sign(x) (sqrt(|x| + 1) - 1) + eps x``, elementwise (any shape): squashes large
+    returns so one support covers rewards of very different scales."""
+    return jnp.sign(x) * (jnp.sqrt(jnp.abs(x) + 1.0) - 1.0) + eps * x
+
+
+def value_transform_inverse(y: jax.Array, eps: float = VALUE_TRANSFORM_EPS) -> jax.Array:
+    """The exact inverse of :func:`value_transform`, elementwise:
+    ``h^{-1}(y) = sign(y) (((sqrt(1 + 4 eps (|y| + 1 + eps)) - 1) / (2 eps))^2 - 1)``."""
+    root = (jnp.sqrt(1.0 + 4.0 * eps * (jnp.abs(y) + 1.0 + eps)) - 1.0) / (2.0 * eps)
+    return jnp.sign(y) * (jnp.square(root) - 1.0)
+
+
+def scalar_to_two_hot(x: jax.Array, support_size: int) -> jax.Array:
+    """``x [...]`` -> ``[..., 2S + 1]`` probabilities over the atoms ``-S..S`` (``S =
+    support_size``) whose mean is ``h(x)`` (:func:`value_transform`), clipped to ``[-S, S]``:
+    the two atoms around ``h(x)`` share the mass in proportion to closeness."""
+    y = jnp.clip(value_transform(x), -support_size, support_size)
+    low = jnp.floor(y)
+    frac = y - low
+    index = (low + support_size).astype(jnp.int32)
+    atoms = 2 * support_size + 1
+    lower = jax.nn.one_hot(index, atoms) * (1.0 - frac)[..., None]
+    upper = jax.nn.one_hot(jnp.minimum(index + 1, atoms - 1), atoms) * frac[..., None]
+    return lower + upper
+
+
+def two_hot_to_scalar(logits: jax.Array, support_size: int) -> jax.Array:
+    """``logits [..., 2S + 1]`` over the atoms ``-S..S`` -> ``[...]``: ``h^{-1}`` of the
+    mean atom under ``softmax(logits)``."""
+    atoms = jnp.arange(-support_size, support_size + 1, dtype=jnp.float32)
+    return value_transform_inverse(expected_value(jax.nn.softmax(logits, axis=-1), atoms))

@@ -26,6 +26,7 @@ from jrl import distributions, spaces
 __all__ = [
     "ACTIVATIONS",
     "MLP",
+    "MuZeroNetwork",
     "TORSOS",
     "ActorCritic",
     "CORES",
@@ -622,3 +623,61 @@ class SquashedGaussianActor(nn.Module):
         mean = nn.Dense(self.action_dim)(x)
         log_std = jnp.clip(nn.Dense(self.action_dim)(x), LOG_STD_MIN, LOG_STD_MAX)
         return distributions.TanhNormal(mean, log_std)
+
+
+def _min_max_scale(x: jax.Array) -> jax.Array:
+    """Each row of ``x [..., D]`` rescaled to [0, 1] (MuZero's hidden-state normalisation)."""
+    low = x.min(axis=-1, keepdims=True)
+    high = x.max(axis=-1, keepdims=True)
+    return (x - low) / jnp.maximum(high - low, 1e-5)
+
+
+class MuZeroNetwork(nn.Module):
+    """MuZero's learned model (Schrittwieser et al., 2020), three MLPs over a latent state:
+
+    - :meth:`represent`: ``obs [B, *obs_shape] -> latent [B, D]``;
+    - :meth:`dynamics`: ``(latent [B, D], action int[B]) -> (latent [B, D], reward logits
+      [B, 2S + 1])``;
+    - :meth:`predict`: ``latent [B, D] -> (policy logits [B, A], value logits [B, 2S + 1])``.
+
+    Latents are min-max scaled to [0, 1] per row. Reward and value are categorical over the
+    atoms ``-S..S`` of the transformed scale (:func:`jrl.distributional.two_hot_to_scalar`);
+    their output layers, and the policy's, start at zero (value and reward 0, a uniform
+    prior). ``__call__`` runs all three (for ``init``).
+    """
+
+    num_actions: int
+    hidden_sizes: Sequence[int] = (64, 64)
+    latent_size: int = 64
+    support_size: int = 10
+    activation: str = "relu"
+    obs_ndim: int = 1
+
+    def setup(self):
+        atoms = 2 * self.support_size + 1
+        zero = dict(kernel_init=nn.initializers.zeros, bias_init=nn.initializers.zeros)
+        self.represent_torso = MLP(self.hidden_sizes, self.activation, self.obs_ndim)
+        self.represent_out = _dense(self.latent_size, 1.0)
+        self.dynamics_torso = MLP(self.hidden_sizes, self.activation, 1)
+        self.dynamics_out = _dense(self.latent_size, 1.0)
+        self.reward_head = nn.Dense(atoms, **zero)
+        self.predict_torso = MLP(self.hidden_sizes, self.activation, 1)
+        self.policy_head = nn.Dense(self.num_actions, **zero)
+        self.value_head = nn.Dense(atoms, **zero)
+
+    def represent(self, obs: jax.Array) -> jax.Array:
+        return _min_max_scale(self.represent_out(self.represent_torso(obs)))
+
+    def dynamics(self, latent: jax.Array, action: jax.Array) -> tuple[jax.Array, jax.Array]:
+        x = jnp.concatenate([latent, jax.nn.one_hot(action, self.num_actions)], axis=-1)
+        h = self.dynamics_torso(x)
+        return _min_max_scale(self.dynamics_out(h)), self.reward_head(h)
+
+    def predict(self, latent: jax.Array) -> tuple[jax.Array, jax.Array]:
+        h = self.predict_torso(latent)
+        return self.policy_head(h), self.value_head(h)
+
+    def __call__(self, obs: jax.Array, action: jax.Array):
+        latent = self.represent(obs)
+        next_latent, reward = self.dynamics(latent, action)
+        return self.predict(next_latent), reward

@@ -22,7 +22,14 @@ import mctx
 from jrl.two_player import CURRENT_PLAYER, PLAYER_REWARDS
 from jrl.types import PRNGKey, PyTree, split_action_mask
 
-__all__ = ["SEARCHES", "Evaluate", "game_recurrent_fn", "search", "uniform_evaluate"]
+__all__ = [
+    "SEARCHES",
+    "Evaluate",
+    "game_recurrent_fn",
+    "search",
+    "search_from_roots",
+    "uniform_evaluate",
+]
 
 SEARCHES = ("gumbel", "puct")
 """The search variants :func:`search` runs."""
@@ -110,33 +117,113 @@ def search(
     if kind not in SEARCHES:
         raise ValueError(f"search must be one of {SEARCHES}, got {kind!r}")
     _, mask = split_action_mask(observation)
+    options = dict(
+        greedy=greedy,
+        dirichlet_alpha=dirichlet_alpha,
+        dirichlet_fraction=dirichlet_fraction,
+        max_num_considered_actions=max_num_considered_actions,
+        value_scale=value_scale,
+    )
 
     def one(key, s, obs, legal):
         add = lambda x: x[None]
         logits, value = evaluate(net_params, jax.tree.map(add, obs))
         root = mctx.RootFnOutput(prior_logits=logits, value=value, embedding=jax.tree.map(add, s))
-        args = (net_params, key, root, recurrent_fn, num_simulations)
-        if kind == "gumbel":
-            out = mctx.gumbel_muzero_policy(
-                *args,
-                invalid_actions=~legal[None],
-                max_num_considered_actions=max_num_considered_actions,
-                gumbel_scale=0.0 if greedy else 1.0,
-                qtransform=functools.partial(
-                    mctx.qtransform_completed_by_mix_value, value_scale=value_scale
-                ),
-            )
-            return out.action[0], out.action_weights[0]
-        out = mctx.muzero_policy(
-            *args,
-            invalid_actions=~legal[None],
-            dirichlet_fraction=0.0 if greedy else dirichlet_fraction,
-            dirichlet_alpha=dirichlet_alpha,
+        action, weights, _ = _one_search(
+            kind, recurrent_fn, net_params, key, root, legal, num_simulations, **options
         )
-        weights = out.action_weights[0]
-        if greedy:
-            return jnp.argmax(jnp.where(legal, weights, -1.0)).astype(jnp.int32), weights
-        return out.action[0], weights
+        return action, weights
 
     action, policy = jax.vmap(one)(keys, state, observation, mask)
     return action.astype(jnp.int32), jnp.where(mask, policy, 0.0)
+
+
+def _one_search(
+    kind,
+    recurrent_fn,
+    net_params,
+    key,
+    root,
+    legal,
+    num_simulations,
+    *,
+    greedy,
+    dirichlet_alpha,
+    dirichlet_fraction,
+    max_num_considered_actions,
+    value_scale,
+):
+    """One mctx search from a batch-of-one ``root``; ``(action [], policy [A], root value [])``."""
+    args = (net_params, key, root, recurrent_fn, num_simulations)
+    if kind == "gumbel":
+        out = mctx.gumbel_muzero_policy(
+            *args,
+            invalid_actions=~legal[None],
+            max_num_considered_actions=max_num_considered_actions,
+            gumbel_scale=0.0 if greedy else 1.0,
+            qtransform=functools.partial(
+                mctx.qtransform_completed_by_mix_value, value_scale=value_scale
+            ),
+        )
+        return out.action[0], out.action_weights[0], out.search_tree.node_values[0, 0]
+    out = mctx.muzero_policy(
+        *args,
+        invalid_actions=~legal[None],
+        dirichlet_fraction=0.0 if greedy else dirichlet_fraction,
+        dirichlet_alpha=dirichlet_alpha,
+    )
+    weights = out.action_weights[0]
+    value = out.search_tree.node_values[0, 0]
+    if greedy:
+        return jnp.argmax(jnp.where(legal, weights, -1.0)).astype(jnp.int32), weights, value
+    return out.action[0], weights, value
+
+
+def search_from_roots(
+    kind: str,
+    recurrent_fn,
+    net_params: PyTree,
+    keys: PRNGKey,
+    prior_logits: jax.Array,
+    value: jax.Array,
+    embedding: PyTree,
+    legal: jax.Array,
+    num_simulations: int,
+    *,
+    greedy: bool = False,
+    dirichlet_alpha: float = 0.3,
+    dirichlet_fraction: float = 0.25,
+    max_num_considered_actions: int = 16,
+    value_scale: float = 0.1,
+) -> tuple[jax.Array, jax.Array, jax.Array]:
+    """:func:`search` from roots already evaluated, over any model: ``prior_logits [B, A]``,
+    ``value [B]`` and ``embedding [B, ...]`` of each root, ``legal [B, A]`` its legal moves
+    (a learned model's search: the embedding is a latent state and ``recurrent_fn`` steps the
+    learned dynamics). Each root is searched alone with its own key of ``keys [B]``.
+
+    Returns ``(action int32[B], policy float32[B, A], root value float32[B])``: as
+    :func:`search`'s, plus the search's value of each root (its visit-weighted mean return).
+    """
+    if kind not in SEARCHES:
+        raise ValueError(f"search must be one of {SEARCHES}, got {kind!r}")
+    options = dict(
+        greedy=greedy,
+        dirichlet_alpha=dirichlet_alpha,
+        dirichlet_fraction=dirichlet_fraction,
+        max_num_considered_actions=max_num_considered_actions,
+        value_scale=value_scale,
+    )
+
+    def one(key, logits, v, emb, ok):
+        add = lambda x: x[None]
+        root = mctx.RootFnOutput(
+            prior_logits=add(jnp.where(ok, logits, -1e9)),
+            value=add(v),
+            embedding=jax.tree.map(add, emb),
+        )
+        return _one_search(
+            kind, recurrent_fn, net_params, key, root, ok, num_simulations, **options
+        )
+
+    action, policy, root_value = jax.vmap(one)(keys, prior_logits, value, embedding, legal)
+    return action.astype(jnp.int32), jnp.where(legal, policy, 0.0), root_value

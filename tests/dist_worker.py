@@ -83,16 +83,36 @@ SMALL["alphazero"] = dict(
     num_minibatches=2,
     total_steps=4 * 4 * 3,
 )
+# 6 iterations of 4 envs x 2 steps, 4 simulations per step, updates from the 3rd on 8
+# sequences of 2 + 2 + 1 steps; on CartPole (muzero-game: the same on tic-tac-toe)
+SMALL["muzero"] = dict(
+    num_envs=4,
+    steps_per_iteration=2,
+    updates_per_iteration=2,
+    batch_size=8,
+    buffer_size=64,
+    learning_starts=20,
+    unroll_steps=2,
+    td_steps=2,
+    num_simulations=4,
+    hidden_sizes=(16,),
+    latent_size=8,
+    support_size=3,
+    total_steps=4 * 2 * 6,
+)
+SMALL["muzero-game"] = SMALL["muzero"]
 ENV = {"sac": "Pendulum-v1", "td3": "Pendulum-v1", "ddpg": "Pendulum-v1"}
 ENV["alphazero"] = "TicTacToe-v0"
 # 4 iterations of 4 envs x 16 steps, one network per agent
 SMALL["ippo"] = dict(num_envs=4, num_steps=16, total_steps=4 * 16 * 4, share_parameters=False)
 ENV["ippo"] = "Coordination-v0"
+ENV["muzero-game"] = "TicTacToe-v0"
 overrides = dict(SMALL[a.agent])
+agent = a.agent.split("-")[0]
 if a.total_steps:
     overrides = {"total_steps": a.total_steps}
 res = jrl.train(
-    a.agent,
+    agent,
     ENV.get(a.agent, "CartPole-v1"),
     seeds=a.seeds,
     seed=3,

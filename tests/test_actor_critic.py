@@ -43,6 +43,7 @@ def test_public_api_imports():
         "impala",
         "ippo",
         "mappo",
+        "muzero",
         "openai_es",
         "ppo",
         "pqn",

@@ -138,6 +138,13 @@ TESTS: dict[str, list[str]] = {
         "tests/test_distributional.py",
         "tests/test_dqn.py::test_categorical_head_by_hand",
         "tests/test_dqn.py::test_quantile_head_by_hand",
+        "tests/test_muzero.py::test_value_transform_and_two_hot_by_hand",
+        "tests/test_muzero.py::test_unrolled_loss_by_hand",
+    ],
+    "agents/muzero.py": [
+        "tests/test_muzero.py::test_value_targets_by_hand",
+        "tests/test_muzero.py::test_value_targets_bootstrap_without_an_end",
+        "tests/test_muzero.py::test_unrolled_loss_by_hand",
     ],
     "jrl/actor_critic.py": [
         "tests/test_ppo.py",
