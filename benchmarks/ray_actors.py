@@ -101,10 +101,7 @@ def main() -> None:
         "`sebulba/bytes_per_s` (trajectories in, the new parameters out to every actor). "
         "Reproduce with `python benchmarks/ray_actors.py --write`.",
         "",
-        common.measured_on()
-        + " "
-        + common.machine(f"ray {ray_version}")
-        + f"; commit {common.git_commit()}.",
+        common.measured_on() + f" Peers: ray {ray_version}; commit {common.git_commit()}.",
         "",
         "| actors | Ray: env steps/s | Ray: updates/s | Ray: bytes/s | threads: env steps/s "
         "| threads: updates/s | Ray / threads |",

@@ -227,7 +227,7 @@ def main() -> None:
         "PEER_VENV/bin/python --write` (a venv with stable-baselines3 and "
         "gymnasium[classic-control]).",
         "",
-        common.measured_on() + " " + common.machine(versions) + f"; commit {common.git_commit()}.",
+        common.measured_on() + f" Peers: {versions}; commit {common.git_commit()}.",
         "",
         f"Sebulba on envpool:CartPole-v1 with {n} envs:",
         "",
