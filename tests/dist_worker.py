@@ -22,7 +22,13 @@ p.add_argument("--coordinator")
 p.add_argument("--total-steps", type=int, default=0)
 p.add_argument("--seeds", type=int, default=2)
 a = p.parse_args()
-os.environ["XLA_FLAGS"] = f"--xla_force_host_platform_device_count={a.fake_devices}"
+# XLA's CPU collectives give up when a device thread is 40 s late to a rendezvous: on a loaded
+# 2-core machine (the whole suite on two workers) a thread can be descheduled that long
+os.environ["XLA_FLAGS"] = (
+    f"--xla_force_host_platform_device_count={a.fake_devices} "
+    "--xla_cpu_collective_call_terminate_timeout_seconds=600 "
+    "--xla_cpu_collective_call_warn_stuck_timeout_seconds=120"
+)
 os.environ["JAX_PLATFORMS"] = "cpu"
 
 import jax  # noqa: E402
