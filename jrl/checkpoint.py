@@ -297,9 +297,7 @@ class Checkpointer:
         record["empty"] = empty
         if int(step) in self._manager.all_steps():  # e.g. a resumed run stopping where it started
             self._manager.delete(int(step))
-        args = ocp.args.Composite(
-            arrays=ocp.args.PyTreeSave(flat), meta=ocp.args.JsonSave(record)
-        )
+        args = ocp.args.Composite(arrays=ocp.args.PyTreeSave(flat), meta=ocp.args.JsonSave(record))
         with _quiet_stderr(self.directory / SAVE_LOG):
             self._manager.save(int(step), args=args, force=True)
             self._manager.wait_until_finished()
