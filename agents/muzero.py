@@ -64,6 +64,14 @@ class MuZeroHParams:
     vf_coef: jax.Array
 
 
+GAME_BOUNDS = (-1.0, 1.0)
+"""The returns of the board games' presets: a game's outcome for the player to move."""
+GAME_SEARCH = {"q_bounds": GAME_BOUNDS, "value_scale": 0.5}
+"""The board games' search: Q-values rescaled by the outcome's bounds, value_scale 0.5 (the
+bounds' range of 2 halves a Q-value's weight against mctx's per-node rescaling, which
+stretches every node's Q-values to [0, 1]; measured on TicTacToe-v0, BENCHMARKS.md)."""
+
+
 @dataclasses.dataclass(frozen=True)
 class MuZeroConfig(ReplayConfig):
     """MuZero settings: 16 envs x 8 steps per iteration, each step a Gumbel search of 16
@@ -83,9 +91,25 @@ class MuZeroConfig(ReplayConfig):
             "updates_per_iteration": 8,
             "learning_rate": 3e-3,
         },
-        "TicTacToe-v0": {"gamma": 1.0, "td_steps": 9, "num_simulations": 8, "total_steps": 16_384},
-        "pgx:tic_tac_toe": {"gamma": 1.0, "td_steps": 9, "num_simulations": 8},
-        "pgx:connect_four": {"gamma": 1.0, "td_steps": 42, "hidden_sizes": (128, 128)},
+        "TicTacToe-v0": {
+            "gamma": 1.0,
+            "td_steps": 9,
+            "num_simulations": 8,
+            "total_steps": 16_384,
+            **GAME_SEARCH,
+        },
+        "pgx:tic_tac_toe": {
+            "gamma": 1.0,
+            "td_steps": 9,
+            "num_simulations": 8,
+            **GAME_SEARCH,
+        },
+        "pgx:connect_four": {
+            "gamma": 1.0,
+            "td_steps": 42,
+            "hidden_sizes": (128, 128),
+            **GAME_SEARCH,
+        },
     }
 
     total_steps: int = 200_000
@@ -122,6 +146,11 @@ class MuZeroConfig(ReplayConfig):
     """Gumbel: moves considered at the root (sequential halving)."""
     value_scale: float = 0.1
     """Gumbel: weight of the completed Q-values against the prior logits (mctx's default)."""
+    q_bounds: tuple[float, ...] = ()
+    """How the search rescales Q-values (:func:`jrl.search.q_transform`): ``()`` by each
+    node's own min and max (returns of unknown scale, e.g. CartPole's), ``(lo, hi)`` by
+    these fixed bounds of the returns (a game's outcome: ``(-1.0, 1.0)``, the board-game
+    presets), so that an untrained model's near-equal values are not stretched to [0, 1]."""
     dirichlet_alpha: float = 0.3
     """PUCT: Dirichlet noise concentration at the root."""
     dirichlet_fraction: float = 0.25
@@ -157,6 +186,10 @@ class MuZeroConfig(ReplayConfig):
                 f"max_num_considered_actions must be positive, got {c.max_num_considered_actions}",
             ),
             (c.value_scale > 0, f"value_scale must be positive, got {c.value_scale}"),
+            (
+                len(c.q_bounds) == 0 or (len(c.q_bounds) == 2 and c.q_bounds[0] < c.q_bounds[1]),
+                f"q_bounds must be () or (lo, hi) with lo < hi, got {c.q_bounds}",
+            ),
             (c.dirichlet_alpha > 0, f"dirichlet_alpha must be positive, got {c.dirichlet_alpha}"),
             (
                 0.0 <= c.dirichlet_fraction <= 1.0,
@@ -335,6 +368,7 @@ def build(config: MuZeroConfig, env, env_params, num_devices: int = 1) -> Built:
             dirichlet_fraction=config.dirichlet_fraction,
             max_num_considered_actions=min(config.max_num_considered_actions, num_actions),
             value_scale=config.value_scale,
+            q_bounds=tuple(config.q_bounds),
         )
 
     def init(key, env_spec):

@@ -26,6 +26,7 @@ __all__ = [
     "SEARCHES",
     "Evaluate",
     "game_recurrent_fn",
+    "q_transform",
     "search",
     "search_from_roots",
     "uniform_evaluate",
@@ -93,6 +94,7 @@ def search(
     dirichlet_fraction: float = 0.25,
     max_num_considered_actions: int = 16,
     value_scale: float = 0.1,
+    q_bounds: tuple[float, ...] = (),
 ) -> tuple[jax.Array, jax.Array]:
     """One search from each of ``B`` game states.
 
@@ -108,6 +110,11 @@ def search(
         ``(50 + max visits) * value_scale * q`` with ``q`` rescaled to [0, 1] (mctx's
         default 0.1 lets a confident prior outweigh a won move; 1.0 is the Gumbel MuZero
         paper's ``c_scale``).
+      q_bounds: ``()``: each node's Q-values are rescaled to [0, 1] by their own min and max
+        (mctx's default); ``(lo, hi)``: by the fixed bounds of the returns instead, ``(q -
+        lo) / (hi - lo)`` (e.g. ``(-1, 1)`` for a game's outcome), so that Q-values that
+        differ only by noise (an untrained model's, all near 0) are not stretched over the
+        whole [0, 1] and do not decide the search's choice (see :func:`q_transform`).
 
     Returns:
       ``(action int32[B], policy float32[B, A])``: the move the search picks (sampled in
@@ -123,6 +130,7 @@ def search(
         dirichlet_fraction=dirichlet_fraction,
         max_num_considered_actions=max_num_considered_actions,
         value_scale=value_scale,
+        q_bounds=tuple(q_bounds),
     )
 
     def one(key, s, obs, legal):
@@ -136,6 +144,37 @@ def search(
 
     action, policy = jax.vmap(one)(keys, state, observation, mask)
     return action.astype(jnp.int32), jnp.where(mask, policy, 0.0)
+
+
+def q_transform(kind: str, value_scale: float = 0.1, q_bounds: tuple[float, ...] = ()):
+    """The ``mctx`` Q-transform of a search: how a node's Q-values ``q [A]`` become scores.
+
+    Gumbel: ``(50 + max visits) * value_scale * q_hat`` for the visited moves (unvisited ones
+    completed by mctx's mixed value), PUCT: ``q_hat`` itself, where ``q_hat`` is ``q``
+    rescaled to [0, 1] by the node's own min and max over its moves (and, for PUCT, its
+    value), or with ``q_bounds = (lo, hi)`` the fixed ``(q - lo) / (hi - lo)``. With fixed
+    bounds the Gumbel transform is mctx's unrescaled one with ``value_scale / (hi - lo)``:
+    the ``-lo / (hi - lo)`` it leaves out is the same for every move of a node, and both the
+    improved policy (a softmax) and the root's choice (an argmax) ignore such a shift.
+    """
+    if kind not in SEARCHES:
+        raise ValueError(f"search must be one of {SEARCHES}, got {kind!r}")
+    if q_bounds and (len(q_bounds) != 2 or not q_bounds[0] < q_bounds[1]):
+        raise ValueError(f"q_bounds must be () or (lo, hi) with lo < hi, got {q_bounds}")
+    if kind == "gumbel":
+        if q_bounds:
+            lo, hi = q_bounds
+            return functools.partial(
+                mctx.qtransform_completed_by_mix_value,
+                value_scale=value_scale / (hi - lo),
+                rescale_values=False,
+            )
+        return functools.partial(mctx.qtransform_completed_by_mix_value, value_scale=value_scale)
+    if q_bounds:
+        return functools.partial(
+            mctx.qtransform_by_min_max, min_value=q_bounds[0], max_value=q_bounds[1]
+        )
+    return mctx.qtransform_by_parent_and_siblings
 
 
 def _one_search(
@@ -152,6 +191,7 @@ def _one_search(
     dirichlet_fraction,
     max_num_considered_actions,
     value_scale,
+    q_bounds,
 ):
     """One mctx search from a batch-of-one ``root``; ``(action [], policy [A], root value [])``."""
     args = (net_params, key, root, recurrent_fn, num_simulations)
@@ -161,9 +201,7 @@ def _one_search(
             invalid_actions=~legal[None],
             max_num_considered_actions=max_num_considered_actions,
             gumbel_scale=0.0 if greedy else 1.0,
-            qtransform=functools.partial(
-                mctx.qtransform_completed_by_mix_value, value_scale=value_scale
-            ),
+            qtransform=q_transform("gumbel", value_scale, q_bounds),
         )
         return out.action[0], out.action_weights[0], out.search_tree.node_values[0, 0]
     out = mctx.muzero_policy(
@@ -171,6 +209,7 @@ def _one_search(
         invalid_actions=~legal[None],
         dirichlet_fraction=0.0 if greedy else dirichlet_fraction,
         dirichlet_alpha=dirichlet_alpha,
+        qtransform=q_transform("puct", value_scale, q_bounds),
     )
     weights = out.action_weights[0]
     value = out.search_tree.node_values[0, 0]
@@ -195,6 +234,7 @@ def search_from_roots(
     dirichlet_fraction: float = 0.25,
     max_num_considered_actions: int = 16,
     value_scale: float = 0.1,
+    q_bounds: tuple[float, ...] = (),
 ) -> tuple[jax.Array, jax.Array, jax.Array]:
     """:func:`search` from roots already evaluated, over any model: ``prior_logits [B, A]``,
     ``value [B]`` and ``embedding [B, ...]`` of each root, ``legal [B, A]`` its legal moves
@@ -212,6 +252,7 @@ def search_from_roots(
         dirichlet_fraction=dirichlet_fraction,
         max_num_considered_actions=max_num_considered_actions,
         value_scale=value_scale,
+        q_bounds=tuple(q_bounds),
     )
 
     def one(key, logits, v, emb, ok):

@@ -7,6 +7,7 @@ import sys
 
 import jax
 import jax.numpy as jnp
+import mctx
 import numpy as np
 import pytest
 
@@ -14,7 +15,13 @@ import jrl.agents
 import jrl.envs
 from jrl import experiment, games
 from jrl.agents.alphazero import AlphaZeroHParams, Moves, alphazero_loss, alphazero_targets
-from jrl.search import game_recurrent_fn, search, uniform_evaluate
+from jrl.search import (
+    game_recurrent_fn,
+    q_transform,
+    search,
+    search_from_roots,
+    uniform_evaluate,
+)
 from jrl.two_player import (
     CURRENT_PLAYER,
     PLAYER_REWARDS,
@@ -209,6 +216,77 @@ def test_search_finds_the_winning_move_and_the_block(kind):
     np.testing.assert_array_equal(action, [2, 2])
     assert float(policy[0, 0]) == 0.0 and float(policy[0, 3]) == 0.0  # illegal: no weight
     np.testing.assert_allclose(np.asarray(policy).sum(-1), 1.0, rtol=1e-5)
+
+
+def _one_ply_search(kind, rewards, logits, q_bounds, num_simulations, value_scale=0.1):
+    """Searches from roots ``[B]`` whose every move ends the game with ``rewards [B, A]``
+    (so each move's Q-value is its reward); ``logits [B, A]`` their priors."""
+    rewards = jnp.asarray(rewards, jnp.float32)
+    B, A = rewards.shape
+
+    def recurrent_fn(net_params, key, action, embedding):  # the embedding: the root's rewards
+        out = mctx.RecurrentFnOutput(
+            reward=jnp.take_along_axis(embedding, action[:, None], axis=1)[:, 0],
+            discount=jnp.zeros(action.shape, jnp.float32),
+            prior_logits=jnp.zeros((action.shape[0], A), jnp.float32),
+            value=jnp.zeros(action.shape, jnp.float32),
+        )
+        return out, embedding
+
+    _, policy, _ = search_from_roots(
+        kind,
+        recurrent_fn,
+        None,
+        jax.random.split(jax.random.key(0), B),
+        jnp.asarray(logits, jnp.float32),
+        jnp.zeros((B,), jnp.float32),
+        rewards,
+        jnp.ones((B, A), bool),
+        num_simulations,
+        greedy=True,
+        max_num_considered_actions=A,
+        value_scale=value_scale,
+        q_bounds=q_bounds,
+    )
+    return np.asarray(policy, np.float64)
+
+
+def _softmax(x):
+    e = np.exp(x - x.max(-1, keepdims=True))
+    return e / e.sum(-1, keepdims=True)
+
+
+def test_q_transform_fixed_bounds_and_per_node_rescaling_by_hand():
+    """Gumbel's improved policy is softmax(logits + (50 + max visits) * value_scale * q_hat)
+    (3 simulations: one visit per move): q_hat is q rescaled by the node's own min and max,
+    or with ``q_bounds = (lo, hi)`` by the fixed (q - lo) / (hi - lo). Q-values that differ
+    by noise only (1e-6) are stretched to [0, 1] by the first and leave the prior alone with
+    the second."""
+    logits = np.array([[0.5, -0.3, 0.1], [0.5, -0.3, 0.1]])
+    q = np.array([[1.0, -1.0, 0.0], [0.0, 1e-6, 2e-6]])
+    fixed = _one_ply_search("gumbel", q, logits, (-1.0, 1.0), 3, value_scale=0.2)
+    np.testing.assert_allclose(fixed, _softmax(logits + 51 * 0.2 * (q + 1.0) / 2.0), rtol=1e-5)
+    per_node = _one_ply_search("gumbel", q, logits, (), 3, value_scale=0.2)
+    q_hat = (q - q.min(-1, keepdims=True)) / np.ptp(q, axis=-1, keepdims=True)
+    np.testing.assert_allclose(per_node, _softmax(logits + 51 * 0.2 * q_hat), rtol=1e-4)
+    # the noise-level Q-values: the prior stays with fixed bounds, not with per-node rescaling
+    np.testing.assert_allclose(fixed[1], _softmax(logits[1]), atol=1e-5)
+    assert np.abs(per_node[1] - _softmax(logits[1])).max() > 0.5
+    with pytest.raises(ValueError, match="q_bounds"):
+        q_transform("gumbel", 0.1, (1.0, -1.0))
+    with pytest.raises(ValueError, match="search must be one of"):
+        q_transform("beam", 0.1, ())
+
+
+def test_puct_q_bounds():
+    """PUCT, a flat prior, 30 simulations: Q-values 1e-6 apart get (nearly) equal visits
+    with fixed bounds, while rescaled by the node's min and max the best of them takes most;
+    Q-values a win and a loss apart send most visits to the win either way."""
+    q = np.array([[1e-6, 0.0, 2e-6], [-1.0, 1.0, 0.0]])
+    fixed = _one_ply_search("puct", q, np.zeros((2, 3)), (-1.0, 1.0), 30)
+    per_node = _one_ply_search("puct", q, np.zeros((2, 3)), (), 30)
+    assert np.ptp(fixed[0]) <= 0.1 and per_node[0, 2] > 0.5, (fixed, per_node)
+    assert fixed[1].argmax() == 1 and per_node[1].argmax() == 1 and fixed[1, 1] > 0.5
 
 
 def test_play_games_between_baselines():

@@ -182,6 +182,8 @@ def test_registry_entry_kinds_and_checks():
         (dict(batch_size=100), "multiple of num_envs"),
         (dict(learning_starts=16), "learning_starts"),
         (dict(buffer_size=16 * 10, batch_size=32), "cannot hold a sequence"),
+        (dict(q_bounds=(1.0, -1.0)), "q_bounds"),
+        (dict(q_bounds=(0.0,)), "q_bounds"),
     ]:
         with pytest.raises(ValueError, match=msg):
             experiment.make_config("muzero", "CartPole-v1", **bad).validate()
@@ -204,6 +206,9 @@ def test_cli_refuses_a_team_env_and_a_box_action_space(tmp_path):
     out = _jrl(["train", "muzero", "--env", "Pendulum-v1", "--out", "b"], tmp_path)
     assert out.returncode == 2, out.stderr
     assert "muzero needs a Discrete action space" in out.stderr
+    out = _jrl(["train", "muzero", "--env", "TicTacToe-v0", "--q-bounds", "1", "-1"], tmp_path)
+    assert out.returncode == 2, out.stderr
+    assert "q_bounds must be () or (lo, hi) with lo < hi, got (1, -1)" in out.stderr
     assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()
 
 
@@ -230,15 +235,18 @@ def test_resumed_run_equals_uninterrupted_and_eval_render(tmp_path):
     assert (tmp_path / "ep.gif").stat().st_size > 0
 
 
-def test_device_count_invariance(tmp_path):
-    """1 device and 2 fake devices give the same parameters on CartPole (per-env search keys,
-    sequences stratified by env, gradients averaged over devices)."""
-    agent = "muzero"
+@pytest.mark.parametrize("case", ["muzero", "muzero-game"])
+def test_device_count_invariance(tmp_path, case):
+    """1 device and 2 fake devices give the same parameters (per-env search keys, sequences
+    stratified by env, gradients averaged over devices), on CartPole and on tic-tac-toe. On
+    the game an untrained model's values are all near 0: rescaled by each node's min and max
+    their last-bit differences between the two programs changed the search's moves; the
+    preset's fixed bounds (``q_bounds``) keep them last-bit differences."""
     worker = os.path.join(os.path.dirname(__file__), "dist_worker.py")
     results = []
     for name, devices, fake in [("plain", 0, 1), ("2dev", 2, 2)]:
         out = subprocess.run(
-            [sys.executable, worker, str(tmp_path / f"{name}.npz"), agent, str(devices)]
+            [sys.executable, worker, str(tmp_path / f"{name}.npz"), case, str(devices)]
             + ["--fake-devices", str(fake)],
             capture_output=True,
             text=True,
@@ -266,9 +274,12 @@ def test_muzero_learns_cartpole(tmp_path):
 @pytest.mark.learning
 def test_muzero_plays_tictactoe(tmp_path):
     """MuZero on a two-player game (the TicTacToe-v0 preset: gamma 1, 9-step targets, 8
-    simulations, 16,384 moves), 2 seeds: it beats the random player clearly in 100 games
-    (half as first player) and ``jrl eval`` reports the minimax games too."""
-    # measured 2026-12-02 (2 seeds): vs random win 0.63 / 0.68, loss 0.28 / 0.28
+    simulations, Q-values rescaled by the outcome's bounds, 16,384 moves), 2 seeds: it beats
+    the random player clearly in 100 games (half as first player) and ``jrl eval`` reports
+    the minimax games too."""
+    # measured 2026-12-02 (2 seeds; search with q_bounds (-1, 1), value_scale 0.5): vs random
+    # win 0.73 / 0.59, loss 0.19 / 0.30 (before, per-node rescaling, value_scale 0.1: win
+    # 0.63 / 0.68, loss 0.28 / 0.28; q_bounds with value_scale 0.1: win 0.475, loss 0.40)
     run = tmp_path / "run"
     experiment.train("muzero", "TicTacToe-v0", 2, out=run, **QUIET)
     stats = experiment.evaluate_run(run, episodes=100)
