@@ -272,8 +272,9 @@ def test_q_transform_fixed_bounds_and_per_node_rescaling_by_hand():
     # the noise-level Q-values: the prior stays with fixed bounds, not with per-node rescaling
     np.testing.assert_allclose(fixed[1], _softmax(logits[1]), atol=1e-5)
     assert np.abs(per_node[1] - _softmax(logits[1])).max() > 0.5
-    with pytest.raises(ValueError, match="q_bounds"):
-        q_transform("gumbel", 0.1, (1.0, -1.0))
+    for bad in [(1.0, -1.0), (1.0, 1.0), (0.0,), (0.0, 1.0, 2.0)]:
+        with pytest.raises(ValueError, match="q_bounds"):
+            q_transform("puct", 0.1, bad)
     with pytest.raises(ValueError, match="search must be one of"):
         q_transform("beam", 0.1, ())
 

@@ -85,7 +85,7 @@ SHARED = {
     ),
     "jrl/two_player.py": ("player_returns",),
     "jrl/buffers.py": ("trajectory_buffer",),
-    "jrl/search.py": ("game_recurrent_fn",),
+    "jrl/search.py": ("game_recurrent_fn", "q_transform"),
     "jrl/evolution.py": ("normalize_observation", "policy_action", "make_es"),
     "jrl/population.py": ("play_members", "_fold_moments", "_gather", "population"),
     "jrl/pbt.py": ("check_pbt", "every_iterations", "with_pbt", "lineage"),
@@ -159,6 +159,8 @@ TESTS: dict[str, list[str]] = {
     "jrl/search.py": [
         "tests/test_alphazero.py::test_recurrent_fn_rewards_discounts_and_values_by_hand",
         "tests/test_alphazero.py::test_search_finds_the_winning_move_and_the_block",
+        "tests/test_alphazero.py::test_q_transform_fixed_bounds_and_per_node_rescaling_by_hand",
+        "tests/test_alphazero.py::test_puct_q_bounds",
     ],
     "agents/alphazero.py": [
         "tests/test_alphazero.py::test_player_returns_and_targets_by_hand",
