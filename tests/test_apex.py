@@ -15,7 +15,7 @@ import pytest
 
 import jrl.agents
 import jrl.envs
-from jrl import buffers, cli, experiment
+from jrl import buffers, cli, evaluation, experiment
 from jrl.agents import apex
 from jrl.run import sebulba
 from jrl.run.anakin import RunHooks
@@ -311,7 +311,7 @@ def test_apex_with_two_ray_actors_learns_cartpole_and_survives_a_killed_actor(ra
     from jrl.run import ray_actors
 
     env, params = jrl.envs.make("gymnasium:CartPole-v1")
-    config = experiment.make_config("apex", "CartPole-v1", total_steps=APEX_STEPS)
+    config = experiment.make_config("apex", "CartPole-v1")
     built = jrl.agents.get("apex").build(config, env, params)
     killed = []
 
@@ -329,9 +329,13 @@ def test_apex_with_two_ray_actors_learns_cartpole_and_survives_a_killed_actor(ra
     assert killed and result.iterations == config.num_iterations
     assert "jrl: ray actor 0 died; restarted it" in capfd.readouterr().err
     assert result.metrics["ray/actor_restarts"][0, -1] == 1
-    final = result.metrics["train/episode_return"][:, -10:].mean(axis=1)
+    # the greedy policy's return: the training return is dominated by the episodes of the
+    # most exploring envs (eps 0.4 ends episodes far more often than eps 0.0007)
+    returns, _ = evaluation.host_evaluator(built.agent, env, 10)(
+        result.final_state, jax.random.key(7)
+    )
+    final = returns.mean(axis=1)
     assert final.mean() >= APEX_THRESHOLD, final
 
 
-APEX_STEPS = 60_000
 APEX_THRESHOLD = 400

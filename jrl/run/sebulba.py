@@ -779,20 +779,25 @@ def _learn_fn(agent: Agent, mesh: Mesh | None, steps_per_iteration: int, replay=
 
 def _replay_step(replay, steps_per_iteration: int):
     """One run's learner step for an agent with an :class:`~jrl.builders.ActorReplay`: the
-    pushed items ``[T, N, ...]`` enter the replay buffer in time order (a FIFO ring: the
-    oldest go when it is full) with the actors' priorities, then, once ``learning_starts``
-    items have been inserted, ``replay.updates`` sample, learn and update priorities."""
+    pushed items ``[T, N, ...]`` enter the replay buffer a step of the N envs at a time (in
+    time order; a FIFO ring: the oldest go when it is full; an env-stratified uniform buffer
+    keeps its layout) with the actors' priorities, then, once ``learning_starts`` items have
+    been inserted, ``replay.updates`` sample, learn and update priorities."""
     buffer = replay.buffer
 
     def one(state: SebulbaState, batch, episodes):
         items, priorities = batch
-        flat = jax.tree.map(lambda x: x.reshape((-1,) + x.shape[2:]), items)
-        buf = state.replay
-        capacity = jax.tree.leaves(buf.storage)[0].shape[0]
-        rows = (buf.position + jnp.arange(priorities.size, dtype=jnp.int32)) % capacity
-        buf = buffer.add(buf, flat)
-        if buffer.update_priorities is not None:  # the actors' priorities, not the maximum
-            buf = buffer.update_priorities(buf, rows, priorities.reshape(-1))
+        capacity = jax.tree.leaves(state.replay.storage)[0].shape[0]
+
+        def insert(buf, step):  # one step of the N envs, as the one-process loop adds them
+            step_items, step_priorities = step
+            rows = (buf.position + jnp.arange(step_priorities.shape[0])) % capacity
+            buf = buffer.add(buf, step_items)
+            if buffer.update_priorities is not None:  # the actors' priorities, not the max
+                buf = buffer.update_priorities(buf, rows, step_priorities)
+            return buf, None
+
+        buf, _ = jax.lax.scan(insert, state.replay, (items, priorities))
         env_steps = state.env_steps + steps_per_iteration
         ready = parallel.all_runs(env_steps >= replay.learning_starts)
         k_learn = jax.random.fold_in(state.key, state.iteration)
