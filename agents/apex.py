@@ -76,7 +76,7 @@ def initial_priorities(loss_fn, state, batch: buffers.NStepTransition, key) -> j
     flat = jax.tree.map(lambda x: x.reshape((T * n,) + x.shape[2:]), batch)
     weights = jnp.ones((T * n,), jnp.float32)
     _, (priority, _) = loss_fn(state.params, state.target_params, flat, weights, key)
-    return jax.lax.stop_gradient(priority).reshape(T, n)
+    return priority.reshape(T, n)
 
 
 CARTPOLE = {

@@ -79,6 +79,7 @@ def test_apex_epsilons_follow_the_papers_schedule_and_reach_the_actors():
     np.testing.assert_allclose(
         apex.apex_epsilons(np.array([0, 2]), 3, 0.5, 2.0), [0.5, 0.5**3], rtol=1e-6
     )
+    np.testing.assert_allclose(apex.apex_epsilons(np.arange(2), 2), [0.4, 0.4**8], rtol=1e-6)
     # the actors' act: env k of the run explores with eps_k (a random action differs from
     # the greedy one with probability eps * (A - 1) / A); envs 2 and 3 of 4 here
     env, config, built = build(epsilon_base=0.8, epsilon_alpha=3.0)
@@ -231,6 +232,45 @@ def test_the_learner_inserts_pushed_priorities_learns_and_threads_resume_exactly
     assert max_diff(whole.final_state, resumed.final_state) == 0.0
 
 
+def cli_run(*args, cwd):
+    env = {**os.environ, "JAX_PLATFORMS": "cpu", "MPLBACKEND": "Agg"}
+    return subprocess.run(
+        [sys.executable, "-m", "jrl.cli", *map(str, args)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=cwd,
+        env=env,
+    )
+
+
+def test_cli_run_folder_resumes_exactly_with_its_replay_and_evaluates(tmp_path):
+    """``jrl train apex``: a run stopped after a checkpoint and resumed (its replay buffer and
+    host envs restored from the checkpoint) ends with the parameters of the uninterrupted
+    run; ``jrl eval`` plays the greedy policy on the host env."""
+    flags = [f"--{k.replace('_', '-')}" for k in SMALL]
+    common = ["train", "apex", "--env", "gymnasium:CartPole-v1", "--runner", "sebulba"]
+    common += ["--actor-threads", 2, "--total-steps", 768, "--num-reports", 4, "--quiet"]
+    for flag, value in zip(flags, SMALL.values()):
+        common += [flag, *(value if isinstance(value, tuple) else (value,))]
+    full = cli_run(*common, "--out", "full", cwd=tmp_path)
+    assert full.returncode == 0, full.stderr[-2000:]
+    part = cli_run(*common, "--out", "part", "--stop-at-steps", 384, cwd=tmp_path)
+    assert part.returncode == 0 and "Resume with" in part.stderr, part.stderr[-2000:]
+    resumed = cli_run("train", "--resume", "part", "--quiet", cwd=tmp_path)
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    import flax.serialization
+
+    a = flax.serialization.msgpack_restore((tmp_path / "full" / "params.msgpack").read_bytes())
+    b = flax.serialization.msgpack_restore((tmp_path / "part" / "params.msgpack").read_bytes())
+    for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b), strict=True):
+        np.testing.assert_array_equal(x, y)
+    header = (tmp_path / "full" / "metrics.csv").read_text().splitlines()[0].split(",")
+    assert {"apex/actor_priority", "sebulba/bytes_per_s", "train/loss"} <= set(header)
+    ev = cli_run("eval", "full", "--episodes", 3, cwd=tmp_path)
+    assert ev.returncode == 0 and "gymnasium:CartPole-v1" in ev.stdout, ev.stderr[-2000:]
+
+
 def test_ray_actors_push_what_threads_push_and_bfloat16_halves_the_wire(ray_session):
     """Two Ray actor processes, synchronous, give the run of two actor threads (same envs,
     keys, priorities, replay); with bfloat16 on the wire (threads) observations and
@@ -335,6 +375,7 @@ def test_apex_with_two_ray_actors_learns_cartpole_and_survives_a_killed_actor(ra
         result.final_state, jax.random.key(7)
     )
     final = returns.mean(axis=1)
+    print(f"apex greedy return per seed: {final}")
     assert final.mean() >= APEX_THRESHOLD, final
 
 
