@@ -130,6 +130,11 @@ def main() -> None:
         "actors' block and the learner's 6 updates, so its rate is bounded by their sum; Ape-X "
         "proper lets the learner run freely beside its actors (see ARCHITECTURE.md, why jrl "
         "bounds the replay ratio).",
+        "",
+        "A parameter version is the whole DQN agent state the learner publishes (parameters, "
+        "target parameters, which the actors' priorities need, and Adam's two moments, which "
+        "they do not): about 3x the parameters' bytes. bfloat16 halves it and cuts a block's "
+        "bytes by about 30% (observations; rewards, discounts and priorities stay float32).",
     ]
     common.publish(HEADING, "\n".join(text) + "\n", args.write and not args.quick)
 
