@@ -253,8 +253,21 @@ class Checkpointer:
         _quiet_orbax()
         self.directory = Path(run_dir).absolute() / CHECKPOINT_DIR
         self._ocp = ocp
+        # orbax's default numpy handler deep-copies every array before writing it (a guard
+        # against the caller changing it during an asynchronous save). ``save`` waits until the
+        # write is committed and its arrays are views of immutable jax buffers, so that copy
+        # would only double the peak memory of a run with large replay buffers.
+        registry = ocp.type_handlers.create_type_handler_registry(
+            (np.ndarray, ocp.type_handlers.NumpyHandler(deepcopy_host_arrays=False)),
+            (jax.Array, ocp.type_handlers.ArrayHandler()),  # unused; orbax warns without one
+        )
         self._manager = ocp.CheckpointManager(
-            self.directory, options=ocp.CheckpointManagerOptions(max_to_keep=int(keep), create=True)
+            self.directory,
+            options=ocp.CheckpointManagerOptions(max_to_keep=int(keep), create=True),
+            item_handlers={
+                "arrays": ocp.PyTreeCheckpointHandler(type_handler_registry=registry),
+                "meta": ocp.JsonCheckpointHandler(),
+            },
         )
 
     def save(
@@ -284,9 +297,7 @@ class Checkpointer:
         record["empty"] = empty
         if int(step) in self._manager.all_steps():  # e.g. a resumed run stopping where it started
             self._manager.delete(int(step))
-        args = ocp.args.Composite(
-            arrays=ocp.args.StandardSave(flat), meta=ocp.args.JsonSave(record)
-        )
+        args = ocp.args.Composite(arrays=ocp.args.PyTreeSave(flat), meta=ocp.args.JsonSave(record))
         with _quiet_stderr(self.directory / SAVE_LOG):
             self._manager.save(int(step), args=args, force=True)
             self._manager.wait_until_finished()

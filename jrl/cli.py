@@ -430,10 +430,13 @@ def _print_result(result) -> int:
     if jax.process_index() != 0:
         return 0
     print(result.summary())
-    print(
-        f"run folder: {result.out_dir} (learning_curve.png, metrics.csv, config.json, "
-        "params.msgpack, checkpoints/)"
-    )
+    if result.out_dir is None:
+        return 0
+    names = ["learning_curve.png", "metrics.csv", "config.json", "params.msgpack", "checkpoints"]
+    out = Path(result.out_dir)
+    # what this run wrote (a multi-process run writes no checkpoints)
+    made = [n + ("/" if n == "checkpoints" else "") for n in names if (out / n).exists()]
+    print(f"run folder: {out} ({', '.join(made)})")
     return 0
 
 

@@ -152,8 +152,6 @@ def check_runner(spec: RunSpec, env) -> None:
                 f"(gymnasium:<id>) with --runner sebulba"
             )
         return
-    if jax.process_count() > 1:
-        raise ValueError("the sebulba runner runs in one process (its actors are threads)")
     if not on_host:
         raise ValueError(
             f"the sebulba runner steps host environments (gymnasium:<id>, envpool:<id>); "
@@ -170,6 +168,10 @@ def check_runner(spec: RunSpec, env) -> None:
             f"actors' replay ({', '.join(able)}); {spec.agent} does not: train it with the "
             "anakin runner"
         )
+    if jax.process_count() > 1:  # a learner over several processes, each with its own actors
+        from jrl.run import sebulba
+
+        sebulba.check_processes(spec.options.sebulba(), spec.config.num_envs, jax.process_count())
 
 
 def _split_options(kwargs: dict[str, Any], options: RunOptions | None) -> tuple[RunOptions, dict]:

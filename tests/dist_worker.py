@@ -21,6 +21,7 @@ p.add_argument("--num-processes", type=int)
 p.add_argument("--coordinator")
 p.add_argument("--total-steps", type=int, default=0)
 p.add_argument("--seeds", type=int, default=2)
+p.add_argument("--actor-threads", type=int, default=0)  # sebulba: threads per process
 a = p.parse_args()
 # XLA's CPU collectives give up when a device thread is 40 s late to a rendezvous: on a loaded
 # 2-core machine (the whole suite on two workers) a thread can be descheduled that long
@@ -113,10 +114,15 @@ ENV["alphazero"] = "TicTacToe-v0"
 SMALL["ippo"] = dict(num_envs=4, num_steps=16, total_steps=4 * 16 * 4, share_parameters=False)
 ENV["ippo"] = "Coordination-v0"
 ENV["muzero-game"] = "TicTacToe-v0"
+# Sebulba: host CartPole envs stepped by actor threads, 3 synchronous iterations of 4 x 16 steps
+SMALL["ppo-sebulba"] = dict(num_envs=4, num_steps=16, total_steps=4 * 16 * 3, runner="sebulba")
+ENV["ppo-sebulba"] = "gymnasium:CartPole-v1"
 overrides = dict(SMALL[a.agent])
 agent = a.agent.split("-")[0]
 if a.total_steps:
     overrides = {"total_steps": a.total_steps}
+if a.actor_threads:
+    overrides["actor_threads"] = a.actor_threads
 res = jrl.train(
     agent,
     ENV.get(a.agent, "CartPole-v1"),

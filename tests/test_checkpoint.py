@@ -5,6 +5,8 @@ manifest, a missing file, unreadable arrays and an unreadable record; each refus
 other checkpoints to fall back to."""
 
 import json
+import subprocess
+import sys
 import shutil
 from pathlib import Path
 
@@ -151,3 +153,26 @@ def test_arrays_of_size_zero_round_trip(tmp_path):
     (tmp_path / "checkpoints" / "1" / checkpoint.MANIFEST).unlink()
     with pytest.raises(checkpoint.CheckpointError, match="corrupt"):
         checkpoint.load(tmp_path, like)
+
+
+def test_a_save_holds_the_state_once(tmp_path):
+    """Saving does not copy the state on the host: orbax's numpy handler deep-copies every
+    array by default, which doubled the peak memory of runs with large replay buffers. A
+    subprocess saves a 256 MiB array; its peak resident memory may grow by far less than that."""
+    code = f"""
+import resource, jax.numpy as jnp
+from jrl import checkpoint
+ck = checkpoint.Checkpointer({str(tmp_path)!r})
+ck.save(1, {{"x": jnp.ones(3)}}, {{}}, {{}})  # orbax and tensorstore set up
+x = jnp.ones((64, 1024, 1024), jnp.float32)
+x.block_until_ready()
+before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+ck.save(2, {{"x": x}}, {{}}, {{}})
+print(before, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
+"""
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path, timeout=300
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    before, after = (int(v) for v in done.stdout.split()[-2:])  # KiB
+    assert after - before < 96 * 1024, (before, after)  # a copy would add 256 MiB

@@ -57,9 +57,9 @@ def _free_port():
         return s.getsockname()[1]
 
 
-def test_two_processes_match_single_process(tmp_path):
-    """Two processes on 127.0.0.1 (jax.distributed, gloo) end with identical parameters,
-    equal to a single-process run with the same global batch."""
+def two_processes(tmp_path, agent, *extra):
+    """Runs the worker as processes 0 and 1 of a jax.distributed run on 127.0.0.1 (their
+    results in ``p0.npz``, ``p1.npz``)."""
     address = f"127.0.0.1:{_free_port()}"
     procs = []
     for pid in range(2):
@@ -67,7 +67,7 @@ def test_two_processes_match_single_process(tmp_path):
             sys.executable,
             WORKER,
             str(tmp_path / f"p{pid}.npz"),
-            "ppo",
+            agent,
             "0",
             "--process-id",
             str(pid),
@@ -75,6 +75,7 @@ def test_two_processes_match_single_process(tmp_path):
             "2",
             "--coordinator",
             address,
+            *map(str, extra),
         ]
         procs.append(
             subprocess.Popen(
@@ -93,11 +94,34 @@ def test_two_processes_match_single_process(tmp_path):
             p.kill()
     for p, (so, se) in zip(procs, outs):
         assert p.returncode == 0, se[-3000:]
+
+
+def test_two_processes_match_single_process(tmp_path):
+    """Two processes on 127.0.0.1 (jax.distributed, gloo) end with identical parameters,
+    equal to a single-process run with the same global batch."""
+    two_processes(tmp_path, "ppo")
     single = worker(tmp_path / "single.npz", "ppo", 0)
     assert single.returncode == 0, single.stderr[-3000:]
     p0, p1, s = (load(tmp_path / f"{n}.npz")[0] for n in ["p0", "p1", "single"])
     assert max_diff(p0, p1) == 0.0
     assert max_diff(p0, s) <= 1e-5
+
+
+def test_sebulba_learner_over_two_processes_matches_one_process(tmp_path):
+    """The Sebulba runner with a jax.distributed learner: two processes on 127.0.0.1, each with
+    one actor thread stepping its 2 of the 4 host envs, learn the parameters of one process
+    with two actor threads and two learner devices (its envs split the same way), and of one
+    process on one device up to float rounding."""
+    two_processes(tmp_path, "ppo-sebulba", "--actor-threads", 1)
+    one = worker(tmp_path / "one.npz", "ppo-sebulba", 2, "--fake-devices", 2, "--actor-threads", 2)
+    assert one.returncode == 0, one.stderr[-3000:]
+    plain = worker(tmp_path / "plain.npz", "ppo-sebulba", 0, "--actor-threads", 2)
+    assert plain.returncode == 0, plain.stderr[-3000:]
+    p0, p1, one, plain = (load(tmp_path / f"{n}.npz")[0] for n in ["p0", "p1", "one", "plain"])
+    assert max_diff(p0, p1) == 0.0
+    assert max_diff(p0, one) == 0.0
+    assert max_diff(p0, plain) <= 1e-5
+    assert max(float(np.abs(x[0] - x[1]).max()) for x in p0) > 1e-3  # the two seeds differ
 
 
 def test_ppo_learns_on_two_devices(tmp_path):

@@ -136,6 +136,42 @@ def test_synchronous_ray_actors_equal_actor_threads_and_resume_their_checkpoint(
     assert set(threads.metrics) | {"ray/actor_restarts"} == set(m)
 
 
+def test_the_ray_actors_of_a_later_process_act_as_that_process_share_of_threads(ray_session):
+    """In a multi-process run (jax.distributed learner) process 1 with one Ray actor over its 2
+    of 4 envs acts as actor 1 of a one-process run with two threads: the same env seeds and
+    act keys, so the same trajectory."""
+    from jrl.run import ray_actors
+
+    env, config, built = build()
+    states = sebulba.init_states(built.agent, built.spec, jax.vmap(jax.random.key)(np.arange(2)))
+    seeds = np.asarray(jax.device_get(states.env_seed)).tolist()
+    published = sebulba._published(states, "float32")
+    act = sebulba._act_fn(built.agent)
+
+    def first_items(options, pool_of):
+        runner = sebulba._Runner(options, config.num_steps, 1, 0, act, lambda done: False, None)
+        with pool_of(runner) as pool:
+            pool.publish(0, published)
+            pool.start()
+            items, _ = pool.take()
+        assert items is not None
+        return items
+
+    template = jax.tree.map(lambda x: np.zeros((), x.dtype), states.agent_state)
+    ray_items = first_items(
+        sebulba.SebulbaOptions(actors="ray:1"),
+        lambda r: ray_actors.ray_pool(r, built.agent, env, seeds, 2, template, 1, 4),
+    )
+    thread_items = first_items(
+        sebulba.SebulbaOptions(actor_threads=2),
+        lambda r: sebulba._actor_threads(r, env, seeds, 4, jax.devices()[:1]),
+    )
+    assert len(ray_items) == 1 and len(thread_items) == 2
+    as_float = lambda item: jax.tree.map(lambda x: np.asarray(x, np.float64), item.batch)
+    assert max_diff(as_float(ray_items[0]), as_float(thread_items[1])) == 0.0
+    assert max_diff(as_float(ray_items[0]), as_float(thread_items[0])) > 0.0  # actor 0 differs
+
+
 def test_cli_trains_with_ray_actors_on_a_local_ray_of_its_own(tmp_path, ray_session):
     """``jrl train --actors ray:2`` starts (beside the module's Ray) and stops its own local
     Ray; the run folder records the actors and logs restarts and bytes/s."""

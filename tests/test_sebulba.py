@@ -536,3 +536,20 @@ def test_impala_sebulba_gymnasium_cartpole_450():
     )
     final = result.final_returns()
     assert final.mean() >= 450, final
+
+
+@pytest.mark.parametrize(
+    "options, num_envs, reason",
+    [
+        (dict(pull_batch=2), 8, "pull mode runs in one process"),
+        (dict(actor_devices=1), 8, "--actor-devices is for a one-process run"),
+        (dict(learner_devices=2), 8, r"spans every device \(1 in 2 processes\), got --devices 2"),
+        (dict(actor_threads=2), 6, r"num_envs \(6\) must divide among the 2 processes, each one"),
+    ],
+)
+def test_what_a_multi_process_learner_refuses(options, num_envs, reason):
+    """A jax.distributed learner spans every device; each process runs its own actors over
+    its share of the envs (checked for 2 processes of this process's 1 device)."""
+    with pytest.raises(ValueError, match=reason):
+        sebulba.check_processes(sebulba.SebulbaOptions(**options), num_envs, 2)
+    sebulba.check_processes(sebulba.SebulbaOptions(actor_threads=2), 8, 2)  # fits

@@ -227,11 +227,23 @@ class RayPool:
 
 
 @contextlib.contextmanager
-def ray_pool(runner, agent, host_env, seeds: list[int], num_envs: int, template, replay=None):
-    """The :class:`RayPool` of ``runner.options`` (actors created, Ray started or joined); on
-    exit the actors are closed and killed, and a Ray this call started is shut down. With
-    ``replay`` (an agent's :class:`~jrl.builders.ActorReplay`) the actors push replay items
-    with priorities (Ape-X)."""
+def ray_pool(
+    runner,
+    agent,
+    host_env,
+    seeds: list[int],
+    num_envs: int,
+    template,
+    first: int = 0,
+    total_envs: int | None = None,
+    replay=None,
+):
+    """The :class:`RayPool` of ``runner.options`` (actors created, Ray started or joined), its
+    actors sharing ``num_envs`` envs of every run; on exit the actors are closed and killed,
+    and a Ray this call started is shut down. In a multi-process run each process's pool acts
+    as actors ``first ..`` of all the processes' ``total_envs`` envs (seeds and act keys as
+    those actors of a one-process run). With ``replay`` (an agent's
+    :class:`~jrl.builders.ActorReplay`) the actors push replay items with priorities (Ape-X)."""
     import ray
 
     opts = runner.options
@@ -261,14 +273,14 @@ def ray_pool(runner, agent, host_env, seeds: list[int], num_envs: int, template,
 
     def make_actor(a: int, deaths: int):
         # a replacement's envs are seeded past every env of every actor before it
-        moved = [s + deaths * num_envs for s in seeds]
+        moved = [s + deaths * (total_envs or num_envs) for s in seeds]
         return remote.options(
             name=f"{NAME_PREFIX}{run_id}-{a}" + (f"-restart{deaths}" if deaths else ""),
             runtime_env={"env_vars": {"JAX_PLATFORMS": "cpu"}},
         ).remote(
             agent,
             host_env,
-            a,
+            first + a,
             moved,
             per_actor,
             runner.num_steps,

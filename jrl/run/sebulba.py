@@ -154,6 +154,29 @@ class SebulbaOptions:
         return self
 
 
+def check_processes(options: SebulbaOptions, num_envs: int, processes: int) -> None:
+    """The learner of a multi-process run (``jax.distributed``) spans every device of every
+    process; each process runs ``options.num_actors`` actors over its ``num_envs / processes``
+    envs. Raises ``ValueError`` for what such a run cannot do."""
+    if options.pull_batch:
+        raise ValueError("EnvPool's pull mode runs in one process: drop --pull-batch")
+    if options.actor_devices:
+        raise ValueError(
+            "--actor-devices is for a one-process run: with several processes the learner spans "
+            "every device and each process's actors act on its first device"
+        )
+    if options.learner_devices != jax.device_count():
+        raise ValueError(
+            f"a multi-process sebulba learner spans every device ({jax.device_count()} in "
+            f"{processes} processes), got --devices {options.learner_devices}"
+        )
+    if num_envs % (processes * options.num_actors * jax.local_device_count()):
+        raise ValueError(
+            f"num_envs ({num_envs}) must divide among the {processes} processes, each one's "
+            f"{options.num_actors} actors and its {jax.local_device_count()} devices"
+        )
+
+
 def parse_actors(text: str) -> int:
     """``"threads"`` -> 0, ``"ray:N"`` -> N (``ValueError`` for anything else)."""
     kind, _, count = str(text).partition(":")
@@ -876,7 +899,11 @@ def run(
         raise ValueError(f"{host_env.id} has no pull mode (EnvPool envs have: envpool:<id>)")
     devices = jax.devices()
     L = options.learner_devices
-    if L + options.actor_devices > len(devices):
+    processes = jax.process_count()
+    if processes > 1:
+        check_processes(options, num_envs, processes)
+        devices = jax.local_devices()  # the actors act on their own process's devices
+    if processes == 1 and L + options.actor_devices > len(devices):
         raise ValueError(
             f"{L} learner and {options.actor_devices} actor devices requested, {len(devices)} "
             f"available ({devices[0].platform}); on CPU, XLA_FLAGS="
@@ -884,6 +911,9 @@ def run(
         )
     actor_devs = devices[L : L + options.actor_devices] or devices[:1]
     mesh = make_mesh(L) if L > 1 else None
+    # this process's actors: the same envs and act keys as actors first .. first + A - 1 of a
+    # one-process run with processes x A actors (its share of the envs, in process order)
+    local_envs, first = num_envs // processes, jax.process_index() * options.num_actors
     lengths = remaining_chunks(num_iterations, num_reports, start_iteration)
     ends = set((np.cumsum(lengths) + start_iteration).tolist())
 
@@ -917,10 +947,10 @@ def run(
 
         template = jax.tree.map(lambda x: np.zeros((), x.dtype), states.agent_state)
         actors = ray_actors.ray_pool(
-            runner, agent, host_env, seeds, num_envs, template, replay=replay
+            runner, agent, host_env, seeds, local_envs, template, first, num_envs, replay=replay
         )
     else:
-        actors = _actor_threads(runner, host_env, seeds, num_envs, actor_devs)
+        actors = _actor_threads(runner, host_env, seeds, local_envs, actor_devs, first)
     with actors as pool:
         return _learner_loop(
             runner, pool, learn, states, lengths, hooks, mesh, on_snapshots, per_iter
@@ -957,22 +987,26 @@ class ThreadActors:
 
 
 @contextlib.contextmanager
-def _actor_threads(runner: _Runner, host_env: Any, seeds: list[int], num_envs: int, devices):
-    """The actor threads (not started), each with its share of every run's host envs (env
-    ``i`` of thread ``a`` in run ``r`` seeded ``seeds[r] + a * n + i``) and a device in turn. On
-    exit every thread is stopped (queues drained, so none blocks on a full one) and joined,
-    and the envs are closed."""
+def _actor_threads(
+    runner: _Runner, host_env: Any, seeds: list[int], num_envs: int, devices, first: int = 0
+):
+    """The actor threads (not started), each with its share of ``num_envs`` host envs of every
+    run (env ``i`` of thread ``a`` in run ``r`` seeded ``seeds[r] + (first + a) * n + i``, and
+    acting as actor ``first + a``: ``first`` > 0 in the later processes of a multi-process run)
+    and a device in turn. On exit every thread is stopped (queues drained, so none blocks on a
+    full one) and joined, and the envs are closed."""
     opts = runner.options
     per_thread = num_envs // opts.actor_threads
     actors, made = [], []
     try:
         for a in range(opts.actor_threads):
+            index = first + a
             batches = [
-                host_env.make_batch(per_thread, seed + a * per_thread, opts.pull_batch or None)
+                host_env.make_batch(per_thread, seed + index * per_thread, opts.pull_batch or None)
                 for seed in seeds
             ]
             made += batches
-            actors.append(_Actor(a, runner, batches, devices[a % len(devices)]))
+            actors.append(_Actor(index, runner, batches, devices[a % len(devices)]))
         yield ThreadActors(runner, actors)
     finally:
         runner.stop.set()
@@ -1042,6 +1076,38 @@ def _published(states: SebulbaState, transfer: str):
     return _compress(states.agent_state, transfer), states.act_key
 
 
+def _to_mesh(tree: PyTree, sharding: NamedSharding | None) -> PyTree:
+    """``tree`` (this process's values) placed with ``sharding``. With several processes each
+    one gives its part: its share of the envs where ``sharding`` splits them, the same
+    replicated values otherwise."""
+    if sharding is None or jax.process_count() == 1:
+        return jax.device_put(tree, sharding)
+
+    def put(x):
+        if _is_key(x):
+            data = put(jax.random.key_data(x))
+            return jax.random.wrap_key_data(data, impl=jax.random.key_impl(x))
+        return jax.make_array_from_process_local_data(sharding, np.asarray(x))
+
+    return jax.tree.map(put, tree)
+
+
+def _local(tree: PyTree) -> PyTree:
+    """This process's copy of replicated arrays that span several processes (what its actors
+    act with, what it reports); other leaves unchanged."""
+
+    def local(x):
+        if isinstance(x, jax.Array) and not x.is_fully_addressable:
+            return x.addressable_data(0)
+        return x
+
+    return jax.tree.map(local, tree)
+
+
+def _is_key(x) -> bool:
+    return isinstance(x, jax.Array) and jax.dtypes.issubdtype(x.dtype, jax.dtypes.prng_key)
+
+
 def _learner_loop(runner, pool, learn, states, lengths, hooks, mesh, on_snapshots, per_iter):
     opts = runner.options
     if opts.transfer != "float32":
@@ -1051,14 +1117,14 @@ def _learner_loop(runner, pool, learn, states, lengths, hooks, mesh, on_snapshot
         runner.expand = jax.jit(lambda s: _expand(s, template))
 
     def publish(version, states):
-        published = _published(states, opts.transfer)
+        published = _published(_local(states), opts.transfer)
         pool.publish(version, published)
         return nbytes(published[0])
 
     sharding = None
     if mesh is not None:
         sharding = NamedSharding(mesh, P(None, None, parallel.AXIS))
-        states = jax.device_put(states, NamedSharding(mesh, P()))
+        states = _to_mesh(states, NamedSharding(mesh, P()))
     compile_t0 = time.perf_counter()
     params_bytes = publish(runner.start, states)
     pool.start()
@@ -1082,7 +1148,7 @@ def _learner_loop(runner, pool, learn, states, lengths, hooks, mesh, on_snapshot
                 k: np.concatenate([it.episodes[k] for it in items], 2) for k in items[0].episodes
             }
             traj_bytes = nbytes(batch) + nbytes(episodes)
-            batch, episodes = jax.device_put((batch, episodes), sharding)
+            batch, episodes = _to_mesh((batch, episodes), sharding)
             counted = not first  # the first update (compilation) is not timed
             t_learn = time.perf_counter()
             states, metrics = learn(states, batch, episodes)
@@ -1115,13 +1181,13 @@ def _learner_loop(runner, pool, learn, states, lengths, hooks, mesh, on_snapshot
             t_last = now
             chunk.append((metrics, extra))
         if chunk:
-            got = jax.device_get([m for m, _ in chunk])
+            got = jax.device_get(_local([m for m, _ in chunk]))
             merged = {k: np.stack([np.asarray(g[k]) for g in got]) for k in got[0]}  # [c, R]
             for k in chunk[0][1]:
                 merged[k] = np.stack([np.full(runs, e[k], np.float32) for _, e in chunk])
             history.append(merged)
             if hooks.on_chunk is not None:
-                hooks.on_chunk(states, done, merged)
+                hooks.on_chunk(_local(states), done, merged)
             if hooks.on_report is not None and t_start is not None:
                 elapsed = time.perf_counter() - t_start
                 latest = {k: np.asarray(v[-1]) for k, v in merged.items()}
@@ -1146,7 +1212,7 @@ def _learner_loop(runner, pool, learn, states, lengths, hooks, mesh, on_snapshot
         merged = {k: np.concatenate([h[k] for h in history], axis=0).T for k in history[0]}
     result = RunResult(
         merged,
-        states,
+        _local(states),
         compile_seconds,
         run_seconds,
         (done - runner.start) * per_iter,
