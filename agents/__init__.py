@@ -46,6 +46,7 @@ BUILTIN: dict[str, str] = {
     "c51": "jrl.agents.dqn:C51Config",
     "qrdqn": "jrl.agents.dqn:QRDQNConfig",
     "rainbow": "jrl.agents.dqn:RainbowConfig",
+    "apex": "jrl.agents.apex:ApexConfig",
     "pqn": "jrl.agents.pqn:PQNConfig",
     "reinforce": "jrl.agents.reinforce:REINFORCEConfig",
     "sac": "jrl.agents.sac:SACConfig",

@@ -76,12 +76,15 @@ __all__ = [
     "greedy_next_actions",
     "make_dqn",
     "q_targets",
+    "q_apply",
+    "q_network",
     "quantile_head",
     "q_unroll",
     "replay_buffer",
     "scalar_head",
     "sequence_loss",
     "sequence_q_targets",
+    "td_loss",
     "update_target",
 ]
 
@@ -199,22 +202,9 @@ def quantile_head(num_quantiles: int, kappa: float = 1.0) -> Head:
     return Head(num_quantiles, lambda out: out.mean(axis=-1), loss_fn)
 
 
-def make_dqn(network: networks.QNetwork, config: DQNConfig, head: Head | None = None) -> Agent:
-    """The DQN-family agent: ``learn`` takes a :class:`jrl.buffers.Sample` of ``NStepTransition``s
-    and returns the new priorities in :attr:`jrl.agent.Learned.priorities`.
-
-    ``head`` picks DQN (:func:`scalar_head`, the default), C51 or QR-DQN. With
-    a noisy network (``network.noisy``) ``act`` and ``learn`` draw fresh
-    noise from their keys (online and target nets independently); the greedy
-    ``policy`` uses the mean weights. Observations with an action mask
-    (:func:`jrl.types.split_action_mask`) restrict exploration, the greedy
-    action and the bootstrap action to valid actions.
-    """
-    if config.recurrent != "none":
-        return _recurrent_dqn(network, config, head or config.head())
-    hparams, total_updates, double_q = config.hparams(), max(config.num_updates, 1), config.double_q
-    head = head or scalar_head()
-    tx = make_optimizer("adam", config.max_grad_norm, eps=config.adam_eps)
+def q_apply(network: networks.QNetwork) -> Callable:
+    """``apply(params, obs, key=None) -> out [B, A(, K)]``: the Q-network, with fresh noise from
+    ``key`` when it is noisy and a key is given (the mean weights otherwise)."""
     noisy = bool(getattr(network, "noisy", False))
 
     def apply(params, obs, key=None):
@@ -222,27 +212,16 @@ def make_dqn(network: networks.QNetwork, config: DQNConfig, head: Head | None = 
             return network.apply(params, obs, noise=True, rngs={"noise": key})
         return network.apply(params, obs)
 
-    def init(key, spec: EnvSpec) -> DQNState:
-        obs_space, _ = split_action_mask(spec.observation_space)
-        params = network.init(key, networks.example_observation(obs_space))
-        return DQNState(params, params, tx.init(params), hparams, jnp.zeros((), jnp.int32))
+    return apply
 
-    def epsilon(state: DQNState):
-        return epsilon_schedule(state.hparams, state.num_updates, total_updates)
 
-    def act(state: DQNState, obs, key):
-        """Epsilon-greedy on ``[N]`` observations, an independent draw per env."""
-        obs, mask = split_action_mask(obs)
-        k_noise, k_explore = jax.random.split(key) if noisy else (None, key)
-        q = head.q_values(apply(state.params, obs, k_noise))
-        return epsilon_greedy(
-            parallel.local_keys(k_explore, q.shape[0]), q, epsilon(state), mask
-        ), {}
-
-    def policy(params, obs, key):
-        del key
-        obs, mask = split_action_mask(obs)
-        return masked_argmax(head.q_values(apply(params, obs)), mask)
+def td_loss(apply: Callable, head: Head, double_q: bool = True) -> Callable:
+    """``loss_fn(params, target_params, batch, weights, key) -> (loss, (priority, q))``: the
+    DQN family's TD loss on a batch of ``NStepTransition``s ``[B]`` (``weights [B]``: importance
+    weights), the head's new ``priority [B]`` of every item and ``q [B]``, the value of the
+    action taken. ``apply(params, obs, key=None)`` is the Q-network (noise drawn from ``key``
+    for a noisy one). :func:`make_dqn` learns with it; Ape-X's actors compute the initial
+    priorities of their transitions with it (``agents/apex.py``)."""
 
     def loss_fn(params, target_params, batch, weights, key):
         k_online, k_target = jax.random.split(key)
@@ -270,6 +249,52 @@ def make_dqn(network: networks.QNetwork, config: DQNConfig, head: Head | None = 
         )
         q = head.q_values(taken[:, None])[:, 0]
         return jnp.mean(weights * per_item), (priority, q)
+
+    return loss_fn
+
+
+def make_dqn(network: networks.QNetwork, config: DQNConfig, head: Head | None = None) -> Agent:
+    """The DQN-family agent: ``learn`` takes a :class:`jrl.buffers.Sample` of ``NStepTransition``s
+    and returns the new priorities in :attr:`jrl.agent.Learned.priorities`.
+
+    ``head`` picks DQN (:func:`scalar_head`, the default), C51 or QR-DQN. With
+    a noisy network (``network.noisy``) ``act`` and ``learn`` draw fresh
+    noise from their keys (online and target nets independently); the greedy
+    ``policy`` uses the mean weights. Observations with an action mask
+    (:func:`jrl.types.split_action_mask`) restrict exploration, the greedy
+    action and the bootstrap action to valid actions.
+    """
+    if config.recurrent != "none":
+        return _recurrent_dqn(network, config, head or config.head())
+    hparams, total_updates, double_q = config.hparams(), max(config.num_updates, 1), config.double_q
+    head = head or scalar_head()
+    tx = make_optimizer("adam", config.max_grad_norm, eps=config.adam_eps)
+    noisy = bool(getattr(network, "noisy", False))
+    apply = q_apply(network)
+
+    def init(key, spec: EnvSpec) -> DQNState:
+        obs_space, _ = split_action_mask(spec.observation_space)
+        params = network.init(key, networks.example_observation(obs_space))
+        return DQNState(params, params, tx.init(params), hparams, jnp.zeros((), jnp.int32))
+
+    def epsilon(state: DQNState):
+        return epsilon_schedule(state.hparams, state.num_updates, total_updates)
+
+    def act(state: DQNState, obs, key):
+        """Epsilon-greedy on ``[N]`` observations, an independent draw per env."""
+        obs, mask = split_action_mask(obs)
+        k_noise, k_explore = jax.random.split(key) if noisy else (None, key)
+        q = head.q_values(apply(state.params, obs, k_noise))
+        return epsilon_greedy(
+            parallel.local_keys(k_explore, q.shape[0]), q, epsilon(state), mask
+        ), {}
+
+    def policy(params, obs, key):
+        del key
+        obs, mask = split_action_mask(obs)
+        return masked_argmax(head.q_values(apply(params, obs)), mask)
+
+    loss_fn = td_loss(apply, head, double_q)
 
     def learn(state: DQNState, sample: buffers.Sample, key) -> Learned:
         hp = state.hparams
@@ -729,16 +754,7 @@ def build(config: DQNConfig, env, env_params, num_devices: int = 1) -> Built:
     if config.recurrent != "none":
         network = _recurrent_network(config, num_actions, obs_space)
     else:
-        network = networks.QNetwork(
-            num_actions,
-            tuple(config.hidden_sizes),
-            config.activation,
-            max(len(obs_space.shape), 1),
-            config.dueling,
-            num_atoms=head.num_atoms,
-            noisy=config.noisy,
-            torso=config.torso,
-        )
+        network = q_network(config, num_actions, obs_space, head)
     agent = make_dqn(network, config, head)
     buffer, beta = replay_buffer(config, num_devices)
     schedule = ReplaySchedule(
@@ -752,6 +768,21 @@ def build(config: DQNConfig, env, env_params, num_devices: int = 1) -> Built:
         agent, env, buffer, schedule, beta=beta, env_params=env_params, num_devices=num_devices
     )
     return Built(algorithm, agent, env, env_params, spec, network)
+
+
+def q_network(config: DQNConfig, num_actions: int, obs_space, head: Head) -> networks.QNetwork:
+    """The feed-forward Q-network the config asks for (``head.num_atoms`` outputs per
+    action)."""
+    return networks.QNetwork(
+        num_actions,
+        tuple(config.hidden_sizes),
+        config.activation,
+        max(len(obs_space.shape), 1),
+        config.dueling,
+        num_atoms=head.num_atoms,
+        noisy=config.noisy,
+        torso=config.torso,
+    )
 
 
 def replay_buffer(config: DQNConfig, num_devices: int = 1):

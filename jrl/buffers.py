@@ -57,6 +57,7 @@ __all__ = [
     "sequence_minibatches",
     "sum_tree_size",
     "trajectory_buffer",
+    "trajectory_nsteps",
     "uniform_buffer",
 ]
 
@@ -706,6 +707,50 @@ def nstep_accumulator(n: int, gamma: float | Array) -> NStepAccumulator:
         return NStepState(window, count), out, valid
 
     return NStepAccumulator(init, push)
+
+
+def trajectory_nsteps(batch: Transition, gamma: float | Array, n: int) -> NStepTransition:
+    """The n-step transitions that start at every step of a time-major trajectory.
+
+    ``batch`` is a ``Transition`` ``[T, N, ...]`` (``next_observation`` the true successor,
+    the final observation where an episode ended); the result is an
+    :class:`NStepTransition` ``[T, N, ...]``, the one starting at step ``s`` of each env:
+
+        m        = min(n, T - s, j - s + 1),   j >= s the first step with an episode end
+        reward   = sum_{k<m} gamma^k r_{s+k}
+        discount = gamma^m * (1 - terminated_{s+m-1})
+        next_observation = next_observation_{s+m-1}
+
+    as :func:`nstep_accumulator` emits it, except that the sum also stops at the trajectory's
+    end (the last ``n - 1`` starts get shorter sums and bootstrap from the trajectory's last
+    successor), so a trajectory alone gives one transition per step and nothing is carried to
+    the next (Ape-X's actors, which push whole blocks). ``extras`` are step ``s``'s."""
+    n = _positive_int(n, "n")
+    T = int(batch.reward.shape[0])
+    g = jnp.asarray(gamma, jnp.float32)
+    steps = jnp.arange(T)[:, None] + jnp.arange(n)[None, :]  # [T, n] step s + k
+    inside = steps < T
+    at = jnp.minimum(steps, T - 1)
+    ended = batch.terminated[at].astype(bool) | batch.truncated[at].astype(bool)  # [T, n, N]
+    ended = (ended & inside[..., None]).astype(jnp.int32)
+    included = inside[..., None] & ((jnp.cumsum(ended, axis=1) - ended) == 0)
+    m = included.sum(axis=1).astype(jnp.int32)  # [T, N] in 1..n
+    powers = g ** jnp.arange(n + 1, dtype=jnp.float32)
+    reward = (powers[None, :n, None] * batch.reward[at] * included).sum(axis=1)
+    last = jnp.arange(T)[:, None] + m - 1  # [T, N] step s + m - 1
+    envs = jnp.arange(m.shape[1])[None, :]
+    term_last = batch.terminated[last, envs].astype(bool)
+    return NStepTransition(
+        observation=batch.observation,
+        action=batch.action,
+        reward=reward.astype(jnp.float32),
+        discount=powers[m] * (1.0 - term_last.astype(jnp.float32)),
+        next_observation=jax.tree.map(lambda x: x[last, envs], batch.next_observation),
+        terminated=term_last,
+        truncated=batch.truncated[last, envs].astype(bool),
+        steps=m,
+        extras=batch.extras,
+    )
 
 
 # --------------------------------------------------------------------------

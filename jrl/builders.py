@@ -16,17 +16,17 @@ themselves (:mod:`jrl.actor_critic`, layer 5) know nothing of loops.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+from typing import Any, Callable, NamedTuple
 
 from jrl import buffers, networks, spaces
 from jrl.actor_critic import ActorCriticConfig, AdvantageFn, LossFn, make_actor_critic
 from jrl.agent import Agent, EnvSpec
 from jrl.config import AgentConfig, envs_per_device
 from jrl.continuous import ActionScale, ContinuousConfig
-from jrl.loops import Algorithm, ReplaySchedule, off_policy, on_policy
+from jrl.loops import Algorithm, ReplaySchedule, ReplayUpdates, off_policy, on_policy
 from jrl.wrappers import ClipAction, wrap_for_training
 
-__all__ = ["Built", "build_continuous", "build_on_policy", "training_env"]
+__all__ = ["ActorReplay", "Built", "build_continuous", "build_on_policy", "training_env"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -41,6 +41,30 @@ class Built:
     network: Any = None  # the flax module (``apply(params, obs)`` -> (distribution, value))
     player: Any = None  # two-player games: ``player(agent_state)`` -> ``play(env_state [E],
     # obs [E], key) -> action [E]``, how the trained agent plays evaluation games
+    replay: "ActorReplay | None" = None  # agents whose Sebulba actors push replay items (Ape-X)
+
+
+class ActorReplay(NamedTuple):
+    """How the Sebulba runner (``jrl/run/sebulba.py``) drives an agent that learns from a
+    replay its actors fill (Ape-X, ``agents/apex.py``), in place of on-policy rollouts:
+
+    - ``act(agent_state, obs [n], key, env_index [n]) -> (action [n], act_info)``: the
+      actors' behaviour policy; ``env_index`` is each env's index among the run's
+      ``num_envs`` (over all actors), for per-env exploration;
+    - ``prepare(agent_state, batch, key) -> (items, priorities)``: on the actor, a trajectory
+      ``Transition [T, n]`` acted with ``agent_state`` becomes replay ``items`` ``[T, n, ...]``
+      and their initial ``priorities`` ``[T, n]``;
+    - ``buffer``: the learner's replay buffer (one device), which the items fill in time
+      order (a FIFO ring of its capacity);
+    - ``updates``: the learner's updates after every insertion (:class:`jrl.loops.ReplayUpdates`);
+    - ``learning_starts``: items inserted (one per env step) before the first update.
+    """
+
+    act: Callable
+    prepare: Callable
+    buffer: buffers.ReplayBuffer
+    updates: ReplayUpdates
+    learning_starts: int
 
 
 def training_env(

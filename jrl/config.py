@@ -163,6 +163,11 @@ class AgentConfig:
     """The action space classes (``jrl.spaces``) the agent can act in; None: not declared
     (the agent's ``build`` decides). ``jrl.agents.check_action_space`` refuses an env whose
     action space is not one of them, naming the agents that fit it."""
+    RUNNERS: ClassVar[tuple[str, ...]] = ("anakin",)
+    """The runners (``--runner``) that can train the agent; ``jrl.experiment.check_runner``
+    refuses the others, naming the agents that fit."""
+    MAX_DEVICES: ClassVar[int | None] = None
+    """The most devices (``--devices``) the agent's learner spans; None: any."""
     TURN_BASED: ClassVar[bool] = False
     """The agent plays two-player turn-based games (:class:`jrl.two_player.TwoPlayerEnv`)
     and only those; single-player agents are refused on them and the reverse."""
@@ -261,6 +266,7 @@ class RolloutConfig(AgentConfig):
 
     OPTIMIZERS: ClassVar[tuple[str, ...]] = ("adam", "rmsprop")
     """Values ``optimizer`` accepts."""
+    RUNNERS: ClassVar[tuple[str, ...]] = ("anakin", "sebulba")
 
     num_steps: int = 128
     """Steps collected from each env per iteration (rollout length T)."""

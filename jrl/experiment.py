@@ -130,17 +130,27 @@ def check_env(spec: RunSpec) -> None:
 def check_runner(spec: RunSpec, env) -> None:
     """``ValueError`` when the runner cannot run the env or the agent: a host env
     (``gymnasium:``/``envpool:``) needs the Sebulba runner and a pure-JAX env the Anakin one;
-    Sebulba runs agents that learn from on-policy rollouts (naming them)."""
-    from jrl.config import RolloutConfig
+    an agent runs on the runners its config's ``RUNNERS`` names (Sebulba: agents that learn
+    from on-policy rollouts, and Ape-X), naming those that fit."""
     from jrl.envs.host import host_env_of
 
     on_host = host_env_of(env) is not None
+    most, devices = type(spec.config).MAX_DEVICES, spec.options.devices or 1
+    if most is not None and devices > most:
+        raise ValueError(
+            f"{spec.agent}'s learner runs on at most {most} device(s): drop --devices ({devices})"
+        )
     if on_host and spec.options.runner != "sebulba":
         raise ValueError(
             f"{spec.env_id} is a host environment (it steps outside the compiled program): "
             "train it with --runner sebulba"
         )
     if spec.options.runner != "sebulba":
+        if spec.options.runner not in type(spec.config).RUNNERS:
+            raise ValueError(
+                f"{spec.agent} runs on the sebulba runner only: train it on a host env "
+                f"(gymnasium:<id>) with --runner sebulba"
+            )
         return
     if not on_host:
         raise ValueError(
@@ -148,14 +158,15 @@ def check_runner(spec: RunSpec, env) -> None:
             f"{spec.env_id} is a pure-JAX env: train it with the anakin runner (the default)"
         )
     fits = lambda cls: (
-        issubclass(cls, RolloutConfig)
+        "sebulba" in cls.RUNNERS
         and not (getattr(cls, "TURN_BASED", False) or getattr(cls, "MULTI_AGENT", False))
     )
     if not fits(type(spec.config)):
         able = [n for n in jrl.agents.names() if fits(jrl.agents.get(n).config_cls)]
         raise ValueError(
-            f"the sebulba runner runs agents that learn from on-policy rollouts "
-            f"({', '.join(able)}); {spec.agent} does not: train it with the anakin runner"
+            f"the sebulba runner runs agents that learn from on-policy rollouts or from their "
+            f"actors' replay ({', '.join(able)}); {spec.agent} does not: train it with the "
+            "anakin runner"
         )
     if jax.process_count() > 1:  # a learner over several processes, each with its own actors
         from jrl.run import sebulba

@@ -37,6 +37,7 @@ __all__ = [
     "PER_AGENT_RETURN",
     "RecurrentOnPolicyState",
     "ReplaySchedule",
+    "ReplayUpdates",
     "StatefulOffPolicyState",
     "TeamOnPolicyState",
     "agent_episode_metrics",
@@ -406,6 +407,54 @@ def off_policy(
     return Algorithm(loop.init, loop.step, loop.per_iteration, _agent_hparams(agent))
 
 
+class ReplayUpdates:
+    """``updates`` gradient updates of ``agent`` on batches of ``local_batch`` items sampled
+    from this device's replay buffer (with ``beta(agent_state)`` for a prioritised one), the
+    :attr:`~jrl.agent.Learned.priorities` ``learn`` returns written back: the learning half of
+    :func:`off_policy`, shared with the Sebulba learner of agents whose actors push
+    transitions (Ape-X, ``agents/apex.py``)."""
+
+    def __init__(self, agent: Agent, buffer: ReplayBuffer, updates: int, local_batch: int, beta):
+        self.agent, self.buffer = agent, buffer
+        self.num_updates, self.local_batch = int(updates), int(local_batch)
+        self.beta_of = beta or (lambda agent_state: None)
+
+    def update(self, carry, key):
+        """One gradient update on a batch sampled from this device's buffer."""
+        agent_state, buffer_state = carry
+        k_sample, k_learn = jax.random.split(key)
+        sample = self.buffer.sample(
+            buffer_state, k_sample, self.local_batch, self.beta_of(agent_state)
+        )
+        agent_state, metrics, priorities = self.agent.learn(agent_state, sample, k_learn)
+        if priorities is not None and self.buffer.update_priorities is not None:
+            buffer_state = self.buffer.update_priorities(buffer_state, sample.indices, priorities)
+        return (agent_state, buffer_state), metrics
+
+    def learn_phase(self, agent_state, buffer_state, key):
+        """All the updates in a ``scan``; metrics averaged over them."""
+        (agent_state, buffer_state), metrics = jax.lax.scan(
+            self.update,
+            (agent_state, buffer_state),
+            jax.random.split(key, self.num_updates),
+        )
+        return agent_state, buffer_state, jax.tree.map(jnp.mean, metrics)
+
+    def skip_phase(self, agent_state, buffer_state, key):
+        """No update: the states unchanged, the metrics zero."""
+        shapes = jax.eval_shape(self.learn_phase, agent_state, buffer_state, key)[2]
+        zeros = jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), shapes)
+        return agent_state, buffer_state, zeros
+
+    def gated(self, ready, agent_state, buffer_state, key):
+        """``(agent_state, buffer_state, metrics)`` after the updates where ``ready`` (a
+        ``[]`` bool equal in every run, e.g. from :func:`jrl.parallel.all_runs`, so it stays
+        a branch under the runner's ``vmap``), unchanged with zero metrics otherwise."""
+        return jax.lax.cond(
+            ready, self.learn_phase, self.skip_phase, agent_state, buffer_state, key
+        )
+
+
 class _OffPolicyLoop:
     """The pieces of :func:`off_policy`'s ``init`` and ``step`` (see its docstring)."""
 
@@ -429,8 +478,13 @@ class _OffPolicyLoop:
         self.spec = EnvSpec.from_env(env, self.params)
         self.accumulator = nstep_accumulator(int(schedule.n_step), 1.0)
         self.gamma_of = discount or (lambda agent_state: agent_state.hparams.gamma)
-        self.beta_of = beta or (lambda agent_state: None)
-        self.local_batch = int(schedule.batch_size) // int(num_devices)
+        self.updates = ReplayUpdates(
+            agent,
+            buffer,
+            int(schedule.updates_per_iteration),
+            int(schedule.batch_size) // int(num_devices),
+            beta,
+        )
         self.num_envs, self.num_devices = num_envs, int(num_devices)
         self.per_iteration = int(schedule.steps_per_iteration) * num_envs * int(num_devices)
 
@@ -511,31 +565,6 @@ class _OffPolicyLoop:
             *extra,
         )
 
-    def update(self, carry, key):
-        """One gradient update on a batch sampled from this device's buffer."""
-        agent_state, buffer_state = carry
-        k_sample, k_learn = jax.random.split(key)
-        sample = self.buffer.sample(
-            buffer_state, k_sample, self.local_batch, self.beta_of(agent_state)
-        )
-        agent_state, metrics, priorities = self.agent.learn(agent_state, sample, k_learn)
-        if priorities is not None and self.buffer.update_priorities is not None:
-            buffer_state = self.buffer.update_priorities(buffer_state, sample.indices, priorities)
-        return (agent_state, buffer_state), metrics
-
-    def learn_phase(self, agent_state, buffer_state, key):
-        (agent_state, buffer_state), metrics = jax.lax.scan(
-            self.update,
-            (agent_state, buffer_state),
-            jax.random.split(key, int(self.schedule.updates_per_iteration)),
-        )
-        return agent_state, buffer_state, jax.tree.map(jnp.mean, metrics)
-
-    def skip_phase(self, agent_state, buffer_state, key):
-        shapes = jax.eval_shape(self.learn_phase, agent_state, buffer_state, key)[2]
-        zeros = jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), shapes)
-        return agent_state, buffer_state, zeros
-
     def step(self, state: OffPolicyState) -> tuple[OffPolicyState, dict[str, jax.Array]]:
         key, k_rollout, k_learn = jax.random.split(state.key, 3)
         acting = None if self.recurrent is None else state.acting_state
@@ -548,8 +577,8 @@ class _OffPolicyLoop:
         env_steps = state.env_steps + self.per_iteration
         # unbatched over runs: a real branch under the runner's vmap
         ready = parallel.all_runs(env_steps >= self.schedule.learning_starts)
-        agent_state, buffer_state, metrics = jax.lax.cond(
-            ready, self.learn_phase, self.skip_phase, state.agent_state, buffer_state, k_learn
+        agent_state, buffer_state, metrics = self.updates.gated(
+            ready, state.agent_state, buffer_state, k_learn
         )
         ret, length, ep_metrics = episode_metrics(
             episodes, state.last_episode_return, state.last_episode_length

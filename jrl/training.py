@@ -170,7 +170,7 @@ def abstract_states(spec: RunSpec, built, device_axis: bool = True) -> Any:
     (``[D, R, ...]`` for an Anakin run sharded over D devices, unless ``device_axis`` is
     False; a Sebulba run's learner states are replicated, never with a device axis)."""
     if is_sebulba(spec):
-        return sebulba.abstract_states(built.agent, built.spec, spec.keys())
+        return sebulba.abstract_states(built.agent, built.spec, spec.keys(), built.replay)
     devices = spec.options.devices if device_axis else None
     return anakin.abstract_states(built.algorithm, spec.keys(), devices)
 
@@ -382,6 +382,7 @@ def _run_sebulba(work: "ChunkWork", hparams, hooks) -> anakin.RunResult:
             hooks=hooks,
             env_snapshots=snapshots,
             on_snapshots=work.keep_host_envs,
+            replay=built.replay,
         )
     except sebulba.ActorError as e:
         res = getattr(e, "result", None)

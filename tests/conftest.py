@@ -143,3 +143,20 @@ def _env_for(agent: str) -> str:
 @pytest.fixture
 def env_for():
     return _env_for
+
+
+@pytest.fixture(scope="module")
+def ray_session():
+    """One small local Ray (2 CPUs, no dashboard) for every test of a module that asks for it
+    (tests/test_ray_actors.py, test_apex.py): its start-up is paid once per module; skipped
+    where Ray is absent."""
+    ray = pytest.importorskip("ray")
+    ray.init(
+        num_cpus=2,
+        include_dashboard=False,
+        object_store_memory=128 * 2**20,
+        log_to_driver=False,
+        logging_level="ERROR",
+    )
+    yield ray
+    ray.shutdown()

@@ -36,6 +36,7 @@ def test_public_api_imports():
     assert jrl_agents.names() == [
         "a2c",
         "alphazero",
+        "apex",
         "c51",
         "cma_es",
         "ddpg",

@@ -129,8 +129,11 @@ def test_every_agent_has_a_greedy_and_a_stochastic_evaluation_policy(agent, env_
     for the continuous off-policy agents) returns about 4 on average, with returns that differ
     between episodes."""
     overrides = {"total_steps": 20_000}
-    if "epsilon_start" in {f.name for f in dataclasses.fields(jrl.agents.get(agent).config_cls)}:
+    fields = {f.name for f in dataclasses.fields(jrl.agents.get(agent).config_cls)}
+    if "epsilon_start" in fields:
         overrides.update(epsilon_start=1.0, epsilon_end=1.0)
+    if "epsilon_base" in fields:  # Ape-X's per-env epsilons: all 1
+        overrides.update(epsilon_base=1.0)
     continuous = env_for(agent) == "Pendulum-v1"
     env = ActionCountBox() if continuous else ActionCount()
     config = experiment.make_config(agent, env.id, **overrides)

@@ -27,21 +27,6 @@ pytestmark = pytest.mark.filterwarnings("ignore:os.fork:RuntimeWarning", "ignore
 SMALL = dict(num_envs=4, num_steps=16, num_minibatches=2, num_epochs=2, hidden_sizes=(16, 16))
 
 
-@pytest.fixture(scope="module")
-def ray_session():
-    """One small local Ray for every test here (its start-up is paid once)."""
-    ray = pytest.importorskip("ray")
-    ray.init(
-        num_cpus=2,
-        include_dashboard=False,
-        object_store_memory=128 * 2**20,
-        log_to_driver=False,
-        logging_level="ERROR",
-    )
-    yield ray
-    ray.shutdown()
-
-
 def build(agent="ppo", **overrides):
     env, params = jrl.envs.make("gymnasium:CartPole-v1")
     config = experiment.make_config(agent, "CartPole-v1", **{**SMALL, **overrides})

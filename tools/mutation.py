@@ -84,7 +84,7 @@ SHARED = {
         "make_deterministic",
     ),
     "jrl/two_player.py": ("player_returns",),
-    "jrl/buffers.py": ("trajectory_buffer",),
+    "jrl/buffers.py": ("trajectory_buffer", "trajectory_nsteps"),
     "jrl/search.py": ("game_recurrent_fn", "q_transform"),
     "jrl/evolution.py": ("normalize_observation", "policy_action", "make_es"),
     "jrl/population.py": ("play_members", "_fold_moments", "_gather", "population"),
@@ -121,6 +121,9 @@ NESTED = (
 """Functions nested in a ``make_*`` function that hold an agent's loss and target code."""
 AGENT_WORDS = ("loss", "target", "advantage", "head")
 """An agent module's top-level functions whose names contain one of these are mutated."""
+AGENT_FUNCTIONS = {"agents/apex.py": ("apex_epsilons", "initial_priorities")}
+"""Agent modules whose own numerical code sits in top-level functions named otherwise (Ape-X's
+exploration rates and actor-side priorities; its loss is dqn.py's): mutated instead."""
 
 SAMPLE = 260
 """Mutants a CI run samples (of about 400): about 384 CPU seconds, 3.5 minutes on 2 idle cores."""
@@ -195,6 +198,11 @@ TESTS: dict[str, list[str]] = {
         "tests/test_buffers.py::test_trajectory_stratified_sequences_by_hand",
         "tests/test_buffers.py::test_trajectory_buffer_with_a_single_start",
         "tests/test_buffers.py::test_memory_check_refuses_before_allocating",
+        "tests/test_apex.py::test_trajectory_nsteps_match_explicit_loops_and_the_accumulator",
+    ],
+    "agents/apex.py": [
+        "tests/test_apex.py::test_apex_epsilons_follow_the_papers_schedule_and_reach_the_actors",
+        "tests/test_apex.py::test_actor_priorities_are_the_td_errors_of_the_acting_parameters",
     ],
     "jrl/continuous.py": [
         "tests/test_continuous.py",
@@ -295,7 +303,7 @@ def targets() -> list[Target]:
     for path in agent_modules():
         if path in SHARED_AGENTS:
             continue
-        functions = agent_functions(path)
+        functions = AGENT_FUNCTIONS.get(path) or agent_functions(path)
         if not functions:
             raise SystemExit(
                 f"mutation: {path} has no loss or target code this check recognises (top-level "

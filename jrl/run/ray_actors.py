@@ -42,7 +42,7 @@ from typing import Any
 
 import jax
 
-from jrl.run.sebulba import ActorError, PushActing, _act_fn, _expand, _Item
+from jrl.run.sebulba import ActorError, PushActing, _act_fn, _expand, _Item, _prepare_fn
 
 __all__ = ["MAX_RESTARTS", "RayActors", "RayPool", "pids", "ray_pool"]
 
@@ -70,10 +70,21 @@ class _EnvActor:
     jitted ``act`` and the latest parameters it fetched."""
 
     def __init__(
-        self, agent, host_env, index, seeds, per_actor, num_steps, transfer, template, snapshots
+        self,
+        agent,
+        host_env,
+        index,
+        seeds,
+        per_actor,
+        num_steps,
+        transfer,
+        template,
+        snapshots,
+        replay=None,
     ):
         batches = [host_env.make_batch(per_actor, seed + index * per_actor) for seed in seeds]
-        self.acting = PushActing(batches, index, _act_fn(agent), num_steps, transfer)
+        act, prepare = _act_fn(agent, replay), _prepare_fn(replay)
+        self.acting = PushActing(batches, index, act, num_steps, transfer, prepare)
         self.acting.reset(snapshots)
         self.expand = None
         if transfer != "float32":
@@ -225,12 +236,14 @@ def ray_pool(
     template,
     first: int = 0,
     total_envs: int | None = None,
+    replay=None,
 ):
     """The :class:`RayPool` of ``runner.options`` (actors created, Ray started or joined), its
     actors sharing ``num_envs`` envs of every run; on exit the actors are closed and killed,
     and a Ray this call started is shut down. In a multi-process run each process's pool acts
     as actors ``first ..`` of all the processes' ``total_envs`` envs (seeds and act keys as
-    those actors of a one-process run)."""
+    those actors of a one-process run). With ``replay`` (an agent's
+    :class:`~jrl.builders.ActorReplay`) the actors push replay items with priorities (Ape-X)."""
     import ray
 
     opts = runner.options
@@ -274,6 +287,7 @@ def ray_pool(
             opts.transfer,
             template,
             snapshots[a] if snapshots is not None and deaths == 0 else None,
+            replay,
         )
 
     pool = None

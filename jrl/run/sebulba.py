@@ -54,7 +54,7 @@ import numpy as np
 from flax import struct
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
-from jrl import parallel
+from jrl import networks, parallel
 from jrl.agent import Agent, EnvSpec
 from jrl.loops import NO_EPISODE, episode_metrics
 from jrl.run.anakin import Report, RunHooks, RunResult, chunk_lengths, compiler_options, make_mesh
@@ -222,6 +222,7 @@ class SebulbaState:
     env_steps: jax.Array  # [] int32 env transitions learned from (all envs)
     last_episode_return: jax.Array  # [] float32 (NaN before the first episode)
     last_episode_length: jax.Array  # [] float32
+    replay: PyTree = None  # the learner's replay buffer (agents with an ActorReplay), or None
 
     @property
     def env_state(self):  # evaluation reads no env statistics from a host-env run
@@ -247,12 +248,13 @@ def check_agent(agent: Agent, built_env: Any) -> None:
         env = getattr(env, "env", None)
 
 
-def _init(agent: Agent, spec: EnvSpec) -> Callable[[PRNGKey], SebulbaState]:
+def _init(agent: Agent, spec: EnvSpec, replay=None) -> Callable[[PRNGKey], SebulbaState]:
     def init(key):
         k_agent, k_env, k_loop, k_act = jax.random.split(key, 4)
         nan = jnp.full((), NO_EPISODE, jnp.float32)
+        agent_state = agent.init(k_agent, spec)
         return SebulbaState(
-            agent.init(k_agent, spec),
+            agent_state,
             k_loop,
             k_act,
             jax.random.randint(k_env, (), 0, 2**30, jnp.int32),
@@ -260,21 +262,48 @@ def _init(agent: Agent, spec: EnvSpec) -> Callable[[PRNGKey], SebulbaState]:
             jnp.zeros((), jnp.int32),
             nan,
             nan,
+            None if replay is None else _empty_replay(replay, agent_state, spec, k_act),
         )
 
     return init
 
 
-def init_states(agent: Agent, spec: EnvSpec, keys: jax.Array) -> SebulbaState:
-    """``[R]`` states, one per key (sequential ``lax.map``, as the Anakin runner does)."""
-    init = _init(agent, spec)
+def _empty_replay(replay, agent_state, spec: EnvSpec, key) -> PyTree:
+    """The learner's empty buffer, its items shaped as ``replay.prepare`` makes them from a
+    trajectory of one step of one env."""
+    obs = networks.example_observation(spec.observation_space)  # [1, ...]
+    action, info = jax.eval_shape(replay.act, agent_state, obs, key, jnp.zeros(1, jnp.int32))
+
+    def one_step():
+        zeros = lambda x: jnp.zeros((1,) + tuple(x.shape), x.dtype)
+        flags = jnp.zeros((1, 1), bool)
+        return Transition(
+            jax.tree.map(lambda x: x[None], obs),
+            zeros(action),
+            jnp.zeros((1, 1), jnp.float32),
+            flags,
+            flags,
+            jax.tree.map(lambda x: x[None], obs),
+            jax.tree.map(zeros, info),
+        )
+
+    items, _ = jax.eval_shape(lambda b: replay.prepare(agent_state, b, key), one_step())
+    return replay.buffer.init(
+        jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape[2:], x.dtype), items)
+    )
+
+
+def init_states(agent: Agent, spec: EnvSpec, keys: jax.Array, replay=None) -> SebulbaState:
+    """``[R]`` states, one per key (sequential ``lax.map``, as the Anakin runner does); with
+    ``replay`` (:class:`jrl.builders.ActorReplay`) each holds an empty replay buffer."""
+    init = _init(agent, spec, replay)
     program = jax.jit(lambda ks: jax.lax.map(init, ks)).lower(keys).compile(compiler_options())
     return program(keys)
 
 
-def abstract_states(agent: Agent, spec: EnvSpec, keys: jax.Array) -> SebulbaState:
+def abstract_states(agent: Agent, spec: EnvSpec, keys: jax.Array, replay=None) -> SebulbaState:
     """Shapes and dtypes of :func:`init_states`'s result; nothing is allocated."""
-    return jax.eval_shape(lambda ks: jax.lax.map(_init(agent, spec), ks), keys)
+    return jax.eval_shape(lambda ks: jax.lax.map(_init(agent, spec, replay), ks), keys)
 
 
 # --- transfers ------------------------------------------------------------------------------
@@ -292,6 +321,17 @@ def _compress_trajectory(batch: Transition, transfer: str) -> Transition:
     log-probs, values) is what the update is most sensitive to and a small share of the
     bytes, so it stays float32."""
     return _compress(batch, transfer).replace(extras=batch.extras)
+
+
+def _compress_items(items, transfer: str):
+    """Replay items (``NStepTransition``) for the wire: their observations compressed as a
+    trajectory's, rewards and discounts (gamma^m, which bfloat16 would round) kept float32."""
+    if transfer == "float32":
+        return items
+    return items.replace(
+        observation=_compress(items.observation, transfer),
+        next_observation=_compress(items.next_observation, transfer),
+    )
 
 
 def _expand(tree: PyTree, like: PyTree) -> PyTree:
@@ -387,7 +427,9 @@ class _Actor(threading.Thread):
 
     def _push(self) -> None:
         r = self.runner
-        envs = PushActing(self.batches, self.index, r.act, r.num_steps, r.options.transfer)
+        envs = PushActing(
+            self.batches, self.index, r.act, r.num_steps, r.options.transfer, r.prepare
+        )
         envs.reset(None if r.env_snapshots is None else r.env_snapshots[self.index])
         for j in range(r.start, r.num_iterations):
             got = self._params(j)
@@ -457,11 +499,21 @@ def make_item(version: int, batch: Transition, episodes: dict, t0: float, transf
 class PushActing:
     """One actor's share of every run's host envs in push mode (one ``HostBatch`` per run) and
     their current observations: the acting half of the Sebulba loop, shared by the actor
-    threads and the Ray actor processes (:mod:`jrl.run.ray_actors`)."""
+    threads and the Ray actor processes (:mod:`jrl.run.ray_actors`). With ``prepare`` (from
+    :func:`_prepare_fn`) a trajectory leaves as replay items and their priorities, computed
+    here with the parameters it was acted with (Ape-X)."""
 
-    def __init__(self, batches: list, index: int, act: Callable, num_steps: int, transfer: str):
+    def __init__(
+        self,
+        batches: list,
+        index: int,
+        act: Callable,
+        num_steps: int,
+        transfer: str,
+        prepare: Callable | None = None,
+    ):
         self.batches, self.index, self.act = batches, index, act
-        self.num_steps, self.transfer = num_steps, transfer
+        self.num_steps, self.transfer, self.prepare = num_steps, transfer, prepare
         self.obs: np.ndarray | None = None  # [R, n, ...]
 
     def reset(self, snapshots: list | None = None) -> None:
@@ -495,7 +547,18 @@ class PushActing:
             if stopping():
                 return None
         self.obs = obs
-        return make_item(version, *traj.arrays(), t0, self.transfer)
+        if self.prepare is None:
+            return make_item(version, *traj.arrays(), t0, self.transfer)
+        batch, episodes = traj.arrays()
+        items, priorities = jax.device_get(
+            self.prepare(agent_state, batch, act_keys, j, self.index)
+        )
+        return _Item(
+            version,
+            (_compress_items(items, self.transfer), priorities),
+            _compress(episodes, self.transfer),
+            time.perf_counter() - t0,
+        )
 
     def snapshots(self) -> list:
         """Per run, the host envs' saved state (None where they cannot be saved)."""
@@ -645,28 +708,53 @@ class _Trajectory:
 class _Runner:
     """Shared state of one :func:`run` call."""
 
-    def __init__(self, options, num_steps, num_iterations, start, act, snapshot_due, snapshots):
+    def __init__(
+        self, options, num_steps, num_iterations, start, act, snapshot_due, snapshots, prepare=None
+    ):
         self.options, self.num_steps, self.num_iterations = options, num_steps, num_iterations
         self.start, self.act, self.snapshot_due = start, act, snapshot_due
+        self.prepare = prepare  # trajectory -> replay items and priorities (Ape-X), or None
         self.env_snapshots = snapshots  # per actor, per run: saved host envs (or None)
         self.stop = threading.Event()
         self.store = _Store(self.stop)
         self.expand: Callable | None = None  # bfloat16 parameters back to float32, on an actor
 
 
-def _act_fn(agent: Agent):
+def _act_fn(agent: Agent, replay=None):
     """``act(agent_state [R], obs [R, n], act_keys [R], j, thread, t)``, jitted: each run's key
-    folds in the iteration, the thread and the step."""
+    folds in the iteration, the thread and the step. With ``replay`` the actors act with
+    ``replay.act``, which also takes each env's index among the run's envs (thread ``a``'s env
+    ``i`` is ``a * n + i``)."""
 
     def one(agent_state, obs, key, j, a, t):
         key = jax.random.fold_in(jax.random.fold_in(jax.random.fold_in(key, j), a), t)
-        return agent.act(agent_state, obs, key)
+        if replay is None:
+            return agent.act(agent_state, obs, key)
+        n = jax.tree.leaves(obs)[0].shape[0]
+        return replay.act(agent_state, obs, key, a * n + jnp.arange(n, dtype=jnp.int32))
 
     return jax.jit(jax.vmap(one, in_axes=(0, 0, 0, None, None, None)))
 
 
-def _learn_fn(agent: Agent, mesh: Mesh | None, steps_per_iteration: int):
-    """``learn(states [R], batch [R, T, N], episodes [R, T, N]) -> (states, metrics [R])``."""
+def _prepare_fn(replay):
+    """``prepare(agent_state [R], batch [R, T, n], act_keys [R], j, thread) -> (items,
+    priorities)`` ``[R, T, n, ...]``, jitted (None without ``replay``): each run's key folds in
+    the iteration, the thread and ``T`` (a step no act key of the trajectory uses)."""
+    if replay is None:
+        return None
+
+    def one(agent_state, batch, key, j, a):
+        T = batch.reward.shape[0]
+        key = jax.random.fold_in(jax.random.fold_in(jax.random.fold_in(key, j), a), T)
+        return replay.prepare(agent_state, batch, key)
+
+    return jax.jit(jax.vmap(one, in_axes=(0, 0, 0, None, None)))
+
+
+def _learn_fn(agent: Agent, mesh: Mesh | None, steps_per_iteration: int, replay=None):
+    """``learn(states [R], batch [R, T, N], episodes [R, T, N]) -> (states, metrics [R])``;
+    with ``replay`` the batch is ``(items, priorities)`` ``[R, T, N, ...]`` (see
+    :func:`_replay_step`)."""
 
     def one(state: SebulbaState, batch, episodes):
         k_learn = jax.random.fold_in(state.key, state.iteration)
@@ -682,6 +770,9 @@ def _learn_fn(agent: Agent, mesh: Mesh | None, steps_per_iteration: int):
             last_episode_length=length,
         )
         return new, {**metrics, **ep, "train/env_steps": new.env_steps}
+
+    if replay is not None:
+        one = _replay_step(replay, steps_per_iteration)
 
     def learn(states, batch, episodes):
         # bfloat16 transfers back to float32, inside the program (no extra dispatches)
@@ -709,6 +800,48 @@ def _learn_fn(agent: Agent, mesh: Mesh | None, steps_per_iteration: int):
     return call
 
 
+def _replay_step(replay, steps_per_iteration: int):
+    """One run's learner step for an agent with an :class:`~jrl.builders.ActorReplay`: the
+    pushed items ``[T, N, ...]`` enter the replay buffer a step of the N envs at a time (in
+    time order; a FIFO ring: the oldest go when it is full; an env-stratified uniform buffer
+    keeps its layout) with the actors' priorities, then, once ``learning_starts`` items have
+    been inserted, ``replay.updates`` sample, learn and update priorities."""
+    buffer = replay.buffer
+
+    def one(state: SebulbaState, batch, episodes):
+        items, priorities = batch
+        capacity = jax.tree.leaves(state.replay.storage)[0].shape[0]
+
+        def insert(buf, step):  # one step of the N envs, as the one-process loop adds them
+            step_items, step_priorities = step
+            rows = (buf.position + jnp.arange(step_priorities.shape[0])) % capacity
+            buf = buffer.add(buf, step_items)
+            if buffer.update_priorities is not None:  # the actors' priorities, not the max
+                buf = buffer.update_priorities(buf, rows, step_priorities)
+            return buf, None
+
+        buf, _ = jax.lax.scan(insert, state.replay, (items, priorities))
+        env_steps = state.env_steps + steps_per_iteration
+        ready = parallel.all_runs(env_steps >= replay.learning_starts)
+        k_learn = jax.random.fold_in(state.key, state.iteration)
+        agent_state, buf, metrics = replay.updates.gated(ready, state.agent_state, buf, k_learn)
+        ret, length, ep = episode_metrics(
+            episodes, state.last_episode_return, state.last_episode_length
+        )
+        new = state.replace(
+            agent_state=agent_state,
+            replay=buf,
+            iteration=state.iteration + 1,
+            env_steps=env_steps,
+            last_episode_return=ret,
+            last_episode_length=length,
+        )
+        extra = {"train/env_steps": env_steps, "apex/actor_priority": priorities.mean()}
+        return new, {**metrics, **ep, **extra}
+
+    return one
+
+
 def run(
     agent: Agent,
     host_env: Any,
@@ -727,6 +860,7 @@ def run(
     hooks: RunHooks = RunHooks(),
     env_snapshots: list | None = None,
     on_snapshots: Callable[[int, list], None] | None = None,
+    replay=None,
 ) -> RunResult:
     """Trains ``len(keys)`` runs of ``agent`` on ``host_env`` (see the module docstring).
 
@@ -745,8 +879,15 @@ def run(
       on_snapshots: ``on_snapshots(iteration, snapshots)`` receives the host envs' snapshots
         (per thread, per run) taken at every chunk end, on the learner thread, after that
         iteration is learned.
+      replay: an agent's :class:`~jrl.builders.ActorReplay` (Ape-X): actors push replay items
+        with priorities into a buffer the learner states hold, instead of trajectories.
     """
     options.validate(num_envs)
+    if replay is not None and (options.learner_devices > 1 or options.pull_batch):
+        raise ValueError(
+            "an agent learning from its actors' replay (apex) has one learner device and "
+            "push-mode actors: drop --devices and --pull-batch"
+        )
     if num_iterations <= 0:
         raise ValueError(f"num_iterations must be positive, got {num_iterations}")
     if initial_state is not None and hparams:
@@ -776,27 +917,37 @@ def run(
     lengths = remaining_chunks(num_iterations, num_reports, start_iteration)
     ends = set((np.cumsum(lengths) + start_iteration).tolist())
 
-    states = initial_state if initial_state is not None else init_states(agent, spec, keys)
+    if initial_state is not None:
+        states = initial_state
+    else:
+        states = init_states(agent, spec, keys, replay)
     if hparams:
         values = {k: jnp.asarray(v) for k, v in hparams.items()}
         states = states.replace(agent_state=jax.vmap(with_hparams)(states.agent_state, values))
     per_iter = num_steps * num_envs
-    learn = _learn_fn(agent, mesh, per_iter)
-    act = _act_fn(agent)
+    learn = _learn_fn(agent, mesh, per_iter, replay)
+    act = _act_fn(agent, replay)
     seeds = np.asarray(jax.device_get(states.env_seed)).tolist()
 
     def snapshot_due(done: int) -> bool:
         return done in ends
 
     runner = _Runner(
-        options, num_steps, num_iterations, start_iteration, act, snapshot_due, env_snapshots
+        options,
+        num_steps,
+        num_iterations,
+        start_iteration,
+        act,
+        snapshot_due,
+        env_snapshots,
+        _prepare_fn(replay),
     )
     if options.ray_actors:  # actor processes (jrl[ray]), imported only when asked for
         from jrl.run import ray_actors
 
         template = jax.tree.map(lambda x: np.zeros((), x.dtype), states.agent_state)
         actors = ray_actors.ray_pool(
-            runner, agent, host_env, seeds, local_envs, template, first, num_envs
+            runner, agent, host_env, seeds, local_envs, template, first, num_envs, replay=replay
         )
     else:
         actors = _actor_threads(runner, host_env, seeds, local_envs, actor_devs, first)
