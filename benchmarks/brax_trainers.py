@@ -52,28 +52,41 @@ steps with its (initial, stochastic) policy, jrl with uniform random actions; br
 time-limit transitions from the critic loss, jrl bootstraps them from the final
 observation; brax's actor has a state-independent std, jrl's a state-dependent one.
 
-PPO (``PPO`` below; no jrl preset for this env) with brax's arguments:
+PPO (``PPO`` below; no jrl preset for this env): brax's own published settings for
+``inverted_pendulum`` (its training colab's table of per-env hyperparameters), mapped to jrl:
 
-| setting | jrl | brax ``ppo.train`` |
+| setting | jrl | brax ``ppo.train`` (published) |
 |---|---|---|
-| env steps | ``total_steps`` | ``num_timesteps`` |
-| rollout | ``num_envs`` x ``num_steps`` | ``unroll_length=num_steps``, ``batch_size=num_envs/M`` |
-| epochs x minibatches | ``num_epochs`` x M | ``num_updates_per_batch`` x ``num_minibatches`` |
-| learning rate | ``learning_rate``, ``anneal_lr=False`` | ``learning_rate``, no schedule |
-| gamma, GAE lambda | 0.99, 0.95 | ``discounting=0.99``, ``gae_lambda=0.95`` |
-| clip, value clip | ``clip_eps=0.2``, ``clip_value=False`` | ``clipping_epsilon=0.2``, none |
-| value loss coefficient | ``vf_coef=0.5`` | ``vf_loss_coefficient=0.5`` |
-| entropy bonus | ``ent_coef=0`` | ``entropy_cost=0`` |
-| advantages | normalised per minibatch | ``normalize_advantage=True`` |
-| grad clip | ``max_grad_norm=0.5`` | ``max_grad_norm=0.5`` |
-| time limits | bootstrapped from the final observation | ``bootstrap_on_timeout=True`` |
+| env steps | ``total_steps`` = 13 iterations | ``num_timesteps`` 2e6, rounded up to 13 iterations |
+| envs | ``num_envs=2048`` | ``num_envs=2048`` |
+| one iteration | 80 steps of each env (163,840) | 32 x 1024 unrolls of 5 steps (163,840) |
+| minibatches per epoch | 16: 5 steps x 2048 envs | ``num_minibatches=32`` of ``batch_size=1024`` |
+| epochs | ``num_epochs=4`` | ``num_updates_per_batch=4`` |
+| learning rate | 3e-4, ``anneal_lr=False`` | ``learning_rate=3e-4``, no schedule |
+| gamma, GAE lambda | 0.97, 0.95 | ``discounting=0.97``, ``gae_lambda=0.95`` (default) |
+| clip, value clip | ``clip_eps=0.3``, ``clip_value=False`` | ``clipping_epsilon=0.3``, none |
+| value loss coefficient | ``vf_coef=0.5`` | ``vf_loss_coefficient=0.5`` (default) |
+| entropy bonus | ``ent_coef=0.01`` | ``entropy_cost=1e-2`` |
+| advantages | normalised per minibatch | ``normalize_advantage=True`` (default) |
+| grad clip | none (``max_grad_norm=0``) | none (default) |
+| observations | ``normalize_observations=True`` | ``normalize_observations=True`` |
+| reward scale | 1 (jrl has no reward scale) | ``reward_scaling=10`` |
 | policy | tanh-squashed Normal, std 1 at start | ``tanh_normal``, ``init_noise_std=1`` |
-| networks | tanh 64-64 actor and critic | ``(64, 64)`` policy and value, tanh |
-| reward scale, obs normalisation | 1, off | ``reward_scaling=1``, off |
+| networks | swish 32x4 actor and critic | swish 32x4 policy and value (policy: the default) |
 
-Not matched: brax's policy std is a learned scale parameter, jrl's a learned log-std;
-brax resets a finished env to the state of its first reset (brax's ``AutoResetWrapper``),
-jrl draws a fresh reset; brax's value loss on a truncated step is masked, jrl bootstraps.
+Not matched: the networks are not brax's defaults (a swish 256x5 value network): jrl's PPO has
+one ``hidden_sizes``, so both run brax's default policy shape for both networks. brax's reward
+scale of 10 has no jrl counterpart; with advantages normalised per minibatch, separate
+networks, no gradient clipping and Adam (invariant to a gradient's scale up to its epsilon) it
+changes only the value network's target scale. jrl's minibatches are time slices of all envs,
+brax's are shuffled 5-step unrolls, so jrl takes 64 gradient steps of 10,240 samples per
+iteration where brax takes 128 of 5,120 (the same samples per epoch). brax's value loss on a
+truncated step is masked out (``bootstrap_on_timeout=False``, its default), jrl bootstraps
+from the final observation; brax's policy std is a learned scale parameter, jrl's a learned
+log-std; brax's observation normaliser is updated in the learner from each rollout, jrl's is
+an env wrapper updated on every step (both running means and variances of all observations
+seen); brax resets a finished env to the state of its first reset
+(brax's ``AutoResetWrapper``), jrl draws a fresh reset.
 
 Actions: brax's ``inverted_pendulum`` maps an action in [-1, 1] onto the motor's range
 [-3, 3] itself (``step`` rescales it), so brax's trainers act in [-1, 1] as that env means.
@@ -131,37 +144,65 @@ SAC_BRAX = {
     "normalize_observations": False,
 }
 
+# brax's published PPO settings for inverted_pendulum (the brax training colab's table, which
+# mujoco_playground's and other repositories' configs repeat): 2e6 steps, 2048 envs, unrolls of
+# 5, 32 minibatches of 1024 unrolls, 4 passes, discount 0.97, Adam 3e-4, entropy 1e-2, reward
+# scaling 10, observation normalisation; the clip (0.3), GAE lambda (0.95), value-loss
+# coefficient (0.5), no gradient clipping and no bootstrap on timeouts are brax's defaults that
+# the table leaves as they are. The networks are not the table's (brax's default policy is
+# swish 32x4, its value network swish 256x5): jrl's PPO has one hidden_sizes for both, so both
+# libraries run brax's policy network, swish 32x4, for policy and value.
 PPO = {
-    "total_steps": 500_000,
-    "num_envs": 32,
-    "num_steps": 32,
+    "total_steps": 13 * 5 * 1024 * 32,  # the table's 2e6, rounded up to whole iterations
+    "num_envs": 2048,
+    "unroll_length": 5,
+    "unrolls_per_update": 1024,
+    "num_minibatches": 32,
     "num_epochs": 4,
-    "num_minibatches": 4,
     "learning_rate": 3e-4,
-    "gamma": 0.99,
+    "gamma": 0.97,
     "gae_lambda": 0.95,
-    "clip_eps": 0.2,
+    "clip_eps": 0.3,
     "vf_coef": 0.5,
-    "ent_coef": 0.0,
-    "max_grad_norm": 0.5,
-    "hidden_sizes": (64, 64),
+    "ent_coef": 1e-2,
+    "reward_scaling": 10.0,
+    "hidden_sizes": (32, 32, 32, 32),
 }
+PPO_ROLLOUT: int = PPO["unroll_length"] * PPO["unrolls_per_update"] * PPO["num_minibatches"]
+"""Env steps per PPO iteration, both libraries: 5 x 1024 x 32 = 163,840 (80 steps of each of
+the 2048 envs)."""
 PPO_JRL = {
-    **PPO,
+    "total_steps": PPO["total_steps"],
+    "num_envs": PPO["num_envs"],
+    # jrl's minibatches are time slices of every env: 80 steps in 16 slices of 5 steps of the
+    # 2048 envs (10,240 steps each) pass the same 163,840 steps per epoch as brax's 32
+    # minibatches of 1024 5-step unrolls (5,120 steps each), in half as many, twice as large
+    # gradient steps (the same samples through the networks per epoch)
+    "num_steps": PPO_ROLLOUT // PPO["num_envs"],
+    "num_minibatches": 16,
+    "num_epochs": PPO["num_epochs"],
+    "learning_rate": PPO["learning_rate"],
+    "gamma": PPO["gamma"],
+    "gae_lambda": PPO["gae_lambda"],
+    "clip_eps": PPO["clip_eps"],
+    "vf_coef": PPO["vf_coef"],
+    "ent_coef": PPO["ent_coef"],
+    "max_grad_norm": 0.0,
+    "hidden_sizes": PPO["hidden_sizes"],
     "anneal_lr": False,
     "clip_value": False,
-    "activation": "tanh",
+    "activation": "silu",
     "continuous": "tanh_normal",
     "init_log_std": 0.0,
     "normalize_advantages": True,
-    "normalize_observations": False,
+    "normalize_observations": True,
     "normalize_rewards": False,
 }
 PPO_BRAX = {
     "num_timesteps": PPO["total_steps"],
     "num_envs": PPO["num_envs"],
-    "unroll_length": PPO["num_steps"],
-    "batch_size": PPO["num_envs"] // PPO["num_minibatches"],
+    "unroll_length": PPO["unroll_length"],
+    "batch_size": PPO["unrolls_per_update"],
     "num_minibatches": PPO["num_minibatches"],
     "num_updates_per_batch": PPO["num_epochs"],
     "learning_rate": PPO["learning_rate"],
@@ -170,11 +211,9 @@ PPO_BRAX = {
     "clipping_epsilon": PPO["clip_eps"],
     "vf_loss_coefficient": PPO["vf_coef"],
     "entropy_cost": PPO["ent_coef"],
-    "max_grad_norm": PPO["max_grad_norm"],
+    "reward_scaling": PPO["reward_scaling"],
+    "normalize_observations": True,
     "normalize_advantage": True,
-    "bootstrap_on_timeout": True,
-    "reward_scaling": 1.0,
-    "normalize_observations": False,
 }
 COMPILE_EVENTS = (
     "/jax/core/compile/jaxpr_trace_duration",
@@ -331,7 +370,7 @@ def worker_brax(agent: str, episodes: int) -> dict:
                 nets.make_ppo_networks,
                 policy_hidden_layer_sizes=PPO["hidden_sizes"],
                 value_hidden_layer_sizes=PPO["hidden_sizes"],
-                activation=linen.tanh,
+                activation=linen.swish,
             )
             kwargs = {**PPO_BRAX, "num_evals": 1, "run_evals": False}
     t0 = time.perf_counter()
@@ -444,9 +483,10 @@ def main(argv=None) -> None:
     rows = [best(results) for results in measured.values()]
     version = next((r["version"] for r in rows if "version" in r), "not run")
     ppo = (
-        f"{PPO['total_steps']:,} env steps, {PPO['num_envs']} envs x {PPO['num_steps']} steps, "
-        f"{PPO['num_epochs']} epochs x {PPO['num_minibatches']} minibatches, "
-        f"Adam {PPO['learning_rate']:g}, tanh 64-64"
+        f"brax's published inverted_pendulum settings: {PPO['total_steps']:,} env steps, "
+        f"{PPO['num_envs']} envs, {PPO_ROLLOUT:,} steps per iteration in {PPO['num_epochs']} "
+        f"epochs, discount {PPO['gamma']:g}, Adam {PPO['learning_rate']:g}, entropy "
+        f"{PPO['ent_coef']:g}, observation normalisation, swish 32x4 policy and value"
     )
     text = f"""{HEADING}
 

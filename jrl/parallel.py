@@ -36,6 +36,7 @@ __all__ = [
     "AXIS",
     "RUNS",
     "all_runs",
+    "any_run",
     "axis_index",
     "axis_size",
     "current_axis",
@@ -88,6 +89,20 @@ def all_runs(predicate: jax.Array) -> jax.Array:
     if name is None:
         return predicate
     return jax.lax.pmin(jnp.asarray(predicate).astype(jnp.int32), name) > 0
+
+
+def any_run(predicate: jax.Array) -> jax.Array:
+    """``[]`` bool: ``predicate`` holds in at least one run of the vmapped group.
+
+    Inside :func:`runs_axis` the result is unbatched, so a ``lax.cond`` on it stays a
+    branch (taken when any run needs it) instead of a select that computes both sides for
+    every run; outside, the predicate is returned as it is. Use it only where taking the
+    branch in a run whose own predicate is False changes nothing in that run (e.g. a branch
+    that selects per element by the same predicate)."""
+    name = _runs.get()
+    if name is None:
+        return predicate
+    return jax.lax.pmax(jnp.asarray(predicate).astype(jnp.int32), name) > 0
 
 
 @contextlib.contextmanager

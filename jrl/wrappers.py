@@ -152,13 +152,16 @@ class AutoReset(Wrapper):
       seeds (it runs until every seed is done), where a ``cond`` would turn
       into computing both branches. When one chunk holds the whole batch
       (``B = 1``, or ``chunk >= B``) the branch-free reset runs under a
-      ``cond``, only on steps where an env finished.
+      ``cond``, only on steps where an env finished in some run of the
+      vmapped group (:func:`jrl.parallel.any_run`; the reset keeps every env
+      that did not finish): one env per run (SAC's default) skips a reset
+      on every step but an episode's last.
 
     In both, env ``i`` steps with ``split(k_i)[0]`` and resets with
     ``split(k_i)[1]``, where ``k_i`` is the key :class:`VmapEnv` gives env ``i``.
     """
 
-    def __init__(self, env: Environment, sparse_from: int = 2, chunk: int | None = None):
+    def __init__(self, env: Environment, sparse_from: int = 1, chunk: int | None = None):
         super().__init__(env)
         if _has_wrapper(env, AutoReset):
             raise ValueError("AutoReset applied twice")
@@ -216,8 +219,13 @@ class AutoReset(Wrapper):
             new_state, obs = reset_all(state_step, ts.observation)
             return new_state, ts, obs
         if k >= n:  # one chunk holds the batch: reset all of it, only on steps where one finished
+            # (in any run of the vmapped group: reset_all keeps the envs that did not finish)
             new_state, obs = jax.lax.cond(
-                jnp.any(done), reset_all, lambda st, obs: (st, obs), state_step, ts.observation
+                parallel.any_run(jnp.any(done)),
+                reset_all,
+                lambda st, obs: (st, obs),
+                state_step,
+                ts.observation,
             )
             return new_state, ts, obs
 

@@ -62,6 +62,32 @@ def test_all_runs_reduces_over_the_runs_and_keeps_the_branch():
     assert "cond[" in jaxpr and "select_n" not in jaxpr  # an unbatched predicate: a real branch
 
 
+def _any_gated(x):
+    """Doubles x where x > 2, inside a branch taken when any run has x > 2 (any_run)."""
+    return jax.lax.cond(
+        parallel.any_run(x > 2.0), lambda v: jnp.where(v > 2.0, v * 2.0, v), lambda v: v, x
+    )
+
+
+def test_any_run_is_the_predicate_outside_the_runs_axis():
+    assert bool(parallel.any_run(jnp.asarray(True))) and not bool(
+        parallel.any_run(jnp.asarray(False))
+    )
+    assert "select_n" in str(jax.make_jaxpr(jax.vmap(_any_gated))(jnp.array([1.0, 3.0])))
+
+
+def test_any_run_reduces_over_the_runs_and_keeps_the_branch():
+    def mapped(xs):
+        with parallel.runs_axis():
+            return jax.vmap(_any_gated, axis_name=parallel.RUNS)(xs)
+
+    np.testing.assert_array_equal(mapped(jnp.array([1.0, 4.0])), [1.0, 8.0])  # one run: branch
+    np.testing.assert_array_equal(mapped(jnp.array([1.0, 2.0])), [1.0, 2.0])  # none: no branch
+    jaxpr = str(jax.make_jaxpr(mapped)(jnp.array([1.0, 4.0])))
+    # an unbatched predicate: a real branch (the select inside it is the per-run where)
+    assert "cond[" in jaxpr and "pmax" in jaxpr
+
+
 def test_off_policy_gate_is_a_branch_in_the_runner():
     """DQN's learning_starts gate stays a cond in the runner's vmapped chunk (no update computed
     before it)."""

@@ -374,6 +374,32 @@ def test_auto_reset_of_a_batch_of_one():
     jax.tree.map(np.testing.assert_array_equal, got, want)
 
 
+def test_auto_reset_of_a_batch_of_one_in_the_runs_axis():
+    """B=1 under the runner's vmap over runs (parallel.runs_axis): the reset stays a branch,
+    taken on steps where some run's env finished, and every run equals that run alone."""
+    from jrl import parallel
+
+    params = P(terminate_at=6, goal=1.0)
+    env = AutoReset(VmapEnv(Toy(), 1))
+    assert env.sparse and env.chunk == 1
+    seeds = jax.random.split(jax.random.key(7), 4)
+
+    def mapped(keys):
+        with parallel.runs_axis():
+            return jax.vmap(lambda k: _random_rollout(env, params, 16, k), axis_name=parallel.RUNS)(
+                keys
+            )
+
+    batched = jax.jit(mapped)(seeds)
+    done = np.asarray(batched[1].done)[..., 0]  # [runs, steps]
+    assert done.any(axis=0).sum() > done.all(axis=0).sum()  # runs finish on different steps
+    alone = _rollout_fn(env, params, 16)
+    for i in range(4):
+        one = jax.tree.map(lambda x, i=i: x[i], batched)
+        jax.tree.map(np.testing.assert_array_equal, one, alone(seeds[i]))
+    assert "cond[" in str(jax.make_jaxpr(mapped)(seeds))
+
+
 def test_sparse_auto_reset_rejects_a_bad_chunk():
     with pytest.raises(ValueError, match="chunk"):
         AutoReset(VmapEnv(Toy(), 4), chunk=0)
