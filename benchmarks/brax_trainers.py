@@ -13,8 +13,7 @@ Measurements, each in a fresh interpreter so that every compile starts cold, alt
 - **jrl**: ``jrl.train(agent, "brax:inverted_pendulum", ...)``; compile and run seconds are
   the runner's own (``TrainResult.compile_seconds`` / ``run_seconds``); the greedy policy
   is built from ``TrainResult.final_state`` as ``jrl.experiment.LoadedRun.policy`` does.
-  No run folder is written: jrl's checkpoint of a brax env state fails here (orbax refuses
-  the MJX state's zero-size arrays), so ``out=`` cannot be used on ``brax:`` envs.
+  No run folder is written (its checkpoint and plots would be timed on jrl's side only).
 - **brax**: ``brax.training.agents.sac.train.train`` / ``...ppo.train.train`` with
   ``num_evals=1`` (one training epoch holds the whole budget). brax times its training
   itself (``training/walltime``: SAC's replay prefill plus the epoch, PPO's epoch), and the
@@ -268,8 +267,8 @@ def worker_jrl(agent: str, seeds: int, episodes: int) -> dict:
     res = jrl.train(
         agent, "brax:" + ENV, seeds=seeds, progress=False, compile_cache=False, **config
     )
-    # each run's greedy policy, as jrl's LoadedRun.policy builds it from a run folder (a run
-    # folder is not written: jrl cannot checkpoint a brax env state, see the docstring)
+    # each run's greedy policy, as jrl's LoadedRun.policy builds it from a run folder (none is
+    # written here, see the docstring)
     env, env_params = jrl.envs.make("brax:" + ENV)
     built = jrl.agents.get(agent).build(res.config, env, env_params, num_devices=1)
     key, returns = jax.random.key(0), []
