@@ -61,6 +61,9 @@ def test_value_transform_and_two_hot_by_hand():
     # the scalar of a two-hot's logits is h^-1 of its mean atom: x back where not clipped
     back = two_hot_to_scalar(jnp.log(jnp.asarray(probs) + 1e-30), 3)
     np.testing.assert_allclose(back[1:5], x[1:5], rtol=1e-4, atol=1e-4)
+    # leading dimensions: [2, 3, 7] logits give [2, 3] scalars, each from its own atoms
+    stacked = two_hot_to_scalar(jnp.log(jnp.asarray(probs) + 1e-30).reshape(2, 3, 7), 3)
+    np.testing.assert_allclose(stacked, np.asarray(back).reshape(2, 3), rtol=1e-6)
 
 
 def _targets_reference(reward, discount, done, bootstrap, final, n):
