@@ -50,7 +50,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from jrl import __version__, files
-from jrl.types import PyTree
+from jrl.types import PyTree, is_key
 
 __all__ = [
     "FORMAT_VERSION",
@@ -112,10 +112,6 @@ class CheckpointError(ValueError):
     """A checkpoint that cannot be used: missing, newer format, different run, or corrupt."""
 
 
-def _is_key(x) -> bool:
-    return hasattr(x, "dtype") and jnp.issubdtype(x.dtype, jax.dtypes.prng_key)
-
-
 def _key_impl(x):
     """The PRNG implementation of a typed key array or of its ``ShapeDtypeStruct``."""
     return jax.random.key_impl(x) if isinstance(x, jax.Array) else x.dtype._impl
@@ -134,7 +130,7 @@ def to_host(tree: PyTree) -> list[np.ndarray]:
                 "checkpoints of multi-process runs are not supported: the train state is "
                 "spread over processes"
             )
-    leaves = [jax.random.key_data(x) if _is_key(x) else x for x in leaves]
+    leaves = [jax.random.key_data(x) if is_key(x) else x for x in leaves]
     return [np.asarray(x) for x in jax.device_get(leaves)]
 
 
@@ -143,7 +139,7 @@ def leaf_specs(tree: PyTree) -> list[list]:
     ``ShapeDtypeStruct``s; typed keys described by their key data)."""
     out = []
     for path, x in jax.tree_util.tree_flatten_with_path(tree)[0]:
-        if _is_key(x):
+        if is_key(x):
             x = jax.eval_shape(jax.random.key_data, x)
         out.append([_path_str(path), list(x.shape), np.dtype(x.dtype).name])
     return out
@@ -381,7 +377,7 @@ def load(
     arrays = [arrays[i] for i in order]
     like_leaves, treedef = jax.tree.flatten(like)
     leaves = [
-        jax.random.wrap_key_data(jnp.asarray(a), impl=_key_impl(x)) if _is_key(x) else a
+        jax.random.wrap_key_data(jnp.asarray(a), impl=_key_impl(x)) if is_key(x) else a
         for a, x in zip(arrays, like_leaves)
     ]
     return Checkpoint(jax.tree.unflatten(treedef, leaves), hist, meta, int(step), path)

@@ -101,3 +101,8 @@ class Transition:
     extras: dict[str, Any] = struct.field(
         default_factory=dict
     )  # agent's act_info (log-prob, value, ...)
+
+
+def is_key(x: Any) -> bool:
+    """Whether ``x`` (an array or a ``ShapeDtypeStruct``) holds typed PRNG keys."""
+    return hasattr(x, "dtype") and jax.dtypes.issubdtype(x.dtype, jax.dtypes.prng_key)

@@ -59,7 +59,15 @@ from jrl.agent import Agent, EnvSpec
 from jrl.loops import NO_EPISODE, episode_metrics
 from jrl.run.anakin import Report, RunHooks, RunResult, chunk_lengths, compiler_options, make_mesh
 from jrl.wrappers import NormalizeObservation, NormalizeReward
-from jrl.types import EPISODE_DONE, EPISODE_LENGTH, EPISODE_RETURN, PRNGKey, PyTree, Transition
+from jrl.types import (
+    EPISODE_DONE,
+    EPISODE_LENGTH,
+    EPISODE_RETURN,
+    PRNGKey,
+    PyTree,
+    Transition,
+    is_key,
+)
 
 __all__ = [
     "ActorError",
@@ -1084,7 +1092,7 @@ def _to_mesh(tree: PyTree, sharding: NamedSharding | None) -> PyTree:
         return jax.device_put(tree, sharding)
 
     def put(x):
-        if _is_key(x):
+        if is_key(x):
             data = put(jax.random.key_data(x))
             return jax.random.wrap_key_data(data, impl=jax.random.key_impl(x))
         return jax.make_array_from_process_local_data(sharding, np.asarray(x))
@@ -1095,6 +1103,8 @@ def _to_mesh(tree: PyTree, sharding: NamedSharding | None) -> PyTree:
 def _local(tree: PyTree) -> PyTree:
     """This process's copy of replicated arrays that span several processes (what its actors
     act with, what it reports); other leaves unchanged."""
+    if jax.process_count() == 1:  # every array is this process's own
+        return tree
 
     def local(x):
         if isinstance(x, jax.Array) and not x.is_fully_addressable:
@@ -1102,10 +1112,6 @@ def _local(tree: PyTree) -> PyTree:
         return x
 
     return jax.tree.map(local, tree)
-
-
-def _is_key(x) -> bool:
-    return isinstance(x, jax.Array) and jax.dtypes.issubdtype(x.dtype, jax.dtypes.prng_key)
 
 
 def _learner_loop(runner, pool, learn, states, lengths, hooks, mesh, on_snapshots, per_iter):
