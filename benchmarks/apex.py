@@ -41,26 +41,7 @@ ENV = "gymnasium:CartPole-v1"
 
 def run(steps: int, **options):
     """``(env steps/s, updates/s, metrics)`` of one Ape-X run on the Sebulba runner."""
-    import jrl.agents
-    import jrl.envs
-    from jrl import experiment
-    from jrl.run import sebulba
-
-    env, params = jrl.envs.make(ENV)
-    config = experiment.make_config("apex", "CartPole-v1", total_steps=steps, learning_starts=0)
-    built = jrl.agents.get("apex").build(config, env, params)
-    res = sebulba.run(
-        built.agent,
-        env,
-        built.spec,
-        jax.random.key(0)[None],
-        config.num_iterations,
-        config.num_steps,
-        config.num_envs,
-        sebulba.SebulbaOptions(**options),
-        num_reports=4,
-        replay=built.replay,
-    )
+    config, res = common.sebulba_once("apex", ENV, steps, options, learning_starts=0)
     seconds = max(res.timings["run_s"], 1e-9)
     timed = res.iterations - 1  # the first block (compilation) excluded
     rate = timed * config.env_steps_per_iteration / seconds
@@ -148,22 +129,8 @@ def main() -> None:
 
     steps = 4_096 if args.quick else args.steps
     ray.init(num_cpus=4, include_dashboard=False, log_to_driver=False, logging_level="ERROR")
-    rows = []
-    for n in (1, 2):
-        ray_rate, ray_updates, m = run(steps, actors=f"ray:{n}")
-        ray_bytes = float(np.median(m["sebulba/bytes_per_s"][0, 1:]))
-        thread_rate, thread_updates, _ = run(steps, actor_threads=n)
-        rows.append((n, ray_rate, ray_updates, ray_bytes, thread_rate, thread_updates))
-        print(rows[-1], flush=True)
-    wire = []
-    for transfer in ("float32", "bfloat16"):
-        rate, _, m = run(steps, actors="ray:2", transfer=transfer)
-        last = lambda k: float(m[k][0, -1])
-        per_s = float(np.median(m["sebulba/bytes_per_s"][0, 1:]))
-        wire.append(
-            (transfer, last("sebulba/trajectory_bytes"), last("sebulba/params_bytes"), per_s, rate)
-        )
-        print(wire[-1], flush=True)
+    rows = common.ray_against_threads(run, steps, (1, 2))
+    wire = common.wire_bytes(run, steps)
     holders = replay_holders(2 if args.quick else 5)
     print(holders, flush=True)
     ray_version = ray.__version__
@@ -181,24 +148,8 @@ def main() -> None:
         "",
         common.measured_on() + f" Peers: ray {ray_version}; commit {common.git_commit()}.",
         "",
-        "| actors | Ray: env steps/s | Ray: updates/s | Ray: bytes/s | threads: env steps/s "
-        "| threads: updates/s | Ray / threads |",
-        "|---:|---:|---:|---:|---:|---:|---:|",
     ]
-    for n, rr, ru, rb, tr, tu in rows:
-        text.append(
-            f"| {n} | {rr:,.0f} | {ru:,.1f} | {rb:,.0f} | {tr:,.0f} | {tu:,.1f} | {rr / tr:.2f} |"
-        )
-    text += [
-        "",
-        "Bytes on the wire with 2 Ray actors:",
-        "",
-        "| transfer | replay items + priorities per block (all actors) | bytes per parameter "
-        "version | bytes/s | env steps/s |",
-        "|---|---:|---:|---:|---:|",
-    ]
-    for transfer, tb, pb, per_s, rate in wire:
-        text.append(f"| {transfer} | {tb:,.0f} | {pb:,.0f} | {per_s:,.0f} | {rate:,.0f} |")
+    text += common.ray_tables(rows, wire, "replay items + priorities per block (all actors)")
     capacity, batch, on_learner, in_actor = holders
     text += [
         "",

@@ -457,3 +457,94 @@ def purejaxrl_independent_seeds(train):
         return out
 
     return seeded
+
+
+# --------------------------------------------------------------------------
+# The Sebulba runner: one seed of an agent, and Ray actors against threads
+# --------------------------------------------------------------------------
+
+
+def sebulba_once(agent: str, env_id: str, steps: int, options: dict, **overrides: Any):
+    """``(config, RunResult)`` of one seed (key 0) of ``agent`` on the Sebulba runner:
+    ``env_id`` with CartPole-v1's preset, ``total_steps=steps`` and config ``overrides``,
+    ``SebulbaOptions(**options)``, 4 reports. ``RunResult.timings["run_s"]`` leaves out the
+    first update (compilation)."""
+    import jax
+
+    import jrl.agents
+    import jrl.envs
+    from jrl import experiment
+    from jrl.run import sebulba
+
+    env, params = jrl.envs.make(env_id)
+    config = experiment.make_config(agent, "CartPole-v1", total_steps=steps, **overrides)
+    built = jrl.agents.get(agent).build(config, env, params)
+    res = sebulba.run(
+        built.agent,
+        env,
+        built.spec,
+        jax.random.key(0)[None],
+        config.num_iterations,
+        config.num_steps,
+        config.num_envs,
+        sebulba.SebulbaOptions(**options),
+        num_reports=4,
+        replay=built.replay,
+    )
+    return config, res
+
+
+def ray_against_threads(run: Callable, steps: int, counts: Iterable[int]) -> list[tuple]:
+    """For each actor count n: ``(n, Ray env steps/s, Ray updates/s, Ray bytes/s, threads' env
+    steps/s, threads' updates/s)``; ``run(steps, **options)`` returns ``(env steps/s,
+    updates/s, metrics)``; bytes/s is the median over updates of ``sebulba/bytes_per_s``."""
+    import numpy as np
+
+    rows = []
+    for n in counts:
+        ray_rate, ray_updates, m = run(steps, actors=f"ray:{n}")
+        ray_bytes = float(np.median(m["sebulba/bytes_per_s"][0, 1:]))
+        thread_rate, thread_updates, _ = run(steps, actor_threads=n)
+        rows.append((n, ray_rate, ray_updates, ray_bytes, thread_rate, thread_updates))
+        print(rows[-1], flush=True)
+    return rows
+
+
+def wire_bytes(run: Callable, steps: int) -> list[tuple]:
+    """With 2 Ray actors, float32 and bfloat16 transfers: ``(transfer, bytes pushed per update
+    (all actors), bytes per parameter version, median bytes/s, env steps/s)``."""
+    import numpy as np
+
+    out = []
+    for transfer in ("float32", "bfloat16"):
+        rate, _, m = run(steps, actors="ray:2", transfer=transfer)
+        per_s = float(np.median(m["sebulba/bytes_per_s"][0, 1:]))
+        last = {k: float(m["sebulba/" + k][0, -1]) for k in ("trajectory_bytes", "params_bytes")}
+        pushed, params = last["trajectory_bytes"], last["params_bytes"]
+        out.append((transfer, pushed, params, per_s, rate))
+        print(out[-1], flush=True)
+    return out
+
+
+def ray_tables(rows: list[tuple], wire: list[tuple], pushed: str) -> list[str]:
+    """Markdown lines of :func:`ray_against_threads`'s and :func:`wire_bytes`'s tables;
+    ``pushed`` names what the actors push per update."""
+    text = [
+        "| actors | Ray: env steps/s | Ray: updates/s | Ray: bytes/s | threads: env steps/s "
+        "| threads: updates/s | Ray / threads |",
+        "|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for n, rr, ru, rb, tr, tu in rows:
+        text.append(
+            f"| {n} | {rr:,.0f} | {ru:,.1f} | {rb:,.0f} | {tr:,.0f} | {tu:,.1f} | {rr / tr:.2f} |"
+        )
+    text += [
+        "",
+        "Bytes on the wire with 2 Ray actors:",
+        "",
+        f"| transfer | {pushed} | bytes per parameter version | bytes/s | env steps/s |",
+        "|---|---:|---:|---:|---:|",
+    ]
+    for transfer, tb, pb, per_s, rate in wire:
+        text.append(f"| {transfer} | {tb:,.0f} | {pb:,.0f} | {per_s:,.0f} | {rate:,.0f} |")
+    return text

@@ -15,13 +15,11 @@ Usage::
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import subprocess
 import sys
 from pathlib import Path
 
-from common import machine, write_section
+from common import machine, run_json_worker, write_section
 
 HEADING = "## DQN replay memory (peak RSS)"
 
@@ -47,31 +45,23 @@ print(json.dumps({"peak_rss": resource.getrusage(resource.RUSAGE_CHILDREN).ru_ma
 """
 
 
+def _child(script: str, seeds: int, capacity: int, steps: int) -> dict:
+    """The JSON line of ``script`` run in a fresh interpreter (exits with its error)."""
+    env = dict(os.environ, JAX_PLATFORMS=os.environ.get("JAX_PLATFORMS", "cpu"))
+    cmd = [sys.executable, "-c", script, str(seeds), str(capacity), str(steps)]
+    got = run_json_worker(cmd, env, timeout=3600)
+    if isinstance(got, str):
+        raise SystemExit(got)
+    return got
+
+
 def run_cli(seeds: int, capacity: int, steps: int) -> int:
     """Peak RSS of ``jrl train dqn`` (run folder, checkpoint and plot included)."""
-    env = dict(os.environ, JAX_PLATFORMS=os.environ.get("JAX_PLATFORMS", "cpu"))
-    done = subprocess.run(
-        [sys.executable, "-c", CLI_CHILD, str(seeds), str(capacity), str(steps)],
-        capture_output=True,
-        text=True,
-        env=env,
-    )
-    if done.returncode:
-        raise SystemExit(done.stderr[-3000:])
-    return json.loads(done.stdout.strip().splitlines()[-1])["peak_rss"]
+    return _child(CLI_CHILD, seeds, capacity, steps)["peak_rss"]
 
 
 def run(seeds: int, capacity: int, steps: int) -> dict:
-    env = dict(os.environ, JAX_PLATFORMS=os.environ.get("JAX_PLATFORMS", "cpu"))
-    done = subprocess.run(
-        [sys.executable, "-c", CHILD, str(seeds), str(capacity), str(steps)],
-        capture_output=True,
-        text=True,
-        env=env,
-    )
-    if done.returncode:
-        raise SystemExit(done.stderr[-3000:])
-    return json.loads(done.stdout.strip().splitlines()[-1])
+    return _child(CHILD, seeds, capacity, steps)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -26,8 +26,6 @@ import os
 import warnings
 
 import common
-import jax
-import numpy as np
 
 HEADING = "## Ray actors: Sebulba's actors as processes"
 ENV = "gymnasium:CartPole-v1"
@@ -35,27 +33,8 @@ ENV = "gymnasium:CartPole-v1"
 
 def run(steps: int, **options):
     """``(env steps/s, updates/s, metrics)`` of one PPO run on the Sebulba runner."""
-    import jrl.agents
-    import jrl.envs
-    from jrl import experiment
-    from jrl.run import sebulba
-
-    env, params = jrl.envs.make(ENV)
-    config = experiment.make_config(
-        "ppo", "CartPole-v1", num_envs=16, num_steps=32, total_steps=steps
-    )
-    built = jrl.agents.get("ppo").build(config, env, params)
-    res = sebulba.run(
-        built.agent,
-        env,
-        built.spec,
-        jax.random.key(0)[None],
-        config.num_iterations,
-        config.num_steps,
-        config.num_envs,
-        sebulba.SebulbaOptions(queue_size=2, max_staleness=1, **options),
-        num_reports=4,
-    )
+    options = dict(queue_size=2, max_staleness=1, **options)
+    config, res = common.sebulba_once("ppo", ENV, steps, options, num_envs=16, num_steps=32)
     seconds = max(res.timings["run_s"], 1e-9)
     timed = res.iterations - 1  # the first update (compilation) excluded
     return timed * config.num_steps * config.num_envs / seconds, timed / seconds, res.metrics
@@ -73,22 +52,8 @@ def main() -> None:
     steps = 8_192 if args.quick else args.steps
     ray.init(num_cpus=4, include_dashboard=False, log_to_driver=False, logging_level="ERROR")
     counts = [1, 2] if args.quick else [1, 2, 4]
-    rows = []
-    for n in counts:
-        ray_rate, ray_updates, m = run(steps, actors=f"ray:{n}")
-        ray_bytes = float(np.median(m["sebulba/bytes_per_s"][0, 1:]))
-        thread_rate, thread_updates, _ = run(steps, actor_threads=n)
-        rows.append((n, ray_rate, ray_updates, ray_bytes, thread_rate, thread_updates))
-        print(rows[-1], flush=True)
-    wire = []
-    for transfer in ("float32", "bfloat16"):
-        rate, _, m = run(steps, actors="ray:2", transfer=transfer)
-        last = lambda k: float(m[k][0, -1])
-        per_s = float(np.median(m["sebulba/bytes_per_s"][0, 1:]))
-        wire.append(
-            (transfer, last("sebulba/trajectory_bytes"), last("sebulba/params_bytes"), per_s, rate)
-        )
-        print(wire[-1], flush=True)
+    rows = common.ray_against_threads(run, steps, counts)
+    wire = common.wire_bytes(run, steps)
     ray_version = ray.__version__
     ray.shutdown()
 
@@ -103,24 +68,8 @@ def main() -> None:
         "",
         common.measured_on() + f" Peers: ray {ray_version}; commit {common.git_commit()}.",
         "",
-        "| actors | Ray: env steps/s | Ray: updates/s | Ray: bytes/s | threads: env steps/s "
-        "| threads: updates/s | Ray / threads |",
-        "|---:|---:|---:|---:|---:|---:|---:|",
     ]
-    for n, rr, ru, rb, tr, tu in rows:
-        text.append(
-            f"| {n} | {rr:,.0f} | {ru:,.1f} | {rb:,.0f} | {tr:,.0f} | {tu:,.1f} | {rr / tr:.2f} |"
-        )
-    text += [
-        "",
-        "Bytes on the wire with 2 Ray actors:",
-        "",
-        "| transfer | trajectory bytes per update (all actors) | bytes per parameter version "
-        "| bytes/s | env steps/s |",
-        "|---|---:|---:|---:|---:|",
-    ]
-    for transfer, tb, pb, per_s, rate in wire:
-        text.append(f"| {transfer} | {tb:,.0f} | {pb:,.0f} | {per_s:,.0f} | {rate:,.0f} |")
+    text += common.ray_tables(rows, wire, "trajectory bytes per update (all actors)")
     cores = os.cpu_count() or 1
     text += [
         "",

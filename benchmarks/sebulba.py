@@ -32,7 +32,6 @@ import subprocess
 import warnings
 
 import common
-import jax
 import numpy as np
 
 HEADING = "## Sebulba: PPO on host environments (side by side with SB3)"
@@ -63,28 +62,9 @@ env.close()
 
 def sebulba_run(env_id, num_envs, steps, *, num_steps=128, torso=None, epochs=4, **options):
     """``(steps/s, actor utilisation, learner utilisation, metrics)`` of one Sebulba run."""
-    import jrl.agents
-    import jrl.envs
-    from jrl import experiment
-    from jrl.run import sebulba
-
-    env, params = jrl.envs.make(env_id)
     extra = {"num_epochs": epochs, **({} if torso is None else {"torso": torso})}
-    config = experiment.make_config(
-        "ppo", "CartPole-v1", num_envs=num_envs, num_steps=num_steps, total_steps=steps, **extra
-    )
-    built = jrl.agents.get("ppo").build(config, env, params)
-    opts = sebulba.SebulbaOptions(**options)
-    res = sebulba.run(
-        built.agent,
-        env,
-        built.spec,
-        jax.random.key(0)[None],
-        config.num_iterations,
-        config.num_steps,
-        config.num_envs,
-        opts,
-        num_reports=4,
+    config, res = common.sebulba_once(
+        "ppo", env_id, steps, options, num_envs=num_envs, num_steps=num_steps, **extra
     )
     t = res.timings
     per_iter = config.num_steps * config.num_envs
