@@ -31,12 +31,15 @@ def default_dir() -> Path:
     return Path(base) / "jrl" / "jax-cache"
 
 
-def enable(path: str | os.PathLike | None = None, min_compile_seconds: float = 1.0) -> Path | None:
+def enable(
+    path: str | os.PathLike | None = None, min_compile_seconds: float | None = None
+) -> Path | None:
     """Turns the persistent compilation cache on; returns its directory, or None when disabled.
 
     ``path`` overrides the environment and the default. Programs that compile
-    in under ``min_compile_seconds`` are not written. If JAX already has a
-    cache directory, it is kept (and returned).
+    in under ``min_compile_seconds`` are not written; None keeps JAX's own
+    setting (``jax_persistent_cache_min_compile_time_secs``, 1 s unless changed).
+    If JAX already has a cache directory, it is kept (and returned).
     """
     current = jax.config.jax_compilation_cache_dir
     if current:
@@ -57,7 +60,8 @@ def enable(path: str | os.PathLike | None = None, min_compile_seconds: float = 1
         )
         return None
     jax.config.update("jax_compilation_cache_dir", str(directory))
-    jax.config.update("jax_persistent_cache_min_compile_time_secs", float(min_compile_seconds))
+    if min_compile_seconds is not None:
+        jax.config.update("jax_persistent_cache_min_compile_time_secs", float(min_compile_seconds))
     # JAX reads the directory when it first compiles anything; start over so the setting takes
     # effect even if something was compiled (an eager op) before.
     from jax.experimental.compilation_cache import compilation_cache

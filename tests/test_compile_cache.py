@@ -63,9 +63,25 @@ def test_a_directory_chosen_for_jax_is_kept(tmp_path):
     assert not (tmp_path / "ignored").exists()
 
 
+@pytest.mark.parametrize("given,expected", [("", 0.25), (", min_compile_seconds=2.5", 2.5)])
+def test_the_write_threshold_is_jaxs_unless_given(tmp_path, given, expected):
+    script = (
+        "import jax, json\nfrom jrl import compile_cache\n"
+        "jax.config.update('jax_persistent_cache_min_compile_time_secs', 0.25)\n"
+        f"compile_cache.enable({str(tmp_path)!r}{given})\n"
+        "print(json.dumps(jax.config.jax_persistent_cache_min_compile_time_secs))"
+    )
+    out = _run(script, {})
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert json.loads(out.stdout.strip().splitlines()[-1]) == expected
+
+
 TRAIN = """
 import collections, json, jax, jrl
 events = collections.Counter()
+# every program is written, so whether one is does not hang on how long it took to compile on a
+# loaded machine (a program near JAX's 1 s threshold was written by one run and not the other)
+jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
 jax.monitoring.register_event_listener(lambda name, **kw: events.update([name]))
 # an eager op compiles (and initialises JAX's cache) before train() turns it on
 jax.numpy.ones(3) + 1
