@@ -19,10 +19,16 @@ from pathlib import Path
 
 import jax
 
-__all__ = ["DISABLED", "default_dir", "enable"]
+__all__ = ["DISABLED", "MIN_COMPILE_SECONDS", "default_dir", "enable"]
 
 DISABLED = ("", "0", "off", "false", "no")
 """Values of ``JRL_COMPILE_CACHE`` that turn the cache off."""
+
+MIN_COMPILE_SECONDS = 0.05
+"""jrl's write threshold: programs that compile faster are not written. JAX's own default
+(1 s) would leave out the per-run programs just under it (a PPO run's ``init``, about 1 s
+here, and its finiteness check), which every later start then compiles again; eager
+ops (milliseconds) stay out."""
 
 
 def default_dir() -> Path:
@@ -32,14 +38,14 @@ def default_dir() -> Path:
 
 
 def enable(
-    path: str | os.PathLike | None = None, min_compile_seconds: float | None = None
+    path: str | os.PathLike | None = None, min_compile_seconds: float = MIN_COMPILE_SECONDS
 ) -> Path | None:
     """Turns the persistent compilation cache on; returns its directory, or None when disabled.
 
     ``path`` overrides the environment and the default. Programs that compile
-    in under ``min_compile_seconds`` are not written; None keeps JAX's own
-    setting (``jax_persistent_cache_min_compile_time_secs``, 1 s unless changed).
-    If JAX already has a cache directory, it is kept (and returned).
+    in under ``min_compile_seconds`` are not written (JAX's
+    ``jax_persistent_cache_min_compile_time_secs``). If JAX already has a
+    cache directory, it is kept (and returned) with JAX's threshold as it is.
     """
     current = jax.config.jax_compilation_cache_dir
     if current:
@@ -60,8 +66,7 @@ def enable(
         )
         return None
     jax.config.update("jax_compilation_cache_dir", str(directory))
-    if min_compile_seconds is not None:
-        jax.config.update("jax_persistent_cache_min_compile_time_secs", float(min_compile_seconds))
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", float(min_compile_seconds))
     # JAX reads the directory when it first compiles anything; start over so the setting takes
     # effect even if something was compiled (an eager op) before.
     from jax.experimental.compilation_cache import compilation_cache

@@ -63,11 +63,12 @@ def test_a_directory_chosen_for_jax_is_kept(tmp_path):
     assert not (tmp_path / "ignored").exists()
 
 
-@pytest.mark.parametrize("given,expected", [("", 0.25), (", min_compile_seconds=2.5", 2.5)])
-def test_the_write_threshold_is_jaxs_unless_given(tmp_path, given, expected):
+@pytest.mark.parametrize(
+    "given,expected", [("", compile_cache.MIN_COMPILE_SECONDS), (", min_compile_seconds=2.5", 2.5)]
+)
+def test_the_write_threshold_is_jrls_unless_given(tmp_path, given, expected):
     script = (
         "import jax, json\nfrom jrl import compile_cache\n"
-        "jax.config.update('jax_persistent_cache_min_compile_time_secs', 0.25)\n"
         f"compile_cache.enable({str(tmp_path)!r}{given})\n"
         "print(json.dumps(jax.config.jax_persistent_cache_min_compile_time_secs))"
     )
@@ -76,15 +77,30 @@ def test_the_write_threshold_is_jaxs_unless_given(tmp_path, given, expected):
     assert json.loads(out.stdout.strip().splitlines()[-1]) == expected
 
 
+def test_a_directory_chosen_for_jax_keeps_its_threshold(tmp_path):
+    script = (
+        "import jax, json\nfrom jrl import compile_cache\n"
+        f"jax.config.update('jax_compilation_cache_dir', {str(tmp_path)!r})\n"
+        "jax.config.update('jax_persistent_cache_min_compile_time_secs', 0.25)\n"
+        "compile_cache.enable()\n"
+        "print(json.dumps(jax.config.jax_persistent_cache_min_compile_time_secs))"
+    )
+    out = _run(script, {})
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert json.loads(out.stdout.strip().splitlines()[-1]) == 0.25
+
+
 TRAIN = """
 import collections, json, jax, jrl
+from jrl import compile_cache
 events = collections.Counter()
-# every program is written, so whether one is does not hang on how long it took to compile on a
-# loaded machine (a program near JAX's 1 s threshold was written by one run and not the other)
-jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
 jax.monitoring.register_event_listener(lambda name, **kw: events.update([name]))
-# an eager op compiles (and initialises JAX's cache) before train() turns it on
+# an eager op compiles (and initialises JAX's cache) before the cache is turned on
 jax.numpy.ones(3) + 1
+# every program is written, so whether one is does not hang on how long it took to compile on a
+# loaded machine (a program near the threshold was written by one run and not the other);
+# train() keeps this directory and its threshold
+compile_cache.enable(%r, min_compile_seconds=0)
 r = jrl.train("ppo", "CartPole-v1", total_steps=2048, num_envs=4, num_steps=32, progress=False,
               num_reports=1, compile_cache=%r)
 print(json.dumps({"hits": events.get("/jax/compilation_cache/cache_hits", 0),
@@ -101,12 +117,12 @@ def test_second_process_loads_the_program(tmp_path):
     from it and compiles nothing worth writing. (What that saves in seconds is measured by
     benchmarks/compile_cache.py, not asserted here: a clock on a loaded 2-core machine flakes.)"""
     cache = str(tmp_path / "cache")
-    first = _run(TRAIN % cache, {})
+    first = _run(TRAIN % (cache, cache), {})
     assert first.returncode == 0, first.stderr[-2000:]
     written = _cache_files(cache)
     one = json.loads(first.stdout.strip().splitlines()[-1])
     assert one["writes"] >= 1 and written, one  # JAX's cache-miss event is its write
-    second = _run(TRAIN % cache, {})
+    second = _run(TRAIN % (cache, cache), {})
     assert second.returncode == 0, second.stderr[-2000:]
     two = json.loads(second.stdout.strip().splitlines()[-1])
     assert two["hits"] >= one["writes"] and two["writes"] == 0, (one, two)

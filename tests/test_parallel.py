@@ -116,3 +116,44 @@ def test_off_policy_gate_is_a_branch_in_the_runner():
     # and it gates: a run of 10 iterations x 2 envs (20 steps < 40) makes no update
     res = anakin.run(built.algorithm, keys, 10, num_reports=1)
     np.testing.assert_array_equal(res.metrics["train/updates"], 0)
+
+
+def test_chunk_programs_compile_on_one_thread_in_order_of_first_use():
+    """The runner's chunk programs: each distinct length compiled once, in the order the run
+    first needs it, on a background thread that sees the caller's context (the runs-axis
+    name the trace reads); the caller's wait is the run's compile time; close() cancels what
+    has not started."""
+    import threading
+
+    from jrl.run import anakin
+
+    seen, started, gate = [], threading.Event(), threading.Event()
+
+    def compile_chunk(n):
+        seen.append((n, threading.current_thread().name, parallel.runs_axis_name()))
+        if n == 7:
+            started.set()
+            gate.wait(10)
+        return f"program {n}"
+
+    spec = {"x": jax.ShapeDtypeStruct((2, 3), jnp.float32)}
+    with parallel.runs_axis("outer"):
+        programs = anakin._Programs(compile_chunk, [5, 5, 2, 5, 2], spec)
+    with programs:
+        assert programs[5] == "program 5" and programs[2] == "program 2" and programs[5]
+    assert [n for n, _, _ in seen] == [5, 2]
+    assert all(name.startswith("jrl-compile") and axis == "outer" for _, name, axis in seen)
+    assert programs.waited > 0
+
+    seen.clear()
+    programs = anakin._Programs(compile_chunk, [7, 3], spec)
+    assert started.wait(10)
+    programs.close()  # 7 is under way and finishes; 3 never starts
+    gate.set()
+    programs._pool.shutdown(wait=True)
+    assert [n for n, _, _ in seen] == [7]
+
+    assert not programs.spec_differs({"x": jax.ShapeDtypeStruct((2, 3), jnp.float32)})
+    assert programs.spec_differs({"x": jax.ShapeDtypeStruct((2, 3), jnp.int32)})
+    assert programs.spec_differs({"x": jax.ShapeDtypeStruct((2, 4), jnp.float32)})
+    assert programs.spec_differs({"y": jax.ShapeDtypeStruct((2, 3), jnp.float32)})
