@@ -242,35 +242,46 @@ class Checkpointer:
     """Writes checkpoints of one run into ``run_dir/checkpoints``, keeping the last ``keep``."""
 
     def __init__(self, run_dir: str | Path, keep: int = 3):
-        import orbax.checkpoint as ocp
-
         if int(keep) < 1:
             raise ValueError(f"keep must be >= 1, got {keep}")
-        _quiet_orbax()
         self.directory = Path(run_dir).absolute() / CHECKPOINT_DIR
-        self._ocp = ocp
-        # orbax's default numpy handler deep-copies every array before writing it (a guard
-        # against the caller changing it during an asynchronous save). ``save`` waits until the
-        # write is committed and its arrays are views of immutable jax buffers, so that copy
-        # would only double the peak memory of a run with large replay buffers.
-        registry = ocp.type_handlers.create_type_handler_registry(
-            (np.ndarray, ocp.type_handlers.NumpyHandler(deepcopy_host_arrays=False)),
-            (jax.Array, ocp.type_handlers.ArrayHandler()),  # unused; orbax warns without one
-        )
-        self._manager = ocp.CheckpointManager(
-            self.directory,
-            options=ocp.CheckpointManagerOptions(max_to_keep=int(keep), create=True),
-            item_handlers={
-                "arrays": ocp.PyTreeCheckpointHandler(type_handler_registry=registry),
-                "meta": ocp.JsonCheckpointHandler(),
-            },
-        )
+        self.directory.mkdir(parents=True, exist_ok=True)  # an unwritable folder fails now
+        self._keep = int(keep)
+        self._ocp = self._manager_ = None
+
+    @property
+    def _manager(self):
+        """orbax's manager, made at the first use: importing orbax takes about 0.2 s, which a
+        run that checkpoints only at its end need not spend before its first progress line."""
+        if self._manager_ is None:
+            import orbax.checkpoint as ocp
+
+            _quiet_orbax()
+            self._ocp = ocp
+            # orbax's default numpy handler deep-copies every array before writing it (a guard
+            # against the caller changing it during an asynchronous save). ``save`` waits until
+            # the write is committed and its arrays are views of immutable jax buffers, so that
+            # copy would only double the peak memory of a run with large replay buffers.
+            registry = ocp.type_handlers.create_type_handler_registry(
+                (np.ndarray, ocp.type_handlers.NumpyHandler(deepcopy_host_arrays=False)),
+                (jax.Array, ocp.type_handlers.ArrayHandler()),  # unused; orbax warns without one
+            )
+            self._manager_ = ocp.CheckpointManager(
+                self.directory,
+                options=ocp.CheckpointManagerOptions(max_to_keep=self._keep, create=True),
+                item_handlers={
+                    "arrays": ocp.PyTreeCheckpointHandler(type_handler_registry=registry),
+                    "meta": ocp.JsonCheckpointHandler(),
+                },
+            )
+        return self._manager_
 
     def save(
         self, step: int, state: PyTree, history: dict[str, np.ndarray], meta: dict[str, Any]
     ) -> Path:
         """Saves ``state`` and ``history`` at ``step`` (iterations done) and waits until the
         step is committed. ``meta`` is the JSON-serialisable run record."""
+        manager = self._manager  # made on first use, with self._ocp
         ocp = self._ocp
         arrays = to_host(state)
         names = sorted(history)
@@ -291,12 +302,12 @@ class Checkpointer:
         empty = {k: [list(a.shape), a.dtype.name] for k, a in flat.items() if a.size == 0}
         flat = {k: a for k, a in flat.items() if k not in empty}
         record["empty"] = empty
-        if int(step) in self._manager.all_steps():  # e.g. a resumed run stopping where it started
-            self._manager.delete(int(step))
+        if int(step) in manager.all_steps():  # e.g. a resumed run stopping where it started
+            manager.delete(int(step))
         args = ocp.args.Composite(arrays=ocp.args.PyTreeSave(flat), meta=ocp.args.JsonSave(record))
         with _quiet_stderr(self.directory / SAVE_LOG):
-            self._manager.save(int(step), args=args, force=True)
-            self._manager.wait_until_finished()
+            manager.save(int(step), args=args, force=True)
+            manager.wait_until_finished()
         path = self.directory / str(int(step))
         manifest = {
             str(f.relative_to(path)): _file_digest(f)
@@ -312,6 +323,8 @@ class Checkpointer:
             self._manager.delete(int(step))
 
     def close(self) -> None:
+        if self._manager_ is None:  # never used
+            return
         with _quiet_stderr(self.directory / SAVE_LOG):  # a failed save's threads report here too
             self._manager.wait_until_finished()
             self._manager.close()
