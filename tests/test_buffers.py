@@ -247,6 +247,13 @@ def test_prioritized_sampling_is_a_log_depth_descent():
     assert K == 8 and loops == [7]  # one loop, over the depth: log_8(2^20) rounded up
     assert max(sizes) < cap
 
+    # the update climbs the levels of more than 4096 entries (2^20, 2^17, 2^14: parents on
+    # levels 6, 5 and 4) in one loop, and rebuilds the levels of 2^8 .. 1 nodes above densely
+    loops.clear()
+    slots = jax.ShapeDtypeStruct((32,), jnp.int32)
+    walk(jax.make_jaxpr(buf.update_priorities)(state, slots, slots).jaxpr)
+    assert loops == [3]
+
 
 @pytest.mark.parametrize("cap", [5000, 70000])
 def test_sum_tree_matches_numpy_above_the_dense_top_levels(cap):
@@ -311,6 +318,19 @@ def test_descent_matches_a_binary_sum_tree():
     np.testing.assert_array_equal(leaf, leaves[want])
     assert float(total) == float(tree[-1]) and (np.asarray(leaf) > 0).all()
     assert (np.diff(np.asarray(slot)) >= 0).all()  # stratified: in slot order
+
+    # a mass at (or, rounded, above) the total ends in the last slot with mass, never in the
+    # zero-mass slots after it; an empty tree gives slot 0
+    last = int(np.flatnonzero(leaves)[-1])
+    ends = jnp.asarray([batch, batch * (1 + 1e-6)], jnp.float32)
+    for cuts in (ends, jnp.asarray([0.0, batch / 2], jnp.float32)):
+        slot, leaf, _ = B._tree_find(tree, cuts, cap)
+        if cuts is ends:
+            np.testing.assert_array_equal(slot, [last, last])
+        assert (np.asarray(leaf) > 0).all()
+    slot, leaf, total = B._tree_find(jnp.zeros_like(tree), jnp.asarray([0.0, 0.5]), cap)
+    np.testing.assert_array_equal(slot, [0, 0])
+    assert float(total) == 0.0
 
 
 def _tree_copies(hlo: str, tree_size: int) -> list[str]:
