@@ -430,6 +430,8 @@ the key split and draws, so their sum counts those more than once:
         if breakdown
         else ""
     )
+    tree_size = buffers.sum_tree_size(CAPACITY)
+    depth = buffers._tree_layout(CAPACITY)[0]  # levels below the root
     peer = next((r for r in rows if r["name"].startswith("flashbax")), None)
     ours = next(r for r in rows if r["full"] and r["name"] == "prioritized")
     peer_txt = (
@@ -461,10 +463,16 @@ Measured {datetime.date.today().isoformat()} on {machine()}.
   draws the same random numbers.
 - Both buffers are full before timing (every add overwrites, every sample draws
   from {CAPACITY:,} slots); the prioritised one starts with random priorities.
-  `prioritized_buffer(capacity, alpha={PER_ALPHA}, beta={PER_BETA})` keeps a flat sum tree
-  of 2^21 float32 (8 MiB), sampled stratified (one O(log P) descent per draw, each
-  level one gather of a sibling pair) and updated leaf to root one level at a time up
-  to the top 12 levels, which are rebuilt in one dense pass.
+  `prioritized_buffer(capacity, alpha={PER_ALPHA}, beta={PER_BETA})` keeps a flat 8-ary sum
+  tree of {tree_size:,} float32 ({tree_size * 4 / 2**20:.1f} MiB, stored leaves first, each
+  node the pairwise sum of its 8 children), sampled stratified: one descent per draw down
+  its {depth} levels, each level one gather of a node's 8 children, the child chosen by
+  halving them as a binary descent would. An update recomputes the parents on the levels
+  of more than 4096 entries one level per loop step (one gather of 8 children each), then
+  rebuilds the levels above in one dense pass. Until issue #25 (2026-12-02) the tree was
+  binary (2^21 float32, 20 levels per descent, 8 climbed per update): 143.8 µs per full
+  step, 2.50x the uniform step, in the run then recorded here (AMD EPYC); 152.4 µs, 2.64x,
+  in a run on the Intel machine just before the change (no breakdown, no flashbax).
 - {peer_txt}
 - Rates are wall clock of the best round: items added/s = steps x {add_batch} / s,
   samples/s = steps x {SAMPLE_BATCH} / s. "time vs uniform" is the ratio of

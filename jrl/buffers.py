@@ -83,7 +83,7 @@ class PrioritizedBufferState:
     storage: PyTree  # [capacity, ...] per leaf
     position: Array  # [] int32 next slot to write
     size: Array  # [] int32 filled slots, <= capacity
-    tree: Array  # [2 * P] float32 sum tree of p^alpha; root at 1, slot i's leaf at P + i
+    tree: Array  # [sum_tree_size] float32 8-ary sum tree of p^alpha; slot i's leaf at i, root last
     max_priority: Array  # [] float32 largest priority seen (p + eps, before ^alpha)
 
 
@@ -122,9 +122,11 @@ def _item_bytes(item: PyTree) -> int:
 
 
 def sum_tree_size(capacity: int) -> int:
-    """Length of the flat sum-tree array for ``capacity`` leaves: ``2 * P``,
-    ``P`` the smallest power of two >= capacity."""
-    return 2 * (1 << (int(capacity) - 1).bit_length())
+    """Length of the flat sum-tree array for ``capacity`` leaves: the leaves, each level
+    above them padded to a multiple of ``K = 8`` entries, and the root's row of ``K``
+    (about ``capacity * 8 / 7``); 1 for a single slot."""
+    _, offsets, widths = _tree_layout(capacity)
+    return offsets[0] + widths[0]
 
 
 def buffer_bytes(item: PyTree, capacity: int, *, prioritized: bool = False) -> int:
@@ -340,49 +342,108 @@ def uniform_buffer(
 # ----------------------------------------------------------------------------- sum tree
 
 
-_DENSE_LEVELS = 12  # the sum tree's top levels (4095 nodes) are recomputed in one dense pass
+_ARITY = 8  # children per sum-tree node (a power of two): 10^6 slots are 7 levels deep
+_DENSE_NODES = 4096  # the top levels, above a level of at most this many nodes, are rebuilt densely
 
 
-def _tree_set(tree: Array, slots: Array, values: Array, leaves: int) -> Array:
+def _tree_layout(capacity: int) -> tuple[int, tuple[int, ...], tuple[int, ...]]:
+    """``(depth, offsets, widths)`` of the flat sum tree for ``capacity`` leaves.
+
+    Level ``depth`` holds the leaves (slot ``i`` at index ``i``), level 0 the root. Level ``l``
+    has ``n_l = ceil(n_{l+1} / K)`` nodes (``n_depth = capacity``) and is stored from
+    ``offsets[l]`` as ``widths[l] = K * n_{l-1}`` entries, the trailing ones zero: node ``j``
+    of level ``l - 1`` has its ``K`` children in one row, entries ``offsets[l] + K j .. + K -
+    1``. Levels are stored leaves first, so every level starts on a multiple of ``K`` and the
+    tree viewed as ``[size / K, K]`` rows of siblings is a reshape. The root's row comes last,
+    the root at its end (index ``size - 1``). One slot: the tree is the single leaf."""
+    k = _ARITY
+    depth, nodes = 0, int(capacity)
+    counts = [nodes]  # n_depth, n_{depth-1}, ..., n_0 = 1
+    while nodes > 1:
+        nodes = -(-nodes // k)
+        counts.append(nodes)
+        depth += 1
+    counts = counts[::-1]  # counts[l] = n_l
+    if depth == 0:
+        return 0, (0,), (1,)
+    widths = (k,) + tuple(k * counts[l - 1] for l in range(1, depth + 1))  # root: one row
+    offsets = [0] * (depth + 1)
+    for l in range(depth - 1, -1, -1):
+        offsets[l] = offsets[l + 1] + widths[l + 1]
+    return depth, tuple(offsets), widths
+
+
+def _sum_children(rows: Array) -> Array:
+    """``[..., K] -> [...]``: the sum of ``K`` siblings, pairwise (``(c0 + c1) + (c2 + c3)``,
+    ...). Every parent, climbed or densely rebuilt, is this same sum of the same floats."""
+    while rows.shape[-1] > 1:
+        rows = rows[..., 0::2] + rows[..., 1::2]
+    return rows[..., 0]
+
+
+def _pairwise_sum(values: list[Array]) -> Array:
+    """The pairwise sum of a power-of-two number of arrays, in :func:`_sum_children`'s order."""
+    while len(values) > 1:
+        values = [values[i] + values[i + 1] for i in range(0, len(values), 2)]
+    return values[0]
+
+
+def _tree_set(tree: Array, slots: Array, values: Array, capacity: int) -> Array:
     """Set leaves ``slots`` to ``values`` and recompute their ancestors. Parents
     are recomputed from their children, never incremented, so float error does
     not accumulate and duplicate slots leave a consistent tree.
 
-    The ancestors below the top ``_DENSE_LEVELS`` levels are climbed one level
-    per loop step (``B`` parents per step, O(B (log P - 12))); the top levels
-    (nodes ``1 .. 2^12 - 1``) are then rebuilt in one pass from the ``2^12``
-    nodes below them, level by level, each node as ``left + right`` exactly as
-    the climb computes it (the same floats), written back with one
-    ``dynamic_update_slice``. Fewer loop steps: each costs a few kernel launches,
-    more than the dense pass's 4096 additions."""
-    depth = leaves.bit_length() - 1
-    top = min(depth, _DENSE_LEVELS)
-    node = slots.astype(jnp.int32) + leaves
-    tree = tree.at[node].set(values.astype(tree.dtype))
-    tree, _ = jax.lax.fori_loop(0, depth - top, _climb, (tree, node))
-    level = tree[2**top : 2 ** (top + 1)]  # the highest climbed level (the leaves if top == depth)
-    upper = []
-    for _ in range(top):
-        level = level[0::2] + level[1::2]  # node k = child 2k + child 2k+1
-        upper.append(level)
-    if not upper:  # a single leaf, which is the root
+    The ancestors on the levels of more than ``_DENSE_NODES`` entries are climbed one level
+    per loop step (``B`` parents per step, each the sum of its ``K`` children gathered as one
+    ``[B, K]`` row: O(B K log_K P)); the levels above (a few thousand nodes) are then rebuilt
+    in one pass from the highest climbed level, level by level, each node as the same
+    pairwise sum of its children the climb computes (the same floats), written back with one
+    ``dynamic_update_slice``. Fewer loop steps: each costs a few kernel launches, more than
+    the dense pass's few thousand additions."""
+    depth, offsets, widths = _tree_layout(capacity)
+    tree = tree.at[slots.astype(jnp.int32)].set(values.astype(tree.dtype))
+    if depth == 0:  # a single leaf, which is the root
         return tree
-    return jax.lax.dynamic_update_slice(tree, jnp.concatenate(upper[::-1]), (1,))
+    top = max(l for l in range(1, depth + 1) if widths[l] <= _DENSE_NODES)  # level 1: K
+    climbed = range(depth - 1, top - 1, -1)  # levels climbed, one per loop step (maybe none)
+    parent_offsets = jnp.asarray([offsets[l] for l in climbed] or [0], jnp.int32)
+    child_rows = jnp.asarray([offsets[l + 1] // _ARITY for l in climbed] or [0], jnp.int32)
+
+    def climb(s, carry):
+        tree, node = carry
+        node = node // _ARITY
+        rows = tree.reshape(-1, _ARITY)[child_rows[s] + node]  # [B, K]: one gather of siblings
+        return tree.at[parent_offsets[s] + node].set(_sum_children(rows)), node
+
+    tree, _ = jax.lax.fori_loop(0, depth - top, climb, (tree, slots.astype(jnp.int32)))
+    level = tree[offsets[top] : offsets[top] + widths[top]]  # highest climbed level (or leaves)
+    upper = []
+    for l in range(top - 1, -1, -1):
+        level = _sum_children(level.reshape(-1, _ARITY))  # n_l nodes
+        pad = widths[l] - level.shape[0]
+        if l == 0:  # the root, at the end of its row
+            upper.append(jnp.concatenate([jnp.zeros((pad,), tree.dtype), level]))
+        else:
+            upper.append(jnp.concatenate([level, jnp.zeros((pad,), tree.dtype)]))
+            level = upper[-1]
+    return jax.lax.dynamic_update_slice(tree, jnp.concatenate(upper), (offsets[top - 1],))
 
 
-def _climb(_, carry: tuple[Array, Array]) -> tuple[Array, Array]:
-    """One level up: recompute the parents of ``node`` from their children."""
-    tree, node = carry
-    node = node // 2
-    return tree.at[node].set(tree[2 * node] + tree[2 * node + 1]), node
-
-
-def _tree_find(tree: Array, fractions: Array, leaves: int) -> tuple[Array, Array, Array]:
+def _tree_find(tree: Array, fractions: Array, capacity: int) -> tuple[Array, Array, Array]:
     """Stratified descent: ``fractions`` (``[B]``, in ``[0, B)``) are cut points
     in units of ``total / B``. Returns ``(slot, leaf, total)``: the leaf slot
     holding cumulative mass ``fractions * (total / B)`` (``[B]`` int32), that
     leaf's stored value (``[B]``) and the root's total (``[]``). One level per
-    loop step, never into a zero-mass subtree; O(B log P).
+    loop step, never into a zero-mass subtree; O(B K log_K P).
+
+    At each level the ``K`` children of a node are one gathered row, and the child is chosen
+    by ``log2 K`` halvings of that row, exactly as a binary sum tree's descent: the left
+    half's mass (the pairwise sum of its children, the same float a binary tree would store)
+    is compared with the mass left; the descent goes right where the right half has mass and
+    the mass left reaches the left half's (or the left half has none), subtracting the left
+    half's mass. So it never enters a zero-mass subtree, takes the last one with mass when
+    rounding puts the mass above a node's total, and the slots come out in the order of the
+    cut points (the chosen child and the mass left both grow with the mass).
 
     Every read of ``tree`` happens inside the loop, whose outputs are new
     arrays: a caller that later writes the tree in place (``add``,
@@ -391,29 +452,36 @@ def _tree_find(tree: Array, fractions: Array, leaves: int) -> tuple[Array, Array
     consumer, e.g. the importance weights, would force a copy of the whole
     tree before every write).
     """
-    depth = leaves.bit_length() - 1
+    depth, offsets, _ = _tree_layout(capacity)
     batch = fractions.shape[0]
-    pairs = tree.reshape(leaves, 2)  # row k: the children 2k, 2k + 1 of node k
     if depth == 0:  # a single leaf, which is the root
-        total = tree[1]
+        total = tree[-1]
         return jnp.zeros((batch,), jnp.int32), jnp.broadcast_to(total, (batch,)), total
+    rows = tree.reshape(-1, _ARITY)  # row r: K siblings
+    child_rows = jnp.asarray([o // _ARITY for o in offsets[1:]], jnp.int32)  # per level
 
     def descend(i, carry):
         node, mass, leaf, total = carry
         first = i == 0
-        total = jnp.where(first, tree[1], total)
+        total = jnp.where(first, tree[-1], total)
         mass = jnp.where(first, mass * (total / batch), mass)
-        children = pairs[node]  # [B, 2]: one gather of both children
-        left, right = children[:, 0], children[:, 1]
-        go_right = (right > 0) & ((mass >= left) | (left <= 0))
-        leaf = jnp.where(go_right, right, left)
-        return 2 * node + go_right, jnp.where(go_right, mass - left, mass), leaf, total
+        children = rows[child_rows[i] + node]  # [B, K]: one gather of the siblings
+        part = [children[:, c] for c in range(_ARITY)]  # the candidate children, halved below
+        choice = jnp.zeros_like(node)
+        while len(part) > 1:
+            half = len(part) // 2
+            left, right = _pairwise_sum(part[:half]), _pairwise_sum(part[half:])
+            go_right = (right > 0) & ((mass >= left) | (left <= 0))
+            mass = jnp.where(go_right, mass - left, mass)
+            choice = 2 * choice + go_right
+            part = [jnp.where(go_right, r, l) for l, r in zip(part[:half], part[half:])]
+        return _ARITY * node + choice, mass, part[0], total
 
-    node0 = jnp.ones((batch,), jnp.int32)
+    node0 = jnp.zeros((batch,), jnp.int32)
     zero = jnp.zeros((), tree.dtype)
     carry = (node0, fractions, jnp.zeros((batch,), tree.dtype), zero)
     node, _, leaf, total = jax.lax.fori_loop(0, depth, descend, carry)
-    return node - leaves, leaf, total
+    return node, leaf, total
 
 
 # ----------------------------------------------------------------------------- prioritised
@@ -438,15 +506,18 @@ def prioritized_buffer(
     ``sample(state, key, batch_size, beta=None)``, which takes a traced
     ``beta`` to anneal it.
 
-    The sum tree is a flat float32 array of ``2 * P`` (``P`` the next power
-    of two >= capacity): node 1 is the root, node ``k`` has children ``2k``
-    and ``2k + 1``, slot ``i`` is leaf ``P + i``; unused leaves hold 0. New
-    items enter at the largest priority seen so far (``max_priority``, 1
-    initially, never decreasing). Sampling is stratified: the total mass is
-    cut into ``batch_size`` equal segments, one uniform draw in each, each
-    located by an O(log P) descent (a ``fori_loop`` over the depth, vectorised
-    over the batch); so samples come out in slot order -- permute them if you
-    split the batch. ``update_priorities(state, indices, priorities)`` takes
+    The sum tree is a flat float32 array (:func:`sum_tree_size`, about ``8/7`` of the
+    capacity) of ``K = 8``-ary nodes, stored level by level from the leaves up: slot ``i``
+    is leaf ``i``, a node's ``K`` children are one row of ``K`` consecutive entries, the root
+    is the last entry; unused leaves (and the padding of each level to whole rows) hold 0.
+    Every node is the pairwise sum of its children (``(c0 + c1) + (c2 + c3)``, ...): the
+    float a binary sum tree holds for the same block of slots. New items enter at the
+    largest priority seen so far (``max_priority``, 1 initially, never decreasing).
+    Sampling is stratified: the total mass is cut into ``batch_size`` equal segments, one
+    uniform draw in each, each located by an O(log P) descent (a ``fori_loop`` over the
+    ``log_K P`` levels, each one gather of a node's ``K`` children, vectorised over the
+    batch); so samples come out in slot order -- permute them if you split the batch.
+    ``update_priorities(state, indices, priorities)`` takes
     raw priorities (e.g. |TD error|, abs taken); if an index repeats, one of
     its priorities is kept.
     """
@@ -454,13 +525,12 @@ def prioritized_buffer(
     for name, value in (("alpha", alpha), ("beta", beta), ("eps", eps)):
         if not np.isfinite(value) or value < 0:
             raise ValueError(f"{name} must be a finite number >= 0, got {value!r}")
-    leaves = sum_tree_size(capacity) // 2
     default_beta = float(beta)
 
     def init(item: PyTree) -> PrioritizedBufferState:
         if check_memory:
             check_buffer_memory(item, capacity, prioritized=True)
-        tree = jnp.zeros((2 * leaves,), jnp.float32)
+        tree = jnp.zeros((sum_tree_size(capacity),), jnp.float32)
         return PrioritizedBufferState(
             _zeros(item, (capacity,)),
             *_zero_counters(),
@@ -471,14 +541,14 @@ def prioritized_buffer(
     def add(state: PrioritizedBufferState, items: PyTree) -> PrioritizedBufferState:
         state, rows = _add_rows(state, items, capacity, "prioritized_buffer.add")
         values = jnp.full(rows.shape, state.max_priority**alpha, jnp.float32)
-        return state.replace(tree=_tree_set(state.tree, rows, values, leaves))
+        return state.replace(tree=_tree_set(state.tree, rows, values, capacity))
 
     def sample(state: PrioritizedBufferState, key: PRNGKey, batch_size: int, beta=None) -> Sample:
         batch_size = _positive_int(batch_size, "batch_size")
         beta = default_beta if beta is None else beta
         u = jax.random.uniform(key, (batch_size,), jnp.float32)
         slot, leaf, total = _tree_find(
-            state.tree, jnp.arange(batch_size, dtype=jnp.float32) + u, leaves
+            state.tree, jnp.arange(batch_size, dtype=jnp.float32) + u, capacity
         )
         idx = jnp.clip(slot, 0, capacity - 1)
         leaf = jnp.maximum(leaf, jnp.finfo(jnp.float32).tiny)
@@ -492,7 +562,7 @@ def prioritized_buffer(
         state: PrioritizedBufferState, indices: Array, priorities: Array
     ) -> PrioritizedBufferState:
         p = jnp.abs(jnp.asarray(priorities, jnp.float32)) + eps
-        tree = _tree_set(state.tree, jnp.asarray(indices, jnp.int32), p**alpha, leaves)
+        tree = _tree_set(state.tree, jnp.asarray(indices, jnp.int32), p**alpha, capacity)
         return state.replace(tree=tree, max_priority=jnp.maximum(state.max_priority, p.max()))
 
     def can_sample(state: PrioritizedBufferState, batch_size: int) -> Array:

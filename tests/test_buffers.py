@@ -99,10 +99,37 @@ def test_add_rejects_bad_batches():
 # ----------------------------------------------------------------------------- prioritised
 
 
-def _check_tree(tree, leaves):
+K = B._ARITY  # the sum tree's children per node
+
+
+def _numpy_tree(leaves, capacity):
+    """The flat sum tree over ``leaves`` (``[capacity]``) built in NumPy float32, bottom-up:
+    each level padded with zeros to whole rows of K siblings, every parent the pairwise sum
+    of its row (``(c0 + c1) + (c2 + c3)``, ...), levels stored leaves first, the root last."""
+    level = np.asarray(leaves, np.float32)
+    assert level.shape == (capacity,)
+    stored = []
+    while True:
+        if level.size == 1 and stored:
+            stored.append(np.concatenate([np.zeros(K - 1, np.float32), level]))  # root's row
+            break
+        if level.size == 1:  # a single slot: the leaf is the root
+            stored.append(level)
+            break
+        rows = np.concatenate([level, np.zeros(-level.size % K, np.float32)]).reshape(-1, K)
+        stored.append(rows.ravel())
+        while rows.shape[1] > 1:
+            rows = rows[:, 0::2] + rows[:, 1::2]
+        level = rows[:, 0]
+    return np.concatenate(stored)
+
+
+def _check_tree(tree, capacity):
+    """Every internal node is the (pairwise) sum of its children, bit for bit, and every
+    padding entry is zero: the tree equals the one NumPy builds from its leaves."""
     tree = np.asarray(tree)
-    for k in range(1, leaves):  # every internal node is the sum of its children
-        np.testing.assert_allclose(tree[k], tree[2 * k] + tree[2 * k + 1], rtol=1e-6)
+    assert tree.shape == (B.sum_tree_size(capacity),)
+    np.testing.assert_array_equal(tree, _numpy_tree(tree[:capacity], capacity))
 
 
 def test_sum_tree_totals_updates_and_new_items_at_max_priority():
@@ -111,26 +138,26 @@ def test_sum_tree_totals_updates_and_new_items_at_max_priority():
     buf = B.prioritized_buffer(5, alpha=alpha, eps=0.0)
     add, update = jax.jit(buf.add), jax.jit(buf.update_priorities)
     state = buf.init(jnp.float32(0))
-    assert state.tree.shape == (16,) == (B.sum_tree_size(5),)  # P = 8
+    assert state.tree.shape == (16,) == (B.sum_tree_size(5),)  # the leaves' row, the root's row
     state = add(state, jnp.arange(5.0))
-    np.testing.assert_allclose(state.tree[8:], [1, 1, 1, 1, 1, 0, 0, 0])  # max priority 1 initially
-    assert float(state.tree[1]) == 5.0
+    np.testing.assert_allclose(state.tree[:8], [1, 1, 1, 1, 1, 0, 0, 0])  # max priority 1 initially
+    assert float(state.tree[-1]) == 5.0
     state = update(state, jnp.array([2, 0]), jnp.array([3.0, 0.5]))
     leaves = [0.5**alpha, 1, 3**alpha, 1, 1, 0, 0, 0]
-    np.testing.assert_allclose(state.tree[8:], leaves, rtol=1e-6)
-    np.testing.assert_allclose(state.tree[1], sum(leaves), rtol=1e-6)
+    np.testing.assert_allclose(state.tree[:8], leaves, rtol=1e-6)
+    np.testing.assert_allclose(state.tree[-1], sum(leaves), rtol=1e-6)
     assert float(state.max_priority) == 3.0
-    _check_tree(state.tree, 8)
+    _check_tree(state.tree, 5)
     # the next item overwrites slot 0 (capacity 5 is full) at the max priority 3 ** alpha
     state = add(state, jnp.array([50.0]))
     leaves[0] = 3**alpha
-    np.testing.assert_allclose(state.tree[8:], leaves, rtol=1e-6)
-    np.testing.assert_allclose(state.tree[1], sum(leaves), rtol=1e-6)
-    _check_tree(state.tree, 8)
+    np.testing.assert_allclose(state.tree[:8], leaves, rtol=1e-6)
+    np.testing.assert_allclose(state.tree[-1], sum(leaves), rtol=1e-6)
+    _check_tree(state.tree, 5)
     assert float(state.storage[0]) == 50.0 and int(state.position) == 1 and int(state.size) == 5
     # negative priorities are taken as magnitudes (|TD error|)
     state = update(state, jnp.array([1]), jnp.array([-2.0]))
-    np.testing.assert_allclose(state.tree[9], 2**alpha, rtol=1e-6)
+    np.testing.assert_allclose(state.tree[1], 2**alpha, rtol=1e-6)
 
 
 def test_importance_weights_hand_computed_and_beta_traced_under_jit():
@@ -140,7 +167,7 @@ def test_importance_weights_hand_computed_and_beta_traced_under_jit():
     buf = B.prioritized_buffer(2, alpha=0.5, beta=0.4, eps=0.0)
     state = buf.add(buf.init(jnp.float32(0)), jnp.array([10.0, 11.0]))
     state = buf.update_priorities(state, jnp.array([0, 1]), jnp.array([1.0, 9.0]))
-    np.testing.assert_allclose(state.tree, [0, 4, 1, 3])
+    np.testing.assert_allclose(state.tree, [1, 3] + [0] * 13 + [4])  # leaves' row, root's row
 
     s = buf.sample(state, jax.random.key(0), 4)  # eager, default beta 0.4
     np.testing.assert_array_equal(s.indices, [0, 1, 1, 1])
@@ -188,9 +215,9 @@ def test_prioritized_frequencies_match_priorities():
 
 
 def test_prioritized_sampling_is_a_log_depth_descent():
-    """Structure, not timing: for 2^20 slots, sampling is a loop of 20 tree levels
-    and no intermediate array has as many elements as the buffer (the tree viewed as
-    [P, 2] rows of sibling pairs is a reshape, which XLA makes a bitcast, not a copy)."""
+    """Structure, not timing: for 2^20 slots, sampling is a loop of 7 tree levels (8^7 >=
+    2^20 > 8^6) and no intermediate array has as many elements as the buffer (the tree
+    viewed as rows of 8 siblings is a reshape, which XLA makes a bitcast, not a copy)."""
     cap = 2**20
     buf = B.prioritized_buffer(cap, check_memory=False)
     state = jax.eval_shape(buf.init, jax.ShapeDtypeStruct((), jnp.float32))  # nothing allocated
@@ -217,34 +244,93 @@ def test_prioritized_sampling_is_a_log_depth_descent():
                         walk(sub)
 
     walk(jaxpr.jaxpr)
-    assert loops == [20]  # one loop, over the depth log2(2^20)
+    assert K == 8 and loops == [7]  # one loop, over the depth: log_8(2^20) rounded up
     assert max(sizes) < cap
 
+    # the update climbs the levels of more than 4096 entries (2^20, 2^17, 2^14: parents on
+    # levels 6, 5 and 4) in one loop, and rebuilds the levels of 2^8 .. 1 nodes above densely
+    loops.clear()
+    slots = jax.ShapeDtypeStruct((32,), jnp.int32)
+    walk(jax.make_jaxpr(buf.update_priorities)(state, slots, slots).jaxpr)
+    assert loops == [3]
 
-def test_sum_tree_matches_numpy_above_the_dense_top_levels():
-    """Capacity 5000 (P = 8192, 13 levels): the climbed level and the densely rebuilt top
-    levels equal a float32 tree built in NumPy bottom-up (node k = child 2k + child 2k+1),
-    bit for bit, after updates with repeated slots."""
-    cap, alpha = 5000, 1.0
+
+@pytest.mark.parametrize("cap", [5000, 70000])
+def test_sum_tree_matches_numpy_above_the_dense_top_levels(cap):
+    """Capacity 5000 (levels of 5000, 625, 79, 10, 2 and 1 nodes: one climbed level, four
+    rebuilt densely) and 70000 (two climbed levels): after updates with repeated slots, the
+    tree equals a float32 tree built in NumPy bottom-up, bit for bit, padding included."""
+    alpha = 1.0
     buf = B.prioritized_buffer(cap, alpha=alpha, eps=0.0)
-    assert B.sum_tree_size(cap) == 2 * 8192
+    if cap == 5000:
+        assert B.sum_tree_size(cap) == 5000 + 8 * 79 + 8 * 10 + 8 * 2 + 8 + 8
     add, update = jax.jit(buf.add), jax.jit(buf.update_priorities)
     state = add(buf.init(jnp.float32(0)), jnp.arange(cap, dtype=jnp.float32))
     rng = np.random.default_rng(0)
-    leaves = np.zeros(8192, np.float32)
-    leaves[:cap] = 1.0
+    leaves = np.ones(cap, np.float32)
     for _ in range(3):
         slots = rng.integers(0, cap, 300)
         slots[:50] = slots[50:100]  # repeated slots, repeated priorities
         prio = rng.uniform(0.1, 3.0, 300).astype(np.float32)
         prio[:50] = prio[50:100]
+        prio[100:150] = 0.0  # zero-mass leaves
         state = update(state, jnp.asarray(slots), jnp.asarray(prio))
         leaves[slots] = prio
-    want = np.zeros(2 * 8192, np.float32)
-    want[8192:] = leaves
-    for k in range(8191, 0, -1):
-        want[k] = want[2 * k] + want[2 * k + 1]
-    np.testing.assert_array_equal(np.asarray(state.tree), want)
+    np.testing.assert_array_equal(np.asarray(state.tree), _numpy_tree(leaves, cap))
+
+
+def _binary_descent(leaves, cuts):
+    """The binary sum tree's stratified descent in NumPy float32 (node k: children 2k and
+    2k + 1, ``P`` leaves from node ``P``): go right where the right child has mass and the
+    mass left reaches the left child's (or the left child has none)."""
+    p = 1 << (len(leaves) - 1).bit_length()
+    tree = np.zeros(2 * p, np.float32)
+    tree[p : p + len(leaves)] = leaves
+    for k in range(p - 1, 0, -1):
+        tree[k] = tree[2 * k] + tree[2 * k + 1]
+    node = np.ones(len(cuts), np.int64)
+    mass = np.asarray(cuts, np.float32) * np.float32(tree[1] / np.float32(len(cuts)))
+    while node[0] < p:
+        left, right = tree[2 * node], tree[2 * node + 1]
+        go_right = (right > 0) & ((mass >= left) | (left <= 0))
+        mass = np.where(go_right, mass - left, mass).astype(np.float32)
+        node = 2 * node + go_right
+    return node - p
+
+
+def test_descent_matches_a_binary_sum_tree():
+    """The K-ary descent halves each node's row of K children as a binary tree's descent
+    would, over the same floats, so it draws the slots a binary sum tree draws, including
+    around zero-mass leaves and at the ends of the cut points' range."""
+    cap = 5000
+    rng = np.random.default_rng(1)
+    leaves = rng.uniform(0.0, 2.0, cap).astype(np.float32)
+    leaves[rng.integers(0, cap, 1500)] = 0.0
+    leaves[:40] = 0.0  # a zero-mass subtree at the start
+    leaves[-40:] = 0.0  # and at the end
+    tree = jnp.asarray(_numpy_tree(leaves, cap))
+    batch = 512
+    cuts = np.arange(batch, dtype=np.float32) + rng.uniform(0, 1, batch).astype(np.float32)
+    cuts[0], cuts[-1] = 0.0, np.nextafter(np.float32(batch), np.float32(0))
+    slot, leaf, total = jax.jit(B._tree_find, static_argnums=2)(tree, jnp.asarray(cuts), cap)
+    want = _binary_descent(leaves, cuts)
+    np.testing.assert_array_equal(slot, want)
+    np.testing.assert_array_equal(leaf, leaves[want])
+    assert float(total) == float(tree[-1]) and (np.asarray(leaf) > 0).all()
+    assert (np.diff(np.asarray(slot)) >= 0).all()  # stratified: in slot order
+
+    # a mass at (or, rounded, above) the total ends in the last slot with mass, never in the
+    # zero-mass slots after it; an empty tree gives slot 0
+    last = int(np.flatnonzero(leaves)[-1])
+    ends = jnp.asarray([batch, batch * (1 + 1e-6)], jnp.float32)
+    for cuts in (ends, jnp.asarray([0.0, batch / 2], jnp.float32)):
+        slot, leaf, _ = B._tree_find(tree, cuts, cap)
+        if cuts is ends:
+            np.testing.assert_array_equal(slot, [last, last])
+        assert (np.asarray(leaf) > 0).all()
+    slot, leaf, total = B._tree_find(jnp.zeros_like(tree), jnp.asarray([0.0, 0.5]), cap)
+    np.testing.assert_array_equal(slot, [0, 0])
+    assert float(total) == 0.0
 
 
 def _tree_copies(hlo: str, tree_size: int) -> list[str]:
@@ -256,7 +342,7 @@ def test_prioritized_step_updates_the_sum_tree_in_place():
     """add + sample + update_priorities compiled in one donated scan writes the tree in place:
     no HLO copy of it, also when the importance weights feed something the update does not
     wait for (here a checksum), which used to cost two full copies of the tree per step."""
-    cap = 1024
+    cap = 40_000  # levels of 40000, 5000, 625, ... nodes: two of them climbed in a loop
     buf = B.prioritized_buffer(cap)
 
     def step(carry, _):
@@ -282,7 +368,7 @@ def test_prioritized_single_slot():
     buf = B.prioritized_buffer(1, alpha=1.0, eps=0.0)
     state = buf.add(buf.init(jnp.float32(0)), jnp.array([7.0]))
     state = buf.update_priorities(state, jnp.array([0]), jnp.array([2.5]))
-    np.testing.assert_allclose(state.tree, [0, 2.5])
+    np.testing.assert_allclose(state.tree, [2.5])  # the leaf is the root
     s = jax.jit(lambda st, k: buf.sample(st, k, 3))(state, jax.random.key(0))
     np.testing.assert_array_equal(s.indices, [0, 0, 0])
     np.testing.assert_array_equal(s.items, [7, 7, 7])
@@ -456,7 +542,7 @@ def test_vmapped_buffers_are_independent_per_seed():
         # each seed's priorities put all mass on slot `seed`
         np.testing.assert_array_equal(sp.indices[seed], np.full(64, seed))
         np.testing.assert_array_equal(sp.items[seed], np.full(64, 101.0 * seed))
-        np.testing.assert_allclose(p.tree[seed, 1], 1.0)
+        np.testing.assert_allclose(p.tree[seed, -1], 1.0)  # the root
 
 
 # ----------------------------------------------------------------------------- memory

@@ -242,7 +242,7 @@ def test_prioritized_dueling_nstep_sweep_runs(tmp_path):
     # updates start at the first iteration whose count (warm-up included) reaches 520: 8 + 16 * 32
     assert int(res.metrics["train/updates"][0, -1]) == res.config.num_updates == (64 - 16 + 1) * 2
     tree = res.final_state.buffer_state.tree[0]
-    assert float(tree[1]) > 0 and float(res.final_state.buffer_state.max_priority[0]) != 1.0
+    assert float(tree[-1]) > 0 and float(res.final_state.buffer_state.max_priority[0]) != 1.0
     for name in experiment.RUN_FILES:
         assert (tmp_path / "run" / name).exists()
 
