@@ -53,6 +53,7 @@ __all__ = [
     "check_buffer_memory",
     "nstep_accumulator",
     "prioritized_buffer",
+    "sum_tree_from_leaves",
     "rollout_minibatches",
     "sequence_minibatches",
     "sum_tree_size",
@@ -386,6 +387,31 @@ def _pairwise_sum(values: list[Array]) -> Array:
     while len(values) > 1:
         values = [values[i] + values[i + 1] for i in range(0, len(values), 2)]
     return values[0]
+
+
+def sum_tree_from_leaves(values, capacity: int):
+    """The flat sum tree (``[..., sum_tree_size(capacity)]``) over leaf values ``[..., n]``
+    (the stored ``p ** alpha`` of slots ``0 .. n - 1``, ``n <= capacity``; the other slots
+    hold 0), built level by level with the same pairwise sums :func:`_tree_set` computes,
+    so it equals the tree the buffer keeps for those leaves bit for bit. numpy arrays in,
+    numpy out (the checkpoint loader rebuilds older binary trees with it); jax arrays
+    otherwise."""
+    xp = np if isinstance(values, np.ndarray) else jnp
+    depth, offsets, widths = _tree_layout(capacity)
+    lead, n = values.shape[:-1], values.shape[-1]
+    if n > capacity:
+        raise ValueError(f"{n} leaf values for a tree of {capacity} slots")
+    if depth == 0:
+        return values[..., :1] if n else xp.zeros(lead + (1,), values.dtype)
+    zeros = xp.zeros(lead + (widths[depth] - n,), values.dtype)
+    level = xp.concatenate([values, zeros], axis=-1)
+    parts = [level]
+    for l in range(depth - 1, -1, -1):
+        nodes = _sum_children(level.reshape(lead + (-1, _ARITY)))
+        pad = xp.zeros(lead + (widths[l] - nodes.shape[-1],), values.dtype)
+        level = xp.concatenate([pad, nodes] if l == 0 else [nodes, pad], axis=-1)
+        parts.append(level)
+    return xp.concatenate(parts, axis=-1)
 
 
 def _tree_set(tree: Array, slots: Array, values: Array, capacity: int) -> Array:

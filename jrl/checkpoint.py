@@ -62,7 +62,7 @@ __all__ = [
     "leaf_specs",
 ]
 
-FORMAT_VERSION = 2
+FORMAT_VERSION = 3
 """Bumped whenever the layout or the meaning of a checkpoint changes. Format 2: the
 agent-contract names (``num_updates`` for every agent's update counter; an agent's
 hyperparameters only its own) and a run fingerprint in the record. Format 1 checkpoints
@@ -70,6 +70,9 @@ are read through :func:`_format1_order`."""
 
 RENAMED_IN_2 = {"num_learn_steps": "num_updates"}
 """Path components renamed by format 2 (the actor-critic and PQN update counters)."""
+# Format 3: the prioritised buffers' sum tree (a ``.../tree`` leaf) is 8-ary
+# (``jrl.buffers``); the binary trees of formats 1 and 2 (``[..., 2 P]``, slot i's leaf at
+# ``P + i``) are rebuilt from their leaves on load, bit for bit what the buffer computes.
 
 CHECKPOINT_DIR = "checkpoints"
 MANIFEST = (
@@ -378,15 +381,20 @@ def load(
         )
     _check_files(path, fallback)
     expected, saved = leaf_specs(like), meta.get("leaves", [])
-    order = list(range(len(expected))) if saved == expected else None
+    as_now, trees = saved, {}
+    if version <= 2:
+        as_now, trees = _binary_sum_trees(saved, expected)
+    order = list(range(len(expected))) if as_now == expected else None
     if order is None and version == 1:
-        order = _format1_order(saved, expected)
+        order = _format1_order(as_now, expected)
     if order is None:
         raise CheckpointError(
             f"checkpoint {path} holds a different train state (another agent, env or "
-            f"config?): {_describe_differences(saved, expected)}"
+            f"config?): {_describe_differences(as_now, expected)}"
         )
     arrays, hist = _read_arrays(path, meta, saved, fallback)
+    for i, size in trees.items():
+        arrays[i] = _rebuild_sum_tree(arrays[i], size)
     arrays = [arrays[i] for i in order]
     like_leaves, treedef = jax.tree.flatten(like)
     leaves = [
@@ -460,6 +468,56 @@ def _format1_order(saved: list[list], expected: list[list]) -> list[int] | None:
     if any("/hparams/" not in p for p in dropped):
         return None
     return order
+
+
+def _binary_sum_trees(saved: list[list], expected: list[list]) -> tuple[list[list], dict]:
+    """For a format 1-2 checkpoint: ``saved`` with each binary sum tree's spec replaced by the
+    8-ary tree expected at the same path, and ``{saved index: expected tree length}`` of
+    those trees. A binary tree: a float32 ``.../tree`` leaf whose last axis is a power of two
+    (``2 P``) where the expected leaf has the same leading axes and another length."""
+    by_path = {p: (shape, dtype) for p, shape, dtype in expected}
+    as_now, trees = [], {}
+    for i, (p, shape, dtype) in enumerate(saved):
+        want = by_path.get(p)
+        n = shape[-1] if shape else 0
+        if (
+            p.rsplit("/", 1)[-1] == "tree"
+            and want is not None
+            and dtype == want[1] == "float32"
+            and len(shape) == len(want[0]) >= 1
+            and shape[:-1] == want[0][:-1]
+            and n >= 2
+            and n & (n - 1) == 0
+            and n != want[0][-1]
+        ):
+            trees[i] = want[0][-1]
+            as_now.append([p, list(want[0]), dtype])
+        else:
+            as_now.append([p, shape, dtype])
+    return as_now, trees
+
+
+def _rebuild_sum_tree(binary: np.ndarray, size: int) -> np.ndarray:
+    """The 8-ary sum tree of length ``size`` over the leaves of a binary one (``[..., 2 P]``,
+    slot i's leaf at ``P + i``). Every capacity whose 8-ary tree has ``size`` entries stores
+    the same layout, and a binary tree's leaves past its capacity are 0, so the tree is built
+    for the largest such capacity (at most the binary tree's ``P`` leaves, zeros beyond)."""
+    from jrl import buffers
+
+    leaves = binary[..., binary.shape[-1] // 2 :]
+    if size == 1:  # a single slot, which is the root
+        return leaves[..., :1].copy()
+    lo, hi = 2, max(2, 8 * size)  # the largest capacity whose tree has ``size`` entries
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if buffers.sum_tree_size(mid) <= size:
+            lo = mid
+        else:
+            hi = mid - 1
+    if buffers.sum_tree_size(lo) != size:
+        raise CheckpointError(f"no prioritised buffer has a sum tree of {size} entries")
+    n = min(lo, leaves.shape[-1])
+    return np.asarray(buffers.sum_tree_from_leaves(np.ascontiguousarray(leaves[..., :n]), lo))
 
 
 def _read_meta(path: Path, fallback: str) -> dict[str, Any]:

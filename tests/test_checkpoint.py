@@ -176,3 +176,54 @@ print(before, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
     assert done.returncode == 0, done.stderr[-2000:]
     before, after = (int(v) for v in done.stdout.split()[-2:])  # KiB
     assert after - before < 96 * 1024, (before, after)  # a copy would add 256 MiB
+
+
+def _binary_sum_tree(leaves: np.ndarray, capacity: int) -> np.ndarray:
+    """The binary sum tree formats 1-2 stored: ``[..., 2 P]``, node k = 2k + 2k+1, slot i's
+    leaf at P + i (P the power of two >= capacity), unused leaves 0."""
+    p = 1 << max(int(capacity) - 1, 0).bit_length()
+    tree = np.zeros(leaves.shape[:-1] + (2 * p,), np.float32)
+    tree[..., p : p + leaves.shape[-1]] = leaves
+    for k in range(p - 1, 0, -1):
+        tree[..., k] = tree[..., 2 * k] + tree[..., 2 * k + 1]
+    return tree
+
+
+@pytest.mark.parametrize("capacity", [1, 3, 1000])
+def test_a_format_2_prioritised_buffer_loads_with_its_tree_rebuilt(tmp_path, monkeypatch, capacity):
+    """A checkpoint of format 2 holds a prioritised buffer's binary sum tree; loading it rebuilds
+    the 8-ary tree of today's buffer from its leaves, bit for bit the tree the buffer would
+    hold, and the other leaves as they were. A tree of another length in a current checkpoint
+    is still refused."""
+    from jrl import buffers
+
+    buf = buffers.prioritized_buffer(capacity, check_memory=False)
+
+    def one(seed):
+        state = buf.init({"obs": jnp.zeros(3)})
+        n = min(capacity, 700)
+        state = buf.add(state, {"obs": jnp.full((n, 3), float(seed))})
+        idx = jax.random.randint(jax.random.key(seed), (min(n, 50),), 0, n)
+        return buf.update_priorities(
+            state, idx, jax.random.uniform(jax.random.key(seed), idx.shape)
+        )
+
+    now = jax.tree.map(lambda *x: jnp.stack(x), one(1), one(2))  # [R = 2, ...]
+    leaves = np.asarray(now.tree)[:, :capacity]  # slot i's leaf at i
+    old = now.replace(tree=jnp.asarray(_binary_sum_tree(leaves, capacity)))
+    monkeypatch.setattr(checkpoint, "FORMAT_VERSION", 2)
+    ck = checkpoint.Checkpointer(tmp_path / "old", keep=1)
+    ck.save(1, {"buffer": old}, {"m": np.zeros((1, 2))}, {})
+    ck.close()
+    monkeypatch.undo()
+    like = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype), {"buffer": now})
+    loaded = checkpoint.load(tmp_path / "old", like)
+    assert loaded.meta["format_version"] == 2
+    assert same_leaves(loaded.state, {"buffer": now})
+
+    ck = checkpoint.Checkpointer(tmp_path / "new", keep=1)  # format 3 with a binary tree
+    ck.save(1, {"buffer": old}, {"m": np.zeros((1, 2))}, {})
+    ck.close()
+    if old.tree.shape != now.tree.shape:
+        with pytest.raises(checkpoint.CheckpointError, match="different train state"):
+            checkpoint.load(tmp_path / "new", like)
