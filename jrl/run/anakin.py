@@ -403,10 +403,12 @@ def run(
 
 def _spec(states: PyTree, placed: bool = False) -> PyTree:
     """``ShapeDtypeStruct``s of ``states`` (arrays or structs): shape, dtype and weak type,
-    and the sharding when ``placed`` (a run over a device mesh)."""
+    and the sharding of committed arrays when ``placed`` (a run over a device mesh)."""
 
     def leaf(x):
-        sharding = x.sharding if placed else None
+        # an uncommitted array (made on the default device, not placed) may be moved by jit
+        # onto the mesh; as a struct with its sharding it would be pinned there
+        sharding = x.sharding if placed and getattr(x, "committed", True) else None
         weak = bool(getattr(x, "weak_type", False))  # typed key arrays have none
         return jax.ShapeDtypeStruct(x.shape, x.dtype, weak_type=weak, sharding=sharding)
 
