@@ -77,7 +77,7 @@ def test_mcts_baseline_for_games_without_perfect_play():
 
 @pytest.mark.learning
 def test_alphazero_connect_four_beats_random(tmp_path):
-    """A smoke-sized AlphaZero run on pgx:connect_four (4 iterations of 32 games x 32 moves,
+    """A smoke-sized AlphaZero run on pgx:connect_four (8 iterations of 32 games x 32 moves,
     16 simulations) wins >= 90% of 100 games against the random player (half as first)."""
     run = tmp_path / "run"
     experiment.train(
@@ -98,5 +98,8 @@ def test_alphazero_connect_four_beats_random(tmp_path):
         lambda k: games.play_games(env, params, agent, games.random_player(env), 100, k)
     )(jax.random.key(1))
     report = games.game_report(outcome, first)
-    # measured 2026-12-01 (one seed): 0.81 after 4 iterations, >= 0.9 after these 8
+    # measured 2026-12-01 on an AMD EPYC (one seed): 0.81 after 4 iterations, >= 0.9 after
+    # these 8. On an Intel Xeon (other float rounding) 2026-12-02: 0.84, and 0.65-0.90 after
+    # 12-16 iterations or with 32 simulations: at this budget the result is noisy (an open
+    # item of issue #21)
     assert report["win"] >= 0.9, report
