@@ -403,15 +403,21 @@ def sum_tree_from_leaves(values, capacity: int):
         raise ValueError(f"{n} leaf values for a tree of {capacity} slots")
     if depth == 0:
         return values[..., :1] if n else xp.zeros(lead + (1,), values.dtype)
-    zeros = xp.zeros(lead + (widths[depth] - n,), values.dtype)
-    level = xp.concatenate([values, zeros], axis=-1)
-    parts = [level]
-    for l in range(depth - 1, -1, -1):
+    leaves = xp.concatenate([values, xp.zeros(lead + (widths[depth] - n,), values.dtype)], -1)
+    return xp.concatenate([leaves, _levels_above(leaves, depth, widths, xp)], axis=-1)
+
+
+def _levels_above(level, top: int, widths: tuple[int, ...], xp=jnp):
+    """Levels ``top - 1 .. 0`` of the tree, stored as in :func:`_tree_layout` and
+    concatenated (``[..., offsets[top]]`` entries), each node the pairwise sum of its
+    children, from level ``top`` as stored (``level``: ``[..., widths[top]]``)."""
+    lead, upper = level.shape[:-1], []
+    for l in range(top - 1, -1, -1):
         nodes = _sum_children(level.reshape(lead + (-1, _ARITY)))
-        pad = xp.zeros(lead + (widths[l] - nodes.shape[-1],), values.dtype)
-        level = xp.concatenate([pad, nodes] if l == 0 else [nodes, pad], axis=-1)
-        parts.append(level)
-    return xp.concatenate(parts, axis=-1)
+        pad = xp.zeros(lead + (widths[l] - nodes.shape[-1],), level.dtype)
+        level = xp.concatenate([pad, nodes] if l == 0 else [nodes, pad], axis=-1)  # root last
+        upper.append(level)
+    return xp.concatenate(upper, axis=-1)
 
 
 def _tree_set(tree: Array, slots: Array, values: Array, capacity: int) -> Array:
@@ -443,16 +449,9 @@ def _tree_set(tree: Array, slots: Array, values: Array, capacity: int) -> Array:
 
     tree, _ = jax.lax.fori_loop(0, depth - top, climb, (tree, slots.astype(jnp.int32)))
     level = tree[offsets[top] : offsets[top] + widths[top]]  # highest climbed level (or leaves)
-    upper = []
-    for l in range(top - 1, -1, -1):
-        level = _sum_children(level.reshape(-1, _ARITY))  # n_l nodes
-        pad = widths[l] - level.shape[0]
-        if l == 0:  # the root, at the end of its row
-            upper.append(jnp.concatenate([jnp.zeros((pad,), tree.dtype), level]))
-        else:
-            upper.append(jnp.concatenate([level, jnp.zeros((pad,), tree.dtype)]))
-            level = upper[-1]
-    return jax.lax.dynamic_update_slice(tree, jnp.concatenate(upper), (offsets[top - 1],))
+    return jax.lax.dynamic_update_slice(
+        tree, _levels_above(level, top, widths), (offsets[top - 1],)
+    )
 
 
 def _tree_find(tree: Array, fractions: Array, capacity: int) -> tuple[Array, Array, Array]:

@@ -250,7 +250,7 @@ class Checkpointer:
         self.directory = Path(run_dir).absolute() / CHECKPOINT_DIR
         self.directory.mkdir(parents=True, exist_ok=True)  # an unwritable folder fails now
         self._keep = int(keep)
-        self._ocp = self._manager_ = None
+        self._manager_ = None
 
     @property
     def _manager(self):
@@ -260,7 +260,6 @@ class Checkpointer:
             import orbax.checkpoint as ocp
 
             _quiet_orbax()
-            self._ocp = ocp
             # orbax's default numpy handler deep-copies every array before writing it (a guard
             # against the caller changing it during an asynchronous save). ``save`` waits until
             # the write is committed and its arrays are views of immutable jax buffers, so that
@@ -284,8 +283,9 @@ class Checkpointer:
     ) -> Path:
         """Saves ``state`` and ``history`` at ``step`` (iterations done) and waits until the
         step is committed. ``meta`` is the JSON-serialisable run record."""
-        manager = self._manager  # made on first use, with self._ocp
-        ocp = self._ocp
+        import orbax.checkpoint as ocp  # imported by the manager, made on first use
+
+        manager = self._manager
         arrays = to_host(state)
         names = sorted(history)
         hist = [np.asarray(history[n]) for n in names]
