@@ -14,7 +14,14 @@ import pytest
 import jrl.agents
 import jrl.envs
 from jrl import experiment, games
-from jrl.agents.alphazero import AlphaZeroHParams, Moves, alphazero_loss, alphazero_targets
+from jrl.agents.alphazero import (
+    AlphaZeroHParams,
+    Moves,
+    Played,
+    alphazero_loss,
+    alphazero_targets,
+    replay_targets,
+)
 from jrl.search import (
     game_recurrent_fn,
     q_transform,
@@ -123,6 +130,55 @@ def test_player_returns_and_targets_by_hand():
     value, _ = alphazero_targets(jnp.asarray(rewards), jnp.asarray(done), jnp.asarray(player), 0.5)
     np.testing.assert_allclose(value[:3, 0], [0.25, -0.5, 1.0])
     np.testing.assert_allclose(value[:, 1], [0.5, -1.0, -0.5, 1.0])
+
+
+def test_replay_targets_span_rollouts_by_hand():
+    """K = 3 rollouts of T = 2 moves in one game slot, slot 1 written last (so the order of
+    play is slots 2, 0, 1; slot 2 is not yet filled). A game of moves by players 0, 1, 0 runs
+    from slot 0 into slot 1 and player 0 wins it: all three moves get its outcome, though
+    the rollout of the first two did not see it end; the next game's first move is still
+    running and gets no target."""
+    K, T = 3, 2
+    player = np.zeros((K, T, 1), np.int32)
+    rewards = np.zeros((K, T, 1, 2), np.float32)
+    done = np.zeros((K, T, 1), bool)
+    weight = np.ones((K, T, 1), np.float32)
+    weight[2] = 0.0  # slot 2: never written (its contents are arbitrary)
+    player[2] = 1
+    done[2, 1] = True
+    rewards[2, 1] = (-1.0, 1.0)
+    player[0, :, 0] = (0, 1)  # the game's first two moves
+    player[1, :, 0] = (0, 1)  # its last move (won by player 0), then a new game's first
+    done[1, 0] = True
+    rewards[1, 0, 0] = (1.0, -1.0)
+    obs = np.arange(K * T, dtype=np.float32).reshape(K, T, 1)
+    policy = np.zeros((K, T, 1, 2), np.float32)
+    replay = Played(
+        jnp.asarray(obs),
+        jnp.asarray(policy),
+        jnp.asarray(player),
+        jnp.asarray(rewards),
+        jnp.asarray(done),
+        jnp.asarray(weight),
+    )
+    moves = replay_targets(replay, jnp.int32(1))
+    # the order of play: slot 2 (unfilled), then 0, then 1
+    np.testing.assert_array_equal(moves.observation[:, 0], [4, 5, 0, 1, 2, 3])
+    np.testing.assert_array_equal(moves.weight[:, 0], [0, 0, 1, 1, 1, 1])
+    np.testing.assert_array_equal(moves.value[2:, 0], [1, -1, 1, 0])
+    # the unfilled slot's finished "game" has a return, but no weight
+    np.testing.assert_array_equal(moves.value_weight[:, 0], [0, 0, 1, 1, 1, 0])
+    # a full replay written last in slot 0: the order is slots 1, 2, 0. Slot 1's second move
+    # starts a game that slot 2 ends (player 1 wins): its three moves get that outcome, and
+    # the game of slot 0's moves is still running
+    full = replay.replace(weight=jnp.ones((K, T, 1), jnp.float32))
+    moves = replay_targets(full, jnp.int32(0))
+    np.testing.assert_array_equal(moves.observation[:, 0], [2, 3, 4, 5, 0, 1])
+    np.testing.assert_array_equal(moves.value[:4, 0], [1, 1, 1, 1])
+    np.testing.assert_array_equal(moves.value_weight[:, 0], [1, 1, 1, 1, 0, 0])
+    # discounted: gamma 0.5 halves the outcome per move back
+    moves = replay_targets(replay, jnp.int32(1), 0.5)
+    np.testing.assert_allclose(moves.value[2:5, 0], [0.25, -0.5, 1.0])
 
 
 class _TwoMoves(TwoPlayerEnv):
@@ -320,6 +376,8 @@ def test_registry_entry_and_checks():
         (dict(num_simulations=0), "num_simulations"),
         (dict(num_steps=6, replay_rollouts=1, num_minibatches=4), "not divisible"),
         (dict(dirichlet_fraction=1.5), "dirichlet_fraction"),
+        (dict(q_bounds=(1.0, -1.0)), "q_bounds"),
+        (dict(q_bounds=(1.0,)), "q_bounds"),
     ]:
         with pytest.raises(ValueError, match=msg):
             experiment.make_config("alphazero", "TicTacToe-v0", **bad).validate()

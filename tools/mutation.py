@@ -168,6 +168,7 @@ TESTS: dict[str, list[str]] = {
     "agents/alphazero.py": [
         "tests/test_alphazero.py::test_player_returns_and_targets_by_hand",
         "tests/test_alphazero.py::test_loss_by_hand",
+        "tests/test_alphazero.py::test_replay_targets_span_rollouts_by_hand",
     ],
     "agents/reinforce.py": [
         "tests/test_reinforce.py::test_monte_carlo_advantages_by_hand",
