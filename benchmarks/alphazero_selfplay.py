@@ -1,9 +1,10 @@
 """AlphaZero self-play throughput on pgx:connect_four (needs the pgx extra).
 
 For each batch (game slots) B in ``--batches`` (default 1, 64, 1024): builds alphazero with
-``num_envs=B``, ``num_steps=--moves``, ``num_simulations=--sims`` and times its training
-iteration (search for every move of every slot, the game steps, value targets and the
-learning step), compiled once and then run ``--repeats`` times. Reports moves/s, finished
+the pgx:connect_four preset's network and search and ``num_envs=B``, ``num_steps=--moves``,
+``num_simulations=--sims`` and times its training iteration (search for every move of every
+slot, the game steps, value targets and the learning step), compiled once and then run
+``--repeats`` times. Reports moves/s, finished
 games/s and simulations/s (moves/s x simulations) from the fastest repeat.
 
 The side-by-side with pgx's own AlphaZero example (its training loop run unchanged from a
@@ -23,12 +24,15 @@ import jax
 import numpy as np
 
 import jrl.envs
+from jrl import experiment
 from jrl.agents import alphazero
 
 
 def measure(batch: int, sims: int, moves: int, repeats: int) -> dict:
     env, params = jrl.envs.make("pgx:connect_four")
-    config = alphazero.AlphaZeroConfig(
+    config = experiment.make_config(
+        "alphazero",
+        "pgx:connect_four",
         num_envs=batch,
         num_steps=moves,
         num_simulations=sims,
@@ -66,14 +70,19 @@ def main() -> None:
     p.add_argument("--moves", type=int, default=16)
     p.add_argument("--repeats", type=int, default=3)
     a = p.parse_args()
-    print(f"jax {jax.__version__} on {jax.devices()[0].platform}; {a.sims} simulations")
+    print(
+        f"jax {jax.__version__} on {jax.devices()[0].platform}; {a.sims} simulations, "
+        f"{a.moves} moves per slot per iteration",
+        flush=True,
+    )
     print("| batch | moves/s | games/s | simulations/s | compile s |")
     print("|---:|---:|---:|---:|---:|")
     for b in a.batches:
         r = measure(b, a.sims, a.moves, a.repeats)
         print(
             f"| {b} | {r['moves_per_s']:,.0f} | {r['games_per_s']:,.1f} | "
-            f"{r['simulations_per_s']:,.0f} | {np.round(r['compile_s'], 1)} |"
+            f"{r['simulations_per_s']:,.0f} | {np.round(r['compile_s'], 1)} |",
+            flush=True,
         )
 
 
