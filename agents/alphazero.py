@@ -35,7 +35,7 @@ from jrl.distributions import masked_argmax
 from jrl.learner import apply_gradients, minibatch_epochs, scheduled_lr
 from jrl.loops import Algorithm
 from jrl.optim import make_optimizer
-from jrl.search import SEARCHES, game_recurrent_fn, search
+from jrl.search import SEARCHES, game_recurrent_fn, q_bounds_check, search
 from jrl.two_player import CURRENT_PLAYER, PLAYER_REWARDS, is_two_player, player_returns
 from jrl.types import ACTION_MASK, PRNGKey, PyTree, split_action_mask
 from jrl.wrappers import VmapEnv
@@ -149,10 +149,7 @@ class AlphaZeroConfig(AgentConfig):
                 f"max_num_considered_actions must be positive, got {c.max_num_considered_actions}",
             ),
             (c.value_scale > 0, f"value_scale must be positive, got {c.value_scale}"),
-            (
-                len(c.q_bounds) == 0 or (len(c.q_bounds) == 2 and c.q_bounds[0] < c.q_bounds[1]),
-                f"q_bounds must be () or (lo, hi) with lo < hi, got {c.q_bounds}",
-            ),
+            q_bounds_check(tuple(c.q_bounds)),
             (c.dirichlet_alpha > 0, f"dirichlet_alpha must be positive, got {c.dirichlet_alpha}"),
             (
                 0.0 <= c.dirichlet_fraction <= 1.0,

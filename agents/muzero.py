@@ -43,7 +43,7 @@ from jrl.distributional import categorical_loss, scalar_to_two_hot, two_hot_to_s
 from jrl.learner import apply_gradients, scheduled_lr
 from jrl.loops import ReplaySchedule, off_policy
 from jrl.optim import make_optimizer
-from jrl.search import SEARCHES, search_from_roots
+from jrl.search import SEARCHES, q_bounds_check, search_from_roots
 from jrl.two_player import is_two_player
 from jrl.types import PyTree, split_action_mask
 
@@ -186,10 +186,7 @@ class MuZeroConfig(ReplayConfig):
                 f"max_num_considered_actions must be positive, got {c.max_num_considered_actions}",
             ),
             (c.value_scale > 0, f"value_scale must be positive, got {c.value_scale}"),
-            (
-                len(c.q_bounds) == 0 or (len(c.q_bounds) == 2 and c.q_bounds[0] < c.q_bounds[1]),
-                f"q_bounds must be () or (lo, hi) with lo < hi, got {c.q_bounds}",
-            ),
+            q_bounds_check(tuple(c.q_bounds)),
             (c.dirichlet_alpha > 0, f"dirichlet_alpha must be positive, got {c.dirichlet_alpha}"),
             (
                 0.0 <= c.dirichlet_fraction <= 1.0,

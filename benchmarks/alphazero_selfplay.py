@@ -4,11 +4,10 @@ For each batch (game slots) B in ``--batches`` (default 1, 64, 1024): builds alp
 the pgx:connect_four preset's network and search and ``num_envs=B``, ``num_steps=--moves``,
 ``num_simulations=--sims`` and times its training iteration (search for every move of every
 slot, the game steps, value targets and the learning step), compiled once and then run
-``--repeats`` times. Reports moves/s, finished
-games/s and simulations/s (moves/s x simulations) from the fastest repeat.
+``--repeats`` times. Reports moves/s, finished games/s and simulations/s (moves/s x
+simulations) from the fastest repeat.
 
-The side-by-side with pgx's own AlphaZero example (its training loop run unchanged from a
-checkout of github.com/sotetsuk/pgx) is not part of this script; see BENCHMARKS.md.
+The side by side with pgx's own AlphaZero example is ``benchmarks/alphazero_vs_pgx.py``.
 
 Usage::
 

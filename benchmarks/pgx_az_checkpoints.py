@@ -17,8 +17,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import importlib.util
 import pickle
-import sys
 from pathlib import Path
 
 import jax
@@ -40,16 +40,27 @@ class _Unpickler(pickle.Unpickler):
         return super().find_class(module, name)
 
 
+def _example_network(example_dir: Path):
+    """The example's own ``network.py`` (its ``AZNet``), loaded from its file as it is."""
+    path = example_dir / "network.py"
+    if not path.is_file():
+        raise SystemExit(f"{path} not found: pass the checkout's examples/alphazero folder")
+    spec = importlib.util.spec_from_file_location("pgx_example_network", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("example_dir", type=Path, help="the checkout's examples/alphazero")
     p.add_argument("checkpoints", type=Path, help="a folder of the example's *.ckpt files")
     p.add_argument("--games", type=int, default=1000)
     a = p.parse_args()
-    sys.path.insert(0, str(a.example_dir))  # the example's network.py, run as it is
     import haiku as hk
     import pgx
-    from network import AZNet
+
+    AZNet = _example_network(a.example_dir).AZNet
 
     for path in sorted(a.checkpoints.glob("*.ckpt")):
         with open(path, "rb") as f:

@@ -26,6 +26,7 @@ __all__ = [
     "SEARCHES",
     "Evaluate",
     "game_recurrent_fn",
+    "q_bounds_check",
     "q_transform",
     "search",
     "search_from_roots",
@@ -146,6 +147,13 @@ def search(
     return action.astype(jnp.int32), jnp.where(mask, policy, 0.0)
 
 
+def q_bounds_check(q_bounds: tuple[float, ...]) -> tuple[bool, str]:
+    """``(ok, message)`` for a ``q_bounds`` value: ``()`` or ``(lo, hi)`` with ``lo < hi``
+    (a config's check, see :func:`q_transform`)."""
+    ok = len(q_bounds) == 0 or (len(q_bounds) == 2 and q_bounds[0] < q_bounds[1])
+    return ok, f"q_bounds must be () or (lo, hi) with lo < hi, got {q_bounds}"
+
+
 def q_transform(kind: str, value_scale: float = 0.1, q_bounds: tuple[float, ...] = ()):
     """The ``mctx`` Q-transform of a search: how a node's Q-values ``q [A]`` become scores.
 
@@ -159,8 +167,9 @@ def q_transform(kind: str, value_scale: float = 0.1, q_bounds: tuple[float, ...]
     """
     if kind not in SEARCHES:
         raise ValueError(f"search must be one of {SEARCHES}, got {kind!r}")
-    if q_bounds and (len(q_bounds) != 2 or not q_bounds[0] < q_bounds[1]):
-        raise ValueError(f"q_bounds must be () or (lo, hi) with lo < hi, got {q_bounds}")
+    ok, message = q_bounds_check(tuple(q_bounds))
+    if not ok:
+        raise ValueError(message)
     if kind == "gumbel":
         if q_bounds:
             lo, hi = q_bounds
