@@ -366,7 +366,8 @@ class VmapEnv(Wrapper):
     def step_each(self, keys, state, action, params=None):
         """:meth:`step` with the per-env ``keys [num_envs]`` given (no shape checks)."""
         params = self.default_params if params is None else params
-        return jax.vmap(self.env.step, in_axes=(0, 0, 0, self._params_axis))(
+        # folding_vmap: under the runner's vmap over runs, one batch of runs x envs
+        return parallel.folding_vmap(self.env.step, (0, 0, 0, self._params_axis))(
             keys, state, action, params
         )
 
@@ -379,7 +380,7 @@ class VmapEnv(Wrapper):
         params = self.default_params if params is None else params
         if self._params_axis is not None and index is not None:
             params = jax.tree.map(lambda p: p[index], params)
-        return jax.vmap(self.env.reset, in_axes=(0, self._params_axis))(keys, params)
+        return parallel.folding_vmap(self.env.reset, (0, self._params_axis))(keys, params)
 
     def render(self, state, params=None):
         """Renders the first env of the batch."""

@@ -3,6 +3,7 @@
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pytest
 
 from jrl import parallel
 
@@ -157,3 +158,114 @@ def test_chunk_programs_compile_on_one_thread_in_order_of_first_use():
     assert programs.spec_differs({"x": jax.ShapeDtypeStruct((2, 3), jnp.int32)})
     assert programs.spec_differs({"x": jax.ShapeDtypeStruct((2, 4), jnp.float32)})
     assert programs.spec_differs({"y": jax.ShapeDtypeStruct((2, 3), jnp.float32)})
+
+
+# --------------------------------------------------------------------------
+# folding_vmap
+# --------------------------------------------------------------------------
+
+
+def _probe(sizes):
+    """An identity whose vmap rule records the batch size it is traced with."""
+
+    @jax.custom_batching.custom_vmap
+    def probe(x):
+        return x
+
+    @probe.def_vmap
+    def rule(axis_size, in_batched, x):
+        sizes.append(axis_size)
+        return x, in_batched[0]
+
+    return probe
+
+
+def _env_like(sizes):
+    """fn(key, state, action, shared): per-item work, a key draw and a shared argument."""
+    probe = _probe(sizes)
+
+    def fn(key, state, action, shared):
+        noise = jax.random.normal(key, state["x"].shape)
+        x = probe(state["x"]) * shared["scale"] + action + noise
+        return {"x": x, "t": state["t"] + 1}, jnp.sum(x**2)
+
+    return fn
+
+
+def _args(r=None, n=4):
+    lead = (n,) if r is None else (r, n)
+    keys = jax.random.split(jax.random.key(3), int(np.prod(lead))).reshape(lead)
+    x = jnp.arange(np.prod(lead) * 2, dtype=jnp.float32).reshape(lead + (2,))
+    state = {"x": x, "t": jnp.zeros(lead, jnp.int32)}
+    action = jnp.linspace(-1.0, 1.0, int(np.prod(lead))).reshape(lead + (1,))
+    return keys, state, action, {"scale": jnp.float32(0.5)}
+
+
+def _equal(a, b):
+    for u, v in zip(jax.tree.leaves(a), jax.tree.leaves(b), strict=True):
+        np.testing.assert_array_equal(np.asarray(u), np.asarray(v))
+
+
+def test_folding_vmap_unbatched_is_vmap():
+    sizes = []
+    fn = _env_like(sizes)
+    axes = (0, 0, 0, None)
+    _equal(parallel.folding_vmap(fn, axes)(*_args()), jax.vmap(fn, in_axes=axes)(*_args()))
+
+
+def test_folding_vmap_folds_an_outer_vmap_into_one_batch():
+    """Under vmap over R=3 runs of N=4 items, fn is batched as one batch of 12 items (the
+    probe's rule sees 12; nested, it never does), and the values equal the nested vmap's
+    bitwise."""
+    axes = (0, 0, 0, None)
+    folded_sizes, nested_sizes = [], []
+    folded = jax.jit(
+        jax.vmap(parallel.folding_vmap(_env_like(folded_sizes), axes), in_axes=(0, 0, 0, None))
+    )
+    nested = jax.jit(
+        jax.vmap(jax.vmap(_env_like(nested_sizes), in_axes=axes), in_axes=(0, 0, 0, None))
+    )
+    out = folded(*_args(3))
+    _equal(out, nested(*_args(3)))
+    assert out[0]["x"].shape == (3, 4, 2) and out[1].shape == (3, 4)
+    # (the rule also sees N=4 when custom_vmap traces fn's plain batch: tracing, not the program)
+    assert 12 in folded_sizes and 12 not in nested_sizes
+
+
+def test_folding_vmap_two_outer_levels_and_an_unbatched_mapped_argument():
+    """Two outer vmaps fold level by level (2 x 3 x 4 = 24 items); an action shared by the
+    outer level (not batched by it) is broadcast over it first."""
+    axes = (0, 0, 0, None)
+    keys, state, action, shared = _args(6)
+    keys, state = jax.tree.map(lambda x: x.reshape((2, 3) + x.shape[1:]), (keys, state))
+    one_action = action[0]  # [N, 1]: the same actions for every outer element
+    sizes = []
+    f = parallel.folding_vmap(_env_like(sizes), axes)
+    outer = (0, 0, None, None)
+    got = jax.vmap(jax.vmap(f, in_axes=outer), in_axes=outer)(keys, state, one_action, shared)
+    ref_fn = jax.vmap(_env_like([]), in_axes=axes)
+    ref = jax.vmap(jax.vmap(ref_fn, in_axes=outer), in_axes=outer)(keys, state, one_action, shared)
+    _equal(got, ref)
+    assert 24 in sizes
+
+
+def test_folding_vmap_nests_when_the_shared_argument_is_batched_outside():
+    """A per-run shared argument (e.g. swept env params) cannot fold without copying it per
+    item: the two vmaps nest, with the same values as plain vmap."""
+    axes = (0, 0, 0, None)
+    keys, state, action, _ = _args(3)
+    shared = {"scale": jnp.array([0.5, 1.0, 2.0], jnp.float32)}
+    sizes = []
+    got = jax.vmap(parallel.folding_vmap(_env_like(sizes), axes))(keys, state, action, shared)
+    ref = jax.vmap(jax.vmap(_env_like([]), in_axes=axes))(keys, state, action, shared)
+    _equal(got, ref)
+    assert 12 not in sizes
+
+
+def test_folding_vmap_zero_size_leaves_and_bad_axes():
+    f = parallel.folding_vmap(lambda x, e: (x * 2.0, e), (0, 0))
+    x, e = jnp.ones((2, 3, 1)), jnp.zeros((2, 3, 0))  # MJX states hold 0-size arrays
+    y, e2 = jax.vmap(f)(x, e)
+    assert y.shape == (2, 3, 1) and e2.shape == (2, 3, 0)
+    with pytest.raises(ValueError, match="must be 0 or None"):
+        parallel.folding_vmap(lambda x: x, (1,))
