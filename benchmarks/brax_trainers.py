@@ -88,11 +88,8 @@ seen); brax resets a finished env to the state of its first reset
 (brax's ``AutoResetWrapper``), jrl draws a fresh reset.
 
 Actions: brax's ``inverted_pendulum`` maps an action in [-1, 1] onto the motor's range
-[-3, 3] itself (``step`` rescales it), so brax's trainers act in [-1, 1] as that env means.
-jrl's adapter declares the action space as the actuator's range [-3, 3], so jrl's policies
-act in [-3, 3], which the env rescales again and MuJoCo clamps at the motor's limit: the
-same control authority, with jrl's actions beyond [-1, 1] saturating. The evaluation gives
-each env the library's own action as it trains with it.
+[-3, 3] itself (``step`` rescales it), and both libraries act in [-1, 1] as that env means
+(jrl's adapter declares brax's [-1, 1] action space; the policies squash with tanh).
 
 Usage::
 
