@@ -24,8 +24,9 @@ together step in lockstep).
 
 A batch of envs inside the runs axis is a vmap inside a vmap. :func:`folding_vmap` is the
 ``vmap`` :class:`jrl.wrappers.VmapEnv` uses: under an outer ``vmap`` it folds the two into
-one batch of ``R * N`` envs, which XLA compiles as it does a single batch (MJX's physics,
-for one, runs about 3x slower on this CPU as a nested batch of ``[1, N]`` than as ``[N]``).
+one batch of ``R * N`` envs, which XLA compiles as it does a single batch (some env code,
+MJX's physics among it, compiles much worse as a nested batch; BENCHMARKS.md, "brax trainers
+side by side").
 """
 
 from __future__ import annotations
@@ -196,8 +197,6 @@ def folding_vmap(fn, in_axes: tuple[int | None, ...]):
 
     @batched.def_vmap
     def rule(outer: int, in_batched, *args):
-        if len(args) != len(in_axes):
-            raise TypeError(f"folding_vmap: {len(in_axes)} in_axes for {len(args)} arguments")
         if any(axis is None and any(jax.tree.leaves(b)) for axis, b in zip(in_axes, in_batched)):
             outer_axes = tuple(jax.tree.map(lambda b: 0 if b else None, b) for b in in_batched)
             out = jax.vmap(plain, in_axes=outer_axes)(*args)

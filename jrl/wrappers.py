@@ -336,6 +336,9 @@ class VmapEnv(Wrapper):
             raise ValueError(f"num_envs must be positive, got {num_envs}")
         self._num_envs = int(num_envs)
         self._params_axis = 0 if batched_params else None
+        # folding_vmap: under the runner's vmap over runs, one batch of runs x envs
+        self._step_each = parallel.folding_vmap(env.step, (0, 0, 0, self._params_axis))
+        self._reset_each = parallel.folding_vmap(env.reset, (0, self._params_axis))
 
     @property
     def num_envs(self) -> int:
@@ -366,10 +369,7 @@ class VmapEnv(Wrapper):
     def step_each(self, keys, state, action, params=None):
         """:meth:`step` with the per-env ``keys [num_envs]`` given (no shape checks)."""
         params = self.default_params if params is None else params
-        # folding_vmap: under the runner's vmap over runs, one batch of runs x envs
-        return parallel.folding_vmap(self.env.step, (0, 0, 0, self._params_axis))(
-            keys, state, action, params
-        )
+        return self._step_each(keys, state, action, params)
 
     def reset_each(self, keys, params=None, index=None):
         """Resets ``len(keys)`` envs, env ``index[j]`` (default ``j``) with ``keys[j]``.
@@ -380,7 +380,7 @@ class VmapEnv(Wrapper):
         params = self.default_params if params is None else params
         if self._params_axis is not None and index is not None:
             params = jax.tree.map(lambda p: p[index], params)
-        return parallel.folding_vmap(self.env.reset, (0, self._params_axis))(keys, params)
+        return self._reset_each(keys, params)
 
     def render(self, state, params=None):
         """Renders the first env of the batch."""

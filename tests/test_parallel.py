@@ -1,5 +1,6 @@
 """The device-axis helpers outside a sharded trace (inside one, see tests/test_distributed.py)."""
 
+import chex
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -201,16 +202,13 @@ def _args(r=None, n=4):
     return keys, state, action, {"scale": jnp.float32(0.5)}
 
 
-def _equal(a, b):
-    for u, v in zip(jax.tree.leaves(a), jax.tree.leaves(b), strict=True):
-        np.testing.assert_array_equal(np.asarray(u), np.asarray(v))
-
-
 def test_folding_vmap_unbatched_is_vmap():
     sizes = []
     fn = _env_like(sizes)
     axes = (0, 0, 0, None)
-    _equal(parallel.folding_vmap(fn, axes)(*_args()), jax.vmap(fn, in_axes=axes)(*_args()))
+    chex.assert_trees_all_equal(
+        parallel.folding_vmap(fn, axes)(*_args()), jax.vmap(fn, in_axes=axes)(*_args())
+    )
 
 
 def test_folding_vmap_folds_an_outer_vmap_into_one_batch():
@@ -226,7 +224,7 @@ def test_folding_vmap_folds_an_outer_vmap_into_one_batch():
         jax.vmap(jax.vmap(_env_like(nested_sizes), in_axes=axes), in_axes=(0, 0, 0, None))
     )
     out = folded(*_args(3))
-    _equal(out, nested(*_args(3)))
+    chex.assert_trees_all_equal(out, nested(*_args(3)))
     assert out[0]["x"].shape == (3, 4, 2) and out[1].shape == (3, 4)
     # (the rule also sees N=4 when custom_vmap traces fn's plain batch: tracing, not the program)
     assert 12 in folded_sizes and 12 not in nested_sizes
@@ -245,7 +243,7 @@ def test_folding_vmap_two_outer_levels_and_an_unbatched_mapped_argument():
     got = jax.vmap(jax.vmap(f, in_axes=outer), in_axes=outer)(keys, state, one_action, shared)
     ref_fn = jax.vmap(_env_like([]), in_axes=axes)
     ref = jax.vmap(jax.vmap(ref_fn, in_axes=outer), in_axes=outer)(keys, state, one_action, shared)
-    _equal(got, ref)
+    chex.assert_trees_all_equal(got, ref)
     assert 24 in sizes
 
 
@@ -258,7 +256,7 @@ def test_folding_vmap_nests_when_the_shared_argument_is_batched_outside():
     sizes = []
     got = jax.vmap(parallel.folding_vmap(_env_like(sizes), axes))(keys, state, action, shared)
     ref = jax.vmap(jax.vmap(_env_like([]), in_axes=axes))(keys, state, action, shared)
-    _equal(got, ref)
+    chex.assert_trees_all_equal(got, ref)
     assert 12 not in sizes
 
 
