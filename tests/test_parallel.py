@@ -120,6 +120,54 @@ def test_off_policy_gate_is_a_branch_in_the_runner():
     np.testing.assert_array_equal(res.metrics["train/updates"], 0)
 
 
+def test_one_run_chunk_steps_without_the_runs_vmap():
+    """A chunk of one run is ``scan(step)`` on the unbatched state, bitwise, with the same
+    ``[R, ...]`` shapes in and out as the vmapped path; DQN's gate stays a branch there (the
+    run's own predicate, no reduction over an axis that is not bound)."""
+    import jrl.agents
+    import jrl.envs
+    from jrl.experiment import make_config
+    from jrl.run import anakin
+
+    env, params = jrl.envs.make("CartPole-v1")
+    config = make_config(
+        "dqn",
+        "CartPole-v1",
+        total_steps=2_000,
+        num_envs=2,
+        batch_size=8,
+        buffer_size=64,
+        learning_starts=8,
+        hidden_sizes=(8,),
+    )
+    algorithm = jrl.agents.get("dqn").build(config, env, params).algorithm
+    keys = jax.random.split(jax.random.key(0), 1)
+    length = 12
+    text = str(
+        jax.make_jaxpr(anakin.make_chunk(algorithm, length))(
+            anakin.abstract_states(algorithm, keys)
+        )
+    )
+    assert "cond[" in text and "pmin" not in text
+
+    def unbatched(states):
+        one = jax.tree.map(lambda x: x[0], states)
+        return jax.lax.scan(lambda s, _: algorithm.step(s), one, None, length=length)
+
+    want_state, want_metrics = jax.jit(unbatched)(anakin.init_runs(algorithm, keys))
+    got_state, got_metrics = anakin.make_chunk(algorithm, length)(anakin.init_runs(algorithm, keys))
+    assert anakin.num_runs(got_state) == 1
+    assert {k: v.shape for k, v in got_metrics.items()} == {
+        k: (length, 1, *v.shape[1:]) for k, v in want_metrics.items()
+    }
+    unkey = lambda t: jax.tree.map(
+        lambda x: jax.random.key_data(x) if jnp.issubdtype(x.dtype, jax.dtypes.prng_key) else x, t
+    )
+    chex.assert_trees_all_equal(unkey(jax.tree.map(lambda x: x[0], got_state)), unkey(want_state))
+    chex.assert_trees_all_equal(jax.tree.map(lambda x: x[:, 0], got_metrics), want_metrics)
+    assert int(got_metrics["train/updates"].sum()) > 0  # it learnt: the gate opened
+
+
 def test_chunk_programs_compile_on_one_thread_in_order_of_first_use():
     """The runner's chunk programs: each distinct length compiled once, in the order the run
     first needs it, on a background thread that sees the caller's context (the runs-axis

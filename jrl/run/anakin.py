@@ -50,6 +50,7 @@ __all__ = [
     "init_runs",
     "make_chunk",
     "make_mesh",
+    "num_runs",
     "place",
     "RunHooks",
     "run",
@@ -261,14 +262,29 @@ def first_device(tree: PyTree) -> PyTree:
     return jax.tree.map(take, tree)
 
 
+def num_runs(states: PyTree) -> int:
+    """R, the leading axis of stacked train states ``[R, ...]``."""
+    return int(jax.tree.leaves(states)[0].shape[0])
+
+
 def make_chunk(algorithm: Algorithm, length: int, mesh: Mesh | None = None):
     """``jit(scan(vmap(step)))`` over ``length`` iterations of stacked states ``[R, ...]``
     (``shard_map``ped over ``mesh``'s devices, states ``[D, R, ...]``, when given); the
-    input states are donated. :func:`run` compiles one per distinct chunk length; call
-    ``.lower(states).compile(compiler_options())`` on it to time a chunk yourself."""
+    input states are donated. With one run (``R == 1``, per device under ``mesh``) the
+    step runs without the ``vmap``: ``jit(scan(step))`` on the run's state, which XLA
+    compiles to unbatched kernels (faster on the CPU; the same computation, other
+    rounding), taking and giving the same ``[R, ...]`` shapes. :func:`run` compiles one
+    per distinct chunk length; call ``.lower(states).compile(compiler_options())`` on it
+    to time a chunk yourself."""
     vstep = jax.vmap(algorithm.step, axis_name=parallel.RUNS)
 
     def chunk(states):
+        if num_runs(states) == 1:
+            # One run: step it unbatched (ARCHITECTURE.md, "One run steps without the runs
+            # vmap"); same shapes in and out as the vmapped path.
+            one = jax.tree.map(lambda x: x[0], states)
+            one, metrics = jax.lax.scan(lambda s, _: algorithm.step(s), one, None, length=length)
+            return jax.tree.map(lambda x: x[None], one), jax.tree.map(lambda x: x[:, None], metrics)
         with parallel.runs_axis():  # lets the loops branch on lockstep counters (parallel.all_runs)
             return jax.lax.scan(lambda s, _: vstep(s), states, None, length=length)
 
