@@ -469,7 +469,8 @@ def main(argv=None) -> None:
     from importlib.metadata import PackageNotFoundError, version
 
     try:
-        found = {m: version(m) for m in ("jrl", "gymnax", "flashbax", "distrax")}
+        # jrl's distribution is jrl-jax (pyproject.toml); its import name is jrl
+        found = {m: version(m) for m in ("jrl-jax", "gymnax", "flashbax", "distrax")}
     except PackageNotFoundError as e:
         raise SystemExit(
             f"{e.name} is not installed: run this with an interpreter that has jrl and PureJaxRL's "
