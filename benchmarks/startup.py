@@ -127,6 +127,14 @@ warm first progress line 4.55 / 4.46 s before, 2.93 s after; cold 9.37 / 9.32 s 
 program, so a warm start still traces and lowers the chunk (about 0.5 s) after `import jax`
 (about 1 s); going below would take a cache of compiled programs keyed without tracing
 (by jrl's source and config), which would have to be proven never stale.
+
+Later the same day the runner stopped vmapping a chunk of one run over the runs (11ba1df,
+ARCHITECTURE.md "One run steps without the runs vmap"), and start-up fell with it. Side by
+side (this script without `--write`, 2 rounds each, d99698d from a
+git worktree on `PYTHONPATH` then 0198811, alternated twice; load 0.9-1.2): cold first
+progress line 5.33-5.39 s before, 4.82-4.91 s after; warm 2.43-2.59 s before, 2.14-2.18 s
+after. The table above is after it: the cold start is now under the 5 s target, the warm
+start still about 0.2 s above 2 s.
 """
         write_section(Path(__file__).resolve().parent.parent / "BENCHMARKS.md", HEADING, section)
 
