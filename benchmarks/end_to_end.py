@@ -35,9 +35,10 @@ import subprocess
 import sys
 import tempfile
 import time
+from functools import partial
 from pathlib import Path
 
-from common import DEFAULT_PUREJAXRL, measured_on, publish
+from common import DEFAULT_PUREJAXRL, measured_on, publish, run_json_worker
 
 HEADING = "## PPO CartPole-v1 end to end (jrl train against PureJaxRL's ppo.py)"
 FINAL = re.compile(r"final return (-?[\d.]+)")
@@ -66,26 +67,21 @@ def worker(seeds: int, checkout: str) -> None:
     print(json.dumps({"final_return": float(np.nanmean(returns[:, -tail:]))}))
 
 
-def timed(cmd: list[str], cwd: str, timeout: float) -> tuple[float, str]:
-    """Wall seconds from start to exit of ``cmd``, and its stdout (exit status checked)."""
-    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    start = time.perf_counter()
-    done = subprocess.run(
-        cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout, check=False
-    )
-    seconds = time.perf_counter() - start
-    if done.returncode != 0:
-        raise SystemExit(f"{' '.join(cmd)} failed ({done.returncode}):\n{done.stderr[-2000:]}")
-    return seconds, done.stdout
-
-
 def run_jrl(seeds: int, timeout: float) -> tuple[float, float]:
+    """Wall seconds from start to exit of the ``jrl train`` command, and its final return."""
     jrl = Path(sys.executable).with_name("jrl")
     if not jrl.exists():
         raise SystemExit(f"no jrl command next to {sys.executable}: install jrl in this venv")
+    cmd = [str(jrl), "train", "ppo", "--env", "CartPole-v1", "--seeds", str(seeds)]
     with tempfile.TemporaryDirectory() as cwd:
-        cmd = [str(jrl), "train", "ppo", "--env", "CartPole-v1", "--seeds", str(seeds)]
-        seconds, out = timed([*cmd, "--no-compile-cache"], cwd, timeout)
+        start = time.perf_counter()
+        done = subprocess.run(
+            [*cmd, "--no-compile-cache"], cwd=cwd, capture_output=True, text=True, timeout=timeout
+        )
+        seconds = time.perf_counter() - start
+    if done.returncode != 0:
+        raise SystemExit(f"{' '.join(cmd)} failed ({done.returncode}):\n{done.stderr[-2000:]}")
+    out = done.stdout
     found = FINAL.search(out)
     if found is None:
         raise SystemExit(f"jrl train printed no final return:\n{out[-2000:]}")
@@ -93,10 +89,14 @@ def run_jrl(seeds: int, timeout: float) -> tuple[float, float]:
 
 
 def run_purejaxrl(seeds: int, checkout: str, timeout: float) -> tuple[float, float]:
+    cmd = [sys.executable, str(Path(__file__).resolve()), "--worker", str(seeds)]
     with tempfile.TemporaryDirectory() as cwd:
-        cmd = [sys.executable, __file__, "--worker", str(seeds), "--purejaxrl", checkout]
-        seconds, out = timed(cmd, cwd, timeout)
-    return seconds, json.loads(out.strip().splitlines()[-1])["final_return"]
+        start = time.perf_counter()
+        out = run_json_worker([*cmd, "--purejaxrl", checkout], dict(os.environ), timeout, cwd)
+        seconds = time.perf_counter() - start
+    if isinstance(out, str):
+        raise SystemExit(f"PureJaxRL's worker failed: {out}")
+    return seconds, out["final_return"]
 
 
 def section(results: list[dict], rounds: int) -> str:
@@ -116,6 +116,7 @@ def section(results: list[dict], rounds: int) -> str:
             f"{statistics.median(r['purejaxrl_return']):.1f} |"
         )
     table = "\n".join(rows)
+    seeds = " ".join(str(r["seeds"]) for r in results)
     return f"""{HEADING}
 
 The whole command, from process start to exit, cold (no persistent compilation cache on
@@ -130,7 +131,7 @@ The in-process comparison of the programs alone is "jrl and PureJaxRL in one pro
 (paired)". Reproduce with (an interpreter with jrl and PureJaxRL's dependencies, see
 `paired.py`):
 
-    python benchmarks/end_to_end.py --seeds 1 16 --rounds {rounds} --write
+    python benchmarks/end_to_end.py --seeds {seeds} --rounds {rounds} --write
 
 {measured_on()}
 
@@ -156,16 +157,14 @@ def main(argv=None) -> None:
         p.error(f"no purejaxrl/ppo.py under --purejaxrl {a.purejaxrl}")
     results = []
     for seeds in a.seeds:
-        r = {"seeds": seeds, "jrl": [], "purejaxrl": [], "ratios": [], "jrl_return": []}
-        r["purejaxrl_return"] = []
+        r = {"seeds": seeds, "ratios": []}
+        r.update({k: [] for k in ("jrl", "purejaxrl", "jrl_return", "purejaxrl_return")})
         for i in range(a.rounds):
             order = ("jrl", "purejaxrl") if i % 2 == 0 else ("purejaxrl", "jrl")
             got = {}
             for lib in order:
-                if lib == "jrl":
-                    got[lib] = run_jrl(seeds, a.timeout)
-                else:
-                    got[lib] = run_purejaxrl(seeds, a.purejaxrl, a.timeout)
+                run = run_jrl if lib == "jrl" else partial(run_purejaxrl, checkout=a.purejaxrl)
+                got[lib] = run(seeds, timeout=a.timeout)
                 r[lib].append(got[lib][0])
                 r[f"{lib}_return"].append(got[lib][1])
             r["ratios"].append(got["purejaxrl"][0] / got["jrl"][0])

@@ -90,13 +90,11 @@ def test_any_run_reduces_over_the_runs_and_keeps_the_branch():
     assert "cond[" in jaxpr and "pmax" in jaxpr
 
 
-def test_off_policy_gate_is_a_branch_in_the_runner():
-    """DQN's learning_starts gate stays a cond in the runner's vmapped chunk (no update computed
-    before it)."""
+def _small_dqn(learning_starts: int):
+    """A tiny DQN on CartPole-v1 (2 envs, batch 8, buffer 64): its algorithm."""
     import jrl.agents
     import jrl.envs
     from jrl.experiment import make_config
-    from jrl.run import anakin
 
     env, params = jrl.envs.make("CartPole-v1")
     config = make_config(
@@ -106,17 +104,25 @@ def test_off_policy_gate_is_a_branch_in_the_runner():
         num_envs=2,
         batch_size=8,
         buffer_size=64,
-        learning_starts=40,
+        learning_starts=learning_starts,
         hidden_sizes=(8,),
     )
-    built = jrl.agents.get("dqn").build(config, env, params)
+    return jrl.agents.get("dqn").build(config, env, params).algorithm
+
+
+def test_off_policy_gate_is_a_branch_in_the_runner():
+    """DQN's learning_starts gate stays a cond in the runner's vmapped chunk (no update computed
+    before it)."""
+    from jrl.run import anakin
+
+    algorithm = _small_dqn(learning_starts=40)
     keys = jax.random.split(jax.random.key(0), 2)
-    states = anakin.abstract_states(built.algorithm, keys)
-    jaxpr = jax.make_jaxpr(anakin.make_chunk(built.algorithm, 3))(states)
+    states = anakin.abstract_states(algorithm, keys)
+    jaxpr = jax.make_jaxpr(anakin.make_chunk(algorithm, 3))(states)
     text = str(jaxpr)
     assert "pmin" in text and "cond[" in text
     # and it gates: a run of 10 iterations x 2 envs (20 steps < 40) makes no update
-    res = anakin.run(built.algorithm, keys, 10, num_reports=1)
+    res = anakin.run(algorithm, keys, 10, num_reports=1)
     np.testing.assert_array_equal(res.metrics["train/updates"], 0)
 
 
@@ -124,30 +130,14 @@ def test_one_run_chunk_steps_without_the_runs_vmap():
     """A chunk of one run is ``scan(step)`` on the unbatched state, bitwise, with the same
     ``[R, ...]`` shapes in and out as the vmapped path; DQN's gate stays a branch there (the
     run's own predicate, no reduction over an axis that is not bound)."""
-    import jrl.agents
-    import jrl.envs
-    from jrl.experiment import make_config
+    from jrl.checkpoint import to_host
     from jrl.run import anakin
 
-    env, params = jrl.envs.make("CartPole-v1")
-    config = make_config(
-        "dqn",
-        "CartPole-v1",
-        total_steps=2_000,
-        num_envs=2,
-        batch_size=8,
-        buffer_size=64,
-        learning_starts=8,
-        hidden_sizes=(8,),
-    )
-    algorithm = jrl.agents.get("dqn").build(config, env, params).algorithm
+    algorithm = _small_dqn(learning_starts=8)
     keys = jax.random.split(jax.random.key(0), 1)
     length = 12
-    text = str(
-        jax.make_jaxpr(anakin.make_chunk(algorithm, length))(
-            anakin.abstract_states(algorithm, keys)
-        )
-    )
+    states = anakin.abstract_states(algorithm, keys)
+    text = str(jax.make_jaxpr(anakin.make_chunk(algorithm, length))(states))
     assert "cond[" in text and "pmin" not in text
 
     def unbatched(states):
@@ -160,10 +150,9 @@ def test_one_run_chunk_steps_without_the_runs_vmap():
     assert {k: v.shape for k, v in got_metrics.items()} == {
         k: (length, 1, *v.shape[1:]) for k, v in want_metrics.items()
     }
-    unkey = lambda t: jax.tree.map(
-        lambda x: jax.random.key_data(x) if jnp.issubdtype(x.dtype, jax.dtypes.prng_key) else x, t
-    )
-    chex.assert_trees_all_equal(unkey(jax.tree.map(lambda x: x[0], got_state)), unkey(want_state))
+    got_one = jax.tree.map(lambda x: x[0], got_state)
+    assert jax.tree.structure(got_one) == jax.tree.structure(want_state)
+    chex.assert_trees_all_equal(to_host(got_one), to_host(want_state))  # keys as their data
     chex.assert_trees_all_equal(jax.tree.map(lambda x: x[:, 0], got_metrics), want_metrics)
     assert int(got_metrics["train/updates"].sum()) > 0  # it learnt: the gate opened
 
