@@ -12,9 +12,12 @@ jrl is faster); the median of those ratios, with its 10th and 90th
 percentiles, is the result. A slow moment of the machine hits both runs of
 a round, so the ratio of a pair is far steadier than either time.
 
-- **jrl**: ``jit(lambda keys: chunk(lax.map(algorithm.init, keys)))``, ``chunk`` the
-  runner's program for the whole run as one chunk (``anakin.make_chunk``), with init
-  inside and the runner's compiler options (``anakin.compiler_options()``).
+- **jrl**: ``jit(lambda keys: chunk(init(keys)))``, ``init`` and ``chunk`` the runner's
+  programs for the whole run as one chunk (``anakin.make_init``, ``anakin.make_chunk``), with
+  the runner's compiler options (``anakin.compiler_options()``). As under ``jrl train``, the
+  worker makes one CPU device per core (``parallel.use_cpu_cores``) and the runs are spread
+  over them (``anakin.spread_mesh``); ``--one-core`` keeps one device, so that jrl's program
+  runs on one core as PureJaxRL's does.
 - **PureJaxRL**: its own ``make_train(config)`` from a checkout outside jrl
   (``--purejaxrl``), ``jit(vmap(make_train(config)))`` as its ``main()``
   builds it, through ``common.import_purejaxrl`` (which lists the few
@@ -106,7 +109,6 @@ def jrl_program(agent: str, total_steps: int):
     """jrl's whole training program for ``keys [R]`` with the benchmark's ``CONFIG`` for
     ``agent``: ``(train, steps_per_run, returns)``, ``returns(out)`` giving the
     ``[R, iterations]`` training-return history."""
-    import jax
     import jrl.agents
     import jrl.envs
 
@@ -120,10 +122,12 @@ def jrl_program(agent: str, total_steps: int):
     config = make_config(agent, "CartPole-v1", **{**CONFIG, "total_steps": total_steps})
     env, env_params = jrl.envs.make("CartPole-v1")
     algorithm = jrl.agents.get(agent).build(config, env, env_params).algorithm
-    chunk = anakin.make_chunk(algorithm, config.num_iterations)
 
     def train(keys):
-        states, metrics = chunk(jax.lax.map(algorithm.init, keys))
+        # spread over the CPU devices as jrl train's runner does (anakin.spread_mesh)
+        cores = anakin.spread_mesh(keys.shape[0], algorithm)
+        chunk = anakin.make_chunk(algorithm, config.num_iterations, spread=cores)
+        states, metrics = chunk(anakin.make_init(algorithm, cores)(keys))
         return states.agent_state.params, metrics["train/episode_return"]  # [iterations, R]
 
     return train, config.num_iterations * algorithm.env_steps_per_iteration, lambda out: out[1].T
@@ -170,6 +174,9 @@ def worker(
 ) -> None:
     """One configuration, in its own process: compiles both programs for ``seeds`` vmapped
     seeds, then times ``rounds`` alternated pairs, printing one JSON line per event."""
+    from jrl import parallel
+
+    parallel.use_cpu_cores()  # as jrl train does: one CPU device per core (not with --one-core)
     import jax
 
     from jrl.run import anakin
@@ -455,6 +462,12 @@ def main(argv=None) -> None:
     )
     parser.add_argument("--write", action="store_true", help="put the section in BENCHMARKS.md")
     parser.add_argument(
+        "--one-core",
+        action="store_true",
+        help="one CPU device in the workers, so jrl's runs are not spread over the cores "
+        "(jrl train makes one device per core)",
+    )
+    parser.add_argument(
         "--worker", nargs=4, metavar=("AGENT", "SEEDS", "STEPS", "ROUNDS"), help=argparse.SUPPRESS
     )
     args = parser.parse_args(argv)
@@ -466,6 +479,10 @@ def main(argv=None) -> None:
         parser.error("--rounds and the seed counts must be positive")
     if args.retries < 0:
         parser.error("--retries must be >= 0")
+    if args.one_core:  # the workers inherit it; parallel.use_cpu_cores then leaves it alone
+        os.environ["XLA_FLAGS"] = (
+            os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=1"
+        ).strip()
     from importlib.metadata import PackageNotFoundError, version
 
     try:

@@ -62,11 +62,13 @@ __all__ = [
     "leaf_specs",
 ]
 
-FORMAT_VERSION = 3
+FORMAT_VERSION = 4
 """Bumped whenever the layout or the meaning of a checkpoint changes. Format 2: the
 agent-contract names (``num_updates`` for every agent's update counter; an agent's
 hyperparameters only its own) and a run fingerprint in the record. Format 1 checkpoints
-are read through :func:`_format1_order`."""
+are read through :func:`_format1_order`. Format 4: a leaf split along its leading axis
+over several devices (a run spread over the CPU cores) may be written in pieces, one per
+device, that loading joins (the record's ``pieces``)."""
 
 RENAMED_IN_2 = {"num_learn_steps": "num_updates"}
 """Path components renamed by format 2 (the actor-critic and PQN update counters)."""
@@ -127,14 +129,18 @@ def _path_str(path) -> str:
 def to_host(tree: PyTree) -> list[np.ndarray]:
     """The leaves of ``tree`` as host numpy arrays (typed PRNG keys as their key data)."""
     leaves = jax.tree.leaves(tree)
+    _refuse_multiprocess(leaves)
+    leaves = [jax.random.key_data(x) if is_key(x) else x for x in leaves]
+    return [np.asarray(x) for x in jax.device_get(leaves)]
+
+
+def _refuse_multiprocess(leaves: list) -> None:
     for x in leaves:
         if isinstance(x, jax.Array) and not x.is_fully_addressable:
             raise CheckpointError(
                 "checkpoints of multi-process runs are not supported: the train state is "
                 "spread over processes"
             )
-    leaves = [jax.random.key_data(x) if is_key(x) else x for x in leaves]
-    return [np.asarray(x) for x in jax.device_get(leaves)]
 
 
 def leaf_specs(tree: PyTree) -> list[list]:
@@ -148,13 +154,36 @@ def leaf_specs(tree: PyTree) -> list[list]:
     return out
 
 
-def _digest(arrays: list[np.ndarray]) -> str:
+def _digest(arrays: list[np.ndarray | list[np.ndarray]]) -> str:
+    """sha256 over each array's dtype, shape and bytes; an array given as its pieces along
+    the leading axis (a list) hashes as the array they join into."""
     h = hashlib.sha256()
     for a in arrays:
-        a = np.ascontiguousarray(a)
-        h.update(f"{a.dtype.name}{a.shape}".encode())
-        h.update(a.view(np.uint8).reshape(-1).data if a.size else b"")
+        pieces = [np.ascontiguousarray(p) for p in (a if isinstance(a, list) else [a])]
+        first = pieces[0]
+        shape = (sum(p.shape[0] for p in pieces),) + first.shape[1:] if first.ndim else first.shape
+        h.update(f"{first.dtype.name}{shape}".encode())
+        for p in pieces:
+            h.update(p.view(np.uint8).reshape(-1).data if p.size else b"")
     return h.hexdigest()
+
+
+def _host_pieces(x) -> list[np.ndarray] | np.ndarray:
+    """A state leaf on the host: for an array split along its leading axis over several
+    devices (a run spread over the CPU cores), the host views of its blocks in order, so
+    that saving it makes no whole copy; otherwise the host array."""
+    if isinstance(x, jax.Array) and len(x.sharding.device_set) > 1 and x.ndim and x.size:
+        blocks = {}
+        for shard in x.addressable_shards:
+            first, *rest = shard.index
+            if any(r != slice(None) for r in rest):  # split along another axis too
+                return np.asarray(jax.device_get(x))
+            blocks.setdefault(first.start or 0, shard.data)  # replicas hold the same block
+        starts = sorted(blocks)
+        ends = np.cumsum([blocks[s].shape[0] for s in starts]).tolist()
+        if starts == [0] + ends[:-1] and ends[-1] == x.shape[0]:
+            return [np.asarray(blocks[s]) for s in starts]
+    return np.asarray(jax.device_get(x))
 
 
 def _describe_differences(saved: list[list], expected: list[list], limit: int = 4) -> str:
@@ -286,7 +315,10 @@ class Checkpointer:
         import orbax.checkpoint as ocp  # imported by the manager, made on first use
 
         manager = self._manager
-        arrays = to_host(state)
+        _refuse_multiprocess(jax.tree.leaves(state))
+        arrays = [
+            _host_pieces(jax.random.key_data(x) if is_key(x) else x) for x in jax.tree.leaves(state)
+        ]
         names = sorted(history)
         hist = [np.asarray(history[n]) for n in names]
         record = dict(
@@ -298,7 +330,11 @@ class Checkpointer:
             history_names=names,
             sha256=_digest(arrays + hist),
         )
-        flat = {f"s{i:05d}": a for i, a in enumerate(arrays)}
+        flat = {f"s{i:05d}": a for i, a in enumerate(arrays) if not isinstance(a, list)}
+        pieces = {f"s{i:05d}": len(a) for i, a in enumerate(arrays) if isinstance(a, list)}
+        for name, n in pieces.items():
+            flat.update({f"{name}p{j}": p for j, p in enumerate(arrays[int(name[1:])])})
+        record["pieces"] = pieces
         flat.update({f"h{i:05d}": a for i, a in enumerate(hist)})
         # orbax refuses arrays of size 0 (e.g. MJX's empty contact arrays); they hold no data,
         # so the record keeps their shape and dtype and loading makes them again
@@ -421,12 +457,16 @@ def _read_arrays(path: Path, meta: dict[str, Any], saved: list[list], fallback: 
         raise CheckpointError(
             f"checkpoint {path} is unreadable ({type(e).__name__}: {str(e)[:200]}){fallback}"
         ) from None
-    empty = meta.get("empty", {})
+    empty, pieces = meta.get("empty", {}), meta.get("pieces", {})
 
     def read(name):
         if name in empty:  # not written: an array of size 0 (see Checkpointer.save)
             shape, dtype = empty[name]
             return np.zeros(shape, np.dtype(dtype))
+        if name in pieces:  # written in blocks along the leading axis (format 4)
+            return np.concatenate(
+                [np.asarray(restored[f"{name}p{j}"]) for j in range(pieces[name])]
+            )
         return np.asarray(restored[name])
 
     try:

@@ -347,10 +347,17 @@ def cmd_train(args: Sequence[str]) -> int:
     _check_resume_flags(cli, options, saved, given)
     cache = cli.compile_cache and (cli.compile_cache_dir or True)
     options = dataclasses.replace(options, progress=not cli.quiet, compile_cache=cache)
+    multi_process = cli.multihost or any(
+        v is not None for v in (cli.num_processes, cli.coordinator, cli.process_id)
+    )
+    if (saved.options if saved is not None else options).runner == "anakin" and not multi_process:
+        from jrl import parallel
+
+        # one CPU device per core, before jax starts: the runner spreads the runs over them
+        # (ARCHITECTURE.md, "Runs spread over the CPU's cores")
+        parallel.use_cpu_cores()
     try:
-        if cli.multihost or any(
-            v is not None for v in (cli.num_processes, cli.coordinator, cli.process_id)
-        ):
+        if multi_process:
             import jrl.distributed
 
             jrl.distributed.initialize(cli.coordinator, cli.num_processes, cli.process_id)

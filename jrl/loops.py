@@ -54,12 +54,15 @@ class Algorithm(NamedTuple):
     the number of env transitions it collects (for one seed, all devices);
     ``with_hparams(train_state, values)`` sets the named hyperparameters of one run's state
     (the runner vmaps it over runs for a sweep; the loops delegate to the agent's
-    :attr:`~jrl.agent.Agent.with_hparams`)."""
+    :attr:`~jrl.agent.Agent.with_hparams`). ``independent_runs``: whether each run's
+    ``step`` needs only its own state (the runner may then spread the runs over the CPU's
+    cores); False for a population that exchanges state over the runs axis (PBT)."""
 
     init: Callable[[PRNGKey], PyTree]
     step: Callable[[PyTree], tuple[PyTree, dict[str, jax.Array]]]
     env_steps_per_iteration: int
     with_hparams: Callable[[PyTree, dict[str, Any]], PyTree]
+    independent_runs: bool = True
 
 
 def _agent_hparams(agent: Agent) -> Callable[[PyTree, dict[str, Any]], PyTree]:

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import os
 from typing import Any, Iterator
 
 import jax
@@ -42,6 +43,7 @@ from jax.custom_batching import custom_vmap
 __all__ = [
     "AXIS",
     "RUNS",
+    "SPREAD",
     "all_runs",
     "any_run",
     "axis_index",
@@ -55,6 +57,8 @@ __all__ = [
     "global_mean",
     "runs_axis",
     "runs_axis_name",
+    "usable_cores",
+    "use_cpu_cores",
 ]
 
 AXIS = "devices"
@@ -62,6 +66,10 @@ AXIS = "devices"
 
 RUNS = "runs"
 """Name of the vmapped axis over the runs of one program (see :func:`runs_axis`)."""
+
+SPREAD = "spread"
+"""Name of the mesh axis over the host's CPU cores that a program's independent runs are
+spread over, one block of runs per core (:func:`jrl.run.anakin.spread_mesh`)."""
 
 _current: contextvars.ContextVar[str | None] = contextvars.ContextVar(
     "jrl_device_axis", default=None
@@ -216,3 +224,37 @@ def folding_vmap(fn, in_axes: tuple[int | None, ...]):
         return out, jax.tree.map(lambda _: True, out)
 
     return batched
+
+
+def usable_cores() -> int:
+    """The CPU cores this process may run on (its affinity mask where the OS has one)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        return os.cpu_count() or 1
+
+
+def use_cpu_cores(count: int | None = None) -> int | None:
+    """Makes jax's CPU backend one device per core (``count``, default
+    :func:`usable_cores`), so that the Anakin runner can spread a program's independent runs
+    over the cores (:func:`jrl.run.anakin.spread_mesh`): XLA runs each CPU device's program
+    on a thread of its own, while the small kernels of an RL step keep one core busy.
+
+    Must run before jax starts its backends; returns the count set, or None where it leaves
+    the choice alone: the backends have started, or the user chose already
+    (``--xla_force_host_platform_device_count`` in ``XLA_FLAGS``, ``JAX_NUM_CPU_DEVICES``
+    or ``jax_num_cpu_devices``). ``jrl train`` calls it; a script calls it right after
+    ``import jax`` to get the same. Only the CPU device count changes: a run on an
+    accelerator is unaffected.
+    """
+    from jax._src import xla_bridge  # jax has no public test for "backends started"
+
+    n = usable_cores() if count is None else int(count)
+    if n < 1:
+        raise ValueError(f"count must be >= 1, got {n}")
+    if "xla_force_host_platform_device_count" in os.environ.get("XLA_FLAGS", ""):
+        return None
+    if jax.config.jax_num_cpu_devices >= 0 or xla_bridge.backends_are_initialized():
+        return None
+    jax.config.update("jax_num_cpu_devices", n)
+    return n

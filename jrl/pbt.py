@@ -167,7 +167,7 @@ def with_pbt(algorithm: Algorithm, pbt: PBT, num_runs: int) -> Algorithm:
         metrics = {**metrics, SOURCE: source, **{f"pbt/{f}": getattr(hp, f) for f in fields}}
         return state, metrics
 
-    return algorithm._replace(step=step)
+    return algorithm._replace(step=step, independent_runs=False)  # ranks all runs together
 
 
 def lineage(metrics: dict[str, np.ndarray], env_steps: np.ndarray) -> dict[str, Any]:

@@ -182,7 +182,7 @@ def one_view(spec: RunSpec, states: Any) -> Any:
     return anakin.first_device(states)
 
 
-def load_start(spec: RunSpec, built, out_path: Path, step: int | None, mesh) -> Start:
+def load_start(spec: RunSpec, built, out_path: Path, step: int | None, mesh, cores=None) -> Start:
     """The checkpoint to resume from, loaded and checked against the run record (a
     checkpoint of another run is refused). A checkpoint at the last iteration gives a
     ``Start`` with ``complete`` set (only the final outputs may be missing)."""
@@ -194,7 +194,7 @@ def load_start(spec: RunSpec, built, out_path: Path, step: int | None, mesh) -> 
         list(ck.meta["reports"]),
         list(ck.meta["evals"]),
         float(ck.meta["run_seconds"]),
-        anakin.place(ck.state, mesh),
+        anakin.place(ck.state, mesh, cores),
         resuming=True,
         complete=ck.step >= spec.config.num_iterations,
         later=[s for s in checkpoint.steps(out_path) if s > ck.step],
@@ -221,17 +221,21 @@ def execute(
 
         pbt_algorithm = pbt.with_pbt(built.algorithm, opts.pbt, len(spec.run_seeds))
         built = dataclasses.replace(built, algorithm=pbt_algorithm)
+    # the CPU cores an Anakin run's independent runs are spread over (anakin.spread_mesh)
+    cores = None
+    if mesh is None and not on_host:
+        cores = anakin.spread_mesh(len(spec.run_seeds), built.algorithm)
     stop = StopRequest(quiet=jax.process_index() != 0)
     with stop:  # from here on a signal only asks to stop: the checkpoint and outputs are written
         # everything that can refuse comes before the folder changes
-        start = load_start(spec, built, out_path, resume_step, mesh) if resuming else Start()
+        start = load_start(spec, built, out_path, resume_step, mesh, cores) if resuming else Start()
         if start.complete:
             return _complete(spec, built, out_path, start)
         if not on_host:  # a Sebulba learner holds no envs or buffers
             anakin.check_memory(built.algorithm, spec.keys(), mesh)
         if out_path is not None:
             _prepare_folder(spec, out_path, start)
-        work = ChunkWork(spec, built, out_path, start, mesh)
+        work = ChunkWork(spec, built, out_path, start, mesh, cores)
         try:
             work.open_outputs()
             result = _run(work, stop)
@@ -336,6 +340,7 @@ def _run(work: "ChunkWork", stop: StopRequest) -> anakin.RunResult:
             start_iteration=work.start.iteration,
             hooks=hooks,
             memory_check=False,  # done by execute() before the folder changed
+            spread=work.cores is not None,  # the checks are compiled for that placement
         )
     if work.checkpointer is not None and work.last_checkpoint != res.iterations:
         final = res.final_state if work.mesh is None else res.sharded_state
@@ -482,7 +487,7 @@ class ChunkWork:
     sinks, periodic evaluation and checkpoints, with the state they keep between chunks.
     ``progress`` is the progress line (None when quiet or not process 0)."""
 
-    def __init__(self, spec: RunSpec, built, out_path: Path | None, start: Start, mesh):
+    def __init__(self, spec: RunSpec, built, out_path: Path | None, start: Start, mesh, cores=None):
         self.spec, self.built, self.out_path, self.start, self.mesh = (
             spec,
             built,
@@ -490,6 +495,7 @@ class ChunkWork:
             start,
             mesh,
         )
+        self.cores = cores  # the mesh of CPU devices the runs are spread over, or None
         self.keys, self.per_iter = spec.keys(), built.algorithm.env_steps_per_iteration
         self.history, self.reports, self.evals = start.history, start.reports, start.evals
         self.done, self.t0, self.diverged = start.iteration, None, {}
@@ -501,6 +507,8 @@ class ChunkWork:
             for r in range(len(seeds))
         ]
         devices = f" on {spec.options.devices} devices" if spec.options.devices else ""
+        if cores is not None:
+            devices = f" on {cores.devices.size} CPU cores"
         self.label = f"{spec.agent} {spec.env_id} x{len(seeds)}{devices}"
         self.sinks = self.checkpointer = self.progress = None
         self.host_envs: dict[int, Any] = {}  # sebulba: iteration -> encoded host envs
@@ -535,10 +543,12 @@ class ChunkWork:
 
     def _compile_checks(self) -> None:
         """The per-chunk checks and evaluations see one device's view of the states, [R, ...],
-        on this process's first device; they are compiled now, not in the timed loop."""
+        on this process's first device (split over the CPU cores where the runs are spread
+        over them); they are compiled now, not in the timed loop."""
         self.local = jax.sharding.SingleDeviceSharding(jax.local_devices()[0])
+        where = self.local if self.cores is None else anakin.spread_sharding(self.cores)
         view = jax.tree.map(
-            lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=self.local),
+            lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=where),
             abstract_states(self.spec, self.built, device_axis=False),
         )
         self.evaluator = self.eval_key = None

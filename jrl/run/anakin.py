@@ -16,6 +16,12 @@ device axis ``[D, R, ...]``; the scan over iterations sits inside the
 sharded function, so there is one dispatch (and one host sync) per chunk.
 Multi-host: call :func:`jrl.distributed.initialize` first; the mesh then
 spans the devices of every process.
+
+Without ``mesh``, on a CPU with several devices (one per core: :func:`jrl.parallel.use_cpu_cores`,
+which ``jrl train`` calls), the R runs are *spread* over the cores: the states ``[R, ...]``
+are split along R over a mesh of local CPU devices (:func:`spread_mesh`, axis
+:data:`jrl.parallel.SPREAD`), and each device steps its block of runs with the same
+program, no collective between them. The arrays keep their global ``[R, ...]`` shapes.
 """
 
 from __future__ import annotations
@@ -49,12 +55,15 @@ __all__ = [
     "first_device",
     "init_runs",
     "make_chunk",
+    "make_init",
     "make_mesh",
     "num_runs",
     "place",
     "RunHooks",
     "run",
     "set_hparams",
+    "spread_mesh",
+    "spread_sharding",
 ]
 
 
@@ -158,10 +167,49 @@ def _stacked_init(init: Callable[[jax.Array], PyTree]):
     return jax.jit(lambda ks: jax.lax.map(init, ks))
 
 
-def init_runs(algorithm: Algorithm, keys: jax.Array) -> PyTree:
+def init_runs(algorithm: Algorithm, keys: jax.Array, spread: Mesh | None = None) -> PyTree:
     """One train state per key, stacked ``[R, ...]``; sequential ``lax.map``, not vmap
-    (see the module docstring). Compiled with :func:`compiler_options`."""
-    return _stacked_init(algorithm.init).lower(keys).compile(compiler_options())(keys)
+    (see the module docstring). Compiled with :func:`compiler_options`. With ``spread``
+    (:func:`spread_mesh`) each device makes its own block of runs, in parallel, and the
+    states come out split over them (:func:`spread_sharding`)."""
+    if spread is not None:
+        keys = jax.device_put(keys, spread_sharding(spread))
+    return make_init(algorithm, spread).lower(keys).compile(compiler_options())(keys)
+
+
+def make_init(algorithm: Algorithm, spread: Mesh | None = None):
+    """``jit(lax.map(init))``: keys ``[R]`` to stacked train states ``[R, ...]`` (what
+    :func:`init_runs` compiles and calls); with ``spread`` (:func:`spread_mesh`)
+    ``shard_map``ped over its devices, each making its block of runs."""
+    stacked = _stacked_init(algorithm.init)
+    if spread is None:
+        return stacked
+    runs = P(parallel.SPREAD)
+    return jax.jit(
+        jax.shard_map(stacked, mesh=spread, in_specs=runs, out_specs=runs, check_vma=False)
+    )
+
+
+def spread_mesh(num_runs: int, algorithm: Algorithm | None = None) -> Mesh | None:
+    """The mesh of local CPU devices (axis :data:`jrl.parallel.SPREAD`) that a run of
+    ``num_runs`` runs without a device mesh is spread over, or None: k devices, k the
+    largest divisor of R up to the number of local devices, when k >= 2, jax's default
+    backend is the CPU, this is the only process and the ``algorithm``'s runs are
+    independent (:attr:`~jrl.loops.Algorithm.independent_runs`; not PBT). Each device then
+    holds and steps R / k runs. One CPU device (jax's default; ``jrl train`` makes one per
+    core): None."""
+    if algorithm is not None and not algorithm.independent_runs:
+        return None
+    if jax.default_backend() != "cpu" or jax.process_count() > 1:
+        return None
+    devices = jax.local_devices()
+    k = max(d for d in range(1, min(len(devices), int(num_runs)) + 1) if num_runs % d == 0)
+    return Mesh(np.asarray(devices[:k]), (parallel.SPREAD,)) if k > 1 else None
+
+
+def spread_sharding(spread: Mesh) -> NamedSharding:
+    """Stacked states ``[R, ...]`` split along R over ``spread``'s devices."""
+    return NamedSharding(spread, P(parallel.SPREAD))
 
 
 def abstract_states(
@@ -178,12 +226,15 @@ def abstract_states(
     )
 
 
-def place(states: PyTree, mesh: Mesh | None = None) -> PyTree:
+def place(states: PyTree, mesh: Mesh | None = None, spread: Mesh | None = None) -> PyTree:
     """Host arrays of stacked train states onto the device (``[D, R, ...]`` sharded
-    over ``mesh``'s device axis when given)."""
-    if mesh is None:
+    over ``mesh``'s device axis when given; ``[R, ...]`` split over ``spread``'s devices
+    when that is given, see :func:`spread_mesh`)."""
+    if mesh is None and spread is None:
         return jax.tree.map(jnp.asarray, states)
-    sharding = NamedSharding(mesh, P(parallel.AXIS))
+    sharding = (
+        NamedSharding(mesh, P(parallel.AXIS)) if mesh is not None else spread_sharding(spread)
+    )
     return jax.tree.map(lambda x: jax.device_put(x, sharding), states)
 
 
@@ -267,15 +318,20 @@ def num_runs(states: PyTree) -> int:
     return int(jax.tree.leaves(states)[0].shape[0])
 
 
-def make_chunk(algorithm: Algorithm, length: int, mesh: Mesh | None = None):
+def make_chunk(
+    algorithm: Algorithm, length: int, mesh: Mesh | None = None, spread: Mesh | None = None
+):
     """``jit(scan(vmap(step)))`` over ``length`` iterations of stacked states ``[R, ...]``
     (``shard_map``ped over ``mesh``'s devices, states ``[D, R, ...]``, when given); the
     input states are donated. With one run (``R == 1``, per device under ``mesh``) the
     step runs without the ``vmap``: ``jit(scan(step))`` on the run's state, which XLA
     compiles to unbatched kernels (faster on the CPU; the same computation, other
-    rounding), taking and giving the same ``[R, ...]`` shapes. :func:`run` compiles one
-    per distinct chunk length; call ``.lower(states).compile(compiler_options())`` on it
-    to time a chunk yourself."""
+    rounding), taking and giving the same ``[R, ...]`` shapes. With ``spread``
+    (:func:`spread_mesh`; not with ``mesh``) the program is ``shard_map``ped over its
+    devices, each stepping its block of R / k runs (one run: unbatched) with no collective
+    between them; states ``[R, ...]`` and metrics ``[length, R, ...]`` split along R.
+    :func:`run` compiles one per distinct chunk length; call
+    ``.lower(states).compile(compiler_options())`` on it to time a chunk yourself."""
     vstep = jax.vmap(algorithm.step, axis_name=parallel.RUNS)
 
     def chunk(states):
@@ -288,6 +344,14 @@ def make_chunk(algorithm: Algorithm, length: int, mesh: Mesh | None = None):
         with parallel.runs_axis():  # lets the loops branch on lockstep counters (parallel.all_runs)
             return jax.lax.scan(lambda s, _: vstep(s), states, None, length=length)
 
+    if spread is not None:
+        if mesh is not None:
+            raise ValueError("a run over a device mesh is not spread over the cores too")
+        runs, history = P(parallel.SPREAD), P(None, parallel.SPREAD)
+        spread_chunk = jax.shard_map(
+            chunk, mesh=spread, in_specs=runs, out_specs=(runs, history), check_vma=False
+        )
+        return jax.jit(spread_chunk, donate_argnums=0)
     if mesh is None:
         return jax.jit(chunk, donate_argnums=0)
 
@@ -348,6 +412,7 @@ def run(
     start_iteration: int = 0,
     hooks: RunHooks = RunHooks(),
     memory_check: bool = True,
+    spread: bool = True,
 ) -> RunResult:
     """Trains ``len(keys)`` runs for ``num_iterations`` iterations each.
 
@@ -369,6 +434,8 @@ def run(
       hooks: host callbacks (:class:`RunHooks`).
       memory_check: refuse runs whose states do not fit (:func:`check_memory`);
         False when the caller has checked already.
+      spread: without ``mesh``, spread the runs over the local CPU devices where
+        :func:`spread_mesh` gives a mesh (the states then come back split over them).
     """
     if num_iterations <= 0:
         raise ValueError(f"num_iterations must be positive, got {num_iterations}")
@@ -378,11 +445,12 @@ def run(
         check_memory(algorithm, keys, mesh)
     lengths = _remaining_chunks(num_iterations, num_reports, start_iteration)
     axis = parallel.device_axis(parallel.AXIS, mesh.devices.size) if mesh is not None else None
+    cores = spread_mesh(int(keys.shape[0]), algorithm) if spread and mesh is None else None
     options = compiler_options(_platform(mesh))
 
     def compile_chunks(spec: PyTree) -> _Programs:
         def compile_chunk(n: int):
-            return make_chunk(algorithm, n, mesh).lower(spec).compile(options)
+            return make_chunk(algorithm, n, mesh, cores).lower(spec).compile(options)
 
         with axis or contextlib.nullcontext():  # the trace reads it; the thread copies it
             return _Programs(compile_chunk, lengths, spec)
@@ -392,18 +460,21 @@ def run(
         # a fresh run on one device: its chunks compile while init compiles and runs (XLA
         # compiles outside the GIL, so the two overlap on a multi-core host); the states'
         # shapes come from init's (cached) trace
-        programs = compile_chunks(_spec(abstract_states(algorithm, keys)))
+        split = None if cores is None else spread_sharding(cores)
+        programs = compile_chunks(_spec(abstract_states(algorithm, keys), sharding=split))
     try:
         if initial_state is not None:
-            states = jax.tree.map(jnp.copy, initial_state)  # the chunks donate their input
+            states = _own_copy(initial_state, cores)  # the chunks donate their input
         elif mesh is None:
-            states = init_runs(algorithm, keys)
+            states = init_runs(algorithm, keys, cores)
         else:
             states = _init_sharded(algorithm, keys, mesh)
         states = set_hparams(algorithm, states, hparams or {}, sharded=mesh is not None)
         # shapes, dtypes and placements only: the first chunk donates ``states`` while later
         # lengths may still be compiling
-        spec = _spec(states, placed=mesh is not None)
+        if cores is not None:  # the hook may have made a swept leaf on one device
+            states = jax.device_put(states, spread_sharding(cores))
+        spec = _spec(states, placed=mesh is not None or cores is not None)
         if programs is None or programs.spec_differs(spec):  # a sweep may change a dtype
             if programs is not None:
                 programs.close()
@@ -417,16 +488,25 @@ def run(
         return _run_chunks(algorithm, programs, plan, states, mesh, hooks)
 
 
-def _spec(states: PyTree, placed: bool = False) -> PyTree:
+def _own_copy(states: PyTree, spread: Mesh | None) -> PyTree:
+    """A copy of ``states`` (host or device arrays) that the chunks may donate, split over
+    ``spread``'s devices when given."""
+    if spread is None:
+        return jax.tree.map(jnp.copy, states)
+    return jax.device_put(states, spread_sharding(spread), may_alias=False)
+
+
+def _spec(states: PyTree, placed: bool = False, sharding=None) -> PyTree:
     """``ShapeDtypeStruct``s of ``states`` (arrays or structs): shape, dtype and weak type,
-    and the sharding of committed arrays when ``placed`` (a run over a device mesh)."""
+    and the sharding of committed arrays when ``placed`` (a run over a device mesh), or
+    ``sharding`` for every leaf when given."""
 
     def leaf(x):
         # an uncommitted array (made on the default device, not placed) may be moved by jit
         # onto the mesh; as a struct with its sharding it would be pinned there
-        sharding = x.sharding if placed and getattr(x, "committed", True) else None
+        sharding_ = x.sharding if placed and getattr(x, "committed", True) else sharding
         weak = bool(getattr(x, "weak_type", False))  # typed key arrays have none
-        return jax.ShapeDtypeStruct(x.shape, x.dtype, weak_type=weak, sharding=sharding)
+        return jax.ShapeDtypeStruct(x.shape, x.dtype, weak_type=weak, sharding=sharding_)
 
     return jax.tree.map(leaf, states)
 
