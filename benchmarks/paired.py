@@ -341,8 +341,25 @@ def measure(
     return result
 
 
+SPREAD_NOTE = (
+    "Both cores: as under `jrl train`, the workers make one CPU device per core and jrl's "
+    "runs are spread over them (`anakin.spread_mesh`: with 16 seeds, 8 per core; with 4, 2), "
+    "each core stepping its block with nothing exchanged; PureJaxRL's program runs on one "
+    "device, as its own scripts run it, and XLA keeps the small kernels of either program on "
+    "one thread. A one-run program is not spread (the 1-seed rows use one core on both "
+    "sides). `--one-core` keeps one device in the workers, so jrl's runs share one core too."
+)
+ONE_CORE_NOTE = (
+    "One core (`--one-core`): the workers keep one CPU device, so jrl's runs are not spread "
+    "over the cores as `jrl train` spreads them; both programs run on one thread."
+)
+
+
 def section(results: list[dict], command: str) -> str:
     from importlib.metadata import version
+
+    one_core = "device_count=1" in os.environ.get("XLA_FLAGS", "")
+    spread = ONE_CORE_NOTE if one_core else SPREAD_NOTE
 
     rows, notes = [], []
     for r in results:
@@ -398,8 +415,9 @@ docstring):
 |---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|
 """
         + "\n".join(rows)
-        + """
+        + f"""
 
+- {spread}
 - Steps/s count the env steps of all seeds. Compile is one cold `lower().compile()`
   of each whole program (jrl's at its CPU level 2, PureJaxRL's at XLA's default);
   being a single sample, it is not a paired figure.
