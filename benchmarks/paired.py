@@ -355,10 +355,9 @@ ONE_CORE_NOTE = (
 )
 
 
-def section(results: list[dict], command: str) -> str:
+def section(results: list[dict], command: str, one_core: bool = False) -> str:
     from importlib.metadata import version
 
-    one_core = "device_count=1" in os.environ.get("XLA_FLAGS", "")
     spread = ONE_CORE_NOTE if one_core else SPREAD_NOTE
 
     rows, notes = [], []
@@ -537,7 +536,7 @@ def main(argv=None) -> None:
                     flush=True,
                 )
     command = "python benchmarks/paired.py " + " ".join(sys.argv[1:] if argv is None else argv)
-    publish(HEADING, section(results, command.strip()), args.write)
+    publish(HEADING, section(results, command.strip(), args.one_core), args.write)
 
 
 if __name__ == "__main__":

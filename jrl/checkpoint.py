@@ -128,19 +128,20 @@ def _path_str(path) -> str:
 
 def to_host(tree: PyTree) -> list[np.ndarray]:
     """The leaves of ``tree`` as host numpy arrays (typed PRNG keys as their key data)."""
+    return [np.asarray(x) for x in jax.device_get(_stored_leaves(tree))]
+
+
+def _stored_leaves(tree: PyTree) -> list:
+    """The leaves of ``tree`` as a checkpoint stores them (typed PRNG keys as their key data);
+    a state spread over processes is refused."""
     leaves = jax.tree.leaves(tree)
-    _refuse_multiprocess(leaves)
-    leaves = [jax.random.key_data(x) if is_key(x) else x for x in leaves]
-    return [np.asarray(x) for x in jax.device_get(leaves)]
-
-
-def _refuse_multiprocess(leaves: list) -> None:
     for x in leaves:
         if isinstance(x, jax.Array) and not x.is_fully_addressable:
             raise CheckpointError(
                 "checkpoints of multi-process runs are not supported: the train state is "
                 "spread over processes"
             )
+    return [jax.random.key_data(x) if is_key(x) else x for x in leaves]
 
 
 def leaf_specs(tree: PyTree) -> list[list]:
@@ -315,10 +316,7 @@ class Checkpointer:
         import orbax.checkpoint as ocp  # imported by the manager, made on first use
 
         manager = self._manager
-        _refuse_multiprocess(jax.tree.leaves(state))
-        arrays = [
-            _host_pieces(jax.random.key_data(x) if is_key(x) else x) for x in jax.tree.leaves(state)
-        ]
+        arrays = [_host_pieces(x) for x in _stored_leaves(state)]
         names = sorted(history)
         hist = [np.asarray(history[n]) for n in names]
         record = dict(
@@ -330,11 +328,13 @@ class Checkpointer:
             history_names=names,
             sha256=_digest(arrays + hist),
         )
-        flat = {f"s{i:05d}": a for i, a in enumerate(arrays) if not isinstance(a, list)}
-        pieces = {f"s{i:05d}": len(a) for i, a in enumerate(arrays) if isinstance(a, list)}
-        for name, n in pieces.items():
-            flat.update({f"{name}p{j}": p for j, p in enumerate(arrays[int(name[1:])])})
-        record["pieces"] = pieces
+        flat, record["pieces"] = {}, {}
+        for i, a in enumerate(arrays):
+            if isinstance(a, list):  # blocks along the leading axis (format 4)
+                record["pieces"][f"s{i:05d}"] = len(a)
+                flat.update({f"s{i:05d}p{j}": p for j, p in enumerate(a)})
+            else:
+                flat[f"s{i:05d}"] = a
         flat.update({f"h{i:05d}": a for i, a in enumerate(hist)})
         # orbax refuses arrays of size 0 (e.g. MJX's empty contact arrays); they hold no data,
         # so the record keeps their shape and dtype and loading makes them again

@@ -340,7 +340,7 @@ def _run(work: "ChunkWork", stop: StopRequest) -> anakin.RunResult:
             start_iteration=work.start.iteration,
             hooks=hooks,
             memory_check=False,  # done by execute() before the folder changed
-            spread=work.cores is not None,  # the checks are compiled for that placement
+            spread=False if work.cores is None else work.cores,  # the checks' placement
         )
     if work.checkpointer is not None and work.last_checkpoint != res.iterations:
         final = res.final_state if work.mesh is None else res.sharded_state

@@ -412,7 +412,7 @@ def run(
     start_iteration: int = 0,
     hooks: RunHooks = RunHooks(),
     memory_check: bool = True,
-    spread: bool = True,
+    spread: bool | Mesh = True,
 ) -> RunResult:
     """Trains ``len(keys)`` runs for ``num_iterations`` iterations each.
 
@@ -435,7 +435,9 @@ def run(
       memory_check: refuse runs whose states do not fit (:func:`check_memory`);
         False when the caller has checked already.
       spread: without ``mesh``, spread the runs over the local CPU devices where
-        :func:`spread_mesh` gives a mesh (the states then come back split over them).
+        :func:`spread_mesh` gives a mesh (the states then come back split over them); a
+        mesh from :func:`spread_mesh` is used as given (a caller that placed other
+        programs on it), False never spreads.
     """
     if num_iterations <= 0:
         raise ValueError(f"num_iterations must be positive, got {num_iterations}")
@@ -445,7 +447,10 @@ def run(
         check_memory(algorithm, keys, mesh)
     lengths = _remaining_chunks(num_iterations, num_reports, start_iteration)
     axis = parallel.device_axis(parallel.AXIS, mesh.devices.size) if mesh is not None else None
-    cores = spread_mesh(int(keys.shape[0]), algorithm) if spread and mesh is None else None
+    cores = spread if isinstance(spread, Mesh) else None
+    if spread is True and mesh is None:
+        cores = spread_mesh(int(keys.shape[0]), algorithm)
+    split = None if cores is None else spread_sharding(cores)
     options = compiler_options(_platform(mesh))
 
     def compile_chunks(spec: PyTree) -> _Programs:
@@ -460,11 +465,10 @@ def run(
         # a fresh run on one device: its chunks compile while init compiles and runs (XLA
         # compiles outside the GIL, so the two overlap on a multi-core host); the states'
         # shapes come from init's (cached) trace
-        split = None if cores is None else spread_sharding(cores)
         programs = compile_chunks(_spec(abstract_states(algorithm, keys), sharding=split))
     try:
         if initial_state is not None:
-            states = _own_copy(initial_state, cores)  # the chunks donate their input
+            states = _own_copy(initial_state, split)  # the chunks donate their input
         elif mesh is None:
             states = init_runs(algorithm, keys, cores)
         else:
@@ -472,9 +476,9 @@ def run(
         states = set_hparams(algorithm, states, hparams or {}, sharded=mesh is not None)
         # shapes, dtypes and placements only: the first chunk donates ``states`` while later
         # lengths may still be compiling
-        if cores is not None:  # the hook may have made a swept leaf on one device
-            states = jax.device_put(states, spread_sharding(cores))
-        spec = _spec(states, placed=mesh is not None or cores is not None)
+        if split is not None and hparams:  # the hook may have made a swept leaf on one device
+            states = jax.device_put(states, split)
+        spec = _spec(states, placed=mesh is not None or split is not None)
         if programs is None or programs.spec_differs(spec):  # a sweep may change a dtype
             if programs is not None:
                 programs.close()
@@ -488,12 +492,12 @@ def run(
         return _run_chunks(algorithm, programs, plan, states, mesh, hooks)
 
 
-def _own_copy(states: PyTree, spread: Mesh | None) -> PyTree:
-    """A copy of ``states`` (host or device arrays) that the chunks may donate, split over
-    ``spread``'s devices when given."""
-    if spread is None:
+def _own_copy(states: PyTree, split: NamedSharding | None) -> PyTree:
+    """A copy of ``states`` (host or device arrays) that the chunks may donate, placed with
+    ``split`` (:func:`spread_sharding`) when given."""
+    if split is None:
         return jax.tree.map(jnp.copy, states)
-    return jax.device_put(states, spread_sharding(spread), may_alias=False)
+    return jax.device_put(states, split, may_alias=False)
 
 
 def _spec(states: PyTree, placed: bool = False, sharding=None) -> PyTree:
@@ -504,9 +508,9 @@ def _spec(states: PyTree, placed: bool = False, sharding=None) -> PyTree:
     def leaf(x):
         # an uncommitted array (made on the default device, not placed) may be moved by jit
         # onto the mesh; as a struct with its sharding it would be pinned there
-        sharding_ = x.sharding if placed and getattr(x, "committed", True) else sharding
+        where = x.sharding if placed and getattr(x, "committed", True) else sharding
         weak = bool(getattr(x, "weak_type", False))  # typed key arrays have none
-        return jax.ShapeDtypeStruct(x.shape, x.dtype, weak_type=weak, sharding=sharding_)
+        return jax.ShapeDtypeStruct(x.shape, x.dtype, weak_type=weak, sharding=where)
 
     return jax.tree.map(leaf, states)
 
