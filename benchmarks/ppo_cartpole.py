@@ -134,7 +134,10 @@ def worker_jrl(seeds: int, total_steps: int, num_reports: int, seed: int) -> dic
     import jrl.envs
     import numpy as np
 
+    from jrl import parallel
     from jrl.run import anakin
+
+    parallel.use_cpu_cores()  # as jrl train does: one CPU device per core
 
     t_start = time.perf_counter()
     config = check_config(
@@ -147,6 +150,8 @@ def worker_jrl(seeds: int, total_steps: int, num_reports: int, seed: int) -> dic
     env, env_params = jrl.envs.make("CartPole-v1")
     built = jrl.agents.get("ppo").build(config, env, env_params)
     keys = jax.random.split(jax.random.key(seed), seeds)
+    # the CPU devices anakin.run spreads the runs over (None: one run, or runs not divisible)
+    spread = anakin.spread_mesh(seeds, built.algorithm)
 
     t0, c0 = time.perf_counter(), time.process_time()
     states = jax.block_until_ready(
@@ -181,6 +186,7 @@ def worker_jrl(seeds: int, total_steps: int, num_reports: int, seed: int) -> dic
     return {
         "library": "jrl",
         "seeds": seeds,
+        "cores": 1 if spread is None else int(spread.devices.size),
         "num_iterations": config.num_iterations,
         "steps_per_run": res.env_steps_per_run,
         "compile": res.compile_seconds,
@@ -646,6 +652,29 @@ def section(rows, tables, repeats, total_steps, rejax_note) -> str:
     ]
     if unfinished:
         repeats_txt += " (" + "; ".join(unfinished) + ")"
+    spread = sorted(
+        {
+            (k[1], r.get("cores", 1))
+            for k, r in rows.items()
+            if k[0] == "jrl" and isinstance(r, dict)
+        }
+    )
+    if any(c > 1 for _, c in spread):
+        per = ", ".join(
+            f"{s} seed{'s' if s > 1 else ''} on {c} core{'s' if c > 1 else ''}" for s, c in spread
+        )
+        cores_txt = (
+            "jrl's worker makes one CPU device per core and its runs are spread over them, as "
+            "`jrl train` runs them (`parallel.use_cpu_cores`, `anakin.spread_mesh`; each core "
+            f"steps its block of seeds with nothing exchanged): {per}. One run is never split. "
+            "PureJaxRL and rejax run on one device, as their own scripts run them; XLA keeps "
+            "the small kernels of either program on one thread."
+        )
+    else:
+        cores_txt = (
+            "every program ran on one CPU device (jrl's runs were not spread over the cores: "
+            "measured before `jrl train` spread them, or on a one-core machine)."
+        )
     return f"""{HEADING}
 
 PPO with PureJaxRL's CartPole-v1 configuration, which is jrl's `PPOConfig`
@@ -664,6 +693,7 @@ accounts for about 1 to 2 of it), so the wall times are noisy. jrl at commit {co
 Each configuration ran {repeats_txt} in fresh processes, alternating the libraries. Compile and run
 are each the best of those runs.
 {rejax_line}
+- **cores**: {cores_txt}
 - **compile**: `lower().compile()` of the whole training program. CPU s is the
   CPU time of the compiling process; XLA compiles on both cores, so it can be higher
   than the wall time. jrl's runner compiles its CPU programs with XLA's LLVM backend at
