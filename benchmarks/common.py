@@ -548,3 +548,25 @@ def ray_tables(rows: list[tuple], wire: list[tuple], pushed: str) -> list[str]:
     for transfer, tb, pb, per_s, rate in wire:
         text.append(f"| {transfer} | {tb:,.0f} | {pb:,.0f} | {per_s:,.0f} | {rate:,.0f} |")
     return text
+
+
+def cores_note(spread: list[tuple[int, int]], peers: str) -> str:
+    """The "cores" bullet of a section comparing jrl with peers: ``spread`` lists ``(seeds,
+    CPU devices jrl's runs were spread over)`` for each jrl configuration (a worker's
+    ``cores``); ``peers`` says how the peers run (e.g. "PureJaxRL runs on one device, as its
+    own script runs it")."""
+    if not any(c > 1 for _, c in spread):
+        return (
+            "every program ran on one CPU device (jrl's runs were not spread over the cores: "
+            "measured before `jrl train` spread them, or on a one-core machine)."
+        )
+    per = ", ".join(
+        f"{s} seed{'s' if s > 1 else ''} on {c} core{'s' if c > 1 else ''}"
+        for s, c in sorted(set(spread))
+    )
+    return (
+        "jrl's worker makes one CPU device per core and its runs are spread over them, as "
+        "`jrl train` runs them (`parallel.use_cpu_cores`, `anakin.spread_mesh`; each core "
+        f"steps its block of seeds with nothing exchanged): {per}. One run is never split. "
+        f"{peers}. XLA keeps the small kernels of an RL program on one thread."
+    )

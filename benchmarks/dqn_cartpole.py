@@ -71,6 +71,7 @@ from common import (
     best_rows,
     check_config,
     compile_and_run,
+    cores_note,
     cpu_model,
     default_output,
     dump_measured,
@@ -175,7 +176,11 @@ def worker_jrl(seeds: int, total_steps: int, num_reports: int, seed: int) -> dic
     import numpy as np
 
     import jrl
+    import jrl.agents
+    import jrl.envs
+    from jrl import parallel
 
+    parallel.use_cpu_cores()  # as jrl train does: one CPU device per core
     overrides = {**CONFIG, "total_steps": total_steps}
     config = check_config("dqn", "CartPole-v1", overrides, "the one asked for", **overrides)
     t0 = time.perf_counter()
@@ -200,9 +205,15 @@ def worker_jrl(seeds: int, total_steps: int, num_reports: int, seed: int) -> dic
     chunks = chunk_values(per_iteration, num_reports)
     reached = first_reach(chunks)
     steps_per_iteration = config.num_envs * config.steps_per_iteration
+    from jrl.run import anakin
+
+    env, env_params = jrl.envs.make("CartPole-v1")
+    algorithm = jrl.agents.get("dqn").build(config, env, env_params).algorithm
+    spread = anakin.spread_mesh(seeds, algorithm)  # the CPU devices jrl.train spread over
     return {
         "library": "jrl",
         "seeds": seeds,
+        "cores": 1 if spread is None else int(spread.devices.size),
         "steps_per_run": int(res.env_steps[-1]),
         "compile": res.compile_seconds,
         "run": res.run_seconds,
@@ -504,6 +515,14 @@ def section(
     else:
         sb3_versions = ""
     skipped = f"\n**Stable-Baselines3 not measured**: {sb3_note}\n" if sb3_note else ""
+    cores_txt = cores_note(
+        [
+            (k[1], r.get("cores", 1))
+            for k, r in rows.items()
+            if k[0] == "jrl" and isinstance(r, dict)
+        ],
+        "PureJaxRL runs on one device, as its own script runs it",
+    )
     threads = sb3["torch_threads"] if isinstance(sb3, dict) else None
     sb3_threads_txt = (
         f"{threads} intra-op thread{'s' if threads != 1 else ''}" if threads else "one thread"
@@ -529,6 +548,7 @@ compile and run are each the best of those runs. Other jobs were using the machi
 the 1-minute load average was {load_txt}
 at the starts of the runs (2 cores), so the wall times are noisy.
 {skipped}
+- **cores**: {cores_txt}
 - **jrl config**: `jrl.train("dqn", "CartPole-v1", num_envs=10, steps_per_iteration=1,
   updates_per_iteration=1, batch_size=128, buffer_size=10_000, learning_starts=10_000,
   target_update_interval=50, epsilon_end=0.05, exploration_fraction=0.5, learning_rate=2.5e-4,
@@ -569,9 +589,9 @@ paired ratios
 - **PureJaxRL's vmapped seeds share one random stream** (the same initial network,
   exploration and replay draws; see the paired section below for why), so its 4-seed
   program draws its random numbers once for all seeds, where jrl draws them per seed. The
-  4-seed rows here compare against the program as published; with one stream per seed,
-  PureJaxRL's 4-seed DQN runs at jrl's speed (the paired row "DQN, PureJaxRL's seeds
-  independent").
+  4-seed rows here compare against the program as published; given one stream per seed,
+  PureJaxRL's 4-seed DQN does the work independent seeds need and runs slower still (the
+  paired row "DQN, PureJaxRL's seeds independent").
 - **Stable-Baselines3**: `stable_baselines3.DQN("MlpPolicy")` in a separate venv (torch CPU), on one
   gymnasium `CartPole-v1` env (with SB3's Monitor), {sb3_steps:,} env steps (SB3 learns at about
   2 k steps/s here, so not 5e5); settings: buffer 10,000, batch 128, lr 2.5e-4, learning_starts

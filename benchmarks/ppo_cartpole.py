@@ -76,6 +76,7 @@ from common import (
     carried_returns,
     check_config,
     compile_and_run,
+    cores_note,
     cpu_model,
     default_output,
     dump_measured,
@@ -652,29 +653,14 @@ def section(rows, tables, repeats, total_steps, rejax_note) -> str:
     ]
     if unfinished:
         repeats_txt += " (" + "; ".join(unfinished) + ")"
-    spread = sorted(
-        {
+    cores_txt = cores_note(
+        [
             (k[1], r.get("cores", 1))
             for k, r in rows.items()
             if k[0] == "jrl" and isinstance(r, dict)
-        }
+        ],
+        "PureJaxRL and rejax run on one device, as their own scripts run them",
     )
-    if any(c > 1 for _, c in spread):
-        per = ", ".join(
-            f"{s} seed{'s' if s > 1 else ''} on {c} core{'s' if c > 1 else ''}" for s, c in spread
-        )
-        cores_txt = (
-            "jrl's worker makes one CPU device per core and its runs are spread over them, as "
-            "`jrl train` runs them (`parallel.use_cpu_cores`, `anakin.spread_mesh`; each core "
-            f"steps its block of seeds with nothing exchanged): {per}. One run is never split. "
-            "PureJaxRL and rejax run on one device, as their own scripts run them; XLA keeps "
-            "the small kernels of either program on one thread."
-        )
-    else:
-        cores_txt = (
-            "every program ran on one CPU device (jrl's runs were not spread over the cores: "
-            "measured before `jrl train` spread them, or on a one-core machine)."
-        )
     return f"""{HEADING}
 
 PPO with PureJaxRL's CartPole-v1 configuration, which is jrl's `PPOConfig`

@@ -37,7 +37,9 @@ import warnings
 
 from common import (
     check_config,
+    cores_note,
     first_reach,
+    git_commit,
     measured_on,
     nan_to_none,
     or_dash,
@@ -98,8 +100,13 @@ def worker_jrl(seeds: int, chunks: int) -> dict:
     import numpy as np
 
     import jrl
+    import jrl.agents
+    import jrl.envs
+    from jrl import parallel
+    from jrl.run import anakin
 
-    check_config("sac", "Pendulum-v1", CONFIG, "this benchmark's CONFIG")
+    parallel.use_cpu_cores()  # as jrl train does: one CPU device per core
+    config = check_config("sac", "Pendulum-v1", CONFIG, "this benchmark's CONFIG")
     res = jrl.train(
         "sac", "Pendulum-v1", seeds=seeds, progress=False, compile_cache=False, **CONFIG
     )
@@ -109,9 +116,13 @@ def worker_jrl(seeds: int, chunks: int) -> dict:
         per_step = nan_to_none(np.nanmean(ret, axis=0))
     parts = chunk_values(per_step, chunks)
     reached = first_reach(parts, TARGET)
+    env, env_params = jrl.envs.make("Pendulum-v1")
+    algorithm = jrl.agents.get("sac").build(config, env, env_params).algorithm
+    spread = anakin.spread_mesh(seeds, algorithm)  # the CPU devices jrl.train spread over
     return {
         "library": "jrl",
         "seeds": seeds,
+        "cores": 1 if spread is None else int(spread.devices.size),
         "compile": res.compile_seconds,
         "run": res.run_seconds,
         "steps_per_second": res.steps_per_second,
@@ -163,6 +174,82 @@ def worker_peer(library: str, chunks: int) -> dict:
     }
 
 
+OBS, ACT = 3, 1  # Pendulum-v1's observation and action sizes
+SMALL_SHAPE_GFLOPS, PEAK_GFLOPS = 116, 330
+"""Issue #25's measurements on this 2-core CPU: XLA's matmul rate on the small batched shapes
+RL networks have, and on a 1024 x 1024 matmul."""
+H200_FP32_TFLOPS = 60  # one H200's fp32 rate without tensor cores, about
+
+
+def mlp_macs(sizes) -> int:
+    """Multiply-adds of one sample through dense layers of ``sizes``."""
+    return sum(a * b for a, b in zip(sizes[:-1], sizes[1:]))
+
+
+def update_macs() -> dict[str, int]:
+    """Multiply-adds per sample of one SAC update with ``CONFIG``'s networks: the actor (mean
+    and log-std heads), one critic, the target (actor and both target critics), the critic
+    step (forward and backward of both critics, 3x a forward) and the actor step (the actor's
+    forward and backward, the critics' forward and input-gradient passes)."""
+    hidden = list(CONFIG["hidden_sizes"])
+    actor = mlp_macs([OBS, *hidden, 2 * ACT])
+    critic = mlp_macs([OBS + ACT, *hidden, 1])
+    critics = CONFIG["num_critics"] * critic
+    parts = {
+        "actor": actor,
+        "critic": critic,
+        "target": actor + critics,
+        "critic step": 3 * critics,
+        "actor step": 3 * actor + 2 * critics,
+    }
+    parts["total"] = parts["target"] + parts["critic step"] + parts["actor step"]
+    return parts
+
+
+def reading(rows: list[dict]) -> str:
+    """The prose after the table, computed from the rows: the issue's targets against SBX and
+    the FLOP rate arithmetic behind them."""
+    sbx = next((r for r in rows if r["library"] == "sbx"), None)
+    jrl_rows = [r for r in rows if r["library"] == "jrl"]
+    if sbx is None or not jrl_rows:
+        return "SBX or jrl did not run: no ratios."
+    macs = update_macs()
+    flop = 2 * macs["total"] * CONFIG["batch_size"]  # per update
+    per = CONFIG["updates_per_iteration"] / CONFIG["steps_per_iteration"]  # updates per step
+    lines = []
+    for r in jrl_rows:
+        cores = r.get("cores", 1)
+        ratio = r["steps_per_second"] / r["seeds"] / sbx["steps_per_second"]
+        gflops = r["steps_per_second"] * per * flop / 1e9
+        target = 3 if r["seeds"] == 1 else 10
+        lines.append(
+            f"- jrl with {r['seeds']} seed{'s' if r['seeds'] > 1 else ''} "
+            f"(on {cores} core{'s' if cores > 1 else ''}): {ratio:.1f}x SBX per seed "
+            f"(issue target >= {target}x: {'met' if ratio >= target else 'not met'}), "
+            f"at about {gflops:.0f} GFLOP/s of update arithmetic."
+        )
+    sbx_gflops = sbx["steps_per_second"] * per * flop / 1e9
+    ten_x = 10 * sbx["steps_per_second"] * 16 * per * flop / 1e12
+    return (
+        "\n".join(lines)
+        + f"""
+
+The per-update arithmetic, from `CONFIG`'s networks (Pendulum: observation {OBS}, action \
+{ACT}): actor {macs["actor"]:,} and critic {macs["critic"]:,} multiply-adds per sample; \
+the target {macs["target"]:,}, the critic step {macs["critic step"]:,}, the actor step \
+{macs["actor step"]:,}; {macs["total"]:,} in all, {2 * macs["total"] / 1e3:.0f} kFLOP per \
+sample, {flop / 1e6:.0f} MFLOP per update of {CONFIG["batch_size"]}. SBX's one seed runs at \
+about {sbx_gflops:.0f} GFLOP/s. Ten times SBX's steps/s for each of 16 seeds is \
+{ten_x:.1f} TFLOP/s, against about {SMALL_SHAPE_GFLOPS} GFLOP/s for XLA on the small shapes \
+RL networks have (one CPU device; spread over both cores, at most about twice that) and \
+{PEAK_GFLOPS} GFLOP/s on a 1024 x 1024 matmul on this 2-core CPU (issue #25's \
+measurements): the 16-seed target needs an accelerator (one H200 does about \
+{H200_FP32_TFLOPS} TFLOP/s in fp32 without tensor cores). Each row is one run in a fresh \
+interpreter; SBX's JIT compiles are inside its run seconds (its compile column is 0).
+"""
+    )
+
+
 def table(rows: list[dict]) -> str:
     sbx = next((r for r in rows if r["library"] == "sbx"), None)
     lines = [
@@ -207,6 +294,10 @@ def main(argv=None) -> None:
             rows.append(r)
             if "version" in r:
                 versions.append(f"{r['library']} {r['version']}")
+    cores_txt = "Cores: " + cores_note(
+        [(r["seeds"], r.get("cores", 1)) for r in rows if r["library"] == "jrl"],
+        "SBX and SB3 train one seed at a time, as their APIs do",
+    )
     text = f"""{HEADING}
 
 jrl's SAC Pendulum-v1 preset (20,000 env steps, one update of 256 per step, Adam 1e-3, 64-64
@@ -218,10 +309,12 @@ SBX's. Reproduce with:
     python benchmarks/sac_pendulum.py --sbx-python PEER_VENV/bin/python \\
         --sb3-python PEER_VENV2/bin/python --write
 
-{measured_on()} Peers: {", ".join(versions) or "none ran"}.
+{measured_on()} jrl at commit {git_commit()}. Peers: {", ".join(versions) or "none ran"}.
+{cores_txt}
 
 {table(rows)}
-"""
+
+{reading(rows)}"""
     publish(HEADING, text, a.write)
 
 
