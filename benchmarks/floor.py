@@ -189,7 +189,7 @@ def dqn_floor(config: dict, obs_dim: int, num_actions: int, total_steps: int):
 
 
 def programs(agent: str, total_steps: int, checkout: str):
-    """The three compiled-ready programs for one seed, ``{name: (fn, compiler options)}``,
+    """The three programs for one seed, ``{name: (jitted fn, compiler options, keys [1])}``,
     and the env steps each runs."""
     import jax
 
