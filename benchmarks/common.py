@@ -550,19 +550,26 @@ def ray_tables(rows: list[tuple], wire: list[tuple], pushed: str) -> list[str]:
     return text
 
 
-def cores_note(spread: list[tuple[int, int]], peers: str) -> str:
-    """The "cores" bullet of a section comparing jrl with peers: ``spread`` lists ``(seeds,
-    CPU devices jrl's runs were spread over)`` for each jrl configuration (a worker's
-    ``cores``); ``peers`` says how the peers run (e.g. "PureJaxRL runs on one device, as its
-    own script runs it")."""
+def spread_cores(state) -> int:
+    """How many CPU devices a jrl run's final state lies on: the cores ``jrl.train`` or
+    ``anakin.run`` spread its runs over (1: not spread)."""
+    import jax
+
+    return len(jax.tree.leaves(state)[0].sharding.device_set)
+
+
+def cores_note(jrl_rows: Iterable[dict], peers: str) -> str:
+    """The "cores" bullet of a section comparing jrl with peers: ``jrl_rows`` are jrl's
+    measurements (their ``seeds`` and ``cores``, from :func:`spread_cores`); ``peers`` says
+    how the peers run (e.g. "PureJaxRL runs on one device, as its own script runs it")."""
+    spread = sorted({(r["seeds"], r.get("cores", 1)) for r in jrl_rows})
     if not any(c > 1 for _, c in spread):
         return (
             "every program ran on one CPU device (jrl's runs were not spread over the cores: "
             "measured before `jrl train` spread them, or on a one-core machine)."
         )
     per = ", ".join(
-        f"{s} seed{'s' if s > 1 else ''} on {c} core{'s' if c > 1 else ''}"
-        for s, c in sorted(set(spread))
+        f"{s} seed{'s' if s > 1 else ''} on {c} core{'s' if c > 1 else ''}" for s, c in spread
     )
     return (
         "jrl's worker makes one CPU device per core and its runs are spread over them, as "

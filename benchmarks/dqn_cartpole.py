@@ -84,6 +84,7 @@ from common import (
     purejaxrl_available,
     rate,
     run_worker,
+    spread_cores,
     time_to_target,
     write_section,
 )
@@ -176,8 +177,6 @@ def worker_jrl(seeds: int, total_steps: int, num_reports: int, seed: int) -> dic
     import numpy as np
 
     import jrl
-    import jrl.agents
-    import jrl.envs
     from jrl import parallel
 
     parallel.use_cpu_cores()  # as jrl train does: one CPU device per core
@@ -205,15 +204,10 @@ def worker_jrl(seeds: int, total_steps: int, num_reports: int, seed: int) -> dic
     chunks = chunk_values(per_iteration, num_reports)
     reached = first_reach(chunks)
     steps_per_iteration = config.num_envs * config.steps_per_iteration
-    from jrl.run import anakin
-
-    env, env_params = jrl.envs.make("CartPole-v1")
-    algorithm = jrl.agents.get("dqn").build(config, env, env_params).algorithm
-    spread = anakin.spread_mesh(seeds, algorithm)  # the CPU devices jrl.train spread over
     return {
         "library": "jrl",
         "seeds": seeds,
-        "cores": 1 if spread is None else int(spread.devices.size),
+        "cores": spread_cores(res.final_state),
         "steps_per_run": int(res.env_steps[-1]),
         "compile": res.compile_seconds,
         "run": res.run_seconds,
@@ -516,11 +510,7 @@ def section(
         sb3_versions = ""
     skipped = f"\n**Stable-Baselines3 not measured**: {sb3_note}\n" if sb3_note else ""
     cores_txt = cores_note(
-        [
-            (k[1], r.get("cores", 1))
-            for k, r in rows.items()
-            if k[0] == "jrl" and isinstance(r, dict)
-        ],
+        [r for k, r in rows.items() if k[0] == "jrl" and isinstance(r, dict)],
         "PureJaxRL runs on one device, as its own script runs it",
     )
     threads = sb3["torch_threads"] if isinstance(sb3, dict) else None

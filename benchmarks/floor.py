@@ -56,12 +56,12 @@ TARGETS = {"ppo": 1.3, "dqn": 1.5}
 NAMES = ("floor", "jrl", "PureJaxRL")
 
 
-def _mlp(layers, x, activation, hidden_out: bool = False):
+def _mlp(layers, x, activation):
     """``layers``: ``[(w [in, out], b [out])]``; the activation after every layer but
-    the last (and after the last too with ``hidden_out``)."""
+    the last."""
     for i, (w, b) in enumerate(layers):
         x = x @ w + b
-        if i < len(layers) - 1 or hidden_out:
+        if i < len(layers) - 1:
             x = activation(x)
     return x
 

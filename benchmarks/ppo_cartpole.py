@@ -93,6 +93,7 @@ from common import (
     purejaxrl_ppo_returns,
     rate,
     run_worker,
+    spread_cores,
     time_to_target,
     write_section,
 )
@@ -151,8 +152,6 @@ def worker_jrl(seeds: int, total_steps: int, num_reports: int, seed: int) -> dic
     env, env_params = jrl.envs.make("CartPole-v1")
     built = jrl.agents.get("ppo").build(config, env, env_params)
     keys = jax.random.split(jax.random.key(seed), seeds)
-    # the CPU devices anakin.run spreads the runs over (None: one run, or runs not divisible)
-    spread = anakin.spread_mesh(seeds, built.algorithm)
 
     t0, c0 = time.perf_counter(), time.process_time()
     states = jax.block_until_ready(
@@ -187,7 +186,7 @@ def worker_jrl(seeds: int, total_steps: int, num_reports: int, seed: int) -> dic
     return {
         "library": "jrl",
         "seeds": seeds,
-        "cores": 1 if spread is None else int(spread.devices.size),
+        "cores": spread_cores(res.final_state),
         "num_iterations": config.num_iterations,
         "steps_per_run": res.env_steps_per_run,
         "compile": res.compile_seconds,
@@ -654,11 +653,7 @@ def section(rows, tables, repeats, total_steps, rejax_note) -> str:
     if unfinished:
         repeats_txt += " (" + "; ".join(unfinished) + ")"
     cores_txt = cores_note(
-        [
-            (k[1], r.get("cores", 1))
-            for k, r in rows.items()
-            if k[0] == "jrl" and isinstance(r, dict)
-        ],
+        [r for k, r in rows.items() if k[0] == "jrl" and isinstance(r, dict)],
         "PureJaxRL and rejax run on one device, as their own scripts run them",
     )
     return f"""{HEADING}

@@ -46,6 +46,7 @@ from common import (
     publish,
     rate,
     run_worker,
+    spread_cores,
     time_to_target,
 )
 
@@ -100,13 +101,10 @@ def worker_jrl(seeds: int, chunks: int) -> dict:
     import numpy as np
 
     import jrl
-    import jrl.agents
-    import jrl.envs
     from jrl import parallel
-    from jrl.run import anakin
 
     parallel.use_cpu_cores()  # as jrl train does: one CPU device per core
-    config = check_config("sac", "Pendulum-v1", CONFIG, "this benchmark's CONFIG")
+    check_config("sac", "Pendulum-v1", CONFIG, "this benchmark's CONFIG")
     res = jrl.train(
         "sac", "Pendulum-v1", seeds=seeds, progress=False, compile_cache=False, **CONFIG
     )
@@ -116,13 +114,10 @@ def worker_jrl(seeds: int, chunks: int) -> dict:
         per_step = nan_to_none(np.nanmean(ret, axis=0))
     parts = chunk_values(per_step, chunks)
     reached = first_reach(parts, TARGET)
-    env, env_params = jrl.envs.make("Pendulum-v1")
-    algorithm = jrl.agents.get("sac").build(config, env, env_params).algorithm
-    spread = anakin.spread_mesh(seeds, algorithm)  # the CPU devices jrl.train spread over
     return {
         "library": "jrl",
         "seeds": seeds,
-        "cores": 1 if spread is None else int(spread.devices.size),
+        "cores": spread_cores(res.final_state),
         "compile": res.compile_seconds,
         "run": res.run_seconds,
         "steps_per_second": res.steps_per_second,
@@ -215,7 +210,9 @@ def reading(rows: list[dict]) -> str:
         return "SBX or jrl did not run: no ratios."
     macs = update_macs()
     flop = 2 * macs["total"] * CONFIG["batch_size"]  # per update
-    per = CONFIG["updates_per_iteration"] / CONFIG["steps_per_iteration"]  # updates per step
+    per = CONFIG["updates_per_iteration"] / (  # updates per env step
+        CONFIG["steps_per_iteration"] * CONFIG["num_envs"]
+    )
     lines = []
     for r in jrl_rows:
         cores = r.get("cores", 1)
@@ -295,7 +292,7 @@ def main(argv=None) -> None:
             if "version" in r:
                 versions.append(f"{r['library']} {r['version']}")
     cores_txt = "Cores: " + cores_note(
-        [(r["seeds"], r.get("cores", 1)) for r in rows if r["library"] == "jrl"],
+        [r for r in rows if r["library"] == "jrl"],
         "SBX and SB3 train one seed at a time, as their APIs do",
     )
     text = f"""{HEADING}
