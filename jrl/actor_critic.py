@@ -1,7 +1,7 @@
 """The on-policy actor-critic agent that PPO, A2C and REINFORCE-style agents share.
 
-Common to all of them: acting (sample an action, keep its log-prob and the
-critic's value), the update (``num_epochs`` passes over the rollout in
+Common to all of them: acting (sample an action, keep its log-prob), the
+critic's values on the rollout, the update (``num_epochs`` passes over the rollout in
 ``num_minibatches`` env-stratified minibatches, optional advantage
 normalisation, gradient clipping, an optionally annealed learning rate) and
 the config fields they share (:class:`ActorCriticConfig`). What an agent
@@ -17,6 +17,18 @@ brings:
   learns (V-trace) asks for ``learner_outputs``: ``learn`` then also gives it the current
   parameters' log-probs of the actions taken and values on the rollout (see
   :data:`AdvantageFn`).
+
+The critic's values are not computed while acting: ``learn`` evaluates the critic on the
+whole rollout, ``[T, N]`` observations in one batched pass, with the parameters it starts
+from, and puts them in the rollout's ``extras["value"]`` (as it does for the bootstrap values
+on ``next_observation``). On-policy, those are the parameters that acted, so the values are
+the ones acting would have kept (up to rounding: a batched pass may round differently).
+Acting then runs the actor alone, and the critic's ``T`` small passes on ``[N]`` become one
+large one, which is faster wherever the rollout's steps are latency-bound (one seed on a
+CPU). With actors that lag the learner (the Sebulba runner's ``max_staleness > 0``) the
+advantages and PPO's value clip use the learner's critic, the freshest estimate, while the
+behaviour's log-probs still come from ``act``. A recurrent agent (below) keeps the values it
+computed while acting: its critic shares the torso and the core that acting runs anyway.
 
 With ``config.recurrent`` ('lstm' or 'gru') the network is a
 :class:`jrl.networks.RecurrentActorCritic` and the agent has memory
@@ -95,7 +107,7 @@ class Minibatch:
     observation: PyTree  # [M, *obs_shape]
     action: jax.Array  # [M, *act_shape]
     old_log_prob: jax.Array  # [M] log-prob under the behaviour policy
-    old_value: jax.Array  # [M] critic value at acting time
+    old_value: jax.Array  # [M] critic value with the parameters the update started from
     advantage: jax.Array  # [M] (normalised if requested) advantage
     target: jax.Array  # [M] value target
 
@@ -115,12 +127,14 @@ network's distribution and values ``[M]`` on the minibatch are given."""
 
 AdvantageFn = Callable[[Transition, jax.Array, Any], tuple[jax.Array, jax.Array]]
 """``advantages(rollout, bootstrap_values, hparams) -> (advantages, value_targets)``, all
-``[T, N]``: ``rollout`` is the time-major ``Transition`` (``extras["value"]``,
-``extras["log_prob"]``: the behaviour policy's, recorded when it acted) and
-``bootstrap_values`` the critic on its ``next_observation`` with the learner's current
-parameters. With ``make_actor_critic(..., learner_outputs=True)`` the rollout's extras also
-hold ``LEARNER_LOG_PROB`` and ``LEARNER_VALUE`` (``[T, N]``): the log-prob of each action
-taken and the critic's value of each observation, with the current parameters."""
+``[T, N]``: ``rollout`` is the time-major ``Transition`` (``extras["log_prob"]``: the
+behaviour policy's, recorded when it acted; ``extras["value"]``: the critic on its
+observations, evaluated by ``learn`` with its current parameters, or kept by ``act`` for a
+recurrent network) and ``bootstrap_values`` the critic on its ``next_observation`` with the
+learner's current parameters. With ``make_actor_critic(..., learner_outputs=True)`` the
+rollout's extras also hold ``LEARNER_LOG_PROB`` and ``LEARNER_VALUE`` (``[T, N]``): the
+log-prob of each action taken and the critic's value of each observation, with the current
+parameters."""
 
 LEARNER_LOG_PROB = "learner_log_prob"
 """The rollout extra (with ``learner_outputs``) holding the current policy's log-probs of the
@@ -243,10 +257,11 @@ def make_actor_critic(
         return ActorCriticState(params, tx.init(params), hparams, jnp.zeros((), jnp.int32))
 
     def act(state: ActorCriticState, obs, key: PRNGKey):
-        """``obs [N, ...] -> action [N, ...]``; one key per env (see jrl.parallel.local_keys)."""
-        dist, value = network.apply(state.params, obs)  # one batched forward pass
+        """``obs [N, ...] -> action [N, ...]`` and ``{"log_prob": [N]}``; one key per env (see
+        jrl.parallel.local_keys). The policy only: ``learn`` evaluates the critic."""
+        dist = network.apply(state.params, obs, method=network.policy)
         action, log_prob = _sample(dist, key, obs)
-        return action, {"log_prob": log_prob, "value": value}
+        return action, {"log_prob": log_prob}
 
     def policy(params, obs, key: PRNGKey):
         del key
@@ -260,11 +275,15 @@ def make_actor_critic(
 
     def learn(state: ActorCriticState, batch: Transition, key: PRNGKey) -> Learned:
         hp = state.hparams
+        # the critic on the whole rollout, one batched pass each (see the module docstring)
         bootstrap = network.apply(state.params, batch.next_observation, method=network.value)
-        rollout = batch
         if learner_outputs:
-            rollout = _with_learner_outputs(batch, *network.apply(state.params, batch.observation))
-        adv, target = advantages(rollout, bootstrap, hp)
+            dist, values = network.apply(state.params, batch.observation)
+            batch = _with_learner_outputs(batch, dist, values)
+        else:
+            values = network.apply(state.params, batch.observation, method=network.value)
+        batch = batch.replace(extras={**batch.extras, "value": values})
+        adv, target = advantages(batch, bootstrap, hp)
         ex = batch.extras
         data = Minibatch(batch.observation, batch.action, ex["log_prob"], ex["value"], adv, target)
         lr = scheduled_lr(hp.learning_rate, state.num_updates, total_updates, config.anneal_lr)

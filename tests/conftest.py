@@ -68,7 +68,9 @@ class LearnReference:
     @staticmethod
     def rollout(key, t=8, n=2, obs_dim=4, num_actions=2):
         """A CartPole-shaped rollout ``[T, N]`` with episode ends of both kinds, and behaviour
-        log-probs and values unlike the current network's (so ratios and clipping matter)."""
+        log-probs unlike the current network's (so ratios and clipping matter). Its "value"
+        extras are unlike the network's too: a feed-forward actor-critic's ``learn`` evaluates
+        the critic itself and must ignore them."""
         import jax
         import jax.numpy as jnp
 

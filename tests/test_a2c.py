@@ -67,10 +67,13 @@ def test_learn_matches_a_numpy_reference(learn_reference):
     batch = learn_reference.rollout(jax.random.key(1))
     net = built.network
     boot = np.asarray(net.apply(state.params, batch.next_observation, method=net.value))
+    # learn evaluates the critic on the observations itself: the rollout's own "value"
+    # extras (unlike the network's) must not be used
+    values = np.asarray(net.apply(state.params, batch.observation, method=net.value))
     f64 = lambda x: np.asarray(x, np.float64)  # noqa: E731
     adv, target = learn_reference.gae(
         f64(batch.reward),
-        f64(batch.extras["value"]),
+        f64(values),
         boot,
         f64(batch.terminated),
         f64(batch.truncated),

@@ -166,7 +166,7 @@ def test_acting_honours_every_agents_mask(agent):
     assert mask.shape == (16, 2, 3)
     for k in range(20):
         action, info = built.agent.act(state.agent_state, obs, jax.random.key(k))
-        assert action.shape == (16, 2) and info["value"].shape == (16, 2)
+        assert action.shape == (16, 2) and info["log_prob"].shape == (16, 2)
         assert np.take_along_axis(mask, np.asarray(action)[..., None], -1).all()
     greedy = built.agent.policy(state.agent_state.params, obs, None)
     assert np.take_along_axis(mask, np.asarray(greedy)[..., None], -1).all()

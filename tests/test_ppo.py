@@ -135,7 +135,9 @@ def test_learn_matches_a_numpy_reference(clip_value, learn_reference):
     net = built.network
 
     boot = np.asarray(net.apply(state.params, batch.next_observation, method=net.value))
-    old_value = np.asarray(batch.extras["value"], np.float64)
+    # learn evaluates the critic on the observations itself (the rollout's own "value" extras,
+    # unlike the network's, must not be used): the old values are the critic's before the step
+    old_value = np.asarray(net.apply(state.params, batch.observation, method=net.value), np.float64)
     adv, target = learn_reference.gae(
         np.asarray(batch.reward, np.float64),
         old_value,
@@ -183,3 +185,34 @@ def test_learn_matches_a_numpy_reference(clip_value, learn_reference):
     assert int(learned.agent_state.num_updates) == 1
     step = learn_reference.adam_first_step(grads, lr, 0.5)
     learn_reference.assert_step(learned.agent_state.params, state.params, step)
+
+
+def test_value_clip_acts_from_the_second_gradient_step(learn_reference):
+    """The old values are the critic's with the parameters ``learn`` starts from, so the
+    value clip cannot bind on the first gradient step (the values are the old ones there) and
+    does from the second on, once a large step has moved them past ``clip_eps``."""
+
+    def learned(clip_value, num_epochs):
+        cfg = ppo.PPOConfig(
+            total_steps=16 * 10,
+            num_envs=2,
+            num_steps=8,
+            num_epochs=num_epochs,
+            num_minibatches=1,
+            learning_rate=0.05,
+            clip_eps=0.01,
+            clip_value=clip_value,
+        )
+        env, params = jrl.envs.make("CartPole-v1")
+        built = ppo.build(cfg, env, params)
+        state = built.agent.init(jax.random.key(0), built.spec)
+        batch = learn_reference.rollout(jax.random.key(1))
+        return built.agent.learn(state, batch, jax.random.key(2)).agent_state.params
+
+    def gap(a, b):
+        return max(jax.tree.leaves(jax.tree.map(lambda x, y: float(jnp.abs(x - y).max()), a, b)))
+
+    # one step: equal but for rounding (the minibatch's values and the old ones come from
+    # passes of different shapes); two: the clip changes the second step's value gradient
+    assert gap(learned(True, 1), learned(False, 1)) < 1e-6
+    assert gap(learned(True, 2), learned(False, 2)) > 1e-3

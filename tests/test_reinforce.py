@@ -83,7 +83,10 @@ def test_learn_matches_a_numpy_reference(learn_reference):
     g = learn_reference.monte_carlo(
         f64(batch.reward), boot, f64(batch.terminated), f64(batch.truncated), gamma
     )
-    adv = learn_reference.normalize(g - f64(batch.extras["value"]))
+    # the baseline is the critic on the observations, evaluated by learn (not the rollout's
+    # own "value" extras, which are unlike the network's)
+    baseline = np.asarray(net.apply(state.params, batch.observation, method=net.value))
+    adv = learn_reference.normalize(g - f64(baseline))
     a, g32 = (jnp.asarray(x.reshape(-1), jnp.float32) for x in (adv, g))
     obs, action = batch.observation.reshape(-1, 4), np.asarray(batch.action).reshape(-1)
 
