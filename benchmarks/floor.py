@@ -7,8 +7,11 @@ for each agent: the same networks doing the same passes as the agent's real prog
 at ``ppo_cartpole.CONFIG`` / ``dqn_cartpole.CONFIG``, and nothing else.
 
 - **PPO floor**, per iteration:
-  - ``num_steps`` sequential actor and critic forward passes on ``[num_envs, obs]``
-    (acting);
+  - ``num_steps`` sequential actor forward passes on ``[num_envs, obs]`` (acting);
+  - one critic forward pass on the rollout's ``[num_steps * num_envs, obs]`` observations
+    and the ``[num_envs, obs]`` last ones (the values and the bootstrap: an actor-critic
+    need not evaluate its critic while acting, and jrl's does not, see
+    ``jrl.actor_critic``);
   - ``num_epochs x num_minibatches`` forward and backward passes of both networks on
     minibatches of the rollout;
   - gradient clipping and Adam.
@@ -22,7 +25,8 @@ at ``ppo_cartpole.CONFIG`` / ``dqn_cartpole.CONFIG``, and nothing else.
 
 The floors leave out everything else: no environment, no random numbers, no replay
 buffer, no GAE, no losses beyond a mean square. Every program drawing the same
-actions through the same networks must do at least this work. Each floor is compiled
+actions through the same networks must do at least this work (PureJaxRL's PPO does more:
+it runs the critic at every acting step). Each floor is compiled
 with the runner's options (``anakin.compiler_options()``) and carries a data
 dependency from step to step, so XLA can neither hoist nor drop the passes.
 
@@ -109,12 +113,15 @@ def ppo_floor(config: dict, obs_dim: int, num_actions: int, total_steps: int):
         def iteration(carry, _):
             params, opt_state, obs = carry
 
-            def act_step(o, _):  # [n, obs]: both networks, as an actor-critic acts
-                logits, value = _mlp(params["pi"], o, act), _mlp(params["v"], o, act)
-                return o + 1e-3 * jnp.tanh(logits[:, :1] + value), o
+            def act_step(o, _):  # [n, obs]: the actor only
+                logits = _mlp(params["pi"], o, act)
+                return o + 1e-3 * jnp.tanh(logits[:, :1]), o
 
             obs, rollout = jax.lax.scan(act_step, obs, None, length=t)  # [t, n, obs]
-            data = rollout.reshape(mbs, n * t // mbs, obs_dim)
+            seen = jnp.concatenate([rollout.reshape(t * n, obs_dim), obs])  # [(t + 1) n, obs]
+            values = _mlp(params["v"], seen, act)  # one batched pass: values and bootstrap
+            data = rollout.reshape(t * n, obs_dim) + 1e-6 * values[: t * n]  # keeps the pass
+            data = data.reshape(mbs, n * t // mbs, obs_dim)
 
             def sgd_step(c, x):  # x [n * t / mbs, obs]
                 p, s = c
@@ -316,11 +323,13 @@ def section(results: list[dict], command: str) -> str:
         f"""{HEADING}
 
 One seed, one device: jrl's and PureJaxRL's whole programs (as in the paired section)
-next to a *floor* program per agent (`benchmarks/floor.py`). The floor is the same
-networks doing the same passes as the agent's program, and nothing else:
+next to a *floor* program per agent (`benchmarks/floor.py`). The floor is the least
+work of the agent's networks, and nothing else:
 
-- PPO: the acting forward passes of the actor and the critic for every env step, the
-  minibatch forward and backward passes of every epoch, gradient clipping and Adam;
+- PPO: the actor's acting forward pass for every env step, one batched critic pass per
+  iteration over the rollout's observations and the last ones (the values and the
+  bootstrap; an actor-critic need not run its critic while acting, and jrl's does not),
+  the minibatch forward and backward passes of every epoch, gradient clipping and Adam;
 - DQN: the acting forward pass per iteration, then, after the warm-up, the online
   network's forward and backward pass, the target network's forward pass and Adam, and
   the periodic target copy.
