@@ -56,28 +56,12 @@ def old_make_actor_critic(base: str):
 
 
 def program(agent: str, steps: int):
-    """``train(keys [R]) -> final params``: jrl's whole run (init and one chunk), as
-    ``paired.jrl_program`` builds it, for ``agent`` on CartPole-v1."""
-    import jrl.agents
-    import jrl.envs
-    from jrl.experiment import make_config
-    from jrl.run import anakin
+    """``train(keys [R]) -> final params``: jrl's whole run (init and one chunk) for ``agent``
+    on CartPole-v1, as ``paired.jrl_program`` builds it."""
+    from paired import jrl_program
 
-    if agent == "ppo":
-        from paired import jrl_program
-
-        train = jrl_program("ppo", steps)[0]
-        return lambda keys: train(keys)[0]
-    config = make_config(agent, "CartPole-v1", total_steps=steps)
-    env, env_params = jrl.envs.make("CartPole-v1")
-    algorithm = jrl.agents.get(agent).build(config, env, env_params).algorithm
-
-    def train(keys):
-        cores = anakin.spread_mesh(keys.shape[0], algorithm)
-        chunk = anakin.make_chunk(algorithm, config.num_iterations, spread=cores)
-        return chunk(anakin.make_init(algorithm, cores)(keys))[0].agent_state.params
-
-    return train
+    train = jrl_program(agent, steps)[0]
+    return lambda keys: train(keys)[0]
 
 
 def measure(agent: str, seeds: int, steps: int, rounds: int, base: str) -> str:

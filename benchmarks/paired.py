@@ -106,20 +106,23 @@ def watchdog(seconds: float, what: str):
 
 
 def jrl_program(agent: str, total_steps: int):
-    """jrl's whole training program for ``keys [R]`` with the benchmark's ``CONFIG`` for
-    ``agent``: ``(train, steps_per_run, returns)``, ``returns(out)`` giving the
-    ``[R, iterations]`` training-return history."""
+    """jrl's whole training program on CartPole-v1 for ``keys [R]``, with the benchmark's
+    ``CONFIG`` for PPO and DQN (PureJaxRL's configurations) and the agent's own defaults for
+    any other ``agent``: ``(train, steps_per_run, returns)``, ``train(keys)`` giving the final
+    parameters and the training returns, ``returns(out)`` the ``[R, iterations]``
+    training-return history."""
     import jrl.agents
     import jrl.envs
 
     from jrl.experiment import make_config
     from jrl.run import anakin
 
+    overrides = {}
     if agent == "ppo":
-        from ppo_cartpole import CONFIG
-    else:
-        from dqn_cartpole import CONFIG
-    config = make_config(agent, "CartPole-v1", **{**CONFIG, "total_steps": total_steps})
+        from ppo_cartpole import CONFIG as overrides
+    elif agent == "dqn":
+        from dqn_cartpole import CONFIG as overrides
+    config = make_config(agent, "CartPole-v1", **{**overrides, "total_steps": total_steps})
     env, env_params = jrl.envs.make("CartPole-v1")
     algorithm = jrl.agents.get(agent).build(config, env, env_params).algorithm
 
