@@ -54,12 +54,13 @@ from jrl.config import (
     MINATAR_NETWORK,
     Check,
     EpsilonGreedyConfig,
+    Range,
     ReplayConfig,
     presets_for,
 )
 from jrl.distributions import epsilon_greedy, masked_argmax
 from jrl.learner import apply_gradients, epsilon_schedule, scheduled_lr
-from jrl.loops import ReplaySchedule, off_policy
+from jrl.loops import Algorithm, ReplaySchedule, off_policy
 from jrl.optim import grad_norm_metric, linear_schedule, make_optimizer
 from jrl.types import PyTree, split_action_mask
 
@@ -71,6 +72,7 @@ __all__ = [
     "Head",
     "QRDQNConfig",
     "RainbowConfig",
+    "acting_epsilon",
     "build",
     "categorical_head",
     "greedy_next_actions",
@@ -86,6 +88,7 @@ __all__ = [
     "sequence_q_targets",
     "td_loss",
     "update_target",
+    "with_acting_epsilon",
 ]
 
 
@@ -253,6 +256,28 @@ def td_loss(apply: Callable, head: Head, double_q: bool = True) -> Callable:
     return loss_fn
 
 
+def acting_epsilon(config: DQNConfig) -> Callable[[DQNState], jax.Array]:
+    """``epsilon(agent_state)``: the exploration rate the agent acts with, ``epsilon_start``
+    until the first update (the warm-up of ``learning_starts`` env steps), then decaying
+    linearly to ``epsilon_end`` over the first ``exploration_fraction`` of the run's updates."""
+    total_updates = max(config.num_updates, 1)
+    return lambda state: epsilon_schedule(state.hparams, state.num_updates, total_updates)
+
+
+def with_acting_epsilon(algorithm: Algorithm, config: DQNConfig) -> Algorithm:
+    """``algorithm`` whose ``train/epsilon`` metric is the exploration rate every iteration
+    acted with (:func:`acting_epsilon` before the iteration's updates), warm-up included,
+    where no update runs and the updates' metrics are zero. Only the metric changes."""
+    epsilon = acting_epsilon(config)
+
+    def step(state):
+        acted_with = epsilon(state.agent_state)
+        state, metrics = algorithm.step(state)
+        return state, {**metrics, "train/epsilon": acted_with}
+
+    return algorithm._replace(step=step)
+
+
 def make_dqn(network: networks.QNetwork, config: DQNConfig, head: Head | None = None) -> Agent:
     """The DQN-family agent: ``learn`` takes a :class:`jrl.buffers.Sample` of ``NStepTransition``s
     and returns the new priorities in :attr:`jrl.agent.Learned.priorities`.
@@ -277,8 +302,7 @@ def make_dqn(network: networks.QNetwork, config: DQNConfig, head: Head | None = 
         params = network.init(key, networks.example_observation(obs_space))
         return DQNState(params, params, tx.init(params), hparams, jnp.zeros((), jnp.int32))
 
-    def epsilon(state: DQNState):
-        return epsilon_schedule(state.hparams, state.num_updates, total_updates)
+    epsilon = acting_epsilon(config)
 
     def act(state: DQNState, obs, key):
         """Epsilon-greedy on ``[N]`` observations, an independent draw per env."""
@@ -437,8 +461,7 @@ def _recurrent_dqn(network: networks.RecurrentQNetwork, config: DQNConfig, head:
         params = network.init(key, initial(1), obs)
         return DQNState(params, params, tx.init(params), hparams, jnp.zeros((), jnp.int32))
 
-    def epsilon(state: DQNState):
-        return epsilon_schedule(state.hparams, state.num_updates, total_updates)
+    epsilon = acting_epsilon(config)
 
     def act(state: DQNState, core_state, obs, key):
         """Epsilon-greedy on ``[N]`` observations from ``core_state`` (``[N, core_size]`` per
@@ -529,6 +552,7 @@ class DQNConfig(EpsilonGreedyConfig, ReplayConfig):
 
     HPARAMS: ClassVar[type] = DQNHParams
     ACTION_SPACES: ClassVar[tuple[type, ...]] = (spaces.Discrete,)
+    RANGES: ClassVar[dict[str, Range]] = {"tau": Range(0.0, 1.0, low_open=True)}
     PRESETS: ClassVar[dict[str, dict]] = {
         "CartPole-v1": CLASSIC_CONTROL,
         "Acrobot-v1": CLASSIC_CONTROL,
@@ -604,7 +628,6 @@ class DQNConfig(EpsilonGreedyConfig, ReplayConfig):
             *super().checks(),
             *self._recurrent_checks(),
             (self.n_step > 0, f"n_step must be positive, got {self.n_step}"),
-            (0.0 < self.tau <= 1.0, f"tau must lie in (0, 1], got {self.tau}"),
             (
                 self.target_update_interval > 0,
                 f"target_update_interval must be positive, got {self.target_update_interval}",
@@ -767,6 +790,7 @@ def build(config: DQNConfig, env, env_params, num_devices: int = 1) -> Built:
     algorithm = off_policy(
         agent, env, buffer, schedule, beta=beta, env_params=env_params, num_devices=num_devices
     )
+    algorithm = with_acting_epsilon(algorithm, config)
     return Built(algorithm, agent, env, env_params, spec, network)
 
 

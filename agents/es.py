@@ -20,7 +20,7 @@ import dataclasses
 from typing import ClassVar
 
 from jrl.builders import Built
-from jrl.config import LearningRate
+from jrl.config import Check, LearningRate
 from jrl.evolution import ESConfig
 from jrl.population import build_population
 
@@ -51,6 +51,17 @@ class OpenAIESConfig(ESConfig):
 
     antithetic: bool = True
     """Mirrored sampling: members come in pairs mean +- sigma * eps."""
+
+    def checks(self) -> list[Check]:
+        """The base checks, and an even population_size: evosax's OpenAI-ES asserts one
+        (mirrored pairs of members), with or without antithetic sampling."""
+        return super().checks() + [
+            (
+                self.population_size % 2 == 0,
+                f"openai_es needs an even population_size (evosax's OpenAI-ES samples members "
+                f"in mirrored pairs), got {self.population_size}",
+            )
+        ]
 
 
 @dataclasses.dataclass(frozen=True)

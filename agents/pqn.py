@@ -53,9 +53,11 @@ from jrl.builders import Built, training_env
 from jrl.config import (
     MINATAR_ENVS,
     MINATAR_NETWORK,
+    UNIT_INTERVAL,
     Check,
     EpsilonGreedyConfig,
     LearningRate,
+    Range,
     RolloutConfig,
     presets_for,
 )
@@ -125,6 +127,7 @@ class PQNConfig(EpsilonGreedyConfig, RolloutConfig):
         **presets_for(MINATAR_ENVS, MINATAR),
     }
     OPTIMIZERS: ClassVar[tuple[str, ...]] = ("radam", "adam")
+    RANGES: ClassVar[dict[str, Range]] = {"q_lambda": UNIT_INTERVAL}
 
     total_steps: int = 200_000
     num_envs: int = 16
@@ -144,7 +147,6 @@ class PQNConfig(EpsilonGreedyConfig, RolloutConfig):
 
     def checks(self) -> list[Check]:
         return super().checks() + [
-            (0.0 <= self.q_lambda <= 1.0, f"q_lambda must lie in [0, 1], got {self.q_lambda}"),
             (self.reward_scale > 0, f"reward_scale must be positive, got {self.reward_scale}"),
         ]
 

@@ -191,7 +191,8 @@ class HostEnvironment(Environment):
 
     def make_batch(self, num_envs: int, seed: int, batch_size: int | None = None) -> HostBatch:
         """``num_envs`` envs seeded from ``seed`` (env i of the batch gets ``seed + i``); a
-        ``batch_size`` below ``num_envs`` asks for pull mode."""
+        ``batch_size`` (1 to ``num_envs``: the envs each ``recv`` returns) asks for pull mode,
+        None for push mode."""
         raise NotImplementedError
 
 
@@ -214,7 +215,13 @@ class GymnasiumEnvironment(HostEnvironment):
     def __init__(self, name: str, **kwargs: Any):
         gymnasium = _gymnasium()
         self.name, self.kwargs = name, dict(kwargs)
-        probe = gymnasium.make(name, **self.kwargs)
+        try:
+            probe = gymnasium.make(name, **self.kwargs)
+        except gymnasium.error.DependencyNotInstalled as e:  # e.g. Box2D for CarRacing-v3
+            first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+            raise ImportError(
+                f"{GYMNASIUM_PREFIX}{name} needs a package that is not installed: {first}"
+            ) from e
         try:
             obs, act = probe.observation_space, probe.action_space
             self.max_episode_steps = probe.spec.max_episode_steps if probe.spec else None
@@ -225,10 +232,10 @@ class GymnasiumEnvironment(HostEnvironment):
         )
 
     def make_batch(self, num_envs: int, seed: int, batch_size: int | None = None) -> HostBatch:
-        if batch_size is not None and batch_size != num_envs:
+        if batch_size is not None:
             raise HostEnvError(
-                f"{self.id}: pull mode (a batch size below the number of envs) needs EnvPool "
-                "envs (envpool:<id>); Gymnasium envs step in push mode"
+                f"{self.id}: pull mode (a batch size) needs EnvPool envs (envpool:<id>); "
+                "Gymnasium envs step in push mode"
             )
         return GymnasiumBatch(self, num_envs, seed)
 
@@ -373,15 +380,16 @@ class EnvPoolEnvironment(HostEnvironment):
 
 
 class EnvPoolBatch(HostBatch):
-    """An EnvPool pool: push mode resets ended envs in the same step (EnvPool's partial reset),
-    pull mode passes EnvPool's next-step resets on as ``first`` rows."""
+    """An EnvPool pool: push mode (no ``batch_size``) resets ended envs in the same step
+    (EnvPool's partial reset), pull mode (a ``batch_size``, up to ``num_envs``) passes
+    EnvPool's next-step resets on as ``first`` rows."""
 
     def __init__(self, env: EnvPoolEnvironment, num_envs: int, seed: int, batch_size: int | None):
         super().__init__(num_envs)
         b = self.num_envs if batch_size is None else int(batch_size)
         if not 1 <= b <= self.num_envs:
             raise ValueError(f"batch_size must be in [1, {self.num_envs}], got {b}")
-        self.batch_size, self.pull = b, b < self.num_envs
+        self.batch_size, self.pull = b, batch_size is not None
         self.pool = _envpool().make(
             env.name,
             env_type="gymnasium",

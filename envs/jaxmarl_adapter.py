@@ -190,7 +190,9 @@ class JaxMARLEnv(MultiAgentEnvironment):
         for i in range(pos.shape[0]):  # landmarks first, then agents on top
             e = (i + env.num_agents) % pos.shape[0]
             cx, cy = (pos[e, 0] + half) * scale, (pos[e, 1] + half) * scale
-            disc = R.sd_circle(px, py, cx, cy, float(env.rad[e]) * scale)
-            colour = tuple(int(c) for c in env.colour[e])
+            # the radii and colours are the env's constants: read on the host, as numbers
+            # (indexing the jax arrays would stage an op, and float() of it fails under jit)
+            disc = R.sd_circle(px, py, cx, cy, float(np.asarray(env.rad)[e]) * scale)
+            colour = tuple(int(c) for c in np.asarray(env.colour)[e])
             canvas = R.paint(canvas, disc, colour)
         return R.to_uint8(canvas)

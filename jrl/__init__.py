@@ -28,8 +28,9 @@ __all__ = [
 
 
 SUBMODULES = ("agents", "envs", "experiment", "evaluation", "export", "render", "run", "wrappers")
-"""Submodules reachable as attributes of ``jrl`` without importing them first
-(``import jrl; jrl.experiment.evaluate_run(...)``)."""
+"""Submodules named in the docs; every submodule of ``jrl`` is reachable as an attribute
+without importing it first (``import jrl; jrl.experiment.evaluate_run(...)``,
+``jrl.networks``, ``jrl.distributed``)."""
 
 
 def __getattr__(name: str):
@@ -41,8 +42,12 @@ def __getattr__(name: str):
         from jrl.export import load_policy
 
         return load_policy
-    if name in SUBMODULES:
-        import importlib
+    import importlib
+    import importlib.util
 
+    # every submodule (jrl.networks, jrl.distributed, ...) is reachable as an attribute
+    if name in SUBMODULES or (
+        not name.startswith("_") and importlib.util.find_spec(f"jrl.{name}") is not None
+    ):
         return importlib.import_module(f"jrl.{name}")
     raise AttributeError(f"module 'jrl' has no attribute {name!r}")

@@ -50,7 +50,7 @@ from flax import struct
 
 from jrl import buffers, networks, parallel, returns, spaces
 from jrl.agent import Agent, EnvSpec, Learned, Recurrent
-from jrl.config import Check, RolloutConfig
+from jrl.config import UNIT_INTERVAL, Check, Range, RolloutConfig
 from jrl.learner import apply_gradients, minibatch_epochs, scheduled_lr
 from jrl.losses import normalize
 from jrl.optim import grad_norm_metric, make_optimizer
@@ -215,6 +215,7 @@ class GAEConfig(ActorCriticConfig):
     """Actor-critic settings with GAE advantages and an entropy bonus (PPO, A2C)."""
 
     HPARAMS: ClassVar[type] = GAEHParams
+    RANGES: ClassVar[dict[str, Range]] = {"gae_lambda": UNIT_INTERVAL}
 
     gae_lambda: float = 0.95
     """GAE lambda in [0, 1]; 1.0 gives n-step returns over the rollout (sweepable)."""
@@ -223,10 +224,6 @@ class GAEConfig(ActorCriticConfig):
 
     def checks(self) -> list[Check]:
         return super().checks() + [
-            (
-                0.0 <= self.gae_lambda <= 1.0,
-                f"gae_lambda must lie in [0, 1], got {self.gae_lambda}",
-            ),
             (self.ent_coef >= 0, f"ent_coef must be >= 0, got {self.ent_coef}"),
         ]
 

@@ -39,6 +39,7 @@ import contextlib
 import hashlib
 import json
 import logging
+import math
 import os
 import sys
 import tempfile
@@ -50,6 +51,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from jrl import __version__, files
+from jrl.bounds import seconds_from_env
 from jrl.types import PyTree, is_key
 
 __all__ = [
@@ -57,6 +59,8 @@ __all__ = [
     "CheckpointError",
     "Checkpoint",
     "Checkpointer",
+    "check_writable",
+    "save_timeout",
     "steps",
     "load",
     "leaf_specs",
@@ -271,6 +275,27 @@ def _quiet_orbax():
     logging.getLogger("absl").setLevel(logging.WARNING)
 
 
+SAVE_TIMEOUT_ENV = "JRL_CHECKPOINT_TIMEOUT"
+"""Environment variable: seconds a checkpoint's save may take before it counts as failed
+(default :data:`SAVE_TIMEOUT`)."""
+SAVE_TIMEOUT = 600
+"""Default bound, in seconds, on one checkpoint save (orbax's waits for its writer threads)."""
+
+
+def save_timeout() -> int:
+    """Whole seconds one save may take: ``$JRL_CHECKPOINT_TIMEOUT``, else :data:`SAVE_TIMEOUT`."""
+    return max(1, math.ceil(seconds_from_env(SAVE_TIMEOUT_ENV, SAVE_TIMEOUT)))
+
+
+def check_writable(directory: Path) -> None:
+    """Raises ``OSError`` (e.g. ``PermissionError``) when no file can be created in
+    ``directory``: a folder that exists but refuses writes (permissions, ``chattr +i``, a
+    read-only mount) is found before a run trains, not at its first checkpoint."""
+    fd, probe = tempfile.mkstemp(prefix=".jrl-write-probe-", dir=directory)
+    os.close(fd)
+    os.unlink(probe)
+
+
 class Checkpointer:
     """Writes checkpoints of one run into ``run_dir/checkpoints``, keeping the last ``keep``."""
 
@@ -278,7 +303,8 @@ class Checkpointer:
         if int(keep) < 1:
             raise ValueError(f"keep must be >= 1, got {keep}")
         self.directory = Path(run_dir).absolute() / CHECKPOINT_DIR
-        self.directory.mkdir(parents=True, exist_ok=True)  # an unwritable folder fails now
+        self.directory.mkdir(parents=True, exist_ok=True)
+        check_writable(self.directory)  # an unwritable folder fails now, before any training
         self._keep = int(keep)
         self._manager_ = None
 
@@ -298,9 +324,17 @@ class Checkpointer:
                 (np.ndarray, ocp.type_handlers.NumpyHandler(deepcopy_host_arrays=False)),
                 (jax.Array, ocp.type_handlers.ArrayHandler()),  # unused; orbax warns without one
             )
+            # the step's folders are made synchronously: made by orbax's threads, a failure
+            # there (an unwritable folder) left threads waiting for signals that never came,
+            # and the process could not exit; every wait of a save is bounded by save_timeout()
+            asynchronous = ocp.AsyncOptions(
+                timeout_secs=save_timeout(), create_directories_asynchronously=False
+            )
             self._manager_ = ocp.CheckpointManager(
                 self.directory,
-                options=ocp.CheckpointManagerOptions(max_to_keep=self._keep, create=True),
+                options=ocp.CheckpointManagerOptions(
+                    max_to_keep=self._keep, create=True, async_options=asynchronous
+                ),
                 item_handlers={
                     "arrays": ocp.PyTreeCheckpointHandler(type_handler_registry=registry),
                     "meta": ocp.JsonCheckpointHandler(),

@@ -16,7 +16,8 @@ one-line error and exit code 2; ``--debug`` shows the traceback. A loss or
 parameter that turns NaN/inf stops training with exit code 3; an I/O error
 while training (a full disk) with 1, after checkpointing the last good chunk. Ctrl-C or
 SIGTERM finish the current chunk, write a checkpoint and exit with 130 or
-143, printing how to resume.
+143, printing how to resume; a second one aborts at once, and every wait is bounded
+(:mod:`jrl.stopping`).
 """
 
 import argparse
@@ -271,12 +272,15 @@ def _parse_train(args: list[str]):
         default=TrainArgs(config=preset, cli=CLIOptions(env=env_id)),
         config=(tyro.conf.OmitArgPrefixes,),
     )
+    given = {a.split("=", 1)[0] for a in rest if a.startswith("--")}
+    # the fields that differ from the preset, and those given at all: a field given and swept
+    # is refused (RunSpec.check_sweep) even when its value is the preset's
+    named = _given_fields(config_cls, given)
     overrides = {
         f.name: getattr(ns.config, f.name)
         for f in dataclasses.fields(ns.config)
-        if getattr(ns.config, f.name) != getattr(preset, f.name)
+        if f.name in named or getattr(ns.config, f.name) != getattr(preset, f.name)
     }
-    given = {a.split("=", 1)[0] for a in rest if a.startswith("--")}
     # every --sweep and --import occurrence (tyro keeps only the last one of a repeated flag)
     return (
         agent,
@@ -286,6 +290,24 @@ def _parse_train(args: list[str]):
         saved,
         given,
     )
+
+
+def _given_fields(config_cls: type, given: set[str]) -> set[str]:
+    """The config fields that the flags in ``given`` (``--name`` spellings) set: each field's
+    ``--field-name`` and ``--field_name``, ``--no-field-name`` of a bool, and its aliases
+    (``--lr``)."""
+    import typing
+
+    hints = typing.get_type_hints(config_cls, include_extras=True)
+    out = set()
+    for f in dataclasses.fields(config_cls):
+        spellings = {f.name, f.name.replace("_", "-")}
+        flags = {f"--{n}" for n in spellings} | {f"--no-{n}" for n in spellings}
+        for meta in getattr(hints.get(f.name), "__metadata__", ()):
+            flags.update(getattr(meta, "aliases", None) or ())
+        if flags & given:
+            out.add(f.name)
+    return out
 
 
 def _flag_values(args: Sequence[str], flag: str) -> tuple[str, ...]:
@@ -299,6 +321,26 @@ def _flag_values(args: Sequence[str], flag: str) -> tuple[str, ...]:
         elif taking:
             items.append(a)
     return tuple(items)
+
+
+PBT_FLAGS = ("--pbt-interval", "--pbt-fraction", "--pbt-perturb", "--pbt-fields")
+"""The flags that set PBT's settings (they need ``--pbt``)."""
+
+
+def _check_pbt_flags(cli: CLIOptions, given: set[str]) -> None:
+    """Refuses a PBT setting without ``--pbt``, and PBT flags with ``--resume`` (a resumed
+    run keeps the PBT settings it was started with)."""
+    named = [f for f in PBT_FLAGS if f in given or "--" + f[2:].replace("-", "_") in given]
+    if cli.resume is not None:
+        if cli.pbt or named:
+            flag = "--pbt" if cli.pbt else named[0]
+            raise CLIError(
+                f"{flag} does not apply with --resume: the run keeps the PBT settings it was "
+                "started with"
+            )
+        return
+    if named and not cli.pbt:
+        raise CLIError(f"{named[0]} sets population-based training: add --pbt")
 
 
 def _check_resume_flags(cli: CLIOptions, options, saved, given: set[str]) -> None:
@@ -344,6 +386,7 @@ def cmd_train(args: Sequence[str]) -> int:
         if e.code == 0:
             return 0
         raise
+    _check_pbt_flags(cli, given)
     _check_resume_flags(cli, options, saved, given)
     cache = cli.compile_cache and (cli.compile_cache_dir or True)
     options = dataclasses.replace(options, progress=not cli.quiet, compile_cache=cache)
@@ -612,14 +655,19 @@ def cmd_export(args: Sequence[str]) -> int:
         "Export one run's evaluation policy (parameters and normaliser statistics inside) as a "
         "jax.export program; load it with jrl.load_policy(DIR) or jax.export.deserialize.",
     )
-    p.add_argument("--out", required=True, help="folder to write (policy.jaxexport, ...)")
+    p.add_argument(
+        "--out",
+        required=True,
+        help="folder of its own to write (policy.jaxexport, ...): not a run folder, and no "
+        "files but a previous export's are replaced",
+    )
     p.add_argument("--run", type=int, default=0, help="which run (seed) of the folder")
     ns = _parse(p, args)
     from jrl import export
 
     try:
         out = export.export_policy(ns.run_dir, ns.out, ns.run, ns.step, ns.greedy)
-    except (ValueError, FileNotFoundError, KeyError, TypeError) as e:
+    except (ValueError, FileNotFoundError, FileExistsError, KeyError, TypeError) as e:
         if ns.debug:
             raise
         raise CLIError(str(e)) from e
@@ -677,10 +725,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             file=sys.stderr,
         )
         return 130
-    except (KeyError, ValueError, TypeError) as e:
+    except (KeyError, ValueError, TypeError, ImportError) as e:  # a missing extra or plugin too
         if debug:
             raise
-        return _fail(str(e).strip("'\""))
+        # str() of a KeyError is its key's repr: show the message itself
+        return _fail(str(e.args[0]) if isinstance(e, KeyError) and e.args else str(e))
 
 
 if __name__ == "__main__":

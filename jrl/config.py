@@ -8,15 +8,18 @@ has it; a subclass changes a default with a bare one-line redeclaration
 - :class:`AgentConfig`: what every agent has (budget, envs, learning rate,
   discount, gradient clipping, network widths), the per-env ``PRESETS``, the
   hyperparameter type ``HPARAMS`` whose fields are the *sweepable* config
-  fields, and ``validate()`` built from ``checks()``;
+  fields, the ``RANGES`` of its float fields, and ``validate()`` built from ``checks()``;
 - :class:`RolloutConfig`: on-policy rollouts learned in epochs of minibatches;
 - :class:`ReplayConfig`: collection into a replay buffer, then updates;
 - :class:`EpsilonGreedyConfig`: a linearly decaying exploration rate.
 
 ``validate()`` hands the ``(condition, message)`` pairs of ``checks()`` to
 :func:`check`, which raises ``ValueError`` with the first failing message; a
-subclass extends ``checks()``. :func:`envs_per_device` splits the envs over
-devices.
+subclass extends ``checks()``. The interval a float field must lie in is declared once, as
+a :class:`Range` in the ``RANGES`` of the class that declares the field
+(:meth:`AgentConfig.field_ranges` merges them): ``checks()`` refuses values outside it, and
+population-based training (:mod:`jrl.pbt`) clips its perturbed hyperparameters into it.
+:func:`envs_per_device` splits the envs over devices.
 """
 
 from __future__ import annotations
@@ -39,6 +42,9 @@ __all__ = [
     "LearningRate",
     "MINATAR_ENVS",
     "MINATAR_NETWORK",
+    "NON_NEGATIVE",
+    "POSITIVE",
+    "Range",
     "ReplayConfig",
     "RolloutConfig",
     "check",
@@ -46,6 +52,7 @@ __all__ = [
     "envs_per_device",
     "hparams_from",
     "presets_for",
+    "UNIT_INTERVAL",
 ]
 
 Check = tuple[bool, str]
@@ -98,6 +105,65 @@ def envs_per_device(num_envs: int, num_devices: int) -> int:
 
 
 FLOAT32_MAX = float(np.finfo(np.float32).max)
+FLOAT32_TINY = float(np.finfo(np.float32).tiny)
+
+
+@dataclasses.dataclass(frozen=True)
+class Range:
+    """The interval a float config field must lie in: from ``low`` to ``high``, each end
+    included unless ``low_open`` / ``high_open``. A config's ``RANGES`` map its fields to
+    theirs; ``validate()`` refuses values outside (:meth:`check`) and PBT clips perturbed
+    values into it (:meth:`float32_bounds`)."""
+
+    low: float = -math.inf
+    high: float = math.inf
+    low_open: bool = False
+    high_open: bool = False
+
+    def __contains__(self, value: float) -> bool:
+        above = value > self.low if self.low_open else value >= self.low
+        below = value < self.high if self.high_open else value <= self.high
+        return bool(above and below)
+
+    def describe(self) -> str:
+        """``"be positive"``, ``"be >= 0"``, ``"lie in [0, 1]"``, ``"lie in (0, 1]"``..."""
+        if math.isinf(self.high):
+            if self.low == 0:
+                return "be positive" if self.low_open else "be >= 0"
+            return f"be {'>' if self.low_open else '>='} {self.low:g}"
+        if math.isinf(self.low):
+            return f"be {'<' if self.high_open else '<='} {self.high:g}"
+        left, right = "(" if self.low_open else "[", ")" if self.high_open else "]"
+        return f"lie in {left}{self.low:g}, {self.high:g}{right}"
+
+    def check(self, name: str, value: float) -> Check:
+        """``(value in range, "<name> must <describe()>, got <value>")``."""
+        return value in self, f"{name} must {self.describe()}, got {value}"
+
+    def float32_bounds(self) -> tuple[float, float]:
+        """The closed float32 interval of the values inside: an open end moves to the next
+        float32 inside (the smallest normal float32 above an open 0: denormals may flush to
+        zero), an infinite end to the largest finite float32 (config floats are finite
+        float32 numbers)."""
+
+        def inward(end: float, is_open: bool, direction: float) -> float:
+            if math.isinf(end):
+                return -direction * FLOAT32_MAX
+            if not is_open:
+                return end
+            if end == 0:
+                return direction * FLOAT32_TINY
+            return float(np.nextafter(np.float32(end), np.float32(direction * math.inf)))
+
+        return inward(self.low, self.low_open, 1.0), inward(self.high, self.high_open, -1.0)
+
+
+POSITIVE = Range(0.0, low_open=True)
+"""``(0, inf)``."""
+NON_NEGATIVE = Range(0.0)
+"""``[0, inf)``."""
+UNIT_INTERVAL = Range(0.0, 1.0)
+"""``[0, 1]``: discounts, trace parameters, probabilities."""
 
 
 def _finite_floats(config: Any) -> list[Check]:
@@ -171,6 +237,9 @@ class AgentConfig:
     TURN_BASED: ClassVar[bool] = False
     """The agent plays two-player turn-based games (:class:`jrl.two_player.TwoPlayerEnv`)
     and only those; single-player agents are refused on them and the reverse."""
+    RANGES: ClassVar[dict[str, Range]] = {"learning_rate": POSITIVE, "gamma": UNIT_INTERVAL}
+    """Field -> the :class:`Range` its value must lie in, for the fields this class declares
+    (a subclass's ``RANGES`` add to its bases'; :meth:`field_ranges` merges them)."""
 
     total_steps: int = 500_000
     """Environment steps to train for, summed over envs (per seed)."""
@@ -191,6 +260,16 @@ class AgentConfig:
     torso: str = "mlp"
     """The network torso (jrl.networks.TORSOS): mlp, layernorm_mlp, or for image observations
     [H, W, C] minatar_cnn, nature_cnn or impala_resnet; or one registered by a plugin."""
+
+    @classmethod
+    def field_ranges(cls) -> dict[str, Range]:
+        """Field -> :class:`Range`: the ``RANGES`` of this class and of its bases (mixins
+        included), a subclass's entry replacing its base's, for the fields the config has."""
+        names = {f.name for f in dataclasses.fields(cls)}
+        merged: dict[str, Range] = {}
+        for klass in reversed(cls.__mro__):
+            merged.update(vars(klass).get("RANGES", {}))
+        return {name: r for name, r in merged.items() if name in names}
 
     @classmethod
     def sweepable(cls) -> tuple[str, ...]:
@@ -217,12 +296,12 @@ class AgentConfig:
     def checks(self) -> list[Check]:
         """``(condition, message)`` pairs that :meth:`validate` checks in order: first that
         every float field is a finite float32 number (traced hyperparameters are float32),
-        then the ranges."""
+        then the :meth:`field_ranges`, then the other conditions."""
         c = self
-        return _finite_floats(self) + [
+        ranges = [r.check(name, getattr(c, name)) for name, r in self.field_ranges().items()]
+        first = _finite_floats(self) + ranges
+        return first + [
             (c.num_envs > 0, f"num_envs must be positive, got {c.num_envs}"),
-            (c.learning_rate > 0, f"learning_rate must be positive, got {c.learning_rate}"),
-            (0.0 <= c.gamma <= 1.0, f"gamma must lie in [0, 1], got {c.gamma}"),
             (
                 c.max_grad_norm >= 0,
                 f"max_grad_norm must be >= 0 (0: no clipping), got {c.max_grad_norm}",
@@ -379,15 +458,8 @@ class EpsilonGreedyConfig:
     exploration_fraction: float = 0.2
     """Fraction of the agent's updates over which epsilon decays linearly (sweepable)."""
 
-    def checks(self) -> list[Check]:
-        return super().checks() + [  # type: ignore[misc]
-            (
-                0.0 <= self.epsilon_start <= 1.0 and 0.0 <= self.epsilon_end <= 1.0,
-                "epsilon_start/epsilon_end must lie in [0, 1], got "
-                f"{self.epsilon_start}/{self.epsilon_end}",
-            ),
-            (
-                0.0 <= self.exploration_fraction <= 1.0,
-                f"exploration_fraction must lie in [0, 1], got {self.exploration_fraction}",
-            ),
-        ]
+    RANGES: ClassVar[dict[str, Range]] = {
+        "epsilon_start": UNIT_INTERVAL,
+        "epsilon_end": UNIT_INTERVAL,
+        "exploration_fraction": UNIT_INTERVAL,
+    }

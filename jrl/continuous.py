@@ -39,7 +39,7 @@ from flax import struct
 
 from jrl import networks, parallel, spaces
 from jrl.agent import Agent, EnvSpec, Learned, Recurrent
-from jrl.config import Check, LearningRate, ReplayConfig
+from jrl.config import Check, LearningRate, Range, ReplayConfig
 from jrl.learner import apply_gradients, scheduled_lr
 from jrl.optim import grad_norm_metric, make_optimizer
 from jrl.types import PyTree
@@ -171,6 +171,7 @@ class ContinuousConfig(ReplayConfig):
     a replay of 1e6, Adam at 3e-4 for every network, ReLU 256-256 actor and critics."""
 
     ACTION_SPACES: ClassVar[tuple[type, ...]] = (spaces.Box,)
+    RANGES: ClassVar[dict[str, Range]] = {"tau": Range(0.0, 1.0, low_open=True)}
 
     total_steps: int = 1_000_000
     num_envs: int = 1
@@ -209,7 +210,6 @@ class ContinuousConfig(ReplayConfig):
 
     def checks(self) -> list[Check]:
         return super().checks() + [
-            (0.0 < self.tau <= 1.0, f"tau must lie in (0, 1], got {self.tau}"),
             (self.num_critics >= 1, f"num_critics must be >= 1, got {self.num_critics}"),
             (
                 0 <= self.target_critics <= self.num_critics,

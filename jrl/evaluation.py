@@ -16,6 +16,16 @@ policy ``act`` when ``greedy=False``). Rewards are the env's own.
 A policy with memory (an agent with :class:`jrl.agent.Recurrent`) is a
 :class:`StatefulPolicy`: every evaluation episode starts from its initial state
 and carries it from step to step.
+
+A trained policy as users get it (``jrl.experiment.load_run(DIR).policy()``,
+``jrl.load_policy(DIR)``) is :func:`batch_optional`: it takes one observation or a
+batch, and its key is optional::
+
+    policy(obs [...], key=None) -> action [...]              # one observation
+    policy(obs [B, ...], key=None) -> actions [B, ...]       # a batch of B
+    # with memory, a StatefulPolicy; state and observation batched alike:
+    policy.initial_state() -> state [...]                    # policy.initial_state(B): [B, ...]
+    policy.step(state, obs, key=None) -> (action, state)
 """
 
 from __future__ import annotations
@@ -34,11 +44,13 @@ from jrl.wrappers import NormalizeObservation, TimeLimit, VmapEnv
 __all__ = [
     "StatefulPolicy",
     "as_stateful",
+    "batch_optional",
     "episode_returns",
     "evaluate",
     "evaluation_env",
     "host_evaluator",
     "observation_normalizer",
+    "observation_spec",
     "run_policy",
 ]
 
@@ -57,6 +69,95 @@ def as_stateful(policy) -> StatefulPolicy:
     if isinstance(policy, StatefulPolicy):
         return policy
     return StatefulPolicy(lambda num: (), lambda state, obs, key: (policy(obs, key), state))
+
+
+def _default_key(key: jax.Array | None) -> jax.Array:
+    return jax.random.key(0) if key is None else key
+
+
+def _as_batch(obs: Any, observation: PyTree) -> tuple[Any, bool]:
+    """``(obs as a batch [B, ...], whether it was one already)``: ``obs`` is one observation,
+    every leaf shaped as in ``observation`` (``jax.ShapeDtypeStruct`` leaves, no batch axis),
+    or a batch of them (one leading axis more on every leaf); its leaves are cast to
+    ``observation``'s dtypes. ``ValueError`` for anything else."""
+    leaves, tree = jax.tree.flatten(obs)
+    specs, spec_tree = jax.tree.flatten(observation)
+    want = ", ".join(f"{s.dtype}{list(s.shape)}" for s in specs)
+    if tree != spec_tree:
+        raise ValueError(
+            f"the policy takes observations structured as {spec_tree} (leaves {want}), got {tree}"
+        )
+    batched = set()
+    for x, s in zip(leaves, specs):
+        shape = tuple(np.shape(x))
+        if shape[1:] == tuple(s.shape) and len(shape) == len(s.shape) + 1:
+            batched.add(True)
+        elif shape == tuple(s.shape):
+            batched.add(False)
+        else:
+            got = ", ".join(str(list(np.shape(x))) for x in leaves)
+            raise ValueError(
+                f"the policy takes one observation ({want}) or a batch of them (a leading "
+                f"batch axis on every array), got shapes {got}"
+            )
+    if len(batched) > 1:
+        raise ValueError("some observation arrays have a leading batch axis and others not")
+    leaves = [jnp.asarray(x, s.dtype) for x, s in zip(leaves, specs)]  # e.g. bool images
+    if batched != {True}:
+        leaves = [x[None] for x in leaves]
+    return jax.tree.unflatten(tree, leaves), batched == {True}
+
+
+def batch_optional(policy, observation: PyTree):
+    """``policy`` (batched: ``policy(obs [B, ...], key) -> actions [B, ...]``, or a
+    :class:`StatefulPolicy` whose ``step`` takes and returns ``[B, ...]``) as one that takes
+    one observation or a batch of them, with an optional key (default ``key(0)``):
+
+    - ``policy(obs, key=None) -> action``: ``obs`` one observation (every leaf shaped as in
+      ``observation``, a pytree of ``jax.ShapeDtypeStruct`` without batch axis) gives one
+      action (no batch axis); ``obs [B, ...]`` gives ``actions [B, ...]``;
+    - a :class:`StatefulPolicy` stays one: ``initial_state(num=None)`` is one episode's state
+      (no batch axis) or, given ``num``, ``[num, ...]``; ``step(state, obs, key=None) ->
+      (action, state)`` takes ``state`` batched as ``obs`` is.
+
+    Observation leaves are cast to ``observation``'s dtypes. Jittable (the batch axis is
+    read from the shapes)."""
+    if isinstance(policy, StatefulPolicy):
+        first = lambda tree: jax.tree.map(lambda x: x[0], tree)  # noqa: E731
+
+        def initial_state(num: int | None = None):
+            return first(policy.initial_state(1)) if num is None else policy.initial_state(num)
+
+        def step(state, obs, key: jax.Array | None = None):
+            obs, batched = _as_batch(obs, observation)
+            if not batched:
+                state = jax.tree.map(lambda x: jnp.asarray(x)[None], state)
+            action, state = policy.step(state, obs, _default_key(key))
+            return (action, state) if batched else (first(action), first(state))
+
+        return StatefulPolicy(initial_state, step)
+
+    def act(obs, key: jax.Array | None = None):
+        obs, batched = _as_batch(obs, observation)
+        actions = policy(obs, _default_key(key))
+        return actions if batched else jax.tree.map(lambda x: x[0], actions)
+
+    return act
+
+
+def observation_spec(train_env: Environment, env_params: PyTree, on_host: bool = False) -> PyTree:
+    """One observation (``jax.ShapeDtypeStruct`` leaves, no batch axis) as the training env's
+    evaluation env (:func:`evaluation_env`) produces it, e.g. a team env's
+    ``{"observation": [A, ...], "global_state": [S]}`` even when the learner leaves the
+    global state out; a host env's (``on_host``: Sebulba runs) is its observation space's.
+    Nothing runs."""
+    from jrl.spaces import zeros_like_space
+
+    env = evaluation_env(train_env)
+    if on_host:  # a host env cannot be traced: its space says it all
+        return jax.eval_shape(lambda: zeros_like_space(env.observation_space(env_params)))
+    _, ts = jax.eval_shape(env.reset, jax.random.key(0), env_params)
+    return ts.observation
 
 
 def evaluation_env(train_env: Environment) -> Environment:

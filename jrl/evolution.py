@@ -93,7 +93,8 @@ class ESConfig(AgentConfig):
     masked), so generations = total_steps // (population_size * episodes_per_member *
     episode_steps)."""
     population_size: int = 64
-    """Members sampled per generation (divisible by the number of devices)."""
+    """Members sampled per generation: at least 2, even for openai_es (evosax's OpenAI-ES
+    samples mirrored pairs), divisible by the number of devices."""
     episodes_per_member: int = 1
     """Episodes each member plays per generation; its fitness is their mean return."""
     episode_steps: int = 200

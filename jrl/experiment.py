@@ -103,12 +103,19 @@ def make_config(agent: str, env_id: str, **overrides: Any):
 
 def preset_of_host_env(config_cls, env_id: str) -> dict[str, Any]:
     """A host env (``gymnasium:<id>``, ``envpool:<id>``) without a preset of its own takes the
-    preset of the jrl env of the same id (the same task), if there is one."""
+    preset of the jrl env of the same id (the same task), if there is one, less what the
+    Sebulba runner (the one host envs train under) does not do: observation and reward
+    normalisation (their statistics live in a pure env's state), which the preset's
+    ``normalize_observations`` / ``normalize_rewards`` turn off."""
     from jrl.envs.registry import ENVPOOL_PREFIX, GYMNASIUM_PREFIX
 
     for prefix in (GYMNASIUM_PREFIX, ENVPOOL_PREFIX):
         if env_id.startswith(prefix):
-            return config_cls.PRESETS.get(env_id[len(prefix) :], {})
+            preset = dict(config_cls.PRESETS.get(env_id[len(prefix) :], {}))
+            for name in ("normalize_observations", "normalize_rewards"):  # check_agent's refusals
+                if preset.get(name):
+                    preset[name] = False
+            return preset
     return {}
 
 
@@ -131,10 +138,15 @@ def check_runner(spec: RunSpec, env) -> None:
     """``ValueError`` when the runner cannot run the env or the agent: a host env
     (``gymnasium:``/``envpool:``) needs the Sebulba runner and a pure-JAX env the Anakin one;
     an agent runs on the runners its config's ``RUNNERS`` names (Sebulba: agents that learn
-    from on-policy rollouts, and Ape-X), naming those that fit."""
+    from on-policy rollouts, and Ape-X), naming those that fit. For the Sebulba runner, every
+    check of its options against the env, the config and the machine
+    (:func:`jrl.run.sebulba.check_options`: how the envs divide, pull mode, devices, the Ray
+    address; ``ConnectionError`` where nothing answers at that address) runs here, before any
+    run folder is made."""
     from jrl.envs.host import host_env_of
 
-    on_host = host_env_of(env) is not None
+    host = host_env_of(env)
+    on_host = host is not None
     most, devices = type(spec.config).MAX_DEVICES, spec.options.devices or 1
     if most is not None and devices > most:
         raise ValueError(
@@ -168,10 +180,14 @@ def check_runner(spec: RunSpec, env) -> None:
             f"actors' replay ({', '.join(able)}); {spec.agent} does not: train it with the "
             "anakin runner"
         )
-    if jax.process_count() > 1:  # a learner over several processes, each with its own actors
-        from jrl.run import sebulba
+    from jrl.run import sebulba
 
-        sebulba.check_processes(spec.options.sebulba(), spec.config.num_envs, jax.process_count())
+    options = spec.options.sebulba()
+    replay = False
+    if options.pull_batch:  # refused for an agent whose actors push replay items (apex)
+        built = jrl.agents.get(spec.agent).build(spec.config, env, env.default_params)
+        replay = built.replay is not None
+    sebulba.check_options(options, host, spec.config.num_envs, len(spec.run_seeds), replay)
 
 
 def _split_options(kwargs: dict[str, Any], options: RunOptions | None) -> tuple[RunOptions, dict]:
@@ -331,16 +347,37 @@ class LoadedRun:
     step: int
     checkpoint: Any
 
+    def observation_spec(self):
+        """One observation of the run's env as the env produces it (``jax.ShapeDtypeStruct``
+        leaves, no batch axis): what :meth:`policy` takes (see
+        :func:`jrl.evaluation.observation_spec`)."""
+        from jrl import evaluation
+
+        from jrl.envs.host import host_env_of
+
+        on_host = host_env_of(self.built.env) is not None
+        return evaluation.observation_spec(self.built.env, self.built.env_params, on_host)
+
     def policy(self, run: int = 0, greedy: bool = True):
-        """``policy(obs [E, ...], key) -> actions [E]`` of run ``run`` (frozen normalisers)."""
+        """Run ``run``'s evaluation policy (frozen normalisers; ``greedy=False``: the behaviour
+        policy), on one observation or a batch (:func:`jrl.evaluation.batch_optional`)::
+
+            policy(obs [...], key=None) -> action [...]
+            policy(obs [B, ...], key=None) -> actions [B, ...]
+
+        ``obs`` is the env's own observation (:meth:`observation_spec`); ``key`` (default
+        ``key(0)``) only matters for a stochastic policy. A policy with memory is a
+        :class:`~jrl.evaluation.StatefulPolicy`: ``initial_state(num=None)`` (one episode's
+        state, or ``[num, ...]``) and ``step(state, obs, key=None) -> (action, state)``."""
         from jrl import evaluation
 
         if not 0 <= run < len(self.spec.run_seeds):
             raise ValueError(f"run must lie in [0, {len(self.spec.run_seeds)}), got {run}")
         one = jax.tree.map(lambda x: x[run], self.state)
-        return evaluation.run_policy(
+        policy = evaluation.run_policy(
             self.built.agent, self.built.env, one.agent_state, one.env_state, greedy
         )
+        return evaluation.batch_optional(policy, self.observation_spec())
 
 
 def load_run(run_dir: str | os.PathLike, step: int | None = None) -> LoadedRun:

@@ -45,7 +45,9 @@ class RunOptions:
     seeds: int = 1
     """Independent seeds trained together in one compiled program."""
     seed: int = 0
-    """Base random seed; run i uses split(key(seed), seeds)[i]."""
+    """Base random seed; run i uses key(seed + i). Every run's seed, seed .. seed + seeds - 1,
+    must lie in [-2**31, 2**31 - 1]: the run keys are made from 32-bit integers, beyond which
+    seeds would wrap around or share keys."""
     sweep: Annotated[dict[str, tuple[float, ...]], _Hidden] = dataclasses.field(
         default_factory=dict
     )
@@ -102,7 +104,8 @@ class RunOptions:
     """sebulba: send trajectories and parameters as bfloat16 (uint8 observations stay uint8)."""
     pull_batch: int = 0
     """sebulba with envpool:<id>: act on the first pull_batch envs that are ready (EnvPool's
-    async send/recv; one seed); 0: step all envs together."""
+    async send/recv; one seed; it must divide the envs of one actor thread); 0: step all envs
+    together."""
     actor_devices: int = 0
     """sebulba: devices for the actor threads after the learner's --devices (0: actors use the
     learner's first device)."""
@@ -110,8 +113,11 @@ class RunOptions:
     """sebulba: where the actors run: threads (--actor-threads of them) or ray:N (N Ray actor
     processes with their own envs and CPU inference; pip install jrl-jax[ray])."""
     ray_address: str = ""
-    """sebulba with --actors ray:N: the Ray cluster to join (e.g. 10.0.0.1:6379); empty: a local
-    Ray started and shut down with the run."""
+    """sebulba with --actors ray:N: the Ray cluster to join: HOST:PORT of its head's GCS (e.g.
+    10.0.0.1:6379), ray://HOST:PORT or auto; empty: a local Ray started and shut down with the
+    run (and ended with it if the run is killed). Checked before anything is written: a host
+    name that does not resolve, or nothing accepting a connection within 10 s, stops the run
+    (exit 2), as does an address where no Ray answers within 2 minutes."""
     keys: Annotated[str, _Hidden] = "per_seed"
     """How run keys derive from the seeds: "per_seed" (run i uses key(seed + i)) or "split"
     (split(key(seed), seeds)[i]: run folders written before per-seed keys)."""
@@ -124,8 +130,19 @@ class RunOptions:
             value = getattr(self, name)
             if value is not None and (isinstance(value, bool) or not float(value).is_integer()):
                 raise ValueError(f"{name} must be a whole number, got {value!r}")
+        last_seed = int(self.seed) + (int(self.seeds) - 1 if self.keys == "per_seed" else 0)
         checks = [
             (int(self.seeds) >= 1, f"seeds must be >= 1, got {self.seeds}"),
+            (
+                SEED_MIN <= int(self.seed) <= SEED_MAX,
+                f"seed must lie in [{SEED_MIN}, {SEED_MAX}] (run keys are made from 32-bit "
+                f"integers), got {self.seed}",
+            ),
+            (
+                last_seed <= SEED_MAX,
+                f"the last run's seed, seed + seeds - 1 = {last_seed}, must be <= {SEED_MAX} "
+                "(run keys are made from 32-bit integers)",
+            ),
             (int(self.num_reports) >= 1, f"num_reports must be >= 1, got {self.num_reports}"),
             (
                 int(self.checkpoint_every) >= 0,
@@ -156,6 +173,8 @@ class RunOptions:
         for name, values in self.sweep.items():
             if not values:
                 raise ValueError(f"sweep over {name!r} has no values")
+        if self.pbt is not None:
+            self.pbt.validate()
         if self.runner not in ("anakin", "sebulba"):
             raise ValueError(f"runner must be 'anakin' or 'sebulba', got {self.runner!r}")
         if self.runner == "anakin":
@@ -223,7 +242,8 @@ class RunOptions:
 
         fields = {n: getattr(self, n) for n in SEBULBA_OPTIONS}
         fields["actors"] = str(fields["actors"])  # a jrl.run.ray_actors.RayActors, or text
-        return SebulbaOptions(learner_devices=int(self.devices or 1), **fields)
+        plugins = tuple(str(m) for m in self.plugins)  # imported by Ray actor processes too
+        return SebulbaOptions(learner_devices=int(self.devices or 1), plugins=plugins, **fields)
 
     def recorded(self) -> dict[str, Any]:
         """The :data:`RECORDED` options by name."""
@@ -249,6 +269,9 @@ def _whole_number_fields() -> tuple[str, ...]:
     return tuple(name for name, tp in hints.items() if tp in (int, int | None))
 
 
+SEED_MIN, SEED_MAX = -(2**31), 2**31 - 1
+"""The seeds a run may have (:attr:`RunOptions.seed`): the 32-bit integers its keys are
+made from."""
 _RECORD_KEYS = {"seeds": "num_seeds", "sweep": "sweep_values"}
 """Names the ``run`` record of ``config.json`` gives some options."""
 SEBULBA_OPTIONS = (

@@ -10,7 +10,9 @@ wraps a loop's ``step``: every ``interval`` env steps, after the loop's own step
   the observation/reward normaliser statistics of a run drawn uniformly from the top
   ``fraction``; its env states, key and counters stay its own;
 - **explore**: each copied run multiplies every hyperparameter of ``fields`` by a factor
-  drawn from ``perturb`` (0.8 or 1.2 by default), set through the loop's ``with_hparams``.
+  drawn from ``perturb`` (0.8 or 1.2 by default), clipped into the range its config field
+  must lie in (the config's :meth:`~jrl.config.AgentConfig.field_ranges`: a discount stays
+  in ``[0, 1]``), set through the loop's ``with_hparams``.
 
 The ranks and copies are collectives over the runs axis (``all_gather``), so nothing goes
 back to the host; the branch is a real ``cond`` (its predicate, the iteration count, is the
@@ -20,25 +22,37 @@ already device means, so every device makes the same choices.
 Every iteration also reports ``pbt/source`` (the run copied from at this iteration, or the
 run itself) and ``pbt/<field>`` (the hyperparameter's value after it) for every run; the
 lineage (:func:`lineage`, :func:`write_lineage`) is read from those metric histories, so a
-resumed run's lineage is whole.
+resumed run's lineage is whole. A run keeps its index and seed; the swept values it was
+launched with are only its initial ones (:func:`run_labels`).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
+import math
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
 from jrl import files, parallel
+from jrl.config import FLOAT32_MAX, Range
 from jrl.loops import Algorithm
 from jrl.wrappers import copy_statistics
 
-__all__ = ["PBT", "SOURCE", "check_pbt", "lineage", "with_pbt", "write_lineage"]
+__all__ = [
+    "PBT",
+    "SOURCE",
+    "check_pbt",
+    "lineage",
+    "perturb_value",
+    "run_labels",
+    "with_pbt",
+    "write_lineage",
+]
 
 SOURCE = "pbt/source"
 """The metric holding, per run and iteration, the run whose state it copied (itself: none)."""
@@ -58,6 +72,25 @@ class PBT:
     fields: tuple[str, ...] = ()
     """The hyperparameters to perturb (sweepable fields); empty: the swept fields, or
     learning_rate without a sweep."""
+
+    def validate(self) -> "PBT":
+        """``ValueError`` for a setting that makes no sense on its own: an interval that is
+        not a whole number >= 1 of env steps, a fraction outside ``(0, 0.5]``, perturb factors
+        that are not two finite positive numbers, a field named twice; returns ``self``."""
+        interval = self.interval
+        if isinstance(interval, bool) or not _real(interval) or not float(interval).is_integer():
+            raise ValueError(f"PBT interval must be a whole number of env steps, got {interval!r}")
+        if int(interval) < 1:
+            raise ValueError(f"PBT interval must be >= 1 env step, got {interval}")
+        if not (_real(self.fraction) and 0.0 < float(self.fraction) <= 0.5):
+            raise ValueError(f"PBT fraction must lie in (0, 0.5], got {self.fraction!r}")
+        factors = tuple(self.perturb)
+        if len(factors) != 2 or not all(_real(x) and math.isfinite(x) and x > 0 for x in factors):
+            raise ValueError(f"PBT perturb must be two finite positive factors, got {factors}")
+        twice = sorted({f for f in self.fields if list(self.fields).count(f) > 1})
+        if twice:
+            raise ValueError(f"PBT fields name {twice} more than once")
+        return self
 
     def record(self) -> dict[str, Any]:
         return {
@@ -79,9 +112,10 @@ class PBT:
 
 def check_pbt(pbt: PBT, sweepable: Sequence[str], sweep: dict, num_runs: int) -> PBT:
     """``pbt`` with its fields filled in (when none are named: the swept fields, else
-    ``learning_rate``); ``ValueError``
-    for a field that is not sweepable (naming the sweepable ones), no field at all, fewer
-    than 2 runs, or an out-of-range setting."""
+    ``learning_rate``); ``ValueError`` for an out-of-range setting (:meth:`PBT.validate`), a
+    field that is not sweepable (naming the sweepable ones), no field at all, or fewer than
+    2 runs."""
+    pbt.validate()
     fields = tuple(pbt.fields) or tuple(sweep)
     if not fields and "learning_rate" in sweepable:
         fields = ("learning_rate",)  # a population of seeds: PBT tunes the learning rate
@@ -98,13 +132,27 @@ def check_pbt(pbt: PBT, sweepable: Sequence[str], sweep: dict, num_runs: int) ->
         )
     if num_runs < 2:
         raise ValueError(f"PBT needs at least 2 runs (seeds x swept values), got {num_runs}")
-    if not 0.0 < float(pbt.fraction) <= 0.5:
-        raise ValueError(f"PBT fraction must lie in (0, 0.5], got {pbt.fraction}")
-    if int(pbt.interval) <= 0:
-        raise ValueError(f"PBT interval must be positive (env steps), got {pbt.interval}")
-    if len(pbt.perturb) != 2 or min(pbt.perturb) <= 0:
-        raise ValueError(f"PBT perturb must be two positive factors, got {pbt.perturb}")
     return dataclasses.replace(pbt, fields=fields, perturb=tuple(float(x) for x in pbt.perturb))
+
+
+def _real(x: Any) -> bool:
+    """Whether ``x`` is a real number (an int or float of Python or NumPy, not a bool)."""
+    return isinstance(x, (int, float, np.integer, np.floating)) and not isinstance(x, bool)
+
+
+def perturb_value(value: jax.Array, factor: jax.Array, bounds: tuple[float, float]):
+    """``value * factor`` clipped into ``bounds`` (``(low, high)``, closed, float32): PBT's
+    explore step for one hyperparameter."""
+    low, high = bounds
+    return jnp.clip(value * factor, low, high)
+
+
+def _bounds(fields: Sequence[str], ranges: Mapping[str, Range] | None) -> dict:
+    """Field -> the closed float32 interval its perturbed values are clipped into: its
+    :class:`~jrl.config.Range` where ``ranges`` has one, else the finite float32 numbers."""
+    ranges = ranges or {}
+    free = (-FLOAT32_MAX, FLOAT32_MAX)
+    return {f: ranges[f].float32_bounds() if f in ranges else free for f in fields}
 
 
 def every_iterations(pbt: PBT, env_steps_per_iteration: int) -> int:
@@ -112,11 +160,15 @@ def every_iterations(pbt: PBT, env_steps_per_iteration: int) -> int:
     return max(1, int(pbt.interval) // int(env_steps_per_iteration))
 
 
-def with_pbt(algorithm: Algorithm, pbt: PBT, num_runs: int) -> Algorithm:
+def with_pbt(
+    algorithm: Algorithm, pbt: PBT, num_runs: int, ranges: Mapping[str, Range] | None = None
+) -> Algorithm:
     """``algorithm`` with PBT after every ``pbt.interval`` env steps (see the module
-    docstring); ``pbt`` must have its fields (:func:`check_pbt`). The state's structure is
-    unchanged; ``step`` must run vmapped over the ``num_runs`` runs inside
-    :func:`jrl.parallel.runs_axis` (the runner does)."""
+    docstring); ``pbt`` must have its fields (:func:`check_pbt`). A perturbed hyperparameter
+    is clipped into its :class:`~jrl.config.Range` in ``ranges`` (the config's
+    :meth:`~jrl.config.AgentConfig.field_ranges`; a field without one, into the finite
+    float32 numbers). The state's structure is unchanged; ``step`` must run vmapped over the
+    ``num_runs`` runs inside :func:`jrl.parallel.runs_axis` (the runner does)."""
     like = jax.eval_shape(algorithm.init, jax.random.key(0))
     if not hasattr(like, "last_episode_return") or not hasattr(
         getattr(like, "agent_state", None), "hparams"
@@ -128,6 +180,7 @@ def with_pbt(algorithm: Algorithm, pbt: PBT, num_runs: int) -> Algorithm:
         )
     every = every_iterations(pbt, algorithm.env_steps_per_iteration)
     fields, (low, high) = tuple(pbt.fields), pbt.perturb
+    bounds = _bounds(fields, ranges)
     n = max(1, int(float(pbt.fraction) * num_runs))
 
     def exploit_explore(state):
@@ -152,7 +205,7 @@ def with_pbt(algorithm: Algorithm, pbt: PBT, num_runs: int) -> Algorithm:
         values = {}
         for i, f in enumerate(fields):
             value = getattr(agent_state.hparams, f)
-            values[f] = jnp.where(copy, value * factors[i], value)
+            values[f] = jnp.where(copy, perturb_value(value, factors[i], bounds[f]), value)
         state = state.replace(agent_state=agent_state, env_state=env_state)
         return algorithm.with_hparams(state, values), source.astype(jnp.int32)
 
@@ -168,6 +221,19 @@ def with_pbt(algorithm: Algorithm, pbt: PBT, num_runs: int) -> Algorithm:
         return state, metrics
 
     return algorithm._replace(step=step, independent_runs=False)  # ranks all runs together
+
+
+def run_labels(runs: Sequence[Mapping[str, Any]]) -> list[str]:
+    """Labels of PBT runs from their identities (``{"run", "seed", <swept field>: value}``):
+    ``run 2 (seed 0, initial learning_rate=0.001)``. A run is its index and seed; PBT changes
+    its hyperparameters, so the values it was launched with are only its initial ones (its
+    current values are the ``pbt/<field>`` metrics)."""
+    out = []
+    for r, run in enumerate(runs):
+        swept = [f"initial {k}={v:g}" for k, v in run.items() if k not in ("run", "seed")]
+        inside = ", ".join([f"seed {run['seed']}", *swept]) if "seed" in run else ", ".join(swept)
+        out.append(f"run {run.get('run', r)}" + (f" ({inside})" if inside else ""))
+    return out
 
 
 def lineage(metrics: dict[str, np.ndarray], env_steps: np.ndarray) -> dict[str, Any]:

@@ -22,6 +22,7 @@ from __future__ import annotations
 import fcntl
 import json
 import os
+import shlex
 import shutil
 import socket
 import sys
@@ -44,6 +45,7 @@ __all__ = [
     "check_out_dir",
     "clear_run",
     "read_spec",
+    "resume_command",
     "write_record",
 ]
 
@@ -139,6 +141,12 @@ def _describe(owner: dict[str, Any]) -> str:
     return text
 
 
+def resume_command(out: str | os.PathLike) -> str:
+    """``jrl train --resume OUT``, with ``OUT`` quoted for a POSIX shell where it needs to be
+    (a path with spaces or quotes)."""
+    return f"jrl train --resume {shlex.quote(str(out))}"
+
+
 def clear_run(out: Path) -> None:
     """Removes the files of a previous run (``overwrite``); other files stay."""
     for name in OUTPUTS:
@@ -172,7 +180,7 @@ def check_out_dir(out: Path, overwrite: bool) -> None:
         )
     if overwrite:
         return
-    hint = f"continue it with `jrl train --resume {out}`, " if checkpoint.steps(out) else ""
+    hint = f"continue it with `{resume_command(out)}`, " if checkpoint.steps(out) else ""
     raise FileExistsError(
         f"output folder {out} already holds a run; {hint}choose another --out, or pass "
         "--overwrite to replace it"
@@ -227,5 +235,10 @@ def read_spec(run_dir: str | os.PathLike) -> RunSpec:
         raise CheckpointError(f"{cfg} is not valid JSON ({e})") from None
     run = record.get("run") if isinstance(record, dict) else None
     recorded = run.get("plugins", ()) if isinstance(run, dict) else ()
-    plugins.load([*recorded, *plugins.from_environment()])  # the run's own envs and agents
+    try:  # the run's own envs and agents
+        plugins.load([*recorded, *plugins.from_environment()])
+    except plugins.PluginError as e:
+        raise plugins.PluginError(
+            f"{run_dir} was trained with the plugin(s) {', '.join(map(repr, recorded))}: {e}"
+        ) from e
     return RunSpec.from_record(record, cfg)

@@ -17,11 +17,9 @@ checkpoints the good chunk first.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
-import os
-import signal
 import sys
-import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -38,6 +36,7 @@ from jrl.loops import PER_AGENT_RETURN
 from jrl.options import RunSpec
 from jrl.result import Progress, TrainResult, sweep_groups
 from jrl.run import anakin, sebulba
+from jrl.stopping import StallWatch, StopRequest
 
 __all__ = [
     "EVAL_KEY",
@@ -84,38 +83,6 @@ class NonFiniteError(ValueError):
 
 class CheckpointWriteError(OSError):
     """A checkpoint could not be written (a full disk...); the last good one is kept."""
-
-
-class StopRequest:
-    """SIGINT/SIGTERM handlers (main thread only) that ask the loop to stop after the
-    current chunk; a second Ctrl-C aborts at once (KeyboardInterrupt)."""
-
-    def __init__(self, quiet: bool):
-        self.reason: str | None = None
-        self.quiet = quiet
-        self._previous: dict[int, Any] = {}
-
-    def _handle(self, signum, frame):
-        if self.reason is None:
-            self.reason = signal.Signals(signum).name
-            if not self.quiet:  # os.write: print() from a handler can re-enter a stderr write
-                os.write(
-                    2,
-                    f"\njrl: {self.reason} received: stopping after the current chunk and writing "
-                    "a checkpoint (Ctrl-C again aborts without one)\n".encode(),
-                )
-            signal.signal(signal.SIGINT, signal.default_int_handler)
-
-    def __enter__(self):
-        if threading.current_thread() is threading.main_thread():
-            for sig in (signal.SIGINT, signal.SIGTERM):
-                self._previous[sig] = signal.signal(sig, self._handle)
-        return self
-
-    def __exit__(self, *exc):
-        for sig, handler in self._previous.items():
-            signal.signal(sig, handler)
-        return False
 
 
 def passed(before: int, after: int, every: int) -> bool:
@@ -219,7 +186,8 @@ def execute(
     if opts.pbt is not None:
         from jrl import pbt
 
-        pbt_algorithm = pbt.with_pbt(built.algorithm, opts.pbt, len(spec.run_seeds))
+        ranges = spec.config.field_ranges()  # perturbed values stay in their fields' ranges
+        pbt_algorithm = pbt.with_pbt(built.algorithm, opts.pbt, len(spec.run_seeds), ranges)
         built = dataclasses.replace(built, algorithm=pbt_algorithm)
     # the CPU cores an Anakin run's independent runs are spread over (anakin.spread_mesh)
     cores = None
@@ -301,14 +269,17 @@ def _complete(spec: RunSpec, built, out_path: Path, start: Start) -> TrainResult
 
 
 def _run(work: "ChunkWork", stop: StopRequest) -> anakin.RunResult:
-    spec, algorithm = work.spec, work.built.algorithm
+    spec = work.spec
     num_iterations, limit = spec.config.num_iterations, spec.options.stop_at_steps
 
     def should_stop() -> bool:  # polled before each chunk
         if work.t0 is None:
             work.t0 = time.perf_counter()  # compile done, the first chunk starts
         at_limit = limit is not None and work.done * work.per_iter >= limit
-        return stop.reason is not None or (at_limit and work.done < num_iterations)
+        if stop.reason is not None or (at_limit and work.done < num_iterations):
+            stop.acknowledge()  # no chunk runs after this: a signal's grace bound is met
+            return True
+        return False
 
     if work.progress is not None:
         what = f"{num_iterations} iterations"
@@ -329,19 +300,9 @@ def _run(work: "ChunkWork", stop: StopRequest) -> anakin.RunResult:
     if is_sebulba(spec):
         res = _run_sebulba(work, hparams, hooks)
     else:
-        res = anakin.run(
-            algorithm,
-            work.keys,
-            num_iterations,
-            num_reports=spec.options.num_reports,
-            hparams=hparams,
-            initial_state=work.start.state,
-            mesh=work.mesh,
-            start_iteration=work.start.iteration,
-            hooks=hooks,
-            memory_check=False,  # done by execute() before the folder changed
-            spread=False if work.cores is None else work.cores,  # the checks' placement
-        )
+        with work.stall_watch():
+            res = _run_anakin(work, hparams, hooks)
+    stop.acknowledge()  # the chunks are done: what is left (the outputs) runs without a bound
     if work.checkpointer is not None and work.last_checkpoint != res.iterations:
         final = res.final_state if work.mesh is None else res.sharded_state
         try:
@@ -349,6 +310,24 @@ def _run(work: "ChunkWork", stop: StopRequest) -> anakin.RunResult:
         except CheckpointWriteError as e:  # the final outputs are still attempted (_finish)
             work.save_error = e
     return res
+
+
+def _run_anakin(work: "ChunkWork", hparams, hooks) -> anakin.RunResult:
+    """:func:`_run` on the Anakin runner."""
+    spec, algorithm = work.spec, work.built.algorithm
+    return anakin.run(
+        algorithm,
+        work.keys,
+        spec.config.num_iterations,
+        num_reports=spec.options.num_reports,
+        hparams=hparams,
+        initial_state=work.start.state,
+        mesh=work.mesh,
+        start_iteration=work.start.iteration,
+        hooks=hooks,
+        memory_check=False,  # done by execute() before the folder changed
+        spread=False if work.cores is None else work.cores,  # the checks' placement
+    )
 
 
 def _run_sebulba(work: "ChunkWork", hparams, hooks) -> anakin.RunResult:
@@ -397,7 +376,7 @@ def _run_sebulba(work: "ChunkWork", hparams, hooks) -> anakin.RunResult:
                 work.save(res.iterations, res.final_state, start.prior_seconds + res.run_seconds)
             saved = (
                 f"; the {res.iterations} iterations learned are checkpointed: resume with "
-                f"jrl train --resume {work.out_path}"
+                f"{run_folder.resume_command(work.out_path)}"
             )
         raise sebulba.ActorError(f"{e}{saved}") from e.__cause__
 
@@ -425,7 +404,9 @@ def _finish(work: "ChunkWork", res: anakin.RunResult, reason: str | None) -> Tra
     spec, out_path, per_iter = work.spec, work.out_path, work.per_iter
     done, num_iterations = res.iterations, spec.config.num_iterations
     saved = None if work.checkpointer is None else work.checkpointer.directory / str(done)
-    resume_hint = f"; resume with: jrl train --resume {out_path}" if out_path is not None else ""
+    resume_hint = (
+        f"; resume with: {run_folder.resume_command(out_path)}" if out_path is not None else ""
+    )
     if not work.history:  # stopped before the first chunk (result: None)
         what = reason or "stop_at_steps"
         raise TrainingInterrupted(
@@ -441,7 +422,7 @@ def _finish(work: "ChunkWork", res: anakin.RunResult, reason: str | None) -> Tra
             if spec.options.pbt is not None:
                 from jrl import pbt
 
-                labels = [", ".join(f"{k}={v}" for k, v in r.items()) for r in work.runs]
+                labels = pbt.run_labels(work.runs)  # by index and seed: values are initial
                 pbt.write_lineage(out_path, result.metrics, result.env_steps, labels)
         except OSError as e:
             if work.save_error is None:
@@ -456,7 +437,7 @@ def _finish(work: "ChunkWork", res: anakin.RunResult, reason: str | None) -> Tra
             else f"stop_at_steps={spec.options.stop_at_steps} reached"
         )
         where = (
-            f"; checkpoint {saved}. Resume with: jrl train --resume {out_path}"
+            f"; checkpoint {saved}. Resume with: {run_folder.resume_command(out_path)}"
             if out_path is not None
             else "; no run folder was given, so nothing was saved"
         )
@@ -480,6 +461,23 @@ def _io_reason(e: BaseException) -> str:
         return f"{head.rstrip().rsplit(':', 1)[-1].strip()} (errno {code})"
     first = text.splitlines()[0] if text else ""
     return f"{type(e).__name__}: {first[:200]}"
+
+
+def _remedy(e: BaseException, where: Path | None = None) -> str:
+    """What removes the cause of a failed write: ``free some space`` for a full disk or
+    quota, ``make DIR writable`` for a refused write, else ``fix the cause``."""
+    import errno
+
+    code = e.errno if isinstance(e, OSError) and e.errno else None
+    text = str(e)
+    if code is None and "[os_error_code=" in text:
+        digits = text.partition("[os_error_code=")[2].split("]")[0].strip("'\"")
+        code = int(digits) if digits.isdigit() else None
+    if code in (errno.ENOSPC, errno.EDQUOT) or "No space left" in text:
+        return "free some space"
+    if code in (errno.EACCES, errno.EPERM, errno.EROFS) or "not permitted" in text:
+        return f"make {where or 'the run folder'} writable"
+    return "fix the cause"
 
 
 class ChunkWork:
@@ -511,19 +509,43 @@ class ChunkWork:
             devices = f" on {cores.devices.size} CPU cores"
         self.label = f"{spec.agent} {spec.env_id} x{len(seeds)}{devices}"
         self.sinks = self.checkpointer = self.progress = None
+        self._stall: StallWatch | None = None
         self.host_envs: dict[int, Any] = {}  # sebulba: iteration -> encoded host envs
         writer = jax.process_index() == 0
         if spec.options.progress and writer:
-            groups = sweep_groups(spec.run_sweep, len(seeds))
+            # PBT's runs change their hyperparameters: no groups by the values they started from
+            population = spec.options.pbt is not None
+            groups = [] if population else sweep_groups(spec.run_sweep, len(seeds))
             total = spec.config.num_iterations * self.per_iter
-            self.progress = Progress(self.label, total, groups=groups)
+            self.progress = Progress(self.label, total, groups=groups, population=population)
         self._compile_checks()
 
     def open_outputs(self) -> None:
-        """Opens the metric sinks and the checkpointer of the run folder (if any)."""
+        """Opens the checkpointer (first: a checkpoint folder that refuses writes ends the run
+        before anything else in the folder changes) and the metric sinks of the run folder."""
         spec, out, start = self.spec, self.out_path, self.start
         if out is None:
             return
+        if jax.process_count() == 1:
+            try:
+                self.checkpointer = checkpoint.Checkpointer(out, spec.options.keep_checkpoints)
+            except OSError as e:
+                where = out / checkpoint.CHECKPOINT_DIR
+                raise CheckpointWriteError(
+                    f"cannot write checkpoints in {where} ({_io_reason(e)}); nothing was "
+                    f"trained. {_remedy(e, where).capitalize()}, then "
+                    + (
+                        f"resume with: {run_folder.resume_command(out)}"
+                        if start.resuming
+                        else "train again"
+                    )
+                ) from e
+        else:  # the state is spread over processes: see jrl.checkpoint
+            print(
+                "jrl: note: checkpoints are not written in multi-process runs (the run cannot "
+                "be resumed)",
+                file=sys.stderr,
+            )
         self.sinks = sinks.make_sinks(
             ["csv", *spec.options.log],
             out,
@@ -532,14 +554,26 @@ class ChunkWork:
             resume_from_iteration=start.iteration if start.resuming else None,
             resume_from_step=start.iteration * self.per_iter if start.resuming else None,
         )
-        if jax.process_count() == 1:
-            self.checkpointer = checkpoint.Checkpointer(out, spec.options.keep_checkpoints)
-        else:  # the state is spread over processes: see jrl.checkpoint
-            print(
-                "jrl: note: checkpoints are not written in multi-process runs (the run cannot "
-                "be resumed)",
-                file=sys.stderr,
+
+    @contextlib.contextmanager
+    def stall_watch(self):
+        """A :class:`~jrl.stopping.StallWatch` over the Anakin runner on the CPU backend (on an
+        accelerator the host rightly idles while a chunk runs); its checkpoint saves are
+        excluded."""
+        if jax.default_backend() != "cpu":
+            yield
+            return
+        advice = ""
+        if self.cores is not None:
+            advice = (
+                f" (its {len(self.runs)} runs are spread over {self.cores.devices.size} CPU "
+                "devices, where XLA's CPU runtime can deadlock on some programs: "
+                "JAX_NUM_CPU_DEVICES=1 runs them on one device)"
             )
+        self._stall = StallWatch(advice=advice, what="the compiled training program")
+        with self._stall:
+            yield
+        self._stall = None
 
     def _compile_checks(self) -> None:
         """The per-chunk checks and evaluations see one device's view of the states, [R, ...],
@@ -596,13 +630,15 @@ class ChunkWork:
         if self.start.later:  # resumed from an older checkpoint: now the later ones go
             self.checkpointer.delete(self.start.later)
             self.start.later = []
+        paused = self._stall.paused() if self._stall is not None else contextlib.nullcontext()
         try:
-            path = self.checkpointer.save(done, states, self.history, meta)
+            with paused:  # a slow disk may rightly idle the process
+                path = self.checkpointer.save(done, states, self.history, meta)
         except Exception as e:  # orbax and tensorstore wrap I/O errors in many types
             raise CheckpointWriteError(
                 f"could not write the checkpoint of iteration {done} in "
                 f"{self.checkpointer.directory} ({_io_reason(e)}){self._kept()}; "
-                f"{self._next_step()} (the libraries' own report: "
+                f"{self._next_step(e)} (the libraries' own report: "
                 f"{self.checkpointer.directory / checkpoint.SAVE_LOG})"
             ) from e
         self.last_checkpoint = done
@@ -719,10 +755,17 @@ class ChunkWork:
         swept = "".join(f", {k}={v:g}" for k, v in run.items() if k not in ("run", "seed"))
         return f"run {r} (seed {run['seed']}{swept})"
 
-    def _next_step(self) -> str:
+    def _next_step(self, cause: BaseException) -> str:
+        """What to do after a failed checkpoint: remove the cause, then resume from the last
+        good checkpoint, or (with none) train again into another folder, so that what this
+        run wrote (its final parameters, when only the final checkpoint failed) is kept."""
+        remedy = _remedy(cause, self.checkpointer.directory)
         if self.last_checkpoint is None:
-            return f"free some space and train again (with --overwrite) into {self.out_path}"
-        return f"free some space and resume with: jrl train --resume {self.out_path}"
+            return (
+                f"{remedy}, then train again with another --out ({self.out_path} keeps what "
+                "this run wrote)"
+            )
+        return f"{remedy}, then resume with: {run_folder.resume_command(self.out_path)}"
 
     def _kept(self) -> str:
         if self.checkpointer is None:

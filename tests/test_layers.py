@@ -5,7 +5,8 @@ ARCHITECTURE.md's layout table places every module of ``jrl/`` in a layer
 above it (smaller numbers), never from below; ``jrl.agents`` and
 ``jrl.envs`` are imported only by the top layer (8). ``envs/`` uses layers
 1-2, ``agents/`` layers 1-6 and ``jrl.envs``. ``names.py`` (close-match
-suggestions) and ``files.py`` (atomic writes) may be used from anywhere. Imports inside
+suggestions), ``files.py`` (atomic writes) and ``bounds.py`` (bounds on waits) may be used
+from anywhere. Imports inside
 functions count too.
 """
 
@@ -18,7 +19,7 @@ import re
 import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
-ANY_LAYER = {"names", "files"}
+ANY_LAYER = {"names", "files", "bounds"}
 TOP = 8
 PACKAGES = {"run"}  # sub-packages of jrl/ whose modules have layers of their own
 

@@ -203,7 +203,7 @@ def test_pqn_learns_the_masked_probe():
     [
         ({"num_minibatches": 5}, "num_steps = 64 is not divisible by num_minibatches = 5"),
         ({"q_lambda": 1.5}, "q_lambda must lie in [0, 1]"),
-        ({"epsilon_end": -0.1}, "epsilon_start/epsilon_end must lie in [0, 1]"),
+        ({"epsilon_end": -0.1}, "epsilon_end must lie in [0, 1], got -0.1"),
         ({"exploration_fraction": 2.0}, "exploration_fraction must lie in [0, 1]"),
         ({"optimizer": "sgd"}, "optimizer must be 'adam' or 'radam'"),
         ({"reward_scale": 0.0}, "reward_scale must be positive"),

@@ -191,8 +191,8 @@ def test_recurrent_run_resumes_exactly(tmp_path):
         np.testing.assert_array_equal(whole.metrics[k], resumed.metrics[k], err_msg=k)
     hidden = np.asarray(resumed.final_state.acting_state)
     assert hidden.shape == (2, 8, 16) and np.abs(hidden).max() > 0
-    # the run folder's policy has memory: evaluated and rendered episode by episode from the
-    # initial state (the same episode both ways), not exported
+    # the run folder's policy has memory: evaluated, rendered and exported episode by episode
+    # from the initial state (the same episode every way)
     loaded = experiment.load_run(tmp_path / "split")
     policy = loaded.policy(0)
     assert isinstance(policy, evaluation.StatefulPolicy)
@@ -202,8 +202,10 @@ def test_recurrent_run_resumes_exactly(tmp_path):
     frames, frame_ret, frame_len = render.episode_frames(policy, env, key, max_steps=500)
     assert frame_len == int(length[0]) and frame_ret == float(ret[0])
     assert frames.shape[0] == frame_len + 1
-    with pytest.raises(ValueError, match="without memory"):
-        export.export_policy(tmp_path / "split", tmp_path / "policy")
+    exported = jrl.load_policy(export.export_policy(tmp_path / "split", tmp_path / "policy"))
+    assert isinstance(exported, evaluation.StatefulPolicy)
+    exported_ret, exported_length = evaluation.episode_returns(exported, env, key, 1)
+    assert (float(exported_ret[0]), int(exported_length[0])) == (float(ret[0]), int(length[0]))
 
 
 SHARDED = """

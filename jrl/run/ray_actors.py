@@ -28,7 +28,20 @@ actor processes (``jrl[ray]``):
 - **Ray itself.** With ``ray_address`` the run joins that cluster (``ray.init(address=...)``;
   the machines need jrl installed); otherwise it starts a small local Ray (one CPU per actor,
   no dashboard) and shuts it down at the end. A Ray already initialised in the process (a
-  test's, a notebook's) is used and left running.
+  test's, a notebook's) is used and left running. An address is checked first
+  (:func:`check_address`: its form, its host name, a TCP connect within
+  :data:`CONNECT_TIMEOUT_S`); joining or starting Ray that takes over :data:`INIT_TIMEOUT_S`
+  fails (a port that answers but is no Ray head's GCS, ...).
+- **A local Ray ends with its learner.** The processes of a local Ray this module started
+  (GCS, raylet, the agents the raylet starts, the actor workers) are watched by a small
+  watchdog process (:data:`WATCHDOG`): when the learner's process ends, even by ``kill -9``,
+  it ends exactly those processes (terminate, then kill after :data:`WATCHDOG_GRACE_S`).
+- **Plugins.** Each actor process imports the run's plugins (``--import``,
+  ``$JRL_PLUGINS``: :mod:`jrl.plugins`) before it builds its envs, as the learner's process
+  did, so envs and agents registered by a plugin work in Ray actors too.
+- **Bounded waits.** A trajectory the learner waits for longer than
+  :func:`jrl.run.sebulba.wait_limit` stops the run (:class:`~jrl.run.sebulba.ActorTimeout`
+  naming the actor), as does an actor waiting that long for the parameters it is sent.
 """
 
 from __future__ import annotations
@@ -36,15 +49,40 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import os
+import socket
+import subprocess
 import sys
+import threading
+import time
 import uuid
 from typing import Any
 
 import jax
 
-from jrl.run.sebulba import ActorError, PushActing, _act_fn, _expand, _Item, _prepare_fn
+from jrl import plugins as jrl_plugins
+from jrl.run.sebulba import (
+    WAIT_ENV,
+    ActorError,
+    ActorTimeout,
+    PushActing,
+    _act_fn,
+    _expand,
+    _Item,
+    _prepare_fn,
+    _seconds,
+    wait_limit,
+)
 
-__all__ = ["MAX_RESTARTS", "RayActors", "RayPool", "pids", "ray_pool"]
+__all__ = [
+    "CONNECT_TIMEOUT_S",
+    "INIT_TIMEOUT_S",
+    "MAX_RESTARTS",
+    "RayActors",
+    "RayPool",
+    "check_address",
+    "pids",
+    "ray_pool",
+]
 
 MAX_RESTARTS = 5
 """Deaths of one actor the runner replaces before it stops the run."""
@@ -53,6 +91,54 @@ NAME_PREFIX = "jrl-actor-"
 replacement (``ray.util.list_named_actors`` finds them)."""
 OBJECT_STORE_BYTES = 256 * 2**20
 """A local Ray's object store: trajectories and parameters of small envs need little."""
+CONNECT_TIMEOUT_S = 10.0
+"""Seconds :func:`check_address` waits for a TCP connection to ``--ray-address``."""
+INIT_TIMEOUT_S = 120.0
+"""Seconds ``ray.init`` may take to join a cluster or start a local Ray before the run stops
+(Ray itself retries an address that answers but is no GCS without end)."""
+CLOSE_TIMEOUT_S = 10.0
+"""Seconds the end of a run waits for its actors to close their envs before killing them."""
+WATCHDOG_INTERVAL_S = 0.5
+"""How often the watchdog of a local Ray looks for new processes of that Ray."""
+WATCHDOG_GRACE_S = 3.0
+"""Seconds the watchdog gives a local Ray's processes to end after SIGTERM, before SIGKILL."""
+
+ADDRESS_FORMS = "HOST:PORT (e.g. 10.0.0.1:6379), ray://HOST:PORT or auto"
+
+
+def check_address(address: str) -> None:
+    """``ValueError`` unless ``address`` has one of the forms of :data:`ADDRESS_FORMS` and its
+    host name resolves; ``ConnectionError`` when nothing accepts a TCP connection there within
+    :data:`CONNECT_TIMEOUT_S` seconds (``auto``, the cluster Ray finds on this machine, is
+    left to ``ray.init``). Bounded: no Ray is started or joined."""
+    text = str(address).strip()
+    if text == "auto":
+        return
+    hostport = text.removeprefix("ray://")
+    host, sep, port = hostport.rpartition(":")
+    host = host.strip("[]")  # [::1]:6379
+    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise ValueError(f"--ray-address must be {ADDRESS_FORMS}, got {text!r}")
+    try:
+        places = socket.getaddrinfo(host, int(port), type=socket.SOCK_STREAM)
+    except socket.gaierror as e:
+        raise ValueError(f"--ray-address {text}: host {host!r} does not resolve ({e})") from e
+    errors = []
+    for family, kind, proto, _, where in places:
+        try:
+            with socket.socket(family, kind, proto) as probe:
+                probe.settimeout(CONNECT_TIMEOUT_S)
+                probe.connect(where)
+            return
+        except OSError as e:
+            errors.append(e)
+    e = errors[-1]
+    why = "no answer" if isinstance(e, TimeoutError) else f"{type(e).__name__}: {e}"
+    raise ConnectionError(
+        f"--ray-address {text}: nothing accepts a connection there within "
+        f"{_seconds(CONNECT_TIMEOUT_S)} ({why}); start Ray's head there (ray start --head "
+        f"--port {port}) or give the address of one"
+    )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -81,7 +167,11 @@ class _EnvActor:
         template,
         snapshots,
         replay=None,
+        plugins=(),
+        wait_s=None,
     ):
+        jrl_plugins.load(plugins)  # the run's envs and agents, registered as in the learner
+        self.wait_s = wait_s
         batches = [host_env.make_batch(per_actor, seed + index * per_actor) for seed in seeds]
         act, prepare = _act_fn(agent, replay), _prepare_fn(replay)
         self.acting = PushActing(batches, index, act, num_steps, transfer, prepare)
@@ -100,8 +190,8 @@ class _EnvActor:
         ``snapshot`` the host envs' saved state after it."""
         import ray
 
-        if version != self.version:
-            agent_state, act_keys = ray.get(box[0])
+        if version != self.version:  # the object store may lose it: bounded
+            agent_state, act_keys = ray.get(box[0], timeout=self.wait_s)
             if self.expand is not None:
                 agent_state = self.expand(agent_state)
             self.version, self.params = version, (agent_state, act_keys)
@@ -152,19 +242,29 @@ class RayPool:
         pass
 
     def take(self) -> tuple[list[_Item] | None, float]:
-        import time
-
+        """The next trajectory of every actor in order and the seconds waited (None when an
+        actor failed or did not answer within :func:`~jrl.run.sebulba.wait_limit` seconds:
+        :meth:`error` says how); a dead actor process is replaced and asked again."""
         import ray
         from ray.exceptions import RayActorError, RayTaskError
 
+        limit = wait_limit()
         t0, items = time.perf_counter(), []
         for a in range(self.count):
             while True:
                 j, ref = self.pending[a][0]
                 try:
+                    deadline = time.monotonic() + limit
                     while not ray.wait([ref], timeout=0.2)[0]:
-                        pass
-                    items.append(ray.get(ref))
+                        if time.monotonic() > deadline:
+                            message = (
+                                f"the learner waited {_seconds(limit)} for trajectory {j} of "
+                                f"ray actor {a}, which sent none (stuck in its env, or no CPU "
+                                f"for it in the cluster?; ${WAIT_ENV} sets the bound)"
+                            )
+                            self._error = ActorTimeout(message)
+                            return None, 0.0
+                    items.append(ray.get(ref, timeout=limit))
                     self.pending[a].pop(0)
                     break
                 except RayActorError as e:
@@ -217,11 +317,17 @@ class RayPool:
         return {"ray/actor_restarts": float(self.restarts)}
 
     def close(self) -> None:
+        """Asks every actor to close its envs (all together, for at most
+        :data:`CLOSE_TIMEOUT_S` seconds: a stuck actor does not answer) and kills it."""
         import ray
 
+        refs = []
         for handle in self.handles:
             with contextlib.suppress(Exception):
-                ray.get(handle.close.remote(), timeout=10)
+                refs.append(handle.close.remote())
+        with contextlib.suppress(Exception):
+            ray.wait(refs, num_returns=len(refs), timeout=CLOSE_TIMEOUT_S)
+        for handle in self.handles:
             with contextlib.suppress(Exception):
                 ray.kill(handle, no_restart=True)
 
@@ -240,36 +346,23 @@ def ray_pool(
 ):
     """The :class:`RayPool` of ``runner.options`` (actors created, Ray started or joined), its
     actors sharing ``num_envs`` envs of every run; on exit the actors are closed and killed,
-    and a Ray this call started is shut down. In a multi-process run each process's pool acts
-    as actors ``first ..`` of all the processes' ``total_envs`` envs (seeds and act keys as
-    those actors of a one-process run). With ``replay`` (an agent's
-    :class:`~jrl.builders.ActorReplay`) the actors push replay items with priorities (Ape-X)."""
+    and a Ray this call started is shut down (and its watchdog ends what is left of it). In a
+    multi-process run each process's pool acts as actors ``first ..`` of all the processes'
+    ``total_envs`` envs (seeds and act keys as those actors of a one-process run). With
+    ``replay`` (an agent's :class:`~jrl.builders.ActorReplay`) the actors push replay items with
+    priorities (Ape-X). Every actor imports ``runner.options.plugins`` and ``$JRL_PLUGINS``
+    first."""
     import ray
 
     opts = runner.options
     count = opts.ray_actors
-    started = False
-    if not ray.is_initialized():
-        try:
-            if opts.ray_address:
-                ray.init(address=opts.ray_address, log_to_driver=False, logging_level="ERROR")
-            else:
-                ray.init(
-                    address="local",  # a new Ray of its own, even beside a running one
-                    num_cpus=max(2, count),
-                    include_dashboard=False,
-                    object_store_memory=OBJECT_STORE_BYTES,
-                    log_to_driver=False,
-                    logging_level="ERROR",
-                )
-        except Exception as e:  # no cluster at that address, ...
-            where = opts.ray_address or "a local Ray"
-            raise ActorError(f"could not start Ray actors on {where}: {e}") from e
-        started = True
+    session = None if ray.is_initialized() else _RaySession.start(opts.ray_address, count)
     per_actor = num_envs // count
     remote = ray.remote(num_cpus=1)(_EnvActor)
     run_id = uuid.uuid4().hex[:8]
     snapshots = runner.env_snapshots
+    modules = tuple(dict.fromkeys([*opts.plugins, *jrl_plugins.from_environment()]))
+    wait_s = wait_limit()
 
     def make_actor(a: int, deaths: int):
         # a replacement's envs are seeded past every env of every actor before it
@@ -288,6 +381,8 @@ def ray_pool(
             template,
             snapshots[a] if snapshots is not None and deaths == 0 else None,
             replay,
+            modules,
+            wait_s,
         )
 
     pool = None
@@ -295,10 +390,184 @@ def ray_pool(
         pool = RayPool(runner, make_actor, count)
         yield pool
     finally:
-        if pool is not None:
-            pool.close()
-        if started:
+        try:
+            if pool is not None:
+                pool.close()
+        finally:
+            if session is not None:
+                session.close()
+
+
+class _RaySession:
+    """A Ray this process joined (``address``) or started (``""``: a local Ray for ``count``
+    actors), and :meth:`close` to shut it down.
+
+    ``ray.init`` runs in a helper thread (:meth:`start` gives up after :data:`INIT_TIMEOUT_S`
+    seconds) that lives until :meth:`close`: Ray ties its local processes to the thread that
+    started them (``PR_SET_PDEATHSIG``), and in a helper thread Ray installs no SIGTERM
+    handler of its own, so SIGTERM still stops the run with a checkpoint. A local Ray also has
+    a watchdog (:data:`WATCHDOG`) that ends its processes with this one."""
+
+    def __init__(self, address: str, count: int):
+        self.address, self.count = address, count
+        self.ready, self.release = threading.Event(), threading.Event()
+        self.failed: BaseException | None = None
+        self.watchdog: subprocess.Popen | None = None
+
+    @classmethod
+    def start(cls, address: str, count: int) -> "_RaySession":
+        """Joins or starts Ray: ``ConnectionError`` for a user's address where no Ray answers
+        in time, :class:`~jrl.run.sebulba.ActorError` for other failures."""
+        import logging
+
+        if address:
+            check_address(address)
+        session = cls(address, count)
+        before = _children()
+        # Ray warns that a helper thread sets no SIGTERM handler: that is the point
+        worker_log = logging.getLogger("ray._private.worker")
+        level = worker_log.level
+        worker_log.setLevel(logging.ERROR)
+        try:
+            thread = threading.Thread(target=session._run, name="jrl-ray", daemon=True)
+            thread.start()
+            answered = session.ready.wait(INIT_TIMEOUT_S)
+        finally:
+            worker_log.setLevel(level)
+        if not answered:
+            if address:
+                raise ConnectionError(
+                    f"--ray-address {address}: no Ray answered there within "
+                    f"{_seconds(INIT_TIMEOUT_S)}; is it the GCS port of a Ray head "
+                    "(ray start --head --port PORT)?"
+                )
+            raise ActorTimeout(f"a local Ray did not start within {_seconds(INIT_TIMEOUT_S)}")
+        if session.failed is not None:
+            e, where = session.failed, address or "a local Ray"
+            raise ActorError(f"could not start Ray actors on {where}: {_last_line(e)}") from e
+        if not address:
+            session.watchdog = _start_watchdog([p for p in _children() if p not in before])
+        return session
+
+    def _run(self) -> None:
+        """The helper thread: ``ray.init``, then wait for :meth:`close`."""
+        import ray
+
+        if self.address:
+            kwargs: dict[str, Any] = {"address": self.address}
+        else:
+            kwargs = {
+                "address": "local",  # a new Ray of its own, even beside a running one
+                "num_cpus": max(2, self.count),
+                "include_dashboard": False,
+                "object_store_memory": OBJECT_STORE_BYTES,
+            }
+        try:
+            ray.init(**kwargs, log_to_driver=False, logging_level="ERROR")
+        except BaseException as e:  # reported by start()
+            self.failed = e
+            self.ready.set()
+            return
+        self.ready.set()
+        self.release.wait()
+
+    def close(self) -> None:
+        """Shuts Ray down, lets the helper thread end, and has the watchdog end what is left
+        of a local Ray (waiting for it a bounded time)."""
+        import ray
+
+        try:
             ray.shutdown()
+        finally:
+            self.release.set()
+            if self.watchdog is not None:
+                with contextlib.suppress(OSError):
+                    self.watchdog.stdin.close()
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    self.watchdog.wait(timeout=2 * WATCHDOG_GRACE_S + 5)
+
+
+def _children() -> set[int]:
+    """The process ids of this process's children."""
+    import psutil  # Ray's dependency (importing ray puts its own copy on the path)
+
+    return {child.pid for child in psutil.Process().children()}
+
+
+WATCHDOG = r'''
+"""jrl's watchdog of a local Ray. argv: interval, grace, the process ids the learner started
+for its Ray. It follows their descendants (the raylet's agents and workers) until its stdin,
+a pipe from the learner, closes (the learner shut Ray down, exited, or was killed), then ends
+every one of them still running: SIGTERM, SIGKILL after `grace` seconds."""
+import os
+import select
+import sys
+
+try:
+    import psutil
+except ImportError:  # Ray's own copy, which importing ray puts on the path
+    import ray  # noqa: F401
+    import psutil
+
+interval, grace = float(sys.argv[1]), float(sys.argv[2])
+tracked = {}
+for pid in sys.argv[3:]:
+    try:
+        tracked[int(pid)] = psutil.Process(int(pid))
+    except psutil.Error:  # already gone
+        pass
+
+
+def follow():
+    for proc in list(tracked.values()):
+        try:
+            children = proc.children(recursive=True)
+        except psutil.Error:  # it ended
+            continue
+        for child in children:
+            known = tracked.get(child.pid)
+            if known is None or not known.is_running():  # new, or a reused process id
+                tracked[child.pid] = child
+
+
+while True:
+    follow()
+    ready, _, _ = select.select([0], [], [], interval)
+    if ready and not os.read(0, 1):  # end of file: the learner's end of the pipe closed
+        break
+follow()
+alive = [proc for proc in tracked.values() if proc.is_running()]
+for proc in alive:
+    try:
+        proc.terminate()
+    except psutil.Error:
+        pass
+_, alive = psutil.wait_procs(alive, timeout=grace)
+for proc in alive:
+    try:
+        proc.kill()
+    except psutil.Error:
+        pass
+'''
+"""The watchdog's program (``python -c``: no jrl or JAX to import). It runs in a session of
+its own, so a Ctrl-C for the learner's terminal does not end it first."""
+
+
+def _start_watchdog(pids: list[int]) -> subprocess.Popen:
+    """The watchdog (:data:`WATCHDOG`) of the local Ray processes ``pids``: this process holds
+    the write end of its stdin, which closes however this process ends."""
+    import warnings
+
+    command = [sys.executable, "-c", WATCHDOG, str(WATCHDOG_INTERVAL_S), str(WATCHDOG_GRACE_S)]
+    with warnings.catch_warnings():  # JAX warns on any fork; this one execs at once
+        warnings.simplefilter("ignore", RuntimeWarning)
+        return subprocess.Popen(
+            command + [str(pid) for pid in pids],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+        )
 
 
 def _last_line(e: BaseException) -> str:

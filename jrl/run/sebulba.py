@@ -32,6 +32,14 @@ halves apart, the same agent in both runners:
   queues and is raised by :func:`run` as :class:`ActorError` naming the thread and the error,
   after the iterations already learned have been handed to ``on_chunk`` (so a checkpoint of
   them can be written). A stop request (``should_stop``) is honoured between chunks.
+- **Bounded waits.** Every wait between actors and learner (a trajectory, a parameter
+  version, room in a queue, a Ray actor's result, a thread ending) gives up after
+  :func:`wait_limit` seconds (:data:`WAIT_S`, or ``$JRL_SEBULBA_WAIT_S``; thread joins at the
+  end after at most :data:`JOIN_S`): the run then stops as for a failing actor, with an
+  :class:`ActorTimeout` naming what was waited for (a stuck env, a lost actor).
+- **Checks first.** :func:`check_options` refuses, before anything is written, every option
+  that cannot work with the env, the config and the machine (``jrl.experiment.check_runner``
+  calls it; :func:`run` too).
 
 Train states are :class:`SebulbaState` stacked ``[R, ...]`` (replicated over learner devices,
 never with a device axis), so the run folder, metrics, checkpoints and evaluation of
@@ -55,6 +63,7 @@ from flax import struct
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 from jrl import networks, parallel
+from jrl.bounds import seconds_from_env
 from jrl.agent import Agent, EnvSpec
 from jrl.loops import NO_EPISODE, episode_metrics
 from jrl.run.anakin import Report, RunHooks, RunResult, chunk_lengths, compiler_options, make_mesh
@@ -71,21 +80,53 @@ from jrl.types import (
 
 __all__ = [
     "ActorError",
+    "ActorTimeout",
+    "JOIN_S",
     "SebulbaOptions",
     "SebulbaState",
+    "WAIT_ENV",
+    "WAIT_S",
     "abstract_states",
     "check_agent",
+    "check_options",
     "collect",
     "init_states",
     "run",
+    "wait_limit",
 ]
 
 TRANSFERS = ("float32", "bfloat16")
 LAG_METRICS = ("sebulba/policy_lag", "sebulba/policy_lag_max")
 
 
+WAIT_S = 600.0
+"""Seconds any wait between actors and learner may last before the run stops (generous: the
+first trajectory and the first update include compiling ``act`` and ``learn``, minutes for a
+large network on a slow CPU). ``$JRL_SEBULBA_WAIT_S`` overrides it (:func:`wait_limit`)."""
+WAIT_ENV = "JRL_SEBULBA_WAIT_S"
+JOIN_S = 60.0
+"""Seconds the end of a run waits for each actor thread to stop (at most :func:`wait_limit`):
+a stopped thread ends within a step of its envs."""
+
+
 class ActorError(RuntimeError):
     """An actor thread failed (its environment raised, ...); every thread was stopped."""
+
+
+class ActorTimeout(ActorError):
+    """A wait between actors and learner exceeded :func:`wait_limit` (the message says what
+    was waited for); every thread was stopped."""
+
+
+def wait_limit() -> float:
+    """The bound of every wait between actors and learner, in seconds: ``$JRL_SEBULBA_WAIT_S``
+    when set (``ValueError`` unless a positive number), else :data:`WAIT_S`."""
+    return seconds_from_env(WAIT_ENV, WAIT_S)
+
+
+def _seconds(limit: float) -> str:
+    """``limit`` for a message: ``600 s``, ``0.5 s``."""
+    return f"{limit:g} s"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -96,11 +137,12 @@ class SebulbaOptions:
     queue_size: int = 2  # trajectories an actor may hold ready
     max_staleness: int = 0  # 0: synchronous; k: trajectories acted up to k versions behind
     transfer: str = "float32"  # or "bfloat16"
-    pull_batch: int = 0  # EnvPool pull mode: envs per recv (0: push mode)
+    pull_batch: int = 0  # EnvPool pull mode: envs per recv, up to a thread's (0: push mode)
     learner_devices: int = 1  # the first devices, data-parallel
     actor_devices: int = 0  # the next devices, one per thread in turn (0: the learner's first)
     actors: str = "threads"  # or "ray:N": N Ray actor processes (jrl.run.ray_actors)
     ray_address: str = ""  # with ray:N, the cluster to join ("": a local Ray for the run)
+    plugins: tuple[str, ...] = ()  # modules Ray actor processes import first (jrl.plugins)
 
     @property
     def ray_actors(self) -> int:
@@ -148,12 +190,12 @@ class SebulbaOptions:
             ),
         ]
         per_thread = num_envs // self.num_actors
-        if self.pull_batch:
+        if self.pull_batch:  # equal: every recv waits for all of the thread's envs
             checks.append(
                 (
-                    self.pull_batch < per_thread and per_thread % self.pull_batch == 0,
-                    f"pull_batch ({self.pull_batch}) must divide, and be below, the envs of "
-                    f"one actor thread ({per_thread})",
+                    per_thread % self.pull_batch == 0,
+                    f"pull_batch ({self.pull_batch}) must divide the envs of one actor thread "
+                    f"({per_thread}: num_envs {num_envs} / actor_threads {self.num_actors})",
                 )
             )
         for ok, message in checks:
@@ -183,6 +225,46 @@ def check_processes(options: SebulbaOptions, num_envs: int, processes: int) -> N
             f"num_envs ({num_envs}) must divide among the {processes} processes, each one's "
             f"{options.num_actors} actors and its {jax.local_device_count()} devices"
         )
+
+
+def check_options(
+    options: SebulbaOptions, host_env: Any, num_envs: int, runs: int, replay: bool = False
+) -> None:
+    """Raises ``ValueError`` (``ConnectionError`` for a Ray address where nothing answers)
+    for the first option the run cannot execute with ``runs`` runs of ``num_envs`` envs of
+    ``host_env`` on this machine: the options themselves and how the envs divide
+    (:meth:`SebulbaOptions.validate`), pull mode (EnvPool envs, one run, push-mode actors for
+    an agent with an actor ``replay``), the devices, a multi-process learner
+    (:func:`check_processes`), ``$JRL_SEBULBA_WAIT_S`` and the Ray address
+    (:func:`jrl.run.ray_actors.check_address`). ``jrl.experiment.check_runner`` calls it
+    before the run folder is made, :func:`run` before it starts."""
+    options.validate(num_envs)
+    wait_limit()
+    if replay and (options.learner_devices > 1 or options.pull_batch):
+        raise ValueError(
+            "an agent learning from its actors' replay (apex) has one learner device and "
+            "push-mode actors: drop --devices and --pull-batch"
+        )
+    if options.pull_batch and not host_env.pull_capable:
+        raise ValueError(f"{host_env.id} has no pull mode (EnvPool envs have: envpool:<id>)")
+    if options.pull_batch and runs != 1:
+        raise ValueError(f"pull mode runs one seed at a time, got {runs} runs")
+    processes = jax.process_count()
+    if processes > 1:
+        check_processes(options, num_envs, processes)
+    else:
+        devices = jax.devices()
+        L = options.learner_devices
+        if L + options.actor_devices > len(devices):
+            raise ValueError(
+                f"{L} learner and {options.actor_devices} actor devices requested, "
+                f"{len(devices)} available ({devices[0].platform}); on CPU, XLA_FLAGS="
+                "--xla_force_host_platform_device_count=N gives fake devices"
+            )
+    if options.ray_actors and options.ray_address:
+        from jrl.run import ray_actors
+
+        ray_actors.check_address(options.ray_address)
 
 
 def parse_actors(text: str) -> int:
@@ -368,11 +450,20 @@ class _Store:
             self.version, self.value = version, value
             self._cond.notify_all()
 
-    def wait(self, min_version: int) -> tuple[int, Any] | None:
-        """``(version, value)`` once ``version >= min_version``; None when stopping."""
+    def wait(self, min_version: int, who: str = "an actor") -> tuple[int, Any] | None:
+        """``(version, value)`` once ``version >= min_version``; None when stopping;
+        :class:`ActorTimeout` (naming ``who`` waited) after :func:`wait_limit` seconds."""
+        limit = wait_limit()
+        deadline = time.monotonic() + limit
         with self._cond:
             while self.version < min_version and not self._stop.is_set():
-                self._cond.wait(0.1)
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise ActorTimeout(
+                        f"{who} waited {_seconds(limit)} for parameter version {min_version} "
+                        f"from the learner, which published none (${WAIT_ENV} sets the bound)"
+                    )
+                self._cond.wait(min(0.1, left))
             return None if self._stop.is_set() else (self.version, self.value)
 
     def wake(self) -> None:
@@ -415,7 +506,9 @@ class _Actor(threading.Thread):
             self.runner.store.wake()
 
     def _params(self, j: int):
-        got = self.runner.store.wait(j - self.runner.options.max_staleness)
+        got = self.runner.store.wait(
+            j - self.runner.options.max_staleness, f"actor thread {self.index}"
+        )
         if got is None:
             return None
         version, (agent_state, act_keys) = got
@@ -425,12 +518,20 @@ class _Actor(threading.Thread):
         return version, agent_state, jax.device_put(act_keys, self.device)
 
     def _put(self, item: _Item) -> bool:
+        """Queues ``item`` (False when stopping); :class:`ActorTimeout` when the queue stays
+        full for :func:`wait_limit` seconds."""
+        limit = wait_limit()
+        deadline = time.monotonic() + limit
         while not self.runner.stop.is_set():
             try:
                 self.out.put(item, timeout=0.1)
                 return True
             except queue.Full:
-                continue
+                if time.monotonic() > deadline:
+                    raise ActorTimeout(
+                        f"actor thread {self.index} waited {_seconds(limit)} for room in its "
+                        f"queue: the learner took no trajectory (${WAIT_ENV} sets the bound)"
+                    ) from None
         return False
 
     def _push(self) -> None:
@@ -890,33 +991,15 @@ def run(
       replay: an agent's :class:`~jrl.builders.ActorReplay` (Ape-X): actors push replay items
         with priorities into a buffer the learner states hold, instead of trajectories.
     """
-    options.validate(num_envs)
-    if replay is not None and (options.learner_devices > 1 or options.pull_batch):
-        raise ValueError(
-            "an agent learning from its actors' replay (apex) has one learner device and "
-            "push-mode actors: drop --devices and --pull-batch"
-        )
+    check_options(options, host_env, num_envs, int(keys.shape[0]), replay is not None)
     if num_iterations <= 0:
         raise ValueError(f"num_iterations must be positive, got {num_iterations}")
     if initial_state is not None and hparams:
         raise ValueError("hparams are set after init: an initial_state carries its own")
-    runs = int(keys.shape[0])
-    if options.pull_batch and runs != 1:
-        raise ValueError(f"pull mode runs one seed at a time, got {runs} runs")
-    if options.pull_batch and not host_env.pull_capable:
-        raise ValueError(f"{host_env.id} has no pull mode (EnvPool envs have: envpool:<id>)")
-    devices = jax.devices()
     L = options.learner_devices
     processes = jax.process_count()
-    if processes > 1:
-        check_processes(options, num_envs, processes)
-        devices = jax.local_devices()  # the actors act on their own process's devices
-    if processes == 1 and L + options.actor_devices > len(devices):
-        raise ValueError(
-            f"{L} learner and {options.actor_devices} actor devices requested, {len(devices)} "
-            f"available ({devices[0].platform}); on CPU, XLA_FLAGS="
-            f"--xla_force_host_platform_device_count=N gives fake devices"
-        )
+    # the actors act on their own process's devices
+    devices = jax.local_devices() if processes > 1 else jax.devices()
     actor_devs = devices[L : L + options.actor_devices] or devices[:1]
     mesh = make_mesh(L) if L > 1 else None
     # this process's actors: the same envs and act keys as actors first .. first + A - 1 of a
@@ -972,6 +1055,8 @@ class ThreadActors:
     def __init__(self, runner: "_Runner", actors: list[_Actor]):
         self.runner, self.actors = runner, actors
         self.count = len(actors)
+        self.next_j = runner.start  # the iteration of the next trajectories to take
+        self._timeout: ActorTimeout | None = None
 
     def publish(self, version: int, published) -> None:
         """Makes ``published`` (agent state, act keys) version ``version``."""
@@ -983,11 +1068,18 @@ class ThreadActors:
 
     def take(self) -> tuple[list[_Item] | None, float]:
         """The next trajectory of every actor in order and the seconds waited (None when an
-        actor failed: :meth:`error` says how)."""
-        return _take(self.actors, self.runner)
+        actor failed or one waited for :func:`wait_limit` seconds did not come:
+        :meth:`error` says how)."""
+        try:
+            items, waited = _take(self.actors, self.next_j)
+        except ActorTimeout as e:
+            self._timeout = e
+            return None, 0.0
+        self.next_j += items is not None
+        return items, waited
 
     def error(self) -> ActorError:
-        return _actor_error(self.actors)
+        return _actor_error(self.actors, self._timeout)
 
     def metrics(self) -> dict[str, float]:
         """Per-iteration metrics of the actors themselves (none for threads)."""
@@ -1005,7 +1097,7 @@ def _actor_threads(
     full one) and joined, and the envs are closed."""
     opts = runner.options
     per_thread = num_envs // opts.actor_threads
-    actors, made = [], []
+    actors, made, failing = [], [], False
     try:
         for a in range(opts.actor_threads):
             index = first + a
@@ -1016,19 +1108,30 @@ def _actor_threads(
             made += batches
             actors.append(_Actor(index, runner, batches, devices[a % len(devices)]))
         yield ThreadActors(runner, actors)
+    except BaseException:
+        failing = True
+        raise
     finally:
         runner.stop.set()
         runner.store.wake()
         for actor in actors:
             _drain(actor.out)
+        limit = min(JOIN_S, wait_limit())
+        deadline = time.monotonic() + limit
         for actor in actors:
             if actor.is_alive():
-                actor.join(timeout=10.0)
+                actor.join(timeout=max(deadline - time.monotonic(), 0.0))
+        stuck = [actor.index for actor in actors if actor.is_alive()]
         for b in made:
             try:
                 b.close()
             except Exception:  # closing after a crash: the original error is what matters
                 pass
+        if stuck and not failing:  # (a stuck thread under another error: that error is raised)
+            raise ActorTimeout(
+                f"actor thread {stuck[0]} did not stop within {_seconds(limit)} of the end of "
+                "the run (stuck in its env?)"
+            )
 
 
 def collect(
@@ -1247,10 +1350,13 @@ def _learner_loop(runner, pool, learn, states, lengths, hooks, mesh, on_snapshot
     return result
 
 
-def _take(actors, runner) -> tuple[list[_Item] | None, float]:
-    """The next trajectory of every actor, in thread order (None when an actor failed)."""
+def _take(actors, j: int) -> tuple[list[_Item] | None, float]:
+    """Trajectory ``j`` of every actor, in thread order (None when an actor failed);
+    :class:`ActorTimeout` when one does not come within :func:`wait_limit` seconds."""
+    limit = wait_limit()
     t0, items = time.perf_counter(), []
     for actor in actors:
+        deadline = time.monotonic() + limit
         while True:
             if actor.error is not None or any(a.error is not None for a in actors):
                 return None, 0.0
@@ -1260,14 +1366,24 @@ def _take(actors, runner) -> tuple[list[_Item] | None, float]:
             except queue.Empty:
                 if not actor.is_alive() and actor.out.empty():
                     return None, 0.0
+                if time.monotonic() > deadline:
+                    raise ActorTimeout(
+                        f"the learner waited {_seconds(limit)} for trajectory {j} of actor "
+                        f"thread {actor.index}, which sent none (stuck in its env?; "
+                        f"${WAIT_ENV} sets the bound)"
+                    ) from None
     return items, time.perf_counter() - t0
 
 
-def _actor_error(actors) -> ActorError:
+def _actor_error(actors, timeout: ActorTimeout | None = None) -> ActorError:
+    """The error to raise for a failed actor (its own timeout as it is) or, when none
+    failed, the learner's ``timeout``."""
     for actor in actors:
         if actor.error is not None:
             e = actor.error
+            if isinstance(e, ActorError):  # an actor's timeout names the thread already
+                return e
             err = ActorError(f"actor thread {actor.index} failed: {type(e).__name__}: {e}")
             err.__cause__ = e
             return err
-    return ActorError("an actor thread stopped without a result")
+    return timeout or ActorError("an actor thread stopped without a result")
