@@ -175,8 +175,16 @@ def test_interrupted_and_resumed_run_equals_uninterrupted(agent, extra, tmp_path
             stats = experiment.evaluate_run(tmp_path / "split", episodes=2, greedy=greedy)
             assert np.isfinite(stats["mean"]) and stats["mean_length"] == 200.0, stats
         export_policy(tmp_path / "split", tmp_path / "policy")
-        with pytest.raises(ValueError, match="without memory"):  # the noisy one has memory
-            export_policy(tmp_path / "split", tmp_path / "noisy", greedy=False)
+        # the noisy one has memory (its OU state): exported with the state as input and output
+        export_policy(tmp_path / "split", tmp_path / "noisy", greedy=False)
+        from jrl.export import load_policy
+
+        noisy = load_policy(tmp_path / "noisy")
+        state = noisy.initial_state()
+        obs = np.zeros((3,), np.float32)
+        action, state = noisy.step(state, obs)
+        action, state = noisy.step(state, obs)
+        assert np.asarray(action).shape == (1,) and np.all(np.isfinite(np.asarray(action)))
 
 
 def test_ou_noise_by_hand_per_env_and_restarted_with_every_episode():
