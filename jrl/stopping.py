@@ -28,7 +28,6 @@ import contextlib
 import os
 import signal
 import socket
-import sys
 import threading
 import time
 from typing import Any, Callable
@@ -241,10 +240,3 @@ class StallWatch:
             os.close(self._err)
             self._err = 2
         return False
-
-
-def flush_streams() -> None:
-    """Flushes Python's stdout and stderr (before an exit that skips Python's cleanup)."""
-    for stream in (sys.stdout, sys.stderr):
-        with contextlib.suppress(Exception):
-            stream.flush()

@@ -571,9 +571,11 @@ class ChunkWork:
                 "JAX_NUM_CPU_DEVICES=1 runs them on one device)"
             )
         self._stall = StallWatch(advice=advice, what="the compiled training program")
-        with self._stall:
-            yield
-        self._stall = None
+        try:
+            with self._stall:
+                yield
+        finally:
+            self._stall = None
 
     def _compile_checks(self) -> None:
         """The per-chunk checks and evaluations see one device's view of the states, [R, ...],

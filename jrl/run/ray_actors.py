@@ -417,11 +417,10 @@ class _RaySession:
     @classmethod
     def start(cls, address: str, count: int) -> "_RaySession":
         """Joins or starts Ray: ``ConnectionError`` for a user's address where no Ray answers
-        in time, :class:`~jrl.run.sebulba.ActorError` for other failures."""
+        in time, :class:`~jrl.run.sebulba.ActorError` for other failures. The address itself
+        was checked by :func:`jrl.run.sebulba.check_options` before the run started."""
         import logging
 
-        if address:
-            check_address(address)
         session = cls(address, count)
         before = _children()
         # Ray warns that a helper thread sets no SIGTERM handler: that is the point
