@@ -76,6 +76,17 @@ def _run_toy(returns, fraction, iterations=2, interval=20, seed=0):
     return res, returns, lrs
 
 
+def test_pbt_runs_are_not_independent_so_the_runner_never_spreads_them():
+    """PBT ranks all runs together, so its algorithm declares them dependent and the Anakin
+    runner keeps them in one program (``spread_mesh`` spreads only independent runs); the
+    loop it wraps keeps its own declaration."""
+    toy = _toy(np.zeros(4, np.float32))
+    assert toy.independent_runs
+    wrapped = pbt.with_pbt(toy, pbt.PBT(20, 0.25, (0.5, 3.0), ("learning_rate",)), 4)
+    assert wrapped.independent_runs is False
+    assert anakin.spread_mesh(4, wrapped) is None
+
+
 def test_the_worst_runs_copy_the_best_and_perturb_their_hyperparameters():
     """8 runs with returns [3, 1, 4, 2, 8, 7, 0, 5] (+ lr / 1000; run 6's return is NaN, no
     episode finished: it ranks last), fraction 0.25: runs 6 and 1 (the two worst) copy one of

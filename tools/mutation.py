@@ -222,6 +222,7 @@ TESTS: dict[str, list[str]] = {
         "tests/test_pbt.py::test_copies_draw_from_the_whole_top_fraction_and_both_factors",
         "tests/test_pbt.py::test_lineage_lists_every_copy_with_the_hyperparameters_after_it",
         "tests/test_pbt.py::test_refused_settings_name_the_sweepable_fields",
+        "tests/test_pbt.py::test_pbt_runs_are_not_independent_so_the_runner_never_spreads_them",
     ],
     "jrl/population.py": [
         "tests/test_es.py::test_truncation_probe_episode_masking_and_observation_moments",
