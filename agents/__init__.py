@@ -3,11 +3,11 @@
 An agent is one module with a frozen config dataclass and a ``build``
 function, registered under a name (see ``docs/writing-an-agent.md``):
 
-- the config class extends a base of :mod:`jrl.config` (``AgentConfig``,
+- the config class extends a base of :mod:`jrl.parts.agent_config` (``AgentConfig``,
   ``RolloutConfig``, ``ReplayConfig``) and carries ``PRESETS`` (env id ->
   overrides) and ``HPARAMS`` (its traced hyperparameter dataclass, whose
   fields are the sweepable config fields);
-- ``build(config, env, env_params, num_devices=1) -> jrl.builders.Built``.
+- ``build(config, env, env_params, num_devices=1) -> jrl.run.builders.Built``.
 
 One module may serve several names with config subclasses that only change
 defaults (``c51``, ``qrdqn`` and ``rainbow`` are DQN configs). Built-in
@@ -22,7 +22,7 @@ import importlib
 import sys
 from typing import Any, Callable
 
-from jrl import names as _names
+from jrl.util import names as _names
 
 __all__ = [
     "AgentEntry",
@@ -40,26 +40,26 @@ __all__ = [
 ]
 
 BUILTIN: dict[str, str] = {
-    "ppo": "jrl.agents.ppo:PPOConfig",
-    "a2c": "jrl.agents.a2c:A2CConfig",
-    "dqn": "jrl.agents.dqn:DQNConfig",
-    "c51": "jrl.agents.dqn:C51Config",
-    "qrdqn": "jrl.agents.dqn:QRDQNConfig",
-    "rainbow": "jrl.agents.dqn:RainbowConfig",
-    "apex": "jrl.agents.apex:ApexConfig",
-    "pqn": "jrl.agents.pqn:PQNConfig",
-    "reinforce": "jrl.agents.reinforce:REINFORCEConfig",
-    "sac": "jrl.agents.sac:SACConfig",
-    "td3": "jrl.agents.td3:TD3Config",
-    "ddpg": "jrl.agents.ddpg:DDPGConfig",
-    "alphazero": "jrl.agents.alphazero:AlphaZeroConfig",
-    "muzero": "jrl.agents.muzero:MuZeroConfig",
-    "openai_es": "jrl.agents.es:OpenAIESConfig",
-    "cma_es": "jrl.agents.es:CMAESConfig",
-    "snes": "jrl.agents.es:SNESConfig",
-    "ippo": "jrl.agents.ippo:IPPOConfig",
-    "mappo": "jrl.agents.mappo:MAPPOConfig",
-    "impala": "jrl.agents.impala:IMPALAConfig",
+    "ppo": "jrl.agents.actor_critic.ppo:PPOConfig",
+    "a2c": "jrl.agents.actor_critic.a2c:A2CConfig",
+    "dqn": "jrl.agents.value.dqn:DQNConfig",
+    "c51": "jrl.agents.value.dqn:C51Config",
+    "qrdqn": "jrl.agents.value.dqn:QRDQNConfig",
+    "rainbow": "jrl.agents.value.dqn:RainbowConfig",
+    "apex": "jrl.agents.value.apex:ApexConfig",
+    "pqn": "jrl.agents.value.pqn:PQNConfig",
+    "reinforce": "jrl.agents.actor_critic.reinforce:REINFORCEConfig",
+    "sac": "jrl.agents.continuous.sac:SACConfig",
+    "td3": "jrl.agents.continuous.td3:TD3Config",
+    "ddpg": "jrl.agents.continuous.ddpg:DDPGConfig",
+    "alphazero": "jrl.agents.search.alphazero:AlphaZeroConfig",
+    "muzero": "jrl.agents.search.muzero:MuZeroConfig",
+    "openai_es": "jrl.agents.evolution.es:OpenAIESConfig",
+    "cma_es": "jrl.agents.evolution.es:CMAESConfig",
+    "snes": "jrl.agents.evolution.es:SNESConfig",
+    "ippo": "jrl.agents.multi_agent.ippo:IPPOConfig",
+    "mappo": "jrl.agents.multi_agent.mappo:MAPPOConfig",
+    "impala": "jrl.agents.actor_critic.impala:IMPALAConfig",
 }
 """Built-in agent name -> ``"module:ConfigClass"``; the module defines ``build``."""
 
@@ -98,14 +98,15 @@ def register(
 ) -> AgentEntry:
     """Registers an agent under ``name`` (``jrl train NAME`` and ``jrl.train(NAME, ...)``).
 
-    ``config_cls`` is a frozen dataclass extending :class:`jrl.config.AgentConfig`;
-    ``build(config, env, env_params, num_devices=1)`` returns a :class:`jrl.builders.Built`.
+    ``config_cls`` is a frozen dataclass extending :class:`jrl.parts.agent_config.AgentConfig`;
+    ``build(config, env, env_params, num_devices=1)`` returns a :class:`jrl.run.builders.Built`.
     Refuses a name already taken unless ``overwrite``."""
-    from jrl.config import AgentConfig
+    from jrl.parts.agent_config import AgentConfig
 
     if not (isinstance(config_cls, type) and issubclass(config_cls, AgentConfig)):
         raise TypeError(
-            f"config_cls must be a subclass of jrl.config.AgentConfig, got {config_cls!r}"
+            "config_cls must be a subclass of jrl.parts.agent_config.AgentConfig, "
+            f"got {config_cls!r}"
         )
     if not dataclasses.is_dataclass(config_cls):
         raise TypeError(f"{config_cls.__name__} must be a dataclass")

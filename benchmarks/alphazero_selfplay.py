@@ -20,11 +20,11 @@ import argparse
 import time
 
 import jax
-import numpy as np
-
 import jrl.envs
-from jrl import experiment
-from jrl.agents import alphazero
+import numpy as np
+from jrl.agents.search import alphazero
+
+from jrl.app import api as experiment
 
 
 def measure(batch: int, sims: int, moves: int, repeats: int) -> dict:

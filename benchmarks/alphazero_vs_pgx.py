@@ -23,12 +23,12 @@ import json
 import time
 
 import jax
-import pgx
-
 import jrl.envs
+import pgx
 from games_vs_random import win_rate
-from jrl import experiment
-from jrl.agents import alphazero
+from jrl.agents.search import alphazero
+
+from jrl.app import api as experiment
 
 
 def overrides(pairs: list[str]) -> dict:

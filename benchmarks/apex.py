@@ -56,7 +56,8 @@ def replay_holders(rounds: int) -> tuple[int, int, float, float]:
     import jax.numpy as jnp
     import ray
 
-    from jrl import buffers, experiment
+    from jrl.app import api as experiment
+    from jrl.parts import buffers
 
     config = experiment.make_config("apex", "CartPole-v1")
     capacity, batch = config.buffer_size, config.batch_size

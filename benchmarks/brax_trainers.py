@@ -12,7 +12,7 @@ Measurements, each in a fresh interpreter so that every compile starts cold, alt
 
 - **jrl**: ``jrl.train(agent, "brax:inverted_pendulum", ...)``; compile and run seconds are
   the runner's own (``TrainResult.compile_seconds`` / ``run_seconds``); the greedy policy
-  is built from ``TrainResult.final_state`` as ``jrl.experiment.LoadedRun.policy`` does.
+  is built from ``TrainResult.final_state`` as ``jrl.app.api.LoadedRun.policy`` does.
   No run folder is written (its checkpoint and plots would be timed on jrl's side only).
 - **brax**: ``brax.training.agents.sac.train.train`` / ``...ppo.train.train`` with
   ``num_evals=1`` (one training epoch holds the whole budget). brax times its training
@@ -258,7 +258,7 @@ def worker_jrl(agent: str, seeds: int, episodes: int) -> dict:
     import jax
 
     import jrl
-    from jrl import evaluation
+    from jrl.run import evaluation
 
     config = SAC_JRL if agent == "sac" else PPO_JRL
     res = jrl.train(

@@ -1,6 +1,6 @@
 """Replay-buffer throughput: add + sample (+ priority update) of jrl's buffers.
 
-Measures ``jrl.buffers.uniform_buffer`` and ``jrl.buffers.prioritized_buffer``
+Measures ``jrl.parts.buffers.uniform_buffer`` and ``jrl.parts.buffers.prioritized_buffer``
 at a DQN-like workload: capacity 1e6 CartPole transitions (observation
 float32[4], action int32, reward, discount, next observation float32[4]),
 ``B`` new items added per step (the envs of one step; default 10), and a
@@ -52,7 +52,7 @@ import jax
 import jax.numpy as jnp
 from common import default_output, machine, rate, timed, write_section
 
-from jrl import buffers
+from jrl.parts import buffers
 
 HEADING = "## Replay buffers"
 CAPACITY = 1_000_000
@@ -447,7 +447,7 @@ the key split and draws, so their sum counts those more than once:
     )
     return f"""{HEADING}
 
-Add + sample throughput of `jrl.buffers` at capacity {CAPACITY:,}, items shaped
+Add + sample throughput of `jrl.parts.buffers` at capacity {CAPACITY:,}, items shaped
 like CartPole transitions (observation float32[4], action int32, reward,
 discount, next observation: 44 bytes), {add_batch} items added and {SAMPLE_BATCH}
 sampled per step. Best of {rounds} interleaved rounds, compile excluded. Reproduce with:

@@ -284,9 +284,9 @@ def nan_to_none(values: Iterable[float]) -> list[float | None]:
 
 
 def check_config(agent: str, env: str, expected: dict, what: str, **overrides: Any):
-    """``jrl.experiment.make_config(agent, env, **overrides)``, refused (``SystemExit``)
+    """``jrl.app.api.make_config(agent, env, **overrides)``, refused (``SystemExit``)
     unless its fields equal ``expected``; ``what`` names where ``expected`` comes from."""
-    from jrl.experiment import make_config
+    from jrl.app.api import make_config
 
     config = make_config(agent, env, **overrides)
     got = {k: getattr(config, k) for k in expected}
@@ -470,10 +470,10 @@ def sebulba_once(agent: str, env_id: str, steps: int, options: dict, **overrides
     ``SebulbaOptions(**options)``, 4 reports. ``RunResult.timings["run_s"]`` leaves out the
     first update (compilation)."""
     import jax
-
     import jrl.agents
     import jrl.envs
-    from jrl import experiment
+
+    from jrl.app import api as experiment
     from jrl.run import sebulba
 
     env, params = jrl.envs.make(env_id)

@@ -35,7 +35,7 @@ def one_run(cache: Path, out: Path, total_steps: int) -> dict:
     cmd = [
         sys.executable,
         "-m",
-        "jrl.cli",
+        "jrl.app.cli",
         "train",
         "ppo",
         "--env",

@@ -1,6 +1,7 @@
 """Where the actor-critic's values are computed, A/B in one process: while acting, or in ``learn``.
 
-``jrl.actor_critic.make_actor_critic`` evaluates the critic on the rollout in ``learn``, one
+``jrl.agents.actor_critic.common.make_actor_critic`` evaluates the critic on the rollout in
+``learn``, one
 batched pass over the ``[T, N]`` observations, instead of ``T`` small passes while acting
 (the module docstring says why that computes the same values). This script measures what
 that saved. It builds jrl's whole training program (one compiled program, init included,
@@ -8,8 +9,8 @@ that saved. It builds jrl's whole training program (one compiled program, init i
 
 - ``learn``: the agent as the working tree builds it;
 - ``acting``: the same agent built with ``make_actor_critic`` as it was at ``--base`` (a git
-  revision whose ``jrl/actor_critic.py`` kept the critic's values from acting), read with
-  ``git show`` and put in place of the current one in ``jrl.builders`` while that program is
+  revision whose ``agents/actor_critic/common.py`` kept the critic's values from acting), read with
+  ``git show`` and put in place of the current one in ``jrl.run.builders`` while that program is
   built. Nothing else differs.
 
 Then it times the two in ``--rounds`` rounds, the order swapped every round, and reports the
@@ -34,7 +35,6 @@ from pathlib import Path
 
 import jax
 import numpy as np
-
 from common import machine
 from paired import percentile
 
@@ -45,13 +45,13 @@ STEPS = {"ppo": 204_800, "a2c": 100_000}
 
 
 def old_make_actor_critic(base: str):
-    """``make_actor_critic`` from ``jrl/actor_critic.py`` at git revision ``base``."""
+    """``make_actor_critic`` from ``agents/actor_critic/common.py`` at git revision ``base``."""
     source = subprocess.check_output(
-        ["git", "-C", str(REPO), "show", f"{base}:jrl/actor_critic.py"], text=True
+        ["git", "-C", str(REPO), "show", f"{base}:agents/actor_critic/common.py"], text=True
     )
     module = types.ModuleType("jrl_actor_critic_at_base")
     sys.modules[module.__name__] = module  # dataclasses look their module up
-    exec(compile(source, f"{base}:jrl/actor_critic.py", "exec"), module.__dict__)
+    exec(compile(source, f"{base}:agents/actor_critic/common.py", "exec"), module.__dict__)
     return module.make_actor_critic
 
 
@@ -65,20 +65,20 @@ def program(agent: str, steps: int):
 
 
 def measure(agent: str, seeds: int, steps: int, rounds: int, base: str) -> str:
-    import jrl.builders
+    import jrl.run.builders
     from jrl.run import anakin
 
-    current = jrl.builders.make_actor_critic
+    current = jrl.agents.actor_critic.common.make_actor_critic
     keys = jax.random.split(jax.random.PRNGKey(0), seeds)
     compiled, params = {}, {}
     for name, make in (("learn", current), ("acting", old_make_actor_critic(base))):
-        jrl.builders.make_actor_critic = make
+        jrl.agents.actor_critic.common.make_actor_critic = make
         try:
             compiled[name] = (
                 jax.jit(program(agent, steps)).lower(keys).compile(anakin.compiler_options())
             )
         finally:
-            jrl.builders.make_actor_critic = current
+            jrl.agents.actor_critic.common.make_actor_critic = current
         params[name] = jax.block_until_ready(compiled[name](keys))
     times = {name: [] for name in compiled}
     for r in range(rounds):
@@ -113,7 +113,7 @@ def main(argv=None) -> None:
     args = parser.parse_args(argv)
     if args.rounds < 1 or min(args.seeds) < 1:
         parser.error("--rounds and --seeds must be positive")
-    from jrl import parallel
+    from jrl.core import parallel
 
     parallel.use_cpu_cores()  # as jrl train does: several seeds are spread over the cores
     rows = [

@@ -177,7 +177,7 @@ def worker_jrl(seeds: int, total_steps: int, num_reports: int, seed: int) -> dic
     import numpy as np
 
     import jrl
-    from jrl import parallel
+    from jrl.core import parallel
 
     parallel.use_cpu_cores()  # as jrl train does: one CPU device per core
     overrides = {**CONFIG, "total_steps": total_steps}

@@ -26,7 +26,7 @@ import jrl.agents
 import jrl.envs
 from dqn_cartpole import CONFIG
 
-from jrl.experiment import make_config
+from jrl.app.api import make_config
 from jrl.run import anakin
 
 

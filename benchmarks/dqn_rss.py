@@ -38,7 +38,7 @@ CLI_CHILD = """
 import json, resource, subprocess, sys, tempfile
 seeds, cap, steps = sys.argv[1:4]
 with tempfile.TemporaryDirectory() as tmp:
-    subprocess.run([sys.executable, "-m", "jrl.cli", "train", "dqn", "--env", "CartPole-v1",
+    subprocess.run([sys.executable, "-m", "jrl.app.cli", "train", "dqn", "--env", "CartPole-v1",
                     "--seeds", seeds, "--total-steps", steps, "--buffer-size", cap,
                     "--out", tmp + "/run", "--quiet"], check=True, capture_output=True)
 print(json.dumps({"peak_rss": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024}))
@@ -123,7 +123,7 @@ Above the fixed cost ({base["peak_rss"] / mib:.0f} MiB here), the resident memor
 once, with no host-side copy and no second device copy; the whole-process ratio is above 1.0
 by the fixed cost alone. The command `jrl train dqn` (last two columns) also writes the run
 folder: its checkpoint holds the whole train state, buffers included (exact resume), and
-`jrl.checkpoint.Checkpointer.save` hands every leaf to orbax as a host numpy view of the
+`jrl.app.checkpoint.Checkpointer.save` hands every leaf to orbax as a host numpy view of the
 device buffer (no copy on the CPU backend). orbax's numpy handler deep-copies each array
 before writing by default, which held the buffers twice while a checkpoint was written
 (1.97x and 2.11x before 2026-12-02); jrl's checkpointer turns that copy off, since its save

@@ -49,7 +49,6 @@ def worker(seeds: int, checkout: str) -> None:
     training return (mean over seeds of the last 5% of iterations) as JSON."""
     import jax
     import numpy as np
-
     from common import import_purejaxrl, purejaxrl_ppo_config, purejaxrl_ppo_returns
     from ppo_cartpole import CONFIG
 

@@ -50,8 +50,8 @@ import jrl.envs
 import numpy as np
 from common import default_output, machine, rate, timed, write_section
 
-from jrl import spaces
-from jrl.wrappers import AutoReset, VmapEnv, wrap_for_training
+from jrl.core import spaces
+from jrl.core.wrappers import AutoReset, VmapEnv, wrap_for_training
 
 ENV_IDS = ("CartPole-v1", "Pendulum-v1")
 BATCHES = (1, 16, 256, 4096)

@@ -34,7 +34,8 @@ def jrl_program(population: int, generations: int):
     """``(run, state)``: jrl's compiled chunk of ``generations`` generations and its input."""
     import jrl.agents
     import jrl.envs
-    from jrl import experiment
+
+    from jrl.app import api as experiment
     from jrl.run import anakin
 
     config = experiment.make_config(

@@ -11,7 +11,7 @@ at ``ppo_cartpole.CONFIG`` / ``dqn_cartpole.CONFIG``, and nothing else.
   - one critic forward pass on the rollout's ``[num_steps * num_envs, obs]`` observations
     and the ``[num_envs, obs]`` last ones (the values and the bootstrap: an actor-critic
     need not evaluate its critic while acting, and jrl's does not, see
-    ``jrl.actor_critic``);
+    ``jrl.agents.actor_critic.common``);
   - ``num_epochs x num_minibatches`` forward and backward passes of both networks on
     minibatches of the rollout;
   - gradient clipping and Adam.
@@ -199,9 +199,9 @@ def programs(agent: str, total_steps: int, checkout: str):
     """The three programs for one seed, ``{name: (jitted fn, compiler options, keys [1])}``,
     and the env steps each runs."""
     import jax
+    from paired import jrl_program
 
     from jrl.run import anakin
-    from paired import jrl_program
 
     if agent == "ppo":
         from ppo_cartpole import CONFIG

@@ -85,11 +85,11 @@ def main(argv=None) -> None:
     a = p.parse_args(argv)
 
     import jax
-
-    import jrl
     import jrl.agents
     import jrl.envs
-    from jrl import experiment
+
+    import jrl
+    from jrl.app import api as experiment
     from jrl.run import anakin
 
     config = experiment.make_config("ppo", "CartPole-v1", total_steps=a.total_steps, **CONFIG)

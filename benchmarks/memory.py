@@ -20,12 +20,12 @@ import time
 from pathlib import Path
 
 import jax
+import jrl.envs
 import numpy as np
 
 import jrl
-import jrl.envs
-from jrl import experiment
-from jrl.evaluation import episode_returns
+from jrl.app import api as experiment
+from jrl.run.evaluation import episode_returns
 
 SMOKE = dict(
     total_steps=49_152,

@@ -42,8 +42,8 @@ from pathlib import Path
 import numpy as np
 
 import jrl
-from jrl import experiment
-from jrl.training import TrainingInterrupted
+from jrl.app import api as experiment
+from jrl.app.execution import TrainingInterrupted
 
 GAMES = ("Asterix", "Breakout", "Freeway", "SpaceInvaders")
 

@@ -114,7 +114,7 @@ def jrl_program(agent: str, total_steps: int):
     import jrl.agents
     import jrl.envs
 
-    from jrl.experiment import make_config
+    from jrl.app.api import make_config
     from jrl.run import anakin
 
     overrides = {}
@@ -177,7 +177,7 @@ def worker(
 ) -> None:
     """One configuration, in its own process: compiles both programs for ``seeds`` vmapped
     seeds, then times ``rounds`` alternated pairs, printing one JSON line per event."""
-    from jrl import parallel
+    from jrl.core import parallel
 
     parallel.use_cpu_cores()  # as jrl train does: one CPU device per core (not with --one-core)
     import jax

@@ -33,7 +33,7 @@ def main() -> None:
     if a.quick:
         a.total_steps, a.repeats = 20_000, 1
     import jrl
-    from jrl.pbt import PBT
+    from jrl.run.pbt import PBT
 
     kw = dict(
         seeds=1,

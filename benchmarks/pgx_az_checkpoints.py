@@ -16,13 +16,12 @@ and the win, draw and loss rates.
 from __future__ import annotations
 
 import argparse
-import json
 import importlib.util
+import json
 import pickle
 from pathlib import Path
 
 import jax
-
 from games_vs_random import win_rate
 
 

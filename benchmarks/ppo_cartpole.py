@@ -11,7 +11,7 @@ program.
 Measurements (each configuration in a fresh subprocess, so that every
 compile starts cold):
 
-- **jrl**: ``jrl.run.anakin.run`` on ``agents/ppo.py``'s ``build``;
+- **jrl**: ``jrl.run.anakin.run`` on ``agents/actor_critic/ppo.py``'s ``build``;
   compile seconds and run seconds are the runner's own (``compile`` is the
   AOT ``lower().compile()`` of the chunk program, ``run`` executes the
   chunks; ``num_reports`` chunks, one host sync each). ``init`` (per-seed
@@ -136,7 +136,7 @@ def worker_jrl(seeds: int, total_steps: int, num_reports: int, seed: int) -> dic
     import jrl.envs
     import numpy as np
 
-    from jrl import parallel
+    from jrl.core import parallel
     from jrl.run import anakin
 
     parallel.use_cpu_cores()  # as jrl train does: one CPU device per core

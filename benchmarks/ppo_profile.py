@@ -2,7 +2,7 @@
 vmapped seeds): the compiled chunk program against its two halves compiled alone.
 
 - **rollout**: ``num_steps`` (128) steps of every env: the behaviour policy's forward pass,
-  the action draw and the env step (``jrl.loops.collect_step`` in a ``lax.scan``);
+  the action draw and the env step (``jrl.run.loops.collect_step`` in a ``lax.scan``);
 - **update**: ``agent.learn`` on one fixed rollout (GAE, then ``num_epochs`` x
   ``num_minibatches`` gradient steps with Adam), also at 1 epoch and 1 minibatch, to split
   the fixed cost of an update from the cost per gradient step;
@@ -28,14 +28,13 @@ import time
 
 import jax
 import jax.numpy as jnp
-import numpy as np
-
 import jrl.agents
 import jrl.envs
-from jrl import experiment, loops
-from jrl.run import anakin
-
+import numpy as np
 from common import machine, publish
+
+from jrl.app import api as experiment
+from jrl.run import anakin, loops
 
 HEADING = "## PPO CartPole-v1: where an iteration's time goes"
 

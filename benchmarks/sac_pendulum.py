@@ -101,7 +101,7 @@ def worker_jrl(seeds: int, chunks: int) -> dict:
     import numpy as np
 
     import jrl
-    from jrl import parallel
+    from jrl.core import parallel
 
     parallel.use_cpu_cores()  # as jrl train does: one CPU device per core
     check_config("sac", "Pendulum-v1", CONFIG, "this benchmark's CONFIG")

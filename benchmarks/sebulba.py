@@ -76,7 +76,7 @@ def sebulba_run(env_id, num_envs, steps, *, num_steps=128, torso=None, epochs=4,
 
 
 def anakin_rate(num_envs, steps):
-    from jrl import experiment
+    from jrl.app import api as experiment
 
     r = experiment.train(
         "ppo", "CartPole-v1", progress=False, num_envs=num_envs, total_steps=steps, num_reports=4

@@ -2,7 +2,7 @@
 progress line, with a cold and a warm persistent compilation cache, and Python's import time.
 
 Each round runs, in fresh processes: ``python -c pass`` (the interpreter alone), ``python -c
-"import jax"`` (the floor every jrl command pays), ``python -c "import jrl.cli"``, then the
+"import jax"`` (the floor every jrl command pays), ``python -c "import jrl.app.cli"``, then the
 training command twice against one new, empty cache directory (cold: it compiles and fills
 the cache; warm: it loads the program from it). A run's start-up is the time from starting
 the process until its first progress line (``... steps/s | ...``, after the program is compiled or
@@ -73,14 +73,14 @@ def main(argv: list[str] | None = None) -> None:
         for r in range(a.rounds):
             cache = cwd / f"cache{r}"
             train = [
-                *(py, "-m", "jrl.cli", "train", "ppo", "--env", "CartPole-v1"),
+                *(py, "-m", "jrl.app.cli", "train", "ppo", "--env", "CartPole-v1"),
                 *("--total-steps", str(a.total_steps), "--out", str(cwd / "run"), "--overwrite"),
                 *("--compile-cache-dir", str(cache)),
             ]
             for name, cmd in (
                 ("python -c pass", [py, "-c", "pass"]),
                 ("import jax", [py, "-c", "import jax"]),
-                ("import jrl.cli", [py, "-c", "import jrl.cli"]),
+                ("import jrl.app.cli", [py, "-c", "import jrl.app.cli"]),
             ):
                 rows.setdefault(name, []).append(seconds(cmd, env, cwd))
             for name in ("cold cache", "warm cache"):
@@ -100,7 +100,7 @@ def main(argv: list[str] | None = None) -> None:
 Seconds from the command to the first progress line of `jrl train ppo --env CartPole-v1
 --total-steps {a.total_steps:,}` (1 seed), each process fresh, with an empty persistent
 compilation cache (cold: trace, compile, fill the cache) and then the same cache (warm: the
-program loaded from it); and the interpreter alone, `import jax` and `import jrl.cli` for
+program loaded from it); and the interpreter alone, `import jax` and `import jrl.app.cli` for
 scale. {a.rounds} rounds; median and best. Reproduce with:
 
     python benchmarks/startup.py --rounds {a.rounds} --total-steps {a.total_steps} --write
@@ -111,7 +111,7 @@ cores, other jobs running).
 {text}
 
 Where a warm start goes (one quiet run on this machine, timestamps from a wrapper around
-`jrl.cli.main`, before the changes below): imports 1.05 s (`import jax` alone 0.85 s);
+`jrl.app.cli.main`, before the changes below): imports 1.05 s (`import jax` alone 0.85 s);
 config, env, memory check and run folder 0.4 s (the orbax import, 0.2 s, among them);
 `init` 1.3 s, because JAX's 1 s write threshold had left its program (about 1 s to compile)
 out of the cache; the chunk programs 1.6 s (two lengths, 97 iterations in 19 chunks of 5 and
@@ -136,7 +136,7 @@ progress line 5.33-5.39 s before, 4.82-4.91 s after; warm 2.43-2.59 s before, 2.
 after. The cold start was then under the 5 s target, the warm start 2.2 s (measured again
 on 2026-12-03 with one CPU device per core, `parallel.use_cpu_cores`: 4.95 and 2.22 s).
 
-Then `python -X importtime -c "import jrl.cli"` showed where half of `import jax` went: the
+Then `python -X importtime -c "import jrl.app.cli"` showed where half of `import jax` went: the
 module init of `ml_dtypes` 0.7.0's C extension (`ml_dtypes._ml_dtypes_ext`), 0.6-0.8 s alone;
 with 0.6.0 or 0.5.4 all of `import ml_dtypes`, numpy included, takes 0.11-0.15 s (same numpy;
 0.7.0 is as slow with numpy 2.3.5).

@@ -1,7 +1,7 @@
 """How long ``ThreadedSink.write`` keeps the caller when the sink behind it is slow.
 
 An inner sink that takes ``--delay`` seconds per write (slow storage, a remote logger) behind a
-:class:`jrl.sinks.ThreadedSink`: the caller's time for ``--writes`` writes, against the
+:class:`jrl.app.sinks.ThreadedSink`: the caller's time for ``--writes`` writes, against the
 ``writes * delay`` seconds the inner sink needs. The test suite checks the same property without
 a clock (``tests/test_sinks.py::test_threaded_write_does_not_wait_for_slow_io``: the writes
 return while the inner write is held); this measures it, and ``--check`` exits with 1 when the
@@ -35,7 +35,7 @@ class SlowSink:
 
 
 def one(delay: float, writes: int) -> float:
-    from jrl.sinks import Record, ThreadedSink
+    from jrl.app.sinks import Record, ThreadedSink
 
     inner = SlowSink(delay)
     sink = ThreadedSink(inner)

@@ -108,8 +108,9 @@ def variant(name: str):
 
 
 def measure(agent: str, steps: int, rounds: int) -> list[str]:
-    from jrl.run import anakin
     from paired import jrl_program
+
+    from jrl.run import anakin
 
     names = ["base", "unrolled"] + (["jnp-indices", "fixed-indices"] if agent == "dqn" else [])
     keys = jax.random.split(jax.random.PRNGKey(0), 1)

@@ -1,8 +1,8 @@
-"""Brax environments (MJX backend) as jrl :class:`~jrl.env.Environment`\\ s.
+"""Brax environments (MJX backend) as jrl :class:`~jrl.core.env.Environment`\\ s.
 
 ``jrl.envs.make("brax:halfcheetah")`` builds a :class:`BraxEnv` around
 ``brax.envs.get_environment("halfcheetah", backend="mjx")`` and wraps it in a
-:class:`~jrl.wrappers.TimeLimit` of :data:`EPISODE_LENGTH` steps (brax's own
+:class:`~jrl.core.wrappers.TimeLimit` of :data:`EPISODE_LENGTH` steps (brax's own
 training episode length); pass ``max_episode_steps=`` to ``make`` to change it.
 Needs the optional extra: ``pip install jrl-jax[brax]``.
 
@@ -10,11 +10,11 @@ What the adapter does, and does not do:
 
 - It wraps brax's bare env, never brax's ``EpisodeWrapper``/``AutoResetWrapper``/
   ``VmapWrapper``: the time limit, the auto-reset and the batch are jrl's
-  (:class:`~jrl.wrappers.TimeLimit`, :class:`~jrl.wrappers.AutoReset`,
-  :class:`~jrl.wrappers.VmapEnv`). So ``terminated`` is exactly brax's ``done`` of the
+  (:class:`~jrl.core.wrappers.TimeLimit`, :class:`~jrl.core.wrappers.AutoReset`,
+  :class:`~jrl.core.wrappers.VmapEnv`). So ``terminated`` is exactly brax's ``done`` of the
   bare env (a fall, for the locomotion envs), ``truncated`` comes only from the
   TimeLimit (brax's wrapper reports it as ``info["truncation"]``; here it is the
-  :class:`~jrl.types.TimeStep` field), and AutoReset carries the finished episode's
+  :class:`~jrl.core.types.TimeStep` field), and AutoReset carries the finished episode's
   last observation in ``info["final_observation"]``, so learners bootstrap from it.
 - The env state is brax's ``State`` pytree; ``reset`` gets brax's raw ``uint32[2]`` key
   (the key data of jrl's typed key), ``step`` is brax's ``step`` (deterministic: the
@@ -40,9 +40,9 @@ import jax.numpy as jnp
 import numpy as np
 from jrl.envs.registry import BRAX_PREFIX, EnvEntry, UnknownEnvError
 
-from jrl import spaces
-from jrl.env import Environment
-from jrl.types import PRNGKey, PyTree
+from jrl.core import spaces
+from jrl.core.env import Environment
+from jrl.core.types import PRNGKey, PyTree
 
 __all__ = [
     "EPISODE_LENGTH",

@@ -1,4 +1,5 @@
-"""Small cooperative multi-agent environments of our own (:class:`jrl.marl.MultiAgentEnvironment`).
+"""Small cooperative multi-agent environments of our own
+(:class:`jrl.core.multi_agent_env.MultiAgentEnvironment`).
 
 ``Coordination-v0``: a team of ``A = 2`` agents plays ``horizon`` rounds (8) of a
 coordination game with ``K = 3`` actions. Each round draws a cue ``g`` uniformly from
@@ -28,10 +29,10 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 from flax import struct
-
-from jrl import spaces
 from jrl.envs import _raster as R
-from jrl.marl import MultiAgentEnvironment
+
+from jrl.core import spaces
+from jrl.core.multi_agent_env import MultiAgentEnvironment
 
 __all__ = ["Coordination", "TeamTruncationProbe"]
 

@@ -26,8 +26,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jrl import spaces
-from jrl.env import Environment
+from jrl.core import spaces
+from jrl.core.env import Environment
 
 __all__ = ["GymnasiumEnv", "GymnasiumVectorEnv", "to_gymnasium", "to_gymnasium_space"]
 
@@ -170,7 +170,7 @@ class GymnasiumVectorEnv(_gymnasium_vector_env_base()):  # type: ignore[misc]
         import gymnasium
         from gymnasium.vector.utils import batch_space
 
-        from jrl.wrappers import AutoReset, VmapEnv
+        from jrl.core.wrappers import AutoReset, VmapEnv
 
         if env.num_envs is not None:
             raise ValueError("GymnasiumVectorEnv takes an unbatched env; it batches it itself")

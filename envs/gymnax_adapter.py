@@ -1,8 +1,8 @@
-"""Any gymnax 1.x environment as a jrl :class:`~jrl.env.Environment`.
+"""Any gymnax 1.x environment as a jrl :class:`~jrl.core.env.Environment`.
 
 ``jrl.envs.make("gymnax:Breakout-MinAtar")`` builds a :class:`GymnaxEnv`
 around ``gymnax.make("Breakout-MinAtar")`` and wraps it in a
-:class:`~jrl.wrappers.TimeLimit` at gymnax's own limit
+:class:`~jrl.core.wrappers.TimeLimit` at gymnax's own limit
 (``default_params.max_steps_in_episode``); pass ``max_episode_steps=`` to
 ``make`` to change it.
 
@@ -10,8 +10,8 @@ What the adapter does, and does not do:
 
 - It calls gymnax's private ``reset_env`` / ``step_env``, never its public
   ``step``: gymnax 1.x's ``step`` auto-resets and truncates by itself, which
-  in jrl are the jobs of :class:`~jrl.wrappers.AutoReset` and
-  :class:`~jrl.wrappers.TimeLimit`. The adapter therefore never truncates and
+  in jrl are the jobs of :class:`~jrl.core.wrappers.AutoReset` and
+  :class:`~jrl.core.wrappers.TimeLimit`. The adapter therefore never truncates and
   never resets; ``terminated`` is exactly the flag ``step_env`` returns
   (gymnax 1.x's natural termination, time limits excluded).
 - Keys are passed through untouched. AutoReset splits a step's key the way
@@ -22,7 +22,7 @@ What the adapter does, and does not do:
   ``make(..., field=value)`` work as for jrl envs). ``max_steps_in_episode``
   in them is *not* the time limit any more (the TimeLimit is); a few gymnax
   envs still read it, e.g. to scale an observation.
-- Spaces are mapped to :mod:`jrl.spaces` (Discrete, Box, Dict, Tuple) with
+- Spaces are mapped to :mod:`jrl.core.spaces` (Discrete, Box, Dict, Tuple) with
   their shapes, dtypes and bounds; a Box bound at or beyond the float32 range
   (gymnax writes ``finfo(float32).max`` for "unbounded") becomes ``±inf``, so
   ``Box.bounded`` and ``Box.sample`` treat it as unbounded.
@@ -50,9 +50,9 @@ import jax.numpy as jnp
 import numpy as np
 from jrl.envs.registry import GYMNAX_PREFIX, EnvEntry, UnknownEnvError
 
-from jrl import spaces
-from jrl.env import Environment
-from jrl.types import PRNGKey, PyTree, TimeStep
+from jrl.core import spaces
+from jrl.core.env import Environment
+from jrl.core.types import PRNGKey, PyTree, TimeStep
 
 __all__ = ["GymnaxEnv", "gymnax_entry", "to_jrl_space"]
 
@@ -159,7 +159,7 @@ def _render_cells(obs: jax.Array) -> jax.Array:
 
 
 def to_jrl_space(space: Any) -> spaces.Space:
-    """Maps a gymnax space onto the equivalent :mod:`jrl.spaces` space.
+    """Maps a gymnax space onto the equivalent :mod:`jrl.core.spaces` space.
 
     Raises ``TypeError`` for a space kind jrl does not know, and lets JAX's
     tracer errors through when a bound is a traced value (the caller retries

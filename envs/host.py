@@ -3,7 +3,7 @@
 ``gymnasium:<id>`` runs any registered Gymnasium env (``pip install jrl-jax[gymnasium]``),
 ``envpool:<id>`` an EnvPool env (C++ threads; ``pip install jrl-jax[envpool]``; Atari with
 EnvPool's own frame preprocessing). ``jrl.envs.make("gymnasium:CartPole-v1")`` returns a
-:class:`HostEnvironment`: a jrl :class:`~jrl.env.Environment` that has the env's spaces, so
+:class:`HostEnvironment`: a jrl :class:`~jrl.core.env.Environment` that has the env's spaces, so
 agents are built for it as for any other env, but whose ``reset``/``step`` refuse to run,
 because it cannot be traced. The Sebulba runner (:mod:`jrl.run.sebulba`) steps it on the host
 through :meth:`HostEnvironment.make_batch`, a :class:`HostBatch` of N envs:
@@ -30,8 +30,8 @@ from typing import Any
 
 import numpy as np
 
-from jrl import spaces
-from jrl.env import Environment
+from jrl.core import spaces
+from jrl.core.env import Environment
 
 __all__ = [
     "ENVPOOL_PREFIX",

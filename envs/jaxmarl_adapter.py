@@ -1,4 +1,5 @@
-"""JaxMARL environments as jrl multi-agent envs (:class:`jrl.marl.MultiAgentEnvironment`).
+"""JaxMARL environments as jrl multi-agent envs
+(:class:`jrl.core.multi_agent_env.MultiAgentEnvironment`).
 
 ``jrl.envs.make("jaxmarl:MPE_simple_spread_v3")`` builds a :class:`JaxMARLEnv` around
 ``jaxmarl.make("MPE_simple_spread_v3")``; any name JaxMARL registers works (MPE, SMAX,
@@ -39,9 +40,9 @@ import numpy as np
 from jrl.envs import _raster as R
 from jrl.envs.registry import JAXMARL_PREFIX, EnvEntry, UnknownEnvError
 
-from jrl import spaces
-from jrl.marl import MultiAgentEnvironment
-from jrl.types import PRNGKey, PyTree
+from jrl.core import spaces
+from jrl.core.multi_agent_env import MultiAgentEnvironment
+from jrl.core.types import PRNGKey, PyTree
 
 __all__ = ["INSTALL", "JaxMARLEnv", "JaxMARLMissingError", "jaxmarl_entry", "jaxmarl_names"]
 

@@ -1,4 +1,4 @@
-"""pgx board games as jrl two-player games (:class:`jrl.two_player.TwoPlayerEnv`).
+"""pgx board games as jrl two-player games (:class:`jrl.core.two_player_env.TwoPlayerEnv`).
 
 ``jrl.envs.make("pgx:connect_four")`` builds a :class:`PgxGame` around ``pgx.make(name)``
 for the two-player games of :data:`GAMES` (``tic_tac_toe``, ``connect_four``, ``othello``,
@@ -21,9 +21,9 @@ import jax
 import jax.numpy as jnp
 from jrl.envs.registry import PGX_PREFIX, EnvEntry, UnknownEnvError
 
-from jrl import spaces
-from jrl.two_player import TwoPlayerEnv
-from jrl.types import ACTION_MASK, OBSERVATION
+from jrl.core import spaces
+from jrl.core.two_player_env import TwoPlayerEnv
+from jrl.core.types import ACTION_MASK, OBSERVATION
 
 __all__ = ["GAMES", "INSTALL", "PGX_PREFIX", "PgxGame", "PgxMissingError", "pgx_entry"]
 

@@ -30,9 +30,9 @@ import jax
 import jax.numpy as jnp
 from flax import struct
 
-from jrl import spaces
-from jrl.env import Environment
-from jrl.types import ACTION_MASK, OBSERVATION
+from jrl.core import spaces
+from jrl.core.env import Environment
+from jrl.core.types import ACTION_MASK, OBSERVATION
 
 __all__ = ["ContinuousTruncationProbe", "MaskedProbe", "TruncationProbe"]
 

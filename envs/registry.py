@@ -2,8 +2,8 @@
 
 An id maps to a factory (a class or a ``"module:attr"`` string, imported on
 first use) and a time limit. :func:`make` returns ``(env, params)``: the
-environment wrapped in its :class:`~jrl.wrappers.TimeLimit` (no auto-reset,
-no batching; see :func:`jrl.wrappers.wrap_for_training`) and its default
+environment wrapped in its :class:`~jrl.core.wrappers.TimeLimit` (no auto-reset,
+no batching; see :func:`jrl.core.wrappers.wrap_for_training`) and its default
 parameters with any overrides applied. Ids prefixed ``gymnax:`` adapt a
 gymnax environment on the fly, ``brax:`` a brax one (the optional ``brax`` extra).
 """
@@ -16,9 +16,9 @@ from typing import Any, Callable
 
 import numpy as np
 
-from jrl import names as _names
-from jrl.env import Environment
-from jrl.wrappers import CheckActions, TimeLimit
+from jrl.core.env import Environment
+from jrl.core.wrappers import CheckActions, TimeLimit
+from jrl.util import names as _names
 
 
 @dataclasses.dataclass(frozen=True)
@@ -150,7 +150,7 @@ def make(
       id: a registered id (``jrl.envs.names()``), ``"gymnax:<name>"`` or ``"brax:<name>"``
         (the ``brax`` extra).
       max_episode_steps: replaces the registered time limit.
-      check: wrap in :class:`~jrl.wrappers.CheckActions` (actions outside the
+      check: wrap in :class:`~jrl.core.wrappers.CheckActions` (actions outside the
         action space raise; slow, for debugging).
       **param_overrides: fields of the env's params to replace, e.g.
         ``make("CartPole-v1", gravity=12.0)``; unknown fields raise.
@@ -178,7 +178,7 @@ def make(
 
 def register_object(env: Any) -> tuple[str, dict[str, Any]]:
     """``(registered id, parameter overrides)`` of an env given to ``jrl.train``: an id as it is;
-    an :class:`~jrl.env.Environment` (or ``(env, params)``) is registered under its ``id``
+    an :class:`~jrl.core.env.Environment` (or ``(env, params)``) is registered under its ``id``
     (its class name when it has none) for this process, its params' fields that differ from
     the defaults becoming overrides (numbers and booleans only, as the run record is JSON)."""
     if isinstance(env, str):

@@ -1,4 +1,4 @@
-"""Tic-tac-toe as a two-player turn-based game (:class:`jrl.two_player.TwoPlayerEnv`).
+"""Tic-tac-toe as a two-player turn-based game (:class:`jrl.core.two_player_env.TwoPlayerEnv`).
 
 Cells are numbered 0-8 row by row. Player 0 moves first and plays X. The observation is
 ``{"observation": float32[3, 3, 2], "action_mask": bool[9]}``: channel 0 holds the marks
@@ -18,11 +18,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from flax import struct
-
-from jrl import spaces
 from jrl.envs import _raster as raster
-from jrl.two_player import ILLEGAL, TwoPlayerEnv
-from jrl.types import ACTION_MASK, OBSERVATION
+
+from jrl.core import spaces
+from jrl.core.two_player_env import ILLEGAL, TwoPlayerEnv
+from jrl.core.types import ACTION_MASK, OBSERVATION
 
 __all__ = ["TicTacToe", "minimax_table"]
 

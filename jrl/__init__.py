@@ -2,14 +2,14 @@
 
 Public API: the environment layer (``Environment``, ``Wrapper``,
 ``TimeStep``, ``Transition``, ``spaces``), the agent contract (``Agent``,
-``EnvSpec``) and ``train`` (see :mod:`jrl.experiment`); environments live
+``EnvSpec``) and ``train`` (see :mod:`jrl.app.api`); environments live
 in ``jrl.envs``, agents in ``jrl.agents``, runners in ``jrl.run``.
 """
 
-from jrl import spaces
-from jrl.agent import Agent, EnvSpec
-from jrl.env import Environment, Wrapper
-from jrl.types import TimeStep, Transition
+from jrl.core import spaces
+from jrl.core.env import Environment, Wrapper
+from jrl.core.types import TimeStep, Transition
+from jrl.parts.agent import Agent, EnvSpec
 
 __version__ = "0.1.0"
 
@@ -29,23 +29,23 @@ __all__ = [
 
 SUBMODULES = ("agents", "envs", "experiment", "evaluation", "export", "render", "run", "wrappers")
 """Submodules named in the docs; every submodule of ``jrl`` is reachable as an attribute
-without importing it first (``import jrl; jrl.experiment.evaluate_run(...)``,
-``jrl.networks``, ``jrl.distributed``)."""
+without importing it first (``import jrl; jrl.app.api.evaluate_run(...)``,
+``jrl.parts.networks``, ``jrl.app.distributed``)."""
 
 
 def __getattr__(name: str):
     if name == "train":  # imported lazily: it pulls in the agents and the runner
-        from jrl.experiment import train
+        from jrl.app.api import train
 
         return train
     if name == "load_policy":
-        from jrl.export import load_policy
+        from jrl.app.export import load_policy
 
         return load_policy
     import importlib
     import importlib.util
 
-    # every submodule (jrl.networks, jrl.distributed, ...) is reachable as an attribute
+    # every submodule (jrl.parts.networks, jrl.app.distributed, ...) is reachable as an attribute
     if name in SUBMODULES or (
         not name.startswith("_") and importlib.util.find_spec(f"jrl.{name}") is not None
     ):

@@ -15,7 +15,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from jrl.types import Transition
+from jrl.core.types import Transition
 
 _CACHE = os.environ.setdefault(
     "JRL_TEST_COMPILE_CACHE", os.path.join(tempfile.gettempdir(), "jrl-test-jax-cache")
@@ -132,7 +132,8 @@ def _env_for(agent: str) -> str:
     TicTacToe-v0 for those that play two-player games, Coordination-v0 for the multi-agent
     ones."""
     import jrl.agents
-    from jrl import spaces
+
+    from jrl.core import spaces
 
     config_cls = jrl.agents.get(agent).config_cls
     if config_cls.TURN_BASED:

@@ -40,10 +40,10 @@ if os.environ.get("JRL_TEST_COMPILE_CACHE"):  # share the test run's compilation
     jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.5)
 
 import jrl  # noqa: E402
-import jrl.distributed  # noqa: E402
+import jrl.app.distributed  # noqa: E402
 
 if a.num_processes:
-    jrl.distributed.initialize(a.coordinator, a.num_processes, a.process_id, timeout=60)
+    jrl.app.distributed.initialize(a.coordinator, a.num_processes, a.process_id, timeout=60)
 
 SMALL = {
     "ppo": dict(num_envs=4, num_steps=32, total_steps=4 * 32 * 4),

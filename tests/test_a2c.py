@@ -1,15 +1,16 @@
-"""A2C's own code (agents/a2c.py): its loss by hand, and one ``learn`` call against a NumPy/JAX
+"""A2C's own code (agents/actor_critic/a2c.py): its loss by hand, and one ``learn`` call against a
+NumPy/JAX
 reference (GAE, normalised advantages, plain policy gradient, value loss, entropy bonus, one
 Adam step)."""
 
 import jax
 import jax.numpy as jnp
-import numpy as np
-
 import jrl.envs
-from jrl.actor_critic import GAEHParams, Minibatch
-from jrl.agents import a2c
-from jrl.distributions import Categorical
+import numpy as np
+from jrl.agents.actor_critic import a2c
+from jrl.agents.actor_critic.common import GAEHParams, Minibatch
+
+from jrl.ops.action_distributions import Categorical
 
 
 def hparams(vf_coef=0.5, ent_coef=0.1):

@@ -8,14 +8,14 @@ import textwrap
 
 import jax
 import jax.numpy as jnp
-import numpy as np
-import pytest
-
-import jrl
 import jrl.agents as jrl_agents
 import jrl.envs
-from jrl import experiment
-from jrl.agents import a2c, ppo
+import numpy as np
+import pytest
+from jrl.agents.actor_critic import a2c, ppo
+
+import jrl
+from jrl.app import api as experiment
 from jrl.run import anakin
 
 
@@ -95,8 +95,8 @@ def test_continuous_actions(env_id, shape):
 
 
 def test_multidiscrete_actions():
-    from jrl import spaces
-    from jrl.env import Environment
+    from jrl.core import spaces
+    from jrl.core.env import Environment
 
     class TwoKnobs(Environment):
         """Reward 1 when action == (2, 0), observation constant."""
@@ -261,7 +261,7 @@ def test_vmapped_seed_init_never_hangs():
     """Initialising many seeds (orthogonal init) completes, repeatedly (DESIGN.md pitfall)."""
     code = textwrap.dedent("""
         import jax, jrl.envs
-        from jrl.agents import ppo
+        from jrl.agents.actor_critic import ppo
         from jrl.run import anakin
         env, params = jrl.envs.make("CartPole-v1")
         built = ppo.build(ppo.PPOConfig(), env, params)
@@ -283,7 +283,7 @@ def test_vmapped_seed_init_never_hangs():
 
 def test_run_refuses_states_larger_than_free_memory(monkeypatch):
     """The runner sizes R runs' train states before allocating and refuses with the numbers."""
-    from jrl import buffers
+    from jrl.parts import buffers
 
     cfg, built = small_ppo()
     monkeypatch.setattr(buffers, "available_memory_bytes", lambda device=None: 1000)
@@ -396,8 +396,8 @@ def test_tanh_normal_rmsprop_and_init_log_std_in_a_real_run():
     entropy 0.5 + 0.5 log(2 pi) + log_std: 0.419 at -1, 1.419 at the default 0)."""
     import optax
 
-    from jrl.distributions import TanhNormal
-    from jrl.wrappers import ClipAction
+    from jrl.core.wrappers import ClipAction
+    from jrl.ops.action_distributions import TanhNormal
 
     res = jrl.train(
         "ppo",

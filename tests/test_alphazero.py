@@ -7,14 +7,13 @@ import sys
 
 import jax
 import jax.numpy as jnp
+import jrl.agents
+import jrl.envs
 import mctx
 import numpy as np
 import pytest
-
-import jrl.agents
-import jrl.envs
-from jrl import experiment, games
-from jrl.agents.alphazero import (
+from jrl.agents.search import arena as games
+from jrl.agents.search.alphazero import (
     AlphaZeroHParams,
     Moves,
     Played,
@@ -22,14 +21,16 @@ from jrl.agents.alphazero import (
     alphazero_targets,
     replay_targets,
 )
-from jrl.search import (
+from jrl.agents.search.mcts import (
     game_recurrent_fn,
     q_transform,
     search,
     search_from_roots,
     uniform_evaluate,
 )
-from jrl.two_player import (
+
+from jrl.app import api as experiment
+from jrl.core.two_player_env import (
     CURRENT_PLAYER,
     PLAYER_REWARDS,
     TwoPlayerEnv,
@@ -385,7 +386,7 @@ def test_registry_entry_and_checks():
 
 def _jrl(args, cwd):
     out = subprocess.run(
-        [sys.executable, "-m", "jrl.cli", *args],
+        [sys.executable, "-m", "jrl.app.cli", *args],
         cwd=cwd,
         capture_output=True,
         text=True,

@@ -1,5 +1,5 @@
-"""Ape-X DQN (agents/apex.py) on the Sebulba runner: Ape-X's per-env epsilons, n-step
-transitions cut from the actors' blocks (jrl.buffers.trajectory_nsteps) and their initial
+"""Ape-X DQN (agents/value/apex.py) on the Sebulba runner: Ape-X's per-env epsilons, n-step
+transitions cut from the actors' blocks (jrl.parts.buffers.trajectory_nsteps) and their initial
 priorities by hand; threads and Ray actors give the same run, which resumes exactly; bad
 input exits 2; a killed Ray actor is replaced; Ape-X learns CartPole with 2 Ray actors."""
 
@@ -10,16 +10,18 @@ import sys
 
 import jax
 import jax.numpy as jnp
-import numpy as np
-import pytest
-
 import jrl.agents
 import jrl.envs
-from jrl import buffers, cli, evaluation, experiment
-from jrl.agents import apex
-from jrl.run import sebulba
+import numpy as np
+import pytest
+from jrl.agents.value import apex
+
+from jrl.app import api as experiment
+from jrl.app import cli
+from jrl.core.types import Transition
+from jrl.parts import buffers
+from jrl.run import evaluation, sebulba
 from jrl.run.anakin import RunHooks
-from jrl.types import Transition
 
 gymnasium = pytest.importorskip("gymnasium")  # the test extra installs it
 pytestmark = pytest.mark.filterwarnings("ignore:os.fork:RuntimeWarning", "ignore::UserWarning")
@@ -235,7 +237,7 @@ def test_the_learner_inserts_pushed_priorities_learns_and_threads_resume_exactly
 def cli_run(*args, cwd):
     env = {**os.environ, "JAX_PLATFORMS": "cpu", "MPLBACKEND": "Agg"}
     return subprocess.run(
-        [sys.executable, "-m", "jrl.cli", *map(str, args)],
+        [sys.executable, "-m", "jrl.app.cli", *map(str, args)],
         capture_output=True,
         text=True,
         timeout=600,
@@ -352,7 +354,7 @@ def test_two_learner_devices_exit_2_before_any_run_folder(tmp_path):
     }
     args = ["train", "apex", "--env", "gymnasium:CartPole-v1", "--runner", "sebulba"]
     out = subprocess.run(
-        [sys.executable, "-m", "jrl.cli", *args, "--devices", "2", "--out", "run"],
+        [sys.executable, "-m", "jrl.app.cli", *args, "--devices", "2", "--out", "run"],
         capture_output=True,
         text=True,
         timeout=300,

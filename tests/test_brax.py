@@ -10,15 +10,15 @@ import sys
 
 import jax
 import jax.numpy as jnp
+import jrl.envs as jrl_envs
 import numpy as np
 import pytest
 
 import jrl
-import jrl.envs as jrl_envs
-from jrl import wrappers
-from jrl.types import FINAL_OBSERVATION
+from jrl.core import wrappers
+from jrl.core.types import FINAL_OBSERVATION
 
-JRL = [sys.executable, "-m", "jrl.cli"]
+JRL = [sys.executable, "-m", "jrl.app.cli"]
 
 
 def run(*args, cwd, env=None):
@@ -111,7 +111,7 @@ def test_sac_brax_inverted_pendulum(tmp_path):
     res = jrl.train(
         "sac", "brax:inverted_pendulum", seeds=4, progress=False, num_reports=4, out=tmp_path
     )
-    stats = jrl.experiment.evaluate_run(tmp_path, episodes=2)
+    stats = jrl.app.api.evaluate_run(tmp_path, episodes=2)
     assert stats["mean"] >= 900, stats  # the greedy policy balances too
     final = res.final_returns()
     # measured 2026-12-01, 4 seeds: 1000.0 +- 0.0 (every seed balances the whole episode);

@@ -7,9 +7,9 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from jrl import buffers as B
-from jrl import returns as R
-from jrl.types import Transition
+from jrl.core.types import Transition
+from jrl.ops import returns as R
+from jrl.parts import buffers as B
 
 identity = lambda f: f  # noqa: E731
 VARIANTS = pytest.mark.parametrize("variant", [identity, jax.jit], ids=["eager", "jit"])
@@ -645,11 +645,12 @@ def test_rollout_minibatches_cover_every_sample_once(variant):
 
 
 def test_minibatch_epochs_visit_every_sample_once_per_epoch():
-    """``jrl.learner.minibatch_epochs`` runs ``num_epochs x num_minibatches`` steps that together
+    """``jrl.parts.learner.minibatch_epochs`` runs ``num_epochs x num_minibatches`` steps that
+    together
     see each sample exactly ``num_epochs`` times, and averages the steps' metrics."""
     from types import SimpleNamespace
 
-    from jrl.learner import minibatch_epochs
+    from jrl.parts.learner import minibatch_epochs
 
     t, n, epochs, m = 8, 2, 3, 4
     data = {"id": jnp.arange(t * n).reshape(t, n)}

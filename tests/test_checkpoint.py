@@ -1,23 +1,24 @@
-"""Checkpoint loading checks (jrl/checkpoint.py) that the size check of the file manifest does
+"""Checkpoint loading checks (jrl/app/checkpoint.py) that the size check of the file manifest does
 not reach: the array checksum (a step whose manifest was never written, as after a kill between
 orbax's commit and the manifest), a changed byte of the same size, an unreadable or invalid
 manifest, a missing file, unreadable arrays and an unreadable record; each refusal names the
 other checkpoints to fall back to."""
 
 import json
+import shutil
 import subprocess
 import sys
-import shutil
 from pathlib import Path
 
 import jax
 import jax.numpy as jnp
+import jrl.agents
+import jrl.envs
 import numpy as np
 import pytest
 
-import jrl.agents
-import jrl.envs
-from jrl import checkpoint, experiment
+from jrl.app import api as experiment
+from jrl.app import checkpoint
 from jrl.run import anakin
 
 PRNG_KEY = jax.dtypes.prng_key
@@ -161,7 +162,7 @@ def test_a_save_holds_the_state_once(tmp_path):
     subprocess saves a 256 MiB array; its peak resident memory may grow by far less than that."""
     code = f"""
 import resource, jax.numpy as jnp
-from jrl import checkpoint
+from jrl.app import checkpoint
 ck = checkpoint.Checkpointer({str(tmp_path)!r})
 ck.save(1, {{"x": jnp.ones(3)}}, {{}}, {{}})  # orbax and tensorstore set up
 x = jnp.ones((64, 1024, 1024), jnp.float32)
@@ -195,7 +196,7 @@ def test_a_format_2_prioritised_buffer_loads_with_its_tree_rebuilt(tmp_path, mon
     the 8-ary tree of today's buffer from its leaves, bit for bit the tree the buffer would
     hold, and the other leaves as they were. A tree of another length in a current checkpoint
     is still refused."""
-    from jrl import buffers
+    from jrl.parts import buffers
 
     buf = buffers.prioritized_buffer(capacity, check_memory=False)
 

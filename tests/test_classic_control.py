@@ -22,8 +22,9 @@ import pytest
 
 gymnasium = pytest.importorskip("gymnasium")
 
-from jrl import spaces  # noqa: E402
 from jrl.envs import acrobot, cartpole, mountain_car, pendulum  # noqa: E402
+
+from jrl.core import spaces  # noqa: E402
 
 # Tolerances (rtol = atol) sit 4-10x above the largest error measured on CPU, leaving room
 # for other platforms' float32 rounding (e.g. GPU sin/cos).

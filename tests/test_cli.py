@@ -9,14 +9,15 @@ from pathlib import Path
 
 import imageio.v3 as iio
 import jax
+import jrl.agents
 import numpy as np
 import pytest
 
 import jrl
-import jrl.agents
-from jrl import checkpoint, experiment
+from jrl.app import api as experiment
+from jrl.app import checkpoint
 
-JRL = [sys.executable, "-m", "jrl.cli"]
+JRL = [sys.executable, "-m", "jrl.app.cli"]
 # the CLI runs in subprocesses, forked from a process where JAX has started threads
 pytestmark = pytest.mark.filterwarnings("ignore:os.fork:RuntimeWarning")
 
@@ -206,7 +207,7 @@ UNBOUNDED = """
 import jax.numpy as jnp
 
 import jrl.envs
-from jrl import spaces
+from jrl.core import spaces
 from jrl.envs.pendulum import Pendulum
 
 
@@ -292,7 +293,7 @@ def test_eval_step_seed_and_stochastic(trained, tmp_path):
 
 def _episode_length(loaded, greedy: bool, seed: int) -> int:
     """The length of the episode `jrl render --seed` plays (the key of episode_returns)."""
-    from jrl.evaluation import episode_returns, evaluation_env
+    from jrl.run.evaluation import episode_returns, evaluation_env
 
     env = evaluation_env(loaded.built.env)
     _, length = episode_returns(
@@ -455,22 +456,22 @@ def test_two_hosts_from_flags_and_from_jrl_variables(tmp_path):
 
 
 def test_initialize_reads_the_jrl_variables(monkeypatch):
-    """`jrl.distributed.initialize()` takes what is not given from JRL_COORDINATOR,
+    """`jrl.app.distributed.initialize()` takes what is not given from JRL_COORDINATOR,
     JRL_NUM_PROCESSES and JRL_PROCESS_ID (explicit arguments win), and refuses a partial set."""
     import types
 
-    import jrl.distributed
+    import jrl.app.distributed
 
     calls = []
     fake = types.SimpleNamespace(
         config=types.SimpleNamespace(update=lambda *a: calls.append(("config", a))),
         distributed=types.SimpleNamespace(initialize=lambda **kw: calls.append(("init", kw))),
     )
-    monkeypatch.setattr(jrl.distributed, "jax", fake)
+    monkeypatch.setattr(jrl.app.distributed, "jax", fake)
     monkeypatch.setenv("JRL_COORDINATOR", "127.0.0.1:1234")
     monkeypatch.setenv("JRL_NUM_PROCESSES", "3")
     monkeypatch.setenv("JRL_PROCESS_ID", "0")  # process 0 hosts the coordinator: no probe
-    jrl.distributed.initialize()
+    jrl.app.distributed.initialize()
     init = dict(calls[-1][1])
     assert (init["coordinator_address"], init["num_processes"], init["process_id"]) == (
         "127.0.0.1:1234",
@@ -478,12 +479,12 @@ def test_initialize_reads_the_jrl_variables(monkeypatch):
         0,
     )
     assert ("config", ("jax_cpu_collectives_implementation", "gloo")) in calls
-    jrl.distributed.initialize("127.0.0.1:999", 2, 0)  # explicit arguments win
+    jrl.app.distributed.initialize("127.0.0.1:999", 2, 0)  # explicit arguments win
     assert calls[-1][1]["coordinator_address"] == "127.0.0.1:999"
     assert calls[-1][1]["num_processes"] == 2
     monkeypatch.delenv("JRL_PROCESS_ID")
     with pytest.raises(ValueError, match="needs all of"):
-        jrl.distributed.initialize()
+        jrl.app.distributed.initialize()
 
 
 def test_render_a_gymnax_run_and_refuse_one_that_cannot_draw(tmp_path):

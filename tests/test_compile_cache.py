@@ -8,12 +8,12 @@ import sys
 
 import pytest
 
-from jrl import compile_cache
+from jrl.app import compile_cache
 
 SCRIPT = """
 import json, sys
 import jax
-from jrl import compile_cache
+from jrl.app import compile_cache
 print(json.dumps({"dir": str(compile_cache.enable())}))
 """
 
@@ -92,7 +92,7 @@ def test_a_directory_chosen_for_jax_keeps_its_threshold(tmp_path):
 
 TRAIN = """
 import collections, json, jax, jrl
-from jrl import compile_cache
+from jrl.app import compile_cache
 events = collections.Counter()
 jax.monitoring.register_event_listener(lambda name, **kw: events.update([name]))
 # an eager op compiles (and initialises JAX's cache) before the cache is turned on
@@ -145,7 +145,7 @@ def test_cli_flags(tmp_path):
         "1",
     ]
     base = {"XDG_CACHE_HOME": str(tmp_path / "xdg")}
-    main = "import sys; from jrl.cli import main; sys.exit(main(sys.argv[1:]))"
+    main = "import sys; from jrl.app.cli import main; sys.exit(main(sys.argv[1:]))"
     on = subprocess.run(
         [
             sys.executable,

@@ -1,17 +1,21 @@
-"""What SAC, TD3 and DDPG share (jrl/continuous.py, the continuous networks): action scaling,
+"""What SAC, TD3 and DDPG share (agents/continuous/common.py, the continuous networks): action
+scaling,
 Polyak averaging, the clipped critic target and loss by hand, per-item noise, the critic
 ensemble, bad action spaces, and the truncation
 probe of each agent."""
 
 import jax
 import jax.numpy as jnp
-import numpy as np
-import pytest
-
-import jrl
 import jrl.agents
 import jrl.envs as jrl_envs
-from jrl import continuous, distributions, networks, spaces
+import numpy as np
+import pytest
+from jrl.agents.continuous import common as continuous
+
+import jrl
+from jrl.core import spaces
+from jrl.ops import action_distributions as distributions
+from jrl.parts import networks
 
 
 def test_action_scale_maps_unit_actions_onto_the_bounds_and_back():
@@ -163,11 +167,11 @@ def test_registry_entry_and_action_space_check(agent):
     with pytest.raises(ValueError, match="needs a Box action space, but CartPole-v1 has Discrete"):
         jrl.agents.check_action_space(agent, spaces.Discrete(2), "CartPole-v1")
     with pytest.raises(ValueError, match="num_critics must be >= 1"):
-        jrl.experiment.make_config(agent, "Pendulum-v1", num_critics=0)
+        jrl.app.api.make_config(agent, "Pendulum-v1", num_critics=0)
     with pytest.raises(ValueError, match="tau must lie in"):
-        jrl.experiment.make_config(agent, "Pendulum-v1", tau=0.0)
+        jrl.app.api.make_config(agent, "Pendulum-v1", tau=0.0)
     with pytest.raises(ValueError, match=r"target_critics must lie in \[0, num_critics = 2\]"):
-        jrl.experiment.make_config(agent, "Pendulum-v1", num_critics=2, target_critics=3)
+        jrl.app.api.make_config(agent, "Pendulum-v1", num_critics=2, target_critics=3)
 
 
 PROBE = dict(
@@ -221,11 +225,11 @@ def test_sweep_eval_render_and_export_through_the_cli(tmp_path):
     import subprocess
     import sys
 
-    from jrl.export import load_policy
+    from jrl.app.export import load_policy
 
     def run(*args):
         env = {**os.environ, "JAX_PLATFORMS": "cpu", "MPLBACKEND": "Agg"}
-        cmd = [sys.executable, "-m", "jrl.cli", *map(str, args)]
+        cmd = [sys.executable, "-m", "jrl.app.cli", *map(str, args)]
         return subprocess.run(
             cmd, capture_output=True, text=True, timeout=600, cwd=tmp_path, env=env
         )

@@ -7,17 +7,18 @@ import json
 
 import jax
 import jax.numpy as jnp
+import jrl.agents
+import jrl.envs
 import numpy as np
 import pytest
 
 import jrl
-import jrl.agents
-import jrl.envs
-from jrl import experiment, files
-from jrl.agent import Agent, Learned, replace_hparams
-from jrl.config import AgentConfig
-from jrl.options import RECORDED, RunOptions
+from jrl.app import api as experiment
+from jrl.app.run_options import RECORDED, RunOptions
+from jrl.parts.agent import Agent, Learned, replace_hparams
+from jrl.parts.agent_config import AgentConfig
 from jrl.run import anakin
+from jrl.util import files
 
 AGENTS = jrl.agents.names()
 
@@ -78,7 +79,7 @@ def test_learned_carries_optional_priorities():
 
 
 def test_register_a_user_agent(tmp_path):
-    from jrl.agents import reinforce
+    from jrl.agents.actor_critic import reinforce
 
     @dataclasses.dataclass(frozen=True)
     class MyConfig(reinforce.REINFORCEConfig):

@@ -151,8 +151,8 @@ def test_bad_device_requests():
         anakin.make_mesh(64)
     with pytest.raises(ValueError, match="devices requested but only"):
         jrl.train("ppo", "CartPole-v1", devices=64, total_steps=512)
-    from jrl.agents import ppo
     import jrl.envs
+    from jrl.agents.actor_critic import ppo
 
     env, params = jrl.envs.make("CartPole-v1")
     with pytest.raises(ValueError, match="not divisible by 3 devices"):
@@ -160,20 +160,20 @@ def test_bad_device_requests():
 
 
 def test_unreachable_coordinator_is_a_clear_error():
-    import jrl.distributed
+    import jrl.app.distributed
 
     port = _free_port()  # nothing listens there
     with pytest.raises(ConnectionError, match="unreachable"):
-        jrl.distributed.initialize(f"127.0.0.1:{port}", 2, 1, timeout=1.0)
+        jrl.app.distributed.initialize(f"127.0.0.1:{port}", 2, 1, timeout=1.0)
     with pytest.raises(ValueError, match="needs all of"):
-        jrl.distributed.initialize("127.0.0.1:1234", None, None)
+        jrl.app.distributed.initialize("127.0.0.1:1234", None, None)
     with pytest.raises(ValueError, match="process id must lie"):
-        jrl.distributed.initialize("127.0.0.1:1234", 2, 5)
+        jrl.app.distributed.initialize("127.0.0.1:1234", 2, 5)
 
 
 def test_cli_devices_flag_errors(tmp_path):
     out = subprocess.run(
-        [sys.executable, "-m", "jrl.cli", "train", "ppo", "--devices", "64"],
+        [sys.executable, "-m", "jrl.app.cli", "train", "ppo", "--devices", "64"],
         capture_output=True,
         text=True,
         timeout=300,

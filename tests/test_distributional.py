@@ -1,4 +1,5 @@
-"""Hand-computed values for jrl.distributional (C51 projection, QR-DQN loss), with and without
+"""Hand-computed values for jrl.ops.return_distributions (C51 projection, QR-DQN loss), with and
+without
 jit."""
 
 import math
@@ -8,7 +9,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from jrl import distributional as dist
+from jrl.ops import return_distributions as dist
 
 JIT = pytest.mark.parametrize("jit", [False, True], ids=["eager", "jit"])
 

@@ -1,4 +1,4 @@
-"""Checks for jrl.distributions against hand-computed and plain-numpy formulas."""
+"""Checks for jrl.ops.action_distributions against hand-computed and plain-numpy formulas."""
 
 import math
 
@@ -7,7 +7,13 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from jrl.distributions import Categorical, MultiCategorical, Normal, TanhNormal, epsilon_greedy
+from jrl.ops.action_distributions import (
+    Categorical,
+    MultiCategorical,
+    Normal,
+    TanhNormal,
+    epsilon_greedy,
+)
 
 KEY = jax.random.key(0)
 LOG_2PI = math.log(2 * math.pi)  # 1.837877
@@ -327,7 +333,7 @@ def test_masked_categorical_stays_finite_in_float16():
 
 def test_masked_argmax_and_max_over_leading_dims():
     """``values [T, N, A]``: the best valid action of each row, along the last axis."""
-    from jrl.distributions import masked_argmax, masked_max
+    from jrl.ops.action_distributions import masked_argmax, masked_max
 
     values = jnp.array([[[1.0, 5.0, 3.0], [9.0, 2.0, 4.0]], [[0.0, -1.0, 7.0], [2.0, 8.0, 6.0]]])
     mask = jnp.array(

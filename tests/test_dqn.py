@@ -4,15 +4,16 @@ import dataclasses
 
 import jax
 import jax.numpy as jnp
-import numpy as np
-import pytest
-
-import jrl
 import jrl.agents
 import jrl.envs as jrl_envs
-from jrl import buffers, experiment
-from jrl.agents import dqn
-from jrl.types import Transition
+import numpy as np
+import pytest
+from jrl.agents.value import dqn
+
+import jrl
+from jrl.app import api as experiment
+from jrl.core.types import Transition
+from jrl.parts import buffers
 
 
 def _one_step_batch(gamma):
@@ -482,8 +483,8 @@ def test_variants_train_and_write_a_run_folder(agent, tmp_path):
 
 def test_value_based_spaces():
     """DQN and PQN share the check: Discrete actions, a mask with one entry per action."""
-    from jrl import spaces
-    from jrl.agent import EnvSpec
+    from jrl.core import spaces
+    from jrl.parts.agent import EnvSpec
 
     env, params = jrl_envs.make("MaskedProbe-v0")
     obs_space, n = EnvSpec.from_env(env, params).value_based("DQN")

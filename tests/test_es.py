@@ -1,5 +1,7 @@
-"""Evolution strategies (agents/es.py on jrl.evolution and the population loop of
-jrl.population): one generation's update against NumPy references written from the papers
+"""Evolution strategies (agents/evolution/es.py on jrl.agents.evolution.strategies and the
+population loop of
+jrl.agents.evolution.population): one generation's update against NumPy references written from
+the papers
 (OpenAI-ES with mirrored noise, centred ranks and Adam; SNES; separable CMA-ES's mean),
 episode masking and the truncation probe, observation statistics, the registry and refused
 fields, exact resume, device-count invariance, and the learning tests."""
@@ -12,16 +14,19 @@ import textwrap
 
 import jax
 import jax.numpy as jnp
+import jrl.agents
+import jrl.envs
 import numpy as np
 import pytest
 from jax import flatten_util
+from jrl.agents.evolution import population
+from jrl.agents.evolution import strategies as evolution
 
 import jrl
-import jrl.agents
-import jrl.envs
-from jrl import cli, evolution, experiment, population
-from jrl.agent import EnvSpec
-from jrl.wrappers import RunningMeanStd
+from jrl.app import api as experiment
+from jrl.app import cli
+from jrl.core.wrappers import RunningMeanStd
+from jrl.parts.agent import EnvSpec
 
 ES_AGENTS = ["openai_es", "cma_es", "snes"]
 
@@ -259,7 +264,7 @@ def test_a_generation_updates_the_mean_and_counts_steps_and_sweeps_the_rate():
 
 def test_cli_refuses_a_field_es_has_no_use_for(tmp_path):
     out = subprocess.run(
-        [sys.executable, "-m", "jrl.cli", "train", "cma_es", "--env", "Pendulum-v1"]
+        [sys.executable, "-m", "jrl.app.cli", "train", "cma_es", "--env", "Pendulum-v1"]
         + ["--max-grad-norm", "1.0", "--out", str(tmp_path / "run")],
         cwd=tmp_path,
         capture_output=True,
@@ -349,7 +354,7 @@ def test_openai_es_cartpole_475():
 
 
 def _greedy_returns(res, episodes):
-    from jrl import evaluation
+    from jrl.run import evaluation
 
     env, params = jrl.envs.make(res.env_id)
     built = jrl.agents.get(res.agent).build(res.config, env, params)
@@ -395,7 +400,7 @@ def test_cli_train_eval_and_render(tmp_path):
     `jrl render` play the mean's policy from it."""
     env = {**os.environ, "JAX_PLATFORMS": "cpu"}
     run = lambda *args: subprocess.run(
-        [sys.executable, "-m", "jrl.cli", *args],
+        [sys.executable, "-m", "jrl.app.cli", *args],
         cwd=tmp_path,
         capture_output=True,
         text=True,

@@ -5,18 +5,20 @@ import dataclasses
 
 import jax
 import jax.numpy as jnp
-import numpy as np
-import pytest
-
 import jrl.agents
 import jrl.envs as jrl_envs
-from jrl import evaluation, experiment, spaces, training
-from jrl.env import Environment
+import numpy as np
+import pytest
+from jrl.agents.evolution.strategies import ESConfig
 from jrl.envs.probes import TruncationProbe
-from jrl.evaluation import episode_returns
-from jrl.evolution import ESConfig
-from jrl.run import anakin
-from jrl.wrappers import VmapEnv
+
+from jrl.app import api as experiment
+from jrl.app import execution as training
+from jrl.core import spaces
+from jrl.core.env import Environment
+from jrl.core.wrappers import VmapEnv
+from jrl.run import anakin, evaluation
+from jrl.run.evaluation import episode_returns
 
 
 def test_truncation_probe_episodes_return_their_length():

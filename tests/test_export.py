@@ -12,7 +12,9 @@ import numpy as np
 import pytest
 
 import jrl
-from jrl import evaluation, experiment, export
+from jrl.app import api as experiment
+from jrl.app import export
+from jrl.run import evaluation
 
 CASES = {
     "ppo": dict(total_steps=4 * 128 * 8, normalize_observations=True),  # normaliser inside
@@ -68,7 +70,7 @@ def test_the_artifact_runs_without_jrl(tmp_path):
 def test_cli_export(tmp_path):
     env = {**os.environ, "JAX_PLATFORMS": "cpu", "MPLBACKEND": "Agg"}
     run_cli = lambda *a: subprocess.run(  # noqa: E731
-        [sys.executable, "-m", "jrl.cli", *map(str, a)],
+        [sys.executable, "-m", "jrl.app.cli", *map(str, a)],
         capture_output=True,
         text=True,
         timeout=600,

@@ -13,7 +13,9 @@ import numpy as np
 import pytest
 
 import jrl
-from jrl import evaluation, experiment, export
+from jrl.app import api as experiment
+from jrl.app import export
+from jrl.run import evaluation
 
 QUIET = dict(progress=False, num_reports=1)
 # a host env batch of 4 envs, as tests/test_sebulba.py trains it
@@ -25,7 +27,7 @@ def cli(*args, cwd, timeout=300):
     """``jrl ARGS`` in a fresh process, run in ``cwd``."""
     env = {**os.environ, "JAX_PLATFORMS": "cpu", "MPLBACKEND": "Agg"}
     return subprocess.run(
-        [sys.executable, "-m", "jrl.cli", *map(str, args)],
+        [sys.executable, "-m", "jrl.app.cli", *map(str, args)],
         capture_output=True,
         text=True,
         timeout=timeout,

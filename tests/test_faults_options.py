@@ -25,19 +25,21 @@ import re
 
 import jax
 import jax.numpy as jnp
+import jrl.agents
 import numpy as np
 import pytest
 from flax import struct
 
 import jrl
-import jrl.agents
-from jrl import cli, experiment, parallel, pbt
-from jrl.agent import replace_hparams
-from jrl.config import POSITIVE, UNIT_INTERVAL, Range
-from jrl.loops import Algorithm
-from jrl.options import RunOptions
-from jrl.result import Progress, TrainResult
-from jrl.run import anakin
+from jrl.app import api as experiment
+from jrl.app import cli
+from jrl.app.result import Progress, TrainResult
+from jrl.app.run_options import RunOptions
+from jrl.core import parallel
+from jrl.parts.agent import replace_hparams
+from jrl.parts.agent_config import POSITIVE, UNIT_INTERVAL, Range
+from jrl.run import anakin, pbt
+from jrl.run.loops import Algorithm
 
 
 def _train_cli(args, tmp_path, monkeypatch, capsys):

@@ -20,9 +20,10 @@ import numpy as np
 import pytest
 
 import jrl
-from jrl import checkpoint, stopping, training
+from jrl.app import checkpoint, stopping
+from jrl.app import execution as training
 
-JRL = [sys.executable, "-m", "jrl.cli"]
+JRL = [sys.executable, "-m", "jrl.app.cli"]
 TINY = ["--total-steps", "4000", "--quiet"]
 pytestmark = pytest.mark.filterwarnings("ignore:os.fork:RuntimeWarning")
 
@@ -32,7 +33,7 @@ SLEEPING_TORSO = """
 import time
 import flax.linen as nn
 import jax
-from jrl import networks
+from jrl.parts import networks
 
 
 def _block(x):
@@ -56,7 +57,7 @@ networks.register_torso("sleeping", lambda **kw: Sleeping(), overwrite=True)
 VMAPPED_ORTHOGONAL_TORSO = """
 import flax.linen as nn
 import jax.numpy as jnp
-from jrl import networks
+from jrl.parts import networks
 
 
 class _MLP(nn.Module):
@@ -242,7 +243,7 @@ def test_a_signal_during_a_save_reaches_the_terminal_not_the_save_log(tmp_path):
         f"""
         import os, signal
         from pathlib import Path
-        from jrl import checkpoint, stopping
+        from jrl.app import checkpoint, stopping
 
         log = Path({str(tmp_path / "save-errors.log")!r})
         with stopping.StopRequest(quiet=False) as stop:

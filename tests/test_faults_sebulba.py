@@ -14,18 +14,18 @@ import sys
 import time
 from pathlib import Path
 
-import pytest
-
 import jrl.agents
 import jrl.envs
-from jrl import experiment
-from jrl.options import RunOptions, RunSpec
+import pytest
+
+from jrl.app import api as experiment
+from jrl.app.run_options import RunOptions, RunSpec
 from jrl.run import sebulba
 
 gymnasium = pytest.importorskip("gymnasium")
 pytestmark = pytest.mark.filterwarnings("ignore:os.fork:RuntimeWarning", "ignore::UserWarning")
 
-JRL = [sys.executable, "-m", "jrl.cli"]
+JRL = [sys.executable, "-m", "jrl.app.cli"]
 README = Path(__file__).resolve().parents[1] / "README.md"
 TINY = ["--num-envs", 4, "--num-steps", 16, "--hidden-sizes", 16, 16]
 

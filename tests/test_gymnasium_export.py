@@ -3,10 +3,9 @@ registered env, seeding, the time limit as ``truncated``, rendering."""
 
 import warnings
 
+import jrl.envs
 import numpy as np
 import pytest
-
-import jrl.envs
 
 gymnasium = pytest.importorskip("gymnasium")  # the test extra installs it
 from gymnasium.utils.env_checker import check_env  # noqa: E402

@@ -21,9 +21,9 @@ gymnax = pytest.importorskip("gymnax")
 import jrl.envs
 from jrl.envs.gymnax_adapter import GymnaxEnv, to_jrl_space
 
-from jrl import spaces
-from jrl.types import FINAL_OBSERVATION
-from jrl.wrappers import wrap_for_training
+from jrl.core import spaces
+from jrl.core.types import FINAL_OBSERVATION
+from jrl.core.wrappers import wrap_for_training
 
 pytestmark = pytest.mark.parity
 

@@ -1,7 +1,8 @@
-"""IMPALA's own code (agents/impala.py) and the family's ``learner_outputs`` it runs on: V-trace
+"""IMPALA's own code (agents/actor_critic/impala.py) and the family's ``learner_outputs`` it runs
+on: V-trace
 advantages and the loss by hand, and ``learn`` under policy lag (a rollout acted by parameters
 A, learned by parameters B) against a NumPy V-trace written from the paper's definition (the
-sum over the trace, not the recursion jrl.returns uses)."""
+sum over the trace, not the recursion jrl.ops.returns uses)."""
 
 import os
 import subprocess
@@ -10,17 +11,20 @@ from pathlib import Path
 
 import jax
 import jax.numpy as jnp
-import numpy as np
-import pytest
-
-import jrl
 import jrl.agents
 import jrl.envs
-from jrl import actor_critic, experiment, loops, networks
-from jrl.actor_critic import LEARNER_LOG_PROB, LEARNER_VALUE, Minibatch
-from jrl.agents import impala
-from jrl.distributions import Categorical
-from jrl.types import Transition
+import numpy as np
+import pytest
+from jrl.agents.actor_critic import common as actor_critic
+from jrl.agents.actor_critic import impala
+from jrl.agents.actor_critic.common import LEARNER_LOG_PROB, LEARNER_VALUE, Minibatch
+
+import jrl
+from jrl.app import api as experiment
+from jrl.core.types import Transition
+from jrl.ops.action_distributions import Categorical
+from jrl.parts import networks
+from jrl.run import loops
 
 WORKER = str(Path(__file__).with_name("dist_worker.py"))
 
@@ -360,7 +364,7 @@ def test_registered_with_its_hyperparameters_and_presets():
 def cli(*args, cwd, extra_env=None):
     env = {**os.environ, "JAX_PLATFORMS": "cpu", "MPLBACKEND": "Agg", **(extra_env or {})}
     return subprocess.run(
-        [sys.executable, "-m", "jrl.cli", *map(str, args)],
+        [sys.executable, "-m", "jrl.app.cli", *map(str, args)],
         capture_output=True,
         text=True,
         timeout=600,

@@ -16,10 +16,11 @@ import numpy as np
 import pytest
 
 import jrl
-from jrl import checkpoint, experiment, run_folder
-from jrl.checkpoint import CheckpointError
+from jrl.app import api as experiment
+from jrl.app import checkpoint, run_folder
+from jrl.app.checkpoint import CheckpointError
 
-JRL = [sys.executable, "-m", "jrl.cli"]
+JRL = [sys.executable, "-m", "jrl.app.cli"]
 QUIET = dict(progress=False)
 SMALL = dict(total_steps=4 * 128 * 6, num_reports=6)  # PPO, 6 iterations of 512 steps
 
@@ -59,7 +60,7 @@ def test_a_live_run_folder_refuses_a_second_writer(tmp_path):
             sys.executable,
             "-c",
             "import sys, time\n"
-            "from jrl.run_folder import RunLock\n"
+            "from jrl.app.run_folder import RunLock\n"
             "with RunLock(sys.argv[1]):\n"
             "    print('locked', flush=True)\n"
             "    time.sleep(120)\n",
@@ -91,7 +92,7 @@ def test_the_lock_of_a_killed_run_is_taken_over(tmp_path):
         [
             sys.executable,
             "-c",
-            "import sys, time\nfrom jrl.run_folder import RunLock\n"
+            "import sys, time\nfrom jrl.app.run_folder import RunLock\n"
             "with RunLock(sys.argv[1]):\n    print('locked', flush=True)\n    time.sleep(120)\n",
             str(run),
         ],
@@ -188,10 +189,10 @@ def test_a_kill_after_the_final_checkpoint_is_completed_by_resume(tmp_path):
     parameters; a second resume says the run is complete."""
     code = f"""
         import os, signal
-        import jrl.result
+        import jrl.app.result
         def die(*a, **k):
             os.kill(os.getpid(), signal.SIGKILL)
-        jrl.result.TrainResult.save = die
+        jrl.app.result.TrainResult.save = die
         import jrl
         jrl.train("ppo", "CartPole-v1", 2, out="run", progress=False,
                   total_steps={SMALL["total_steps"]}, num_reports={SMALL["num_reports"]})
@@ -237,7 +238,7 @@ def test_disk_full_at_a_checkpoint_is_one_line_exit_1_and_keeps_the_last_good_on
     checkpoint's array file."""
     code = """
         import resource, signal, sys
-        from jrl.cli import main
+        from jrl.app.cli import main
         signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
         resource.setrlimit(resource.RLIMIT_FSIZE, (100_000, 100_000))
         sys.exit(main(["train", "dqn", "--out", "run", "--total-steps", "3000",
@@ -368,11 +369,11 @@ def test_a_second_ctrl_c_is_one_line_and_exit_130(tmp_path):
     real double SIGINT depends on where the second one lands)."""
     code = """
         import sys
-        import jrl.training
+        import jrl.app.execution
         def interrupted(*args, **kwargs):
             raise KeyboardInterrupt
-        jrl.training.execute = interrupted
-        from jrl.cli import main
+        jrl.app.execution.execute = interrupted
+        from jrl.app.cli import main
         sys.exit(main(["train", "ppo", "--out", "run", "--total-steps", "1024", "--quiet"]))
     """
     out = python(code, cwd=tmp_path)
@@ -408,7 +409,7 @@ def test_disk_full_after_a_good_checkpoint_names_it_and_resumes_from_it(tmp_path
     code = """
         import errno, sys
         import orbax.checkpoint as ocp
-        from jrl.cli import main
+        from jrl.app.cli import main
         real, calls = ocp.CheckpointManager.save, []
         def save(self, *a, **k):
             calls.append(1)

@@ -1,4 +1,5 @@
-"""IPPO and MAPPO (agents/ippo.py, agents/mappo.py, jrl/multi_agent.py): per-agent GAE by
+"""IPPO and MAPPO (agents/multi_agent/ippo.py, agents/multi_agent/mappo.py,
+agents/multi_agent/common.py): per-agent GAE by
 hand, the team network (shared or per-agent parameters, local or centralised critic), action
 masks, the config and the single-/multi-agent checks, learning Coordination-v0's optimum,
 the truncation probe, exact resume with `jrl eval` and `jrl render` on the run folder, and
@@ -12,17 +13,17 @@ from pathlib import Path
 
 import jax
 import jax.numpy as jnp
-import numpy as np
-import pytest
-
-import jrl
 import jrl.agents
 import jrl.envs as jrl_envs
-from jrl import experiment
-from jrl.agents import ippo
-from jrl.marl import GLOBAL_STATE
-from jrl.multi_agent import MultiAgentActorCritic, agent_gae
-from jrl.types import ACTION_MASK, OBSERVATION, Transition
+import numpy as np
+import pytest
+from jrl.agents.multi_agent import ippo
+from jrl.agents.multi_agent.common import MultiAgentActorCritic, agent_gae
+
+import jrl
+from jrl.app import api as experiment
+from jrl.core.multi_agent_env import GLOBAL_STATE
+from jrl.core.types import ACTION_MASK, OBSERVATION, Transition
 
 QUIET = dict(progress=False)
 
@@ -84,7 +85,7 @@ def _team_obs(batch=(5,), agents=3, size=4, key=0, state_size=7):
 
 def _network(share, central, agents=3):
     return MultiAgentActorCritic(
-        jrl.spaces.Discrete(4),
+        jrl.core.spaces.Discrete(4),
         agents,
         (16,),
         share_parameters=share,
@@ -274,7 +275,7 @@ def test_interrupted_run_resumes_bit_identical_and_evaluates(tmp_path, capsys):
     """MAPPO with one network per agent, 2 seeds, stopped after 2 of 4 iterations and resumed:
     the same parameters and metrics as an uninterrupted run. Then `jrl eval` and `jrl render`
     (in this process: the CLI's own functions) work on the run folder."""
-    from jrl import cli
+    from jrl.app import cli
 
     kw = dict(total_steps=4 * 512, share_parameters=False, num_reports=4, **QUIET)
     whole = jrl.train("mappo", "Coordination-v0", 2, out=tmp_path / "whole", **kw)

@@ -11,15 +11,15 @@ import sys
 
 import jax
 import jax.numpy as jnp
+import jrl.envs as jrl_envs
 import numpy as np
 import pytest
 
 import jrl
-import jrl.envs as jrl_envs
-from jrl.marl import AGENT_REWARD, AGENT_TERMINATED, GLOBAL_STATE
-from jrl.types import ACTION_MASK, OBSERVATION
+from jrl.core.multi_agent_env import AGENT_REWARD, AGENT_TERMINATED, GLOBAL_STATE
+from jrl.core.types import ACTION_MASK, OBSERVATION
 
-JRL = [sys.executable, "-m", "jrl.cli"]
+JRL = [sys.executable, "-m", "jrl.app.cli"]
 
 
 def run(*args, cwd, env=None):
@@ -73,7 +73,7 @@ def test_mpe_simple_spread_through_the_adapter():
     (JaxMARL's MPE is done on the step taken at step count max_steps = 25)."""
     env, params, state, steps = _steps("jaxmarl:MPE_simple_spread_v3")
     assert env.agents == ("agent_0", "agent_1", "agent_2")
-    assert env.action_space(params) == jrl.spaces.MultiDiscrete([5, 5, 5])
+    assert env.action_space(params) == jrl.core.spaces.MultiDiscrete([5, 5, 5])
     ts = steps[-1]
     assert ts.observation[OBSERVATION].shape == (3, 18)
     assert ts.observation[GLOBAL_STATE].shape == (54,) and ACTION_MASK not in ts.observation
@@ -89,7 +89,7 @@ def test_mpe_simple_spread_through_the_adapter():
     np.testing.assert_allclose(steps[1].observation[OBSERVATION][2], obs["agent_2"], rtol=1e-6)
     np.testing.assert_allclose(steps[1].info[AGENT_REWARD][0], rew["agent_0"], rtol=1e-6)
     # an episode is 26 steps: JaxMARL's done ends it for every agent
-    wrapped = jrl.marl.wrap_agents_for_training(env, 2)
+    wrapped = jrl.core.multi_agent_env.wrap_agents_for_training(env, 2)
     s, t = wrapped.reset(jax.random.key(0), params)
     step = jax.jit(lambda s, k: wrapped.step(k, s, jnp.zeros((2, 3), jnp.int32), params))
     for i in range(1, 27):

@@ -14,12 +14,12 @@ by the square root of the seed count.
 
 import jax
 import jax.numpy as jnp
+import jrl.envs as jrl_envs
 import numpy as np
 import pytest
+from jrl.agents.actor_critic import a2c, ppo
 
 import jrl
-import jrl.envs as jrl_envs
-from jrl.agents import a2c, ppo
 
 pytestmark = pytest.mark.learning
 
@@ -108,7 +108,7 @@ def test_sweep_learning_rate_in_one_program():
 
 
 # ---------------------------------------------------------------------------
-# The value-based family (presets: agents/dqn.py CLASSIC_CONTROL, agents/pqn.py)
+# The value-based family (presets: agents/value/dqn.py CLASSIC_CONTROL, agents/value/pqn.py)
 # ---------------------------------------------------------------------------
 
 
@@ -134,7 +134,7 @@ def test_value_based_thresholds(agent, env_id, seeds, steps, threshold):
 
 
 # ---------------------------------------------------------------------------
-# Continuous control off-policy (presets: agents/sac.py, td3.py, ddpg.py PENDULUM)
+# Continuous control off-policy (presets: agents/continuous/sac.py, td3.py, ddpg.py PENDULUM)
 # ---------------------------------------------------------------------------
 
 

@@ -11,16 +11,19 @@ from pathlib import Path
 
 import jax
 import jax.numpy as jnp
+import jrl.agents
+import jrl.envs
 import numpy as np
 import pytest
 
-import jrl.agents
-import jrl.envs
-from jrl import checkpoint, evaluation, experiment, spaces, training
-from jrl.env import Environment
-from jrl.run import anakin
+from jrl.app import api as experiment
+from jrl.app import checkpoint
+from jrl.app import execution as training
+from jrl.core import spaces
+from jrl.core.env import Environment
+from jrl.run import anakin, evaluation
 
-JRL = [sys.executable, "-m", "jrl.cli"]
+JRL = [sys.executable, "-m", "jrl.app.cli"]
 QUIET = dict(progress=False)
 
 
@@ -212,7 +215,7 @@ def test_a_signal_during_the_final_save_does_not_lose_the_run(tmp_path, monkeypa
 def test_a_failing_sink_stops_training_with_a_checkpoint_of_the_last_good_chunk(
     tmp_path, monkeypatch
 ):
-    from jrl import sinks
+    from jrl.app import sinks
 
     calls = []
 
@@ -577,7 +580,7 @@ def test_env_overrides_travel_with_the_run(tmp_path):
     episodes of training and of evaluation last at most 20 steps, a stopped run resumes to the
     bits of the one that never stopped, ``load_run`` rebuilds the overridden env, and a resume
     asking for other overrides is refused."""
-    from jrl.wrappers import TimeLimit
+    from jrl.core.wrappers import TimeLimit
 
     overrides = {"max_episode_steps": 20, "gravity": 12.0}
     kw = dict(total_steps=3072, num_reports=6, env_overrides=overrides, **QUIET)

@@ -7,7 +7,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from jrl import losses
+from jrl.ops import losses
 
 JIT = pytest.mark.parametrize("jit", [False, True], ids=["eager", "jit"])
 

@@ -1,15 +1,16 @@
-"""The multi-agent env API (jrl.marl): the team view, the agent view (AgentSteps) and
+"""The multi-agent env API (jrl.core.multi_agent_env): the team view, the agent view (AgentSteps)
+and
 Coordination-v0's rules, payoffs and optimal return."""
 
 import jax
 import jax.numpy as jnp
+import jrl.envs as jrl_envs
 import numpy as np
 import pytest
-
-import jrl.envs as jrl_envs
-from jrl import spaces
 from jrl.envs.coordination import Coordination, TeamTruncationProbe
-from jrl.marl import (
+
+from jrl.core import spaces
+from jrl.core.multi_agent_env import (
     AGENT_EPISODE_RETURN,
     AGENT_REWARD,
     AGENT_TERMINATED,
@@ -19,7 +20,7 @@ from jrl.marl import (
     joint_action_space,
     wrap_agents_for_training,
 )
-from jrl.types import ACTION_MASK, EPISODE_RETURN, FINAL_OBSERVATION, OBSERVATION
+from jrl.core.types import ACTION_MASK, EPISODE_RETURN, FINAL_OBSERVATION, OBSERVATION
 
 
 def test_team_view_spaces_and_observation():

@@ -2,10 +2,9 @@
 
 import jax
 import jax.numpy as jnp
+import jrl.envs
 import numpy as np
 import pytest
-
-import jrl.envs
 from jrl.envs.cartpole import CartPoleState
 
 

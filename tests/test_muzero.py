@@ -7,15 +7,15 @@ import sys
 
 import jax
 import jax.numpy as jnp
-import numpy as np
-import pytest
-
 import jrl.agents
 import jrl.envs
-from jrl import experiment
-from jrl.agents import muzero
-from jrl.agents.muzero import MuZeroHParams, Unrolled, muzero_loss, muzero_value_targets
-from jrl.distributional import (
+import numpy as np
+import pytest
+from jrl.agents.search import muzero
+from jrl.agents.search.muzero import MuZeroHParams, Unrolled, muzero_loss, muzero_value_targets
+
+from jrl.app import api as experiment
+from jrl.ops.return_distributions import (
     scalar_to_two_hot,
     two_hot_to_scalar,
     value_transform,
@@ -194,7 +194,7 @@ def test_registry_entry_kinds_and_checks():
 
 def _jrl(args, cwd):
     return subprocess.run(
-        [sys.executable, "-m", "jrl.cli", *args],
+        [sys.executable, "-m", "jrl.app.cli", *args],
         cwd=cwd,
         capture_output=True,
         text=True,

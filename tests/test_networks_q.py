@@ -9,7 +9,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from jrl import networks
+from jrl.parts import networks
 
 OBS = jax.random.normal(jax.random.key(42), (5, 4))
 

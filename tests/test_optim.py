@@ -5,7 +5,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from jrl.optim import OPTIMIZERS, grad_norm_metric, linear_schedule, make_optimizer
+from jrl.parts.optim import OPTIMIZERS, grad_norm_metric, linear_schedule, make_optimizer
 
 
 def test_linear_schedule_by_hand():

@@ -6,7 +6,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from jrl import parallel
+from jrl.core import parallel
 
 
 def test_local_keys_on_one_device():
@@ -94,7 +94,8 @@ def _small_dqn(learning_starts: int):
     """A tiny DQN on CartPole-v1 (2 envs, batch 8, buffer 64): its algorithm."""
     import jrl.agents
     import jrl.envs
-    from jrl.experiment import make_config
+
+    from jrl.app.api import make_config
 
     env, params = jrl.envs.make("CartPole-v1")
     config = make_config(
@@ -130,7 +131,7 @@ def test_one_run_chunk_steps_without_the_runs_vmap():
     """A chunk of one run is ``scan(step)`` on the unbatched state, bitwise, with the same
     ``[R, ...]`` shapes in and out as the vmapped path; DQN's gate stays a branch there (the
     run's own predicate, no reduction over an axis that is not bound)."""
-    from jrl.checkpoint import to_host
+    from jrl.app.checkpoint import to_host
     from jrl.run import anakin
 
     algorithm = _small_dqn(learning_starts=8)

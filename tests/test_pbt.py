@@ -1,4 +1,4 @@
-"""Population-based training (jrl/pbt.py): exploit/explore on the runs axis checked by hand on
+"""Population-based training (jrl/run/pbt.py): exploit/explore on the runs axis checked by hand on
 a toy loop, the lineage read from the metric histories, refused settings, exact resume of a
 PBT run, the CLI, and PBT PPO on CartPole-v1 from learning rates including very bad ones."""
 
@@ -14,10 +14,10 @@ import pytest
 from flax import struct
 
 import jrl
-from jrl import experiment, pbt
-from jrl.agent import replace_hparams
-from jrl.loops import Algorithm
-from jrl.run import anakin
+from jrl.app import api as experiment
+from jrl.parts.agent import replace_hparams
+from jrl.run import anakin, pbt
+from jrl.run.loops import Algorithm
 
 
 @struct.dataclass
@@ -212,7 +212,7 @@ def test_a_pbt_run_resumes_bit_identical_with_its_lineage(tmp_path):
 
 def _cli(tmp_path, *args):
     return subprocess.run(
-        [sys.executable, "-m", "jrl.cli", "train", "ppo", *args],
+        [sys.executable, "-m", "jrl.app.cli", "train", "ppo", *args],
         cwd=tmp_path,
         capture_output=True,
         text=True,
@@ -259,7 +259,7 @@ import os
 os.environ["XLA_FLAGS"] = "--xla_force_host_platform_device_count=2"
 os.environ["JAX_PLATFORMS"] = "cpu"
 import jax, numpy as np, jrl
-from jrl.pbt import PBT
+from jrl.run.pbt import PBT
 kw = dict(seeds=2, sweep={"learning_rate": [1e-6, 1e-3]}, num_envs=4, num_steps=32,
           total_steps=4 * 32 * 12, progress=False, num_reports=2, pbt=PBT(interval=256))
 one = jrl.train("ppo", "CartPole-v1", **kw)

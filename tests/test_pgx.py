@@ -11,8 +11,10 @@ pytest.importorskip("pgx")
 
 import jrl.agents  # noqa: E402
 import jrl.envs  # noqa: E402
-from jrl import experiment, games  # noqa: E402
-from jrl.two_player import CURRENT_PLAYER, PLAYER_REWARDS, is_two_player  # noqa: E402
+from jrl.agents.search import arena as games
+
+from jrl.app import api as experiment  # noqa: E402
+from jrl.core.two_player_env import CURRENT_PLAYER, PLAYER_REWARDS, is_two_player  # noqa: E402
 
 
 def test_pgx_games_and_unknown_names():

@@ -8,11 +8,11 @@ import subprocess
 import sys
 import textwrap
 
+import jrl.agents
 import pytest
 
 import jrl
-import jrl.agents
-from jrl import plugins
+from jrl.run import plugins
 
 PLUGIN = textwrap.dedent(
     '''
@@ -25,10 +25,10 @@ PLUGIN = textwrap.dedent(
 
     import jrl.agents
     import jrl.envs
-    import jrl.networks
-    from jrl import spaces
-    from jrl.agents import reinforce
-    from jrl.env import Environment
+    import jrl.parts.networks
+    from jrl.core import spaces
+    from jrl.agents.actor_critic import reinforce
+    from jrl.core.env import Environment
 
 
     @struct.dataclass
@@ -97,7 +97,7 @@ PLUGIN = textwrap.dedent(
         return Wide(obs_ndim)
 
 
-    jrl.networks.register_torso("wide", wide, overwrite=True)
+    jrl.parts.networks.register_torso("wide", wide, overwrite=True)
     jrl.envs.register("Corridor-v0", Corridor, max_episode_steps=50, overwrite=True)
     jrl.agents.register("corridor_pg", CorridorPGConfig, reinforce.build, overwrite=True)
     '''
@@ -108,7 +108,7 @@ def run(*args, cwd, env_extra=None, timeout=600):
     env = {k: v for k, v in os.environ.items() if k != plugins.ENV_VAR}
     env.update({"JAX_PLATFORMS": "cpu", "MPLBACKEND": "Agg", **(env_extra or {})})
     return subprocess.run(
-        [sys.executable, "-m", "jrl.cli", *map(str, args)],
+        [sys.executable, "-m", "jrl.app.cli", *map(str, args)],
         capture_output=True,
         text=True,
         timeout=timeout,
@@ -180,8 +180,9 @@ def test_unknown_plugin_is_one_clear_line(tmp_path):
 
 
 def test_python_api_records_plugins(plugin_dir, monkeypatch):
-    from jrl import networks
     from jrl.envs import registry
+
+    from jrl.parts import networks
 
     monkeypatch.setattr(networks, "TORSOS", dict(networks.TORSOS))
     monkeypatch.syspath_prepend(str(plugin_dir))  # the user's PYTHONPATH holds their module

@@ -1,4 +1,5 @@
-"""PPO's own code (agents/ppo.py) and the actor-critic update it runs on (jrl/actor_critic.py):
+"""PPO's own code (agents/actor_critic/ppo.py) and the actor-critic update it runs on
+(agents/actor_critic/common.py):
 the loss put together by hand, and one ``learn`` call against a NumPy/JAX reference written
 from the PPO paper (GAE, normalised advantages, clipped surrogate and value loss, entropy
 bonus, one Adam step)."""
@@ -7,13 +8,13 @@ import math
 
 import jax
 import jax.numpy as jnp
+import jrl.envs
 import numpy as np
 import pytest
+from jrl.agents.actor_critic import ppo
+from jrl.agents.actor_critic.common import Minibatch
 
-import jrl.envs
-from jrl.actor_critic import Minibatch
-from jrl.agents import ppo
-from jrl.distributions import Categorical
+from jrl.ops.action_distributions import Categorical
 
 
 def hparams(vf_coef=0.5, ent_coef=0.1, clip_eps=0.2):

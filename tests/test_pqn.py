@@ -8,15 +8,15 @@ import sys
 
 import jax
 import jax.numpy as jnp
-import numpy as np
-import pytest
-
-import jrl
 import jrl.agents
 import jrl.envs as jrl_envs
-from jrl import experiment
-from jrl.agents import pqn
-from jrl.types import ACTION_MASK, OBSERVATION, Transition
+import numpy as np
+import pytest
+from jrl.agents.value import pqn
+
+import jrl
+from jrl.app import api as experiment
+from jrl.core.types import ACTION_MASK, OBSERVATION, Transition
 
 # --------------------------------------------------------------------------
 # Targets
@@ -257,7 +257,7 @@ def test_train_writes_run_folder_with_sweep(tmp_path):
 def test_cli_help_lists_every_field():
     env = {**os.environ, "JAX_PLATFORMS": "cpu"}
     out = subprocess.run(
-        [sys.executable, "-m", "jrl.cli", "train", "pqn", "--help"],
+        [sys.executable, "-m", "jrl.app.cli", "train", "pqn", "--help"],
         capture_output=True,
         text=True,
         timeout=300,

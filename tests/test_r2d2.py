@@ -10,14 +10,15 @@ import sys
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
+import jrl.envs
 import numpy as np
 import pytest
+from jrl.agents.value import dqn
 
 import jrl
-import jrl.envs
-from jrl import experiment, networks
-from jrl.agents import dqn
-from jrl.buffers import NStepTransition
+from jrl.app import api as experiment
+from jrl.parts import networks
+from jrl.parts.buffers import NStepTransition
 
 QUIET = dict(progress=False)
 
@@ -251,7 +252,7 @@ def test_config_and_contract_checks(tmp_path):
     with pytest.raises(TypeError, match="core state"):
         built.agent.act(None, None, None)
     proc = subprocess.run(
-        [sys.executable, "-m", "jrl.cli", "train", "dqn", "--recurrent", "gru", "--noisy"],
+        [sys.executable, "-m", "jrl.app.cli", "train", "dqn", "--recurrent", "gru", "--noisy"],
         capture_output=True,
         text=True,
         cwd=tmp_path,

@@ -11,13 +11,14 @@ import sys
 import time
 
 import jax
+import jrl.agents
+import jrl.envs
 import numpy as np
 import pytest
 
-import jrl.agents
-import jrl.envs
-from jrl import cli, experiment
-from jrl.options import RunOptions
+from jrl.app import api as experiment
+from jrl.app import cli
+from jrl.app.run_options import RunOptions
 from jrl.run import sebulba
 from jrl.run.anakin import RunHooks
 
@@ -179,7 +180,7 @@ def test_cli_trains_with_ray_actors_on_a_local_ray_of_its_own(tmp_path, ray_sess
     args += ["--hidden-sizes", 16, 16, "--total-steps", 1024, "--num-reports", 2, "--out", "run"]
     env = {**os.environ, "JAX_PLATFORMS": "cpu"}
     out = subprocess.run(
-        [sys.executable, "-m", "jrl.cli", "train", "ppo", "--env", "gymnasium:CartPole-v1"]
+        [sys.executable, "-m", "jrl.app.cli", "train", "ppo", "--env", "gymnasium:CartPole-v1"]
         + [str(a) for a in args],
         capture_output=True,
         text=True,
@@ -251,7 +252,7 @@ LEARNER = """
 import json
 import jax
 import jrl.agents, jrl.envs
-from jrl import experiment
+from jrl.app import api as experiment
 from jrl.run import ray_actors, sebulba
 from jrl.run.anakin import RunHooks
 

@@ -8,16 +8,20 @@ import sys
 
 import jax
 import jax.numpy as jnp
-import numpy as np
-import pytest
-
-import jrl
 import jrl.agents
 import jrl.envs
-from jrl import actor_critic, buffers, evaluation, experiment, export, loops, networks, render
-from jrl.agent import Agent, Learned, Recurrent
-from jrl.agents import ppo
-from jrl.wrappers import wrap_for_training
+import numpy as np
+import pytest
+from jrl.agents.actor_critic import common as actor_critic
+from jrl.agents.actor_critic import ppo
+
+import jrl
+from jrl.app import api as experiment
+from jrl.app import export, render
+from jrl.core.wrappers import wrap_for_training
+from jrl.parts import buffers, networks
+from jrl.parts.agent import Agent, Learned, Recurrent
+from jrl.run import evaluation, loops
 
 QUIET = dict(progress=False)
 
@@ -282,7 +286,7 @@ def test_recurrent_ppo_balances_cartpole_without_velocities(tmp_path):
 
 def test_cli_takes_recurrent():
     proc = subprocess.run(
-        [sys.executable, "-m", "jrl.cli", "train", "ppo", "--help"],
+        [sys.executable, "-m", "jrl.app.cli", "train", "ppo", "--help"],
         capture_output=True,
         text=True,
         env={**os.environ, "JAX_PLATFORMS": "cpu"},

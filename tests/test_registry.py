@@ -4,15 +4,15 @@ from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
+import jrl.envs
 import numpy as np
 import pytest
 from flax import struct
-
-import jrl.envs
-from jrl import spaces
-from jrl.env import Environment
 from jrl.envs import registry
-from jrl.wrappers import CheckActions, TimeLimit
+
+from jrl.core import spaces
+from jrl.core.env import Environment
+from jrl.core.wrappers import CheckActions, TimeLimit
 
 BUILTIN_IDS = [
     "Acrobot-v1",

@@ -1,19 +1,20 @@
-"""REINFORCE with a baseline (agents/reinforce.py), the tutorial agent: its advantages and
+"""REINFORCE with a baseline (agents/actor_critic/reinforce.py), the tutorial agent: its
+advantages and
 loss by hand, its registry entry and CLI, learning, the truncation probe, exact resume."""
 
 import jax
 import jax.numpy as jnp
-import numpy as np
-import pytest
-
-import jrl
 import jrl.agents
 import jrl.envs
-from jrl import experiment
-from jrl.actor_critic import ActorCriticHParams, Minibatch
-from jrl.agents import reinforce
-from jrl.distributions import Categorical
-from jrl.types import Transition
+import numpy as np
+import pytest
+from jrl.agents.actor_critic import reinforce
+from jrl.agents.actor_critic.common import ActorCriticHParams, Minibatch
+
+import jrl
+from jrl.app import api as experiment
+from jrl.core.types import Transition
+from jrl.ops.action_distributions import Categorical
 
 
 def hparams(gamma=0.5, vf_coef=0.5):

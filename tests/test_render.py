@@ -1,4 +1,4 @@
-"""Episode frames and video files (jrl/render.py).
+"""Episode frames and video files (jrl/app/render.py).
 
 The frames of an episode are checked against states stepped by hand, and
 GIF/MP4 files by reading them back with imageio.
@@ -15,11 +15,11 @@ import pytest
 from jrl.envs.pendulum import Pendulum
 from jrl.envs.probes import MaskedProbe
 
-from jrl import render
-from jrl.evaluation import episode_returns
-from jrl.render import episode_frames, write_video
-from jrl.types import ACTION_MASK
-from jrl.wrappers import TimeLimit, VmapEnv
+from jrl.app import render
+from jrl.app.render import episode_frames, write_video
+from jrl.core.types import ACTION_MASK
+from jrl.core.wrappers import TimeLimit, VmapEnv
+from jrl.run.evaluation import episode_returns
 
 
 def push_left(obs, key):

@@ -1,4 +1,4 @@
-"""Hand-computed checks for jrl.returns (with and without jit), plus a numpy reference."""
+"""Hand-computed checks for jrl.ops.returns (with and without jit), plus a numpy reference."""
 
 import functools
 
@@ -7,7 +7,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from jrl import returns as R
+from jrl.ops import returns as R
 
 GAMMA, LAM = 0.9, 0.8  # gamma * lambda = 0.72
 

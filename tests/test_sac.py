@@ -6,10 +6,13 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from jrl.agents.continuous import common as continuous
+from jrl.agents.continuous import sac
 
-from jrl import buffers, continuous, experiment, spaces
-from jrl.agent import EnvSpec
-from jrl.agents import sac
+from jrl.app import api as experiment
+from jrl.core import spaces
+from jrl.parts import buffers
+from jrl.parts.agent import EnvSpec
 
 
 def test_actor_loss_by_hand():

@@ -10,20 +10,20 @@ import time
 
 import jax
 import jax.numpy as jnp
-import numpy as np
-import pytest
-
 import jrl.agents
 import jrl.envs
-from jrl import experiment
+import numpy as np
+import pytest
 from jrl.envs.host import HostEnvError
+
+from jrl.app import api as experiment
+from jrl.core.types import Transition
 from jrl.run import sebulba
-from jrl.types import Transition
 
 gymnasium = pytest.importorskip("gymnasium")  # the test extra installs it
 pytestmark = pytest.mark.filterwarnings("ignore:os.fork:RuntimeWarning", "ignore::UserWarning")
 
-JRL = [sys.executable, "-m", "jrl.cli"]
+JRL = [sys.executable, "-m", "jrl.app.cli"]
 SMALL = dict(num_envs=4, num_steps=16, num_minibatches=2, num_epochs=2, hidden_sizes=(16, 16))
 
 
@@ -258,7 +258,7 @@ def test_learner_on_two_devices_with_an_actor_device_equals_one_device(tmp_path)
         warnings.simplefilter("ignore")
         import jax, numpy as np
         import jrl.agents, jrl.envs
-        from jrl import experiment
+        from jrl.app import api as experiment
         from jrl.run import sebulba
         env, params = jrl.envs.make("gymnasium:CartPole-v1")
         small = dict(num_minibatches=2, num_epochs=2, hidden_sizes=(16, 16))
@@ -429,7 +429,7 @@ def test_ctrl_c_stops_the_actors_checkpoints_and_resumes(tmp_path):
     err = proc.stderr.read()
     assert proc.wait(timeout=120) == 130, err
     assert "SIGINT received" in err and "jrl train --resume run" in err and "Traceback" not in err
-    from jrl import checkpoint
+    from jrl.app import checkpoint
 
     steps = checkpoint.steps(tmp_path / "run")
     assert steps and 0 < steps[-1] < 400_000 // 64

@@ -15,8 +15,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from jrl import sinks
-from jrl.sinks import (
+from jrl.app import sinks
+from jrl.app.sinks import (
     CSVSink,
     JSONLSink,
     MultiSink,
@@ -789,7 +789,7 @@ def test_tensorboard_in_a_run_and_its_resume(tmp_path):
         expected = [float(r["train/loss"]) for r in rows if r["seed"] == str(seed)]
         np.testing.assert_allclose([v for _, v in got], expected, rtol=1e-6)
 
-    jrl.experiment.resume(run, step=2, keep_checkpoints=5, progress=False)  # replays 1536..3072
+    jrl.app.api.resume(run, step=2, keep_checkpoints=5, progress=False)  # replays 1536..3072
     for seed in (0, 1):
         files = event_files(run / "tb" / f"seed{seed}")
         assert len(files) == 2

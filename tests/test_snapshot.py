@@ -41,7 +41,7 @@ import jax
 import numpy as np
 import pytest
 
-from jrl import experiment
+from jrl.app import api as experiment
 
 DATA = Path(__file__).parent / "data"
 SNAPSHOT = DATA / "snapshot.json"

@@ -9,8 +9,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from jrl import spaces
-from jrl.spaces import Box, Dict, Discrete, MultiDiscrete, Tuple, flat_dim, zeros_like_space
+from jrl.core import spaces
+from jrl.core.spaces import Box, Dict, Discrete, MultiDiscrete, Tuple, flat_dim, zeros_like_space
 
 F32_MAX = float(np.finfo(np.float32).max)
 KEYS = jax.random.split(jax.random.key(0), 2000)

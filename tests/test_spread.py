@@ -16,14 +16,17 @@ import sys
 import numpy as np
 import pytest
 
-from jrl import checkpoint, parallel
+from jrl.app import checkpoint
+from jrl.core import parallel
 
 SPREAD_CHECKS = r"""
 import json, sys, tempfile
 import jax, numpy as np
 import jrl, jrl.agents, jrl.envs
-from jrl import checkpoint, experiment, parallel, pbt
-from jrl.experiment import make_config
+from jrl.app import checkpoint, api as experiment
+from jrl.core import parallel
+from jrl.run import pbt
+from jrl.app.api import make_config
 from jrl.run import anakin
 
 assert jax.device_count() == 2, jax.devices()
@@ -136,7 +139,7 @@ def test_runs_spread_over_two_cpu_devices(tmp_path):
 
 CORES_CHECK = r"""
 import jax
-from jrl import parallel
+from jrl.core import parallel
 print("SET", parallel.use_cpu_cores(3))
 print("DEVICES", jax.device_count())
 print("AGAIN", parallel.use_cpu_cores(2))
@@ -173,7 +176,17 @@ def test_jrl_train_spreads_seeds_over_the_cores(tmp_path):
     cores = parallel.usable_cores()
     env = {k: v for k, v in os.environ.items() if k not in ("XLA_FLAGS", "JAX_NUM_CPU_DEVICES")}
     proc = subprocess.run(
-        [sys.executable, "-m", "jrl.cli", "train", "ppo", "--seeds", "2", "--total-steps", "2048"]
+        [
+            sys.executable,
+            "-m",
+            "jrl.app.cli",
+            "train",
+            "ppo",
+            "--seeds",
+            "2",
+            "--total-steps",
+            "2048",
+        ]
         + ["--num-reports", "2", "--out", "run"],
         capture_output=True,
         text=True,

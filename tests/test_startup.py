@@ -26,10 +26,10 @@ LAZY = (
     "envpool",
     "optax",
     "scipy",
-    "jrl.training",
-    "jrl.checkpoint",
-    "jrl.loops",
-    "jrl.search",
+    "jrl.app.execution",
+    "jrl.app.checkpoint",
+    "jrl.run.loops",
+    "jrl.agents.search.mcts",
     "agents",
 )
 
@@ -37,11 +37,11 @@ LAZY = (
 def test_importing_the_cli_leaves_heavy_modules_unimported(tmp_path):
     code = (
         "import json, sys\n"
-        "import jrl.cli\n"
+        "import jrl.app.cli\n"
         f"lazy = {LAZY!r}\n"
         "loaded = sorted(m for m in sys.modules\n"
         "                if any(m == n or m.startswith(n + '.') for n in lazy))\n"
-        "print(json.dumps([loaded, 'jrl.cli' in sys.modules, 'jax' in sys.modules]))\n"
+        "print(json.dumps([loaded, 'jrl.app.cli' in sys.modules, 'jax' in sys.modules]))\n"
     )
     done = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path, timeout=300

@@ -1,16 +1,18 @@
-"""TD3 and DDPG (one agent, jrl.continuous.make_deterministic): one ``learn`` call against a
+"""TD3 and DDPG (one agent, jrl.agents.continuous.common.make_deterministic): one ``learn`` call
+against a
 reference written from the papers (target policy smoothing, clipped double Q, delayed actor
 and target updates; DDPG: one critic, no smoothing, no delay), exploration noise, and exact
 resume. Learning: tests/test_learning.py; truncation probe: tests/test_continuous.py."""
 
 import jax
 import jax.numpy as jnp
+import jrl.agents
+import jrl.envs as jrl_envs
 import numpy as np
 import pytest
 
-import jrl.agents
-import jrl.envs as jrl_envs
-from jrl import buffers, experiment
+from jrl.app import api as experiment
+from jrl.parts import buffers
 
 
 def _batch(b=6, obs_dim=3):
@@ -169,7 +171,7 @@ def test_interrupted_and_resumed_run_equals_uninterrupted(agent, extra, tmp_path
     for k in whole.metrics:
         np.testing.assert_array_equal(whole.metrics[k], resumed.metrics[k], err_msg=k)
     if extra:  # OU noise: the greedy policy has no memory, so it evaluates and exports as is
-        from jrl.export import export_policy
+        from jrl.app.export import export_policy
 
         for greedy in (True, False):  # the behaviour policy runs the OU noise from 0
             stats = experiment.evaluate_run(tmp_path / "split", episodes=2, greedy=greedy)
@@ -177,7 +179,7 @@ def test_interrupted_and_resumed_run_equals_uninterrupted(agent, extra, tmp_path
         export_policy(tmp_path / "split", tmp_path / "policy")
         # the noisy one has memory (its OU state): exported with the state as input and output
         export_policy(tmp_path / "split", tmp_path / "noisy", greedy=False)
-        from jrl.export import load_policy
+        from jrl.app.export import load_policy
 
         noisy = load_policy(tmp_path / "noisy")
         state = noisy.initial_state()
@@ -192,7 +194,7 @@ def test_ou_noise_by_hand_per_env_and_restarted_with_every_episode():
     sigma sqrt(dt) eps (one OU process per env, sigma = exploration_noise), the greedy policy
     has no memory, and the off-policy loop puts every env's x back to 0 where its episode ends
     (Pendulum: all envs truncate at step 200) and nowhere else."""
-    from jrl.continuous import item_normals, ou_step
+    from jrl.agents.continuous.common import item_normals, ou_step
 
     built = _built("ddpg", noise="ou", exploration_noise=0.3, ou_theta=0.5, ou_dt=0.1)
     rec = built.agent.recurrent

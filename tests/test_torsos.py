@@ -1,4 +1,4 @@
-"""Networks as config values: the torsos of jrl.networks.TORSOS (MLP, LayerNorm MLP, MinAtar
+"""Networks as config values: the torsos of jrl.parts.networks.TORSOS (MLP, LayerNorm MLP, MinAtar
 and Nature CNNs, IMPALA ResNet), a shared actor-critic torso, a user's own torso, end to end."""
 
 import json
@@ -10,7 +10,9 @@ import numpy as np
 import pytest
 
 import jrl
-from jrl import experiment, networks, spaces
+from jrl.app import api as experiment
+from jrl.core import spaces
+from jrl.parts import networks
 
 SHAPES = {
     "mlp": (4,),
@@ -114,7 +116,7 @@ def test_a_users_flax_torso_trains_and_is_recorded(tmp_path, monkeypatch):
 def test_ppo_with_a_minatar_cnn_end_to_end(tmp_path):
     """Pixels: gymnax's MinAtar Breakout with the MinAtar CNN, through the run folder,
     evaluation and export."""
-    from jrl import export
+    from jrl.app import export
 
     run = tmp_path / "run"
     res = jrl.train(
@@ -139,7 +141,7 @@ def test_ppo_with_a_minatar_cnn_end_to_end(tmp_path):
 def test_minatar_presets_pick_the_minatar_network_and_train(agent):
     """Every MinAtar env has a preset with the MinAtar network (a CNN torso on the 10x10
     images); one short run of each agent on it trains and gives finite losses."""
-    from jrl.config import MINATAR_ENVS
+    from jrl.parts.agent_config import MINATAR_ENVS
 
     for env_id in MINATAR_ENVS:
         config = experiment.make_config(agent, env_id)

@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-JRL = [sys.executable, "-m", "jrl.cli"]
+JRL = [sys.executable, "-m", "jrl.app.cli"]
 
 
 def cli(*args, cwd, timeout=600):
@@ -40,7 +40,7 @@ def test_the_same_command_twice_keeps_both_runs(tmp_path):
 
 
 def test_submodules_are_reachable_from_import_jrl():
-    code = "import jrl; print(jrl.experiment.evaluate_run.__name__, jrl.envs.names()[0])"
+    code = "import jrl; print(jrl.app.api.evaluate_run.__name__, jrl.envs.names()[0])"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr
     assert out.stdout.split()[0] == "evaluate_run"
@@ -108,12 +108,12 @@ def test_train_accepts_an_env_object_with_params(tmp_path, monkeypatch):
     """An Environment object (or (env, params)) trains like an id: a jrl env's object uses its
     registered id; the params' changed fields become recorded overrides."""
     import jax.numpy as jnp
-
-    import jrl
-    from jrl import spaces
-    from jrl.env import Environment
     from jrl.envs import registry
     from jrl.envs.cartpole import CartPole
+
+    import jrl
+    from jrl.core import spaces
+    from jrl.core.env import Environment
 
     monkeypatch.setattr(registry, "_REGISTRY", dict(registry._REGISTRY))  # for this test only
 

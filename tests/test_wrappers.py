@@ -17,10 +17,10 @@ import numpy as np
 import pytest
 from flax import struct
 
-from jrl import spaces
-from jrl.env import Environment
-from jrl.types import EPISODE_DONE, EPISODE_LENGTH, EPISODE_RETURN, FINAL_OBSERVATION
-from jrl.wrappers import (
+from jrl.core import spaces
+from jrl.core.env import Environment
+from jrl.core.types import EPISODE_DONE, EPISODE_LENGTH, EPISODE_RETURN, FINAL_OBSERVATION
+from jrl.core.wrappers import (
     AutoReset,
     CheckActions,
     ClipAction,
@@ -377,7 +377,7 @@ def test_auto_reset_of_a_batch_of_one():
 def test_auto_reset_of_a_batch_of_one_in_the_runs_axis():
     """B=1 under the runner's vmap over runs (parallel.runs_axis): the reset stays a branch,
     taken on steps where some run's env finished, and every run equals that run alone."""
-    from jrl import parallel
+    from jrl.core import parallel
 
     params = P(terminate_at=6, goal=1.0)
     env = AutoReset(VmapEnv(Toy(), 1))

@@ -19,7 +19,7 @@ with a one-line reason (a mutant that cannot change behaviour, e.g. ``<`` -> ``<
 sides are never equal), when a listed mutant no longer exists (a stale entry), or when a
 target's tests fail without any mutant. Listed mutants are not run.
 
-Targets (:func:`targets`): ``jrl/losses.py``, ``returns.py``, ``distributions.py``,
+Targets (:func:`targets`): ``jrl/ops/losses.py``, ``returns.py``, ``distributions.py``,
 ``distributional.py`` (every function), the shared actor-critic code (``gae``, the loss,
 update and learn steps of ``make_actor_critic`` and the helpers they share with the recurrent
 agent, and ``recurrent_unroll``), and the loss and target code of every agent
@@ -58,10 +58,15 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 EQUIVALENTS = Path(__file__).with_name("mutation_equivalents.txt")
 
-CORE = ("jrl/losses.py", "jrl/returns.py", "jrl/distributions.py", "jrl/distributional.py")
+CORE = (
+    "jrl/ops/losses.py",
+    "jrl/ops/returns.py",
+    "jrl/ops/action_distributions.py",
+    "jrl/ops/return_distributions.py",
+)
 """Modules mutated whole."""
 SHARED = {
-    "jrl/actor_critic.py": (
+    "agents/actor_critic/common.py": (
         "gae",
         "make_actor_critic",
         "_normalized",
@@ -70,7 +75,7 @@ SHARED = {
         "_learned",
         "recurrent_unroll",
     ),
-    "jrl/continuous.py": (
+    "agents/continuous/common.py": (
         "ActionScale.to_env",
         "ActionScale.to_unit",
         "polyak",
@@ -83,13 +88,13 @@ SHARED = {
         "make_deterministic_losses",
         "make_deterministic",
     ),
-    "jrl/two_player.py": ("player_returns",),
-    "jrl/buffers.py": ("trajectory_buffer", "trajectory_nsteps"),
-    "jrl/search.py": ("game_recurrent_fn", "q_transform"),
-    "jrl/evolution.py": ("normalize_observation", "policy_action", "make_es"),
-    "jrl/population.py": ("play_members", "_fold_moments", "_gather", "population"),
-    "jrl/pbt.py": ("check_pbt", "every_iterations", "with_pbt", "lineage"),
-    "jrl/multi_agent.py": (
+    "jrl/core/two_player_env.py": ("player_returns",),
+    "jrl/parts/buffers.py": ("trajectory_buffer", "trajectory_nsteps"),
+    "agents/search/mcts.py": ("game_recurrent_fn", "q_transform"),
+    "agents/evolution/strategies.py": ("normalize_observation", "policy_action", "make_es"),
+    "agents/evolution/population.py": ("play_members", "_fold_moments", "_gather", "population"),
+    "jrl/run/pbt.py": ("check_pbt", "every_iterations", "with_pbt", "lineage"),
+    "agents/multi_agent/common.py": (
         "agent_gae",
         "MultiAgentActorCritic.policy",
         "MultiAgentActorCritic.value",
@@ -98,11 +103,11 @@ SHARED = {
 """Shared agent code: these top-level functions and methods (of a ``make_*`` function, its
 nested update code, see NESTED)."""
 SHARED_AGENTS = {
-    "agents/td3.py": "jrl/continuous.py",
-    "agents/ddpg.py": "jrl/continuous.py",
-    "agents/es.py": "jrl/evolution.py",
-    "agents/ippo.py": "jrl/multi_agent.py",
-    "agents/mappo.py": "jrl/multi_agent.py",
+    "agents/continuous/td3.py": "agents/continuous/common.py",
+    "agents/continuous/ddpg.py": "agents/continuous/common.py",
+    "agents/evolution/es.py": "agents/evolution/strategies.py",
+    "agents/multi_agent/ippo.py": "agents/multi_agent/common.py",
+    "agents/multi_agent/mappo.py": "agents/multi_agent/common.py",
 }
 """Agent modules whose loss and target code is all shared code (a config, presets and a
 ``build`` only): checked through that file's target instead."""
@@ -121,7 +126,7 @@ NESTED = (
 """Functions nested in a ``make_*`` function that hold an agent's loss and target code."""
 AGENT_WORDS = ("loss", "target", "advantage", "head")
 """An agent module's top-level functions whose names contain one of these are mutated."""
-AGENT_FUNCTIONS = {"agents/apex.py": ("apex_epsilons", "initial_priorities")}
+AGENT_FUNCTIONS = {"agents/value/apex.py": ("apex_epsilons", "initial_priorities")}
 """Agent modules whose own numerical code sits in top-level functions named otherwise (Ape-X's
 exploration rates and actor-side priorities; its loss is dqn.py's): mutated instead."""
 
@@ -129,27 +134,27 @@ SAMPLE = 260
 """Mutants a CI run samples (of about 400): about 384 CPU seconds, 3.5 minutes on 2 idle cores."""
 FAST = ["-m", "not learning"]
 TESTS: dict[str, list[str]] = {
-    "jrl/losses.py": ["tests/test_losses.py", "tests/test_ppo.py", "tests/test_a2c.py"],
-    "jrl/returns.py": [
+    "jrl/ops/losses.py": ["tests/test_losses.py", "tests/test_ppo.py", "tests/test_a2c.py"],
+    "jrl/ops/returns.py": [
         "tests/test_returns.py",
         "tests/test_reinforce.py::test_monte_carlo_advantages_by_hand",
         "tests/test_pqn.py::test_q_lambda_targets_by_hand",
         "tests/test_pqn.py::test_q_lambda_targets_limits",
     ],
-    "jrl/distributions.py": ["tests/test_distributions.py"],
-    "jrl/distributional.py": [
+    "jrl/ops/action_distributions.py": ["tests/test_distributions.py"],
+    "jrl/ops/return_distributions.py": [
         "tests/test_distributional.py",
         "tests/test_dqn.py::test_categorical_head_by_hand",
         "tests/test_dqn.py::test_quantile_head_by_hand",
         "tests/test_muzero.py::test_value_transform_and_two_hot_by_hand",
         "tests/test_muzero.py::test_unrolled_loss_by_hand",
     ],
-    "agents/muzero.py": [
+    "agents/search/muzero.py": [
         "tests/test_muzero.py::test_value_targets_by_hand",
         "tests/test_muzero.py::test_value_targets_bootstrap_without_an_end",
         "tests/test_muzero.py::test_unrolled_loss_by_hand",
     ],
-    "jrl/actor_critic.py": [
+    "agents/actor_critic/common.py": [
         "tests/test_ppo.py",
         "tests/test_a2c.py",
         "tests/test_reinforce.py::test_monte_carlo_advantages_by_hand",
@@ -158,30 +163,32 @@ TESTS: dict[str, list[str]] = {
         "tests/test_recurrent.py::test_learner_replays_what_the_agent_acted_on",
         "tests/test_impala.py::test_learn_under_policy_lag_matches_numpy_vtrace",
     ],
-    "jrl/two_player.py": ["tests/test_alphazero.py::test_player_returns_and_targets_by_hand"],
-    "jrl/search.py": [
+    "jrl/core/two_player_env.py": [
+        "tests/test_alphazero.py::test_player_returns_and_targets_by_hand"
+    ],
+    "agents/search/mcts.py": [
         "tests/test_alphazero.py::test_recurrent_fn_rewards_discounts_and_values_by_hand",
         "tests/test_alphazero.py::test_search_finds_the_winning_move_and_the_block",
         "tests/test_alphazero.py::test_q_transform_fixed_bounds_and_per_node_rescaling_by_hand",
         "tests/test_alphazero.py::test_puct_q_bounds",
     ],
-    "agents/alphazero.py": [
+    "agents/search/alphazero.py": [
         "tests/test_alphazero.py::test_player_returns_and_targets_by_hand",
         "tests/test_alphazero.py::test_loss_by_hand",
         "tests/test_alphazero.py::test_replay_targets_span_rollouts_by_hand",
     ],
-    "agents/reinforce.py": [
+    "agents/actor_critic/reinforce.py": [
         "tests/test_reinforce.py::test_monte_carlo_advantages_by_hand",
         "tests/test_reinforce.py::test_loss_is_policy_gradient_plus_weighted_baseline_loss",
         "tests/test_reinforce.py::test_learn_matches_a_numpy_reference",
     ],
-    "agents/impala.py": [
+    "agents/actor_critic/impala.py": [
         "tests/test_impala.py::test_vtrace_advantages_by_hand",
         "tests/test_impala.py::test_loss_by_hand",
         "tests/test_impala.py::test_learn_under_policy_lag_matches_numpy_vtrace",
         "tests/test_impala.py::test_recurrent_learner_corrects_for_the_lag_of_its_unrolled_policy",
     ],
-    "agents/dqn.py": [
+    "agents/value/dqn.py": [
         "tests/test_dqn.py::test_double_q_target_by_hand",
         "tests/test_dqn.py::test_nstep_target_truncation_bootstraps",
         "tests/test_dqn.py::test_target_updates_hard_and_polyak",
@@ -194,22 +201,22 @@ TESTS: dict[str, list[str]] = {
         "tests/test_r2d2.py::test_sequence_loss_by_hand",
         "tests/test_r2d2.py::test_stored_states_restart_with_every_episode_and_replay_from_the_first",
     ],
-    "jrl/buffers.py": [
+    "jrl/parts/buffers.py": [
         "tests/test_buffers.py::test_trajectory_sequences_contiguous_in_time_order",
         "tests/test_buffers.py::test_trajectory_stratified_sequences_by_hand",
         "tests/test_buffers.py::test_trajectory_buffer_with_a_single_start",
         "tests/test_buffers.py::test_memory_check_refuses_before_allocating",
         "tests/test_apex.py::test_trajectory_nsteps_match_explicit_loops_and_the_accumulator",
     ],
-    "agents/apex.py": [
+    "agents/value/apex.py": [
         "tests/test_apex.py::test_apex_epsilons_follow_the_papers_schedule_and_reach_the_actors",
         "tests/test_apex.py::test_actor_priorities_are_the_td_errors_of_the_acting_parameters",
     ],
-    "jrl/continuous.py": [
+    "agents/continuous/common.py": [
         "tests/test_continuous.py",
         "tests/test_td3.py",
     ],
-    "jrl/evolution.py": [  # the in-process tests (no subprocesses)
+    "agents/evolution/strategies.py": [  # the in-process tests (no subprocesses)
         "tests/test_es.py::test_openai_es_generation_matches_a_numpy_reference",
         "tests/test_es.py::test_snes_generation_matches_a_numpy_reference",
         "tests/test_es.py::test_cma_es_mean_is_the_weighted_recombination_of_the_best_half",
@@ -217,14 +224,14 @@ TESTS: dict[str, list[str]] = {
         "tests/test_es.py::test_behaviour_policy_is_the_means_policy",
         "tests/test_es.py::test_a_generation_updates_the_mean_and_counts_steps_and_sweeps_the_rate",
     ],
-    "jrl/pbt.py": [
+    "jrl/run/pbt.py": [
         "tests/test_pbt.py::test_the_worst_runs_copy_the_best_and_perturb_their_hyperparameters",
         "tests/test_pbt.py::test_copies_draw_from_the_whole_top_fraction_and_both_factors",
         "tests/test_pbt.py::test_lineage_lists_every_copy_with_the_hyperparameters_after_it",
         "tests/test_pbt.py::test_refused_settings_name_the_sweepable_fields",
         "tests/test_pbt.py::test_pbt_runs_are_not_independent_so_the_runner_never_spreads_them",
     ],
-    "jrl/population.py": [
+    "agents/evolution/population.py": [
         "tests/test_es.py::test_truncation_probe_episode_masking_and_observation_moments",
         "tests/test_es.py::test_observation_statistics_fold_in_the_generations_observations",
         "tests/test_es.py::test_population_plays_the_env_params_it_is_given",
@@ -232,18 +239,18 @@ TESTS: dict[str, list[str]] = {
         "tests/test_es.py::test_population_not_divisible_by_devices_is_refused",
         "tests/test_es.py::test_interrupted_run_resumes_bit_identical",
     ],
-    "agents/sac.py": [
+    "agents/continuous/sac.py": [
         "tests/test_sac.py::test_actor_loss_by_hand",
         "tests/test_sac.py::test_alpha_loss_by_hand",
         "tests/test_sac.py::test_learn_matches_a_reference",
     ],
-    "jrl/multi_agent.py": [
+    "agents/multi_agent/common.py": [
         "tests/test_ippo.py::test_agent_gae_by_hand",
         "tests/test_ippo.py::test_network_shares_or_splits_parameters",
         "tests/test_ippo.py::test_centralised_critic_reads_the_global_state_only",
         "tests/test_ippo.py::test_acting_honours_every_agents_mask",
     ],
-    "agents/pqn.py": [
+    "agents/value/pqn.py": [
         "tests/test_pqn.py::test_q_lambda_targets_by_hand",
         "tests/test_pqn.py::test_q_lambda_targets_limits",
         "tests/test_pqn.py::test_learn_targets_use_parameters_from_before_the_update",
@@ -272,12 +279,12 @@ def module_name(path: str) -> str:
 
 
 def agent_modules() -> list[str]:
-    """``agents/<module>.py`` of every built-in agent, in registry order."""
+    """``agents/<family>/<module>.py`` of every built-in agent, in registry order."""
     import jrl.agents
 
     seen: list[str] = []
     for spec in jrl.agents.BUILTIN.values():
-        path = "agents/" + spec.split(":")[0].rsplit(".", 1)[1] + ".py"
+        path = "agents/" + "/".join(spec.split(":")[0].split(".")[2:]) + ".py"
         if path not in seen:
             seen.append(path)
     return seen

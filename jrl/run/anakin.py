@@ -1,26 +1,27 @@
 """The Anakin runner: the whole training loop compiled on the device.
 
-``run`` executes an :class:`~jrl.loops.Algorithm` for R runs at once (seeds,
+``run`` executes an :class:`~jrl.run.loops.Algorithm` for R runs at once (seeds,
 or seeds x hyperparameter values) in one compiled program:
 ``jit(scan(vmap(step)))`` over a chunk of iterations, called once per chunk
 so the host can report progress between chunks. Runs are initialised with
 ``lax.map`` (sequentially, *not* vmapped): vmapping a network init that uses
 the orthogonal initialiser (batched QR) can hang on jax 0.10 CPU.
 
-With ``mesh`` (a 1-D mesh over the device axis :data:`jrl.parallel.AXIS`)
+With ``mesh`` (a 1-D mesh over the device axis :data:`jrl.core.parallel.AXIS`)
 the same program runs data-parallel with pmap semantics: ``shard_map`` over
 the devices, each device stepping its share of the envs, gradients and
-statistics all-reduced by :mod:`jrl.parallel` (the algorithm must be built
+statistics all-reduced by :mod:`jrl.core.parallel` (the algorithm must be built
 for that many devices). Every leaf of the sharded train state has a leading
 device axis ``[D, R, ...]``; the scan over iterations sits inside the
 sharded function, so there is one dispatch (and one host sync) per chunk.
-Multi-host: call :func:`jrl.distributed.initialize` first; the mesh then
+Multi-host: call :func:`jrl.app.distributed.initialize` first; the mesh then
 spans the devices of every process.
 
-Without ``mesh``, on a CPU with several devices (one per core: :func:`jrl.parallel.use_cpu_cores`,
+Without ``mesh``, on a CPU with several devices (one per core:
+:func:`jrl.core.parallel.use_cpu_cores`,
 which ``jrl train`` calls), the R runs are *spread* over the cores: the states ``[R, ...]``
 are split along R over a mesh of local CPU devices (:func:`spread_mesh`, axis
-:data:`jrl.parallel.SPREAD`), and each device steps its block of runs with the same
+:data:`jrl.core.parallel.SPREAD`), and each device steps its block of runs with the same
 program, no collective between them. The arrays keep their global ``[R, ...]`` shapes.
 """
 
@@ -39,12 +40,12 @@ from typing import Any, Callable, NamedTuple
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+from jax.sharding import Mesh, NamedSharding
+from jax.sharding import PartitionSpec as P
 
-from jrl import parallel
-
-from jrl.loops import Algorithm
-from jrl.types import PyTree
+from jrl.core import parallel
+from jrl.core.types import PyTree
+from jrl.run.loops import Algorithm
 
 __all__ = [
     "Report",
@@ -112,7 +113,7 @@ def set_hparams(
     algorithm: Algorithm, states: PyTree, values: dict[str, Any], sharded: bool = False
 ) -> PyTree:
     """Sets swept hyperparameters through the algorithm's own hook
-    (:attr:`~jrl.loops.Algorithm.with_hparams`), vmapped over the run axis: ``values`` maps
+    (:attr:`~jrl.run.loops.Algorithm.with_hparams`), vmapped over the run axis: ``values`` maps
     names to ``[R]`` values; ``states`` are stacked ``[R, ...]`` (``[D, R, ...]`` when
     ``sharded``, every device getting the same values)."""
     if not values:
@@ -191,11 +192,11 @@ def make_init(algorithm: Algorithm, spread: Mesh | None = None):
 
 
 def spread_mesh(num_runs: int, algorithm: Algorithm | None = None) -> Mesh | None:
-    """The mesh of local CPU devices (axis :data:`jrl.parallel.SPREAD`) that a run of
+    """The mesh of local CPU devices (axis :data:`jrl.core.parallel.SPREAD`) that a run of
     ``num_runs`` runs without a device mesh is spread over, or None: k devices, k the
     largest divisor of R up to the number of local devices, when k >= 2, jax's default
     backend is the CPU, this is the only process and the ``algorithm``'s runs are
-    independent (:attr:`~jrl.loops.Algorithm.independent_runs`; not PBT). Each device then
+    independent (:attr:`~jrl.run.loops.Algorithm.independent_runs`; not PBT). Each device then
     holds and steps R / k runs. One CPU device (jax's default; ``jrl train`` makes one per
     core): None."""
     if algorithm is not None and not algorithm.independent_runs:
@@ -242,7 +243,7 @@ def check_memory(algorithm: Algorithm, keys: jax.Array, mesh: Mesh | None = None
     """Refuses, before anything is allocated, a run whose train states (R runs, replay
     buffers included) do not fit in the free memory of a device: ``MemoryError``
     with the numbers. On CPU every local device shares the host's memory."""
-    from jrl import buffers  # the memory probe lives with the buffers, the usual large item
+    from jrl.parts import buffers  # the memory probe lives with the buffers, the usual large item
 
     stacked = jax.tree.leaves(_stacked_init(algorithm.init).eval_shape(keys))  # [R, ...]
     per_run = sum(x.size * x.dtype.itemsize for x in stacked) // max(int(keys.shape[0]), 1)
@@ -263,7 +264,7 @@ def check_memory(algorithm: Algorithm, keys: jax.Array, mesh: Mesh | None = None
 
 def make_mesh(num_devices: int | None = None) -> Mesh:
     """A 1-D mesh over the first ``num_devices`` devices (all when None), axis
-    :data:`jrl.parallel.AXIS`; raises a clear error when too many are asked for."""
+    :data:`jrl.core.parallel.AXIS`; raises a clear error when too many are asked for."""
     devices = jax.devices()
     n = len(devices) if num_devices is None else int(num_devices)
     if n < 1:

@@ -37,7 +37,7 @@ actor processes (``jrl[ray]``):
   watchdog process (:data:`WATCHDOG`): when the learner's process ends, even by ``kill -9``,
   it ends exactly those processes (terminate, then kill after :data:`WATCHDOG_GRACE_S`).
 - **Plugins.** Each actor process imports the run's plugins (``--import``,
-  ``$JRL_PLUGINS``: :mod:`jrl.plugins`) before it builds its envs, as the learner's process
+  ``$JRL_PLUGINS``: :mod:`jrl.run.plugins`) before it builds its envs, as the learner's process
   did, so envs and agents registered by a plugin work in Ray actors too.
 - **Bounded waits.** A trajectory the learner waits for longer than
   :func:`jrl.run.sebulba.wait_limit` stops the run (:class:`~jrl.run.sebulba.ActorTimeout`
@@ -59,7 +59,7 @@ from typing import Any
 
 import jax
 
-from jrl import plugins as jrl_plugins
+from jrl.run import plugins as jrl_plugins
 from jrl.run.sebulba import (
     WAIT_ENV,
     ActorError,
@@ -349,7 +349,7 @@ def ray_pool(
     and a Ray this call started is shut down (and its watchdog ends what is left of it). In a
     multi-process run each process's pool acts as actors ``first ..`` of all the processes'
     ``total_envs`` envs (seeds and act keys as those actors of a one-process run). With
-    ``replay`` (an agent's :class:`~jrl.builders.ActorReplay`) the actors push replay items with
+    ``replay`` (an agent's :class:`~jrl.run.builders.ActorReplay`) the actors push replay items with
     priorities (Ape-X). Every actor imports ``runner.options.plugins`` and ``$JRL_PLUGINS``
     first."""
     import ray

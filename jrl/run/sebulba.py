@@ -38,12 +38,12 @@ halves apart, the same agent in both runners:
   end after at most :data:`JOIN_S`): the run then stops as for a failing actor, with an
   :class:`ActorTimeout` naming what was waited for (a stuck env, a lost actor).
 - **Checks first.** :func:`check_options` refuses, before anything is written, every option
-  that cannot work with the env, the config and the machine (``jrl.experiment.check_runner``
+  that cannot work with the env, the config and the machine (``jrl.app.api.check_runner``
   calls it; :func:`run` too).
 
 Train states are :class:`SebulbaState` stacked ``[R, ...]`` (replicated over learner devices,
 never with a device axis), so the run folder, metrics, checkpoints and evaluation of
-:mod:`jrl.training` serve both runners.
+:mod:`jrl.app.execution` serve both runners.
 """
 
 from __future__ import annotations
@@ -60,15 +60,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from flax import struct
-from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+from jax.sharding import Mesh, NamedSharding
+from jax.sharding import PartitionSpec as P
 
-from jrl import networks, parallel
-from jrl.bounds import seconds_from_env
-from jrl.agent import Agent, EnvSpec
-from jrl.loops import NO_EPISODE, episode_metrics
-from jrl.run.anakin import Report, RunHooks, RunResult, chunk_lengths, compiler_options, make_mesh
-from jrl.wrappers import NormalizeObservation, NormalizeReward
-from jrl.types import (
+from jrl.core import parallel
+from jrl.core.types import (
     EPISODE_DONE,
     EPISODE_LENGTH,
     EPISODE_RETURN,
@@ -77,6 +73,12 @@ from jrl.types import (
     Transition,
     is_key,
 )
+from jrl.core.wrappers import NormalizeObservation, NormalizeReward
+from jrl.parts import networks
+from jrl.parts.agent import Agent, EnvSpec
+from jrl.run.anakin import Report, RunHooks, RunResult, chunk_lengths, compiler_options, make_mesh
+from jrl.run.loops import NO_EPISODE, episode_metrics
+from jrl.util.bounds import seconds_from_env
 
 __all__ = [
     "ActorError",
@@ -142,7 +144,7 @@ class SebulbaOptions:
     actor_devices: int = 0  # the next devices, one per thread in turn (0: the learner's first)
     actors: str = "threads"  # or "ray:N": N Ray actor processes (jrl.run.ray_actors)
     ray_address: str = ""  # with ray:N, the cluster to join ("": a local Ray for the run)
-    plugins: tuple[str, ...] = ()  # modules Ray actor processes import first (jrl.plugins)
+    plugins: tuple[str, ...] = ()  # modules Ray actor processes import first (jrl.run.plugins)
 
     @property
     def ray_actors(self) -> int:
@@ -236,7 +238,7 @@ def check_options(
     (:meth:`SebulbaOptions.validate`), pull mode (EnvPool envs, one run, push-mode actors for
     an agent with an actor ``replay``), the devices, a multi-process learner
     (:func:`check_processes`), ``$JRL_SEBULBA_WAIT_S`` and the Ray address
-    (:func:`jrl.run.ray_actors.check_address`). ``jrl.experiment.check_runner`` calls it
+    (:func:`jrl.run.ray_actors.check_address`). ``jrl.app.api.check_runner`` calls it
     before the run folder is made, :func:`run` before it starts."""
     options.validate(num_envs)
     wait_limit()
@@ -385,7 +387,7 @@ def _empty_replay(replay, agent_state, spec: EnvSpec, key) -> PyTree:
 
 def init_states(agent: Agent, spec: EnvSpec, keys: jax.Array, replay=None) -> SebulbaState:
     """``[R]`` states, one per key (sequential ``lax.map``, as the Anakin runner does); with
-    ``replay`` (:class:`jrl.builders.ActorReplay`) each holds an empty replay buffer."""
+    ``replay`` (:class:`jrl.run.builders.ActorReplay`) each holds an empty replay buffer."""
     init = _init(agent, spec, replay)
     program = jax.jit(lambda ks: jax.lax.map(init, ks)).lower(keys).compile(compiler_options())
     return program(keys)
@@ -910,7 +912,7 @@ def _learn_fn(agent: Agent, mesh: Mesh | None, steps_per_iteration: int, replay=
 
 
 def _replay_step(replay, steps_per_iteration: int):
-    """One run's learner step for an agent with an :class:`~jrl.builders.ActorReplay`: the
+    """One run's learner step for an agent with an :class:`~jrl.run.builders.ActorReplay`: the
     pushed items ``[T, N, ...]`` enter the replay buffer a step of the N envs at a time (in
     time order; a FIFO ring: the oldest go when it is full; an env-stratified uniform buffer
     keeps its layout) with the actors' priorities, then, once ``learning_starts`` items have
@@ -988,7 +990,7 @@ def run(
       on_snapshots: ``on_snapshots(iteration, snapshots)`` receives the host envs' snapshots
         (per thread, per run) taken at every chunk end, on the learner thread, after that
         iteration is learned.
-      replay: an agent's :class:`~jrl.builders.ActorReplay` (Ape-X): actors push replay items
+      replay: an agent's :class:`~jrl.run.builders.ActorReplay` (Ape-X): actors push replay items
         with priorities into a buffer the learner states hold, instead of trajectories.
     """
     check_options(options, host_env, num_envs, int(keys.shape[0]), replay is not None)

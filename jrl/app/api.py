@@ -1,0 +1,509 @@
+"""Experiments: ``jrl.train``, ``resume``, and trained runs loaded back.
+
+``train("ppo", "CartPole-v1", seeds=8, learning_rate=3e-4)`` builds the env
+and agent, runs every seed (and every swept hyperparameter value) in one
+compiled program with the Anakin runner, shows progress, and returns a
+:class:`~jrl.app.result.TrainResult`; with ``out=DIR`` it also writes a run
+folder (:mod:`jrl.app.run_folder`). Keyword arguments that name a
+:class:`~jrl.app.run_options.RunOptions` field (``seed``, ``sweep``, ``eval_every``,
+``checkpoint_every``, ``log``...) are run options; every other keyword is a
+config field of the agent.
+
+``resume(DIR)`` continues an interrupted run exactly; ``load_run(DIR)`` and
+``evaluate_run(DIR)`` give back its policies (``jrl eval``, ``jrl render``).
+SIGINT/SIGTERM during training finish the current chunk, write a checkpoint
+and raise :class:`TrainingInterrupted`; a NaN/inf loss or parameter stops
+training at the chunk where it appears (:class:`NonFiniteError`). The
+execution itself is :mod:`jrl.app.execution`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import typing
+from pathlib import Path
+from typing import Any
+
+import jax
+import numpy as np
+
+import jrl.agents
+import jrl.envs
+from jrl.app import execution as training
+from jrl.app import run_folder
+from jrl.app.checkpoint import CheckpointError
+from jrl.app.execution import NonFiniteError, TrainingInterrupted
+from jrl.app.result import RETURN_KEY, TrainResult, sweep_groups
+from jrl.app.run_folder import RUN_FILES, read_spec
+from jrl.app.run_options import RECORDED, RunOptions, RunSpec
+from jrl.core.multi_agent_env import is_multi_agent
+from jrl.core.two_player_env import is_two_player
+from jrl.parts.agent_config import check, coerce_field
+from jrl.run import anakin, plugins
+from jrl.run.sebulba import ActorError
+from jrl.util import names
+
+__all__ = [
+    "ActorError",
+    "RETURN_KEY",
+    "RUN_FILES",
+    "CheckpointError",
+    "LoadedRun",
+    "NonFiniteError",
+    "RunOptions",
+    "RunSpec",
+    "TrainResult",
+    "TrainingInterrupted",
+    "check_env",
+    "check_runner",
+    "evaluate_run",
+    "load_run",
+    "make_config",
+    "read_spec",
+    "resume",
+    "train",
+]
+
+OPTION_NAMES = frozenset(f.name for f in dataclasses.fields(RunOptions))
+"""Keywords of :func:`train` and :func:`resume` that are run options, not config fields."""
+RESERVED_NAMES = OPTION_NAMES | {"env", "out", "options", "agent", "resume", "debug", "quiet"}
+"""Names no agent config field may have (run options and ``jrl train``'s own flags)."""
+
+
+def make_config(agent: str, env_id: str, **overrides: Any):
+    """The agent's config: defaults, then the env's preset, then ``overrides``.
+
+    Unknown fields raise ``TypeError`` with close matches; ill-typed values
+    raise ``TypeError``; out-of-range values raise ``ValueError``.
+    """
+    config_cls = jrl.agents.get(agent).config_cls
+    fields = {f.name: f for f in dataclasses.fields(config_cls)}
+    clash = sorted(set(fields) & RESERVED_NAMES)
+    if clash:
+        raise TypeError(
+            f"{agent}'s config field(s) {clash} have the name of a run option or command-line "
+            "option of jrl.train / jrl train; rename them in the config class"
+        )
+    hints = typing.get_type_hints(config_cls)
+    unknown = sorted(set(overrides) - set(fields))
+    if unknown:  # suggestions also from the run options, which jrl.train takes by keyword too
+        known = [*fields, *OPTION_NAMES]
+        hints_txt = "; ".join(
+            f"{u!r}" + "".join(f" (did you mean {c}?)" for c in names.closest(u, known, n=1))
+            for u in unknown
+        )
+        raise TypeError(
+            f"unknown {agent} config field(s): {hints_txt}. Fields: {', '.join(sorted(fields))}"
+        )
+    values = dict(config_cls.PRESETS.get(env_id, preset_of_host_env(config_cls, env_id)))
+    values.update({k: coerce_field(fields[k], v, hints) for k, v in overrides.items()})
+    config = config_cls(**values)
+    config.validate()
+    return config
+
+
+def preset_of_host_env(config_cls, env_id: str) -> dict[str, Any]:
+    """A host env (``gymnasium:<id>``, ``envpool:<id>``) without a preset of its own takes the
+    preset of the jrl env of the same id (the same task), if there is one, less what the
+    Sebulba runner (the one host envs train under) does not do: observation and reward
+    normalisation (their statistics live in a pure env's state), which the preset's
+    ``normalize_observations`` / ``normalize_rewards`` turn off."""
+    from jrl.envs.registry import ENVPOOL_PREFIX, GYMNASIUM_PREFIX
+
+    for prefix in (GYMNASIUM_PREFIX, ENVPOOL_PREFIX):
+        if env_id.startswith(prefix):
+            preset = dict(config_cls.PRESETS.get(env_id[len(prefix) :], {}))
+            for name in ("normalize_observations", "normalize_rewards"):  # check_agent's refusals
+                if preset.get(name):
+                    preset[name] = False
+            return preset
+    return {}
+
+
+def check_env(spec: RunSpec) -> None:
+    """``ValueError`` (before any folder is touched) when the run's agent cannot act in its
+    env's action space (:func:`jrl.agents.check_action_space`, naming the agents that can) or
+    its config refuses the space (``env_checks``, e.g. a Box with infinite bounds), or when
+    the agent trains on another kind of env (single-agent, two-player game, team of agents:
+    :func:`jrl.agents.check_kind`)."""
+    env, env_params = jrl.envs.make(spec.env_id, **spec.options.env_overrides)
+    check_runner(spec, env)
+    space = env.action_space(env_params)
+    kind = "game" if is_two_player(env) else "team" if is_multi_agent(env) else "single"
+    jrl.agents.check_kind(spec.agent, kind, spec.env_id)
+    jrl.agents.check_action_space(spec.agent, space, spec.env_id)
+    check(spec.config.env_checks(space, spec.agent))
+
+
+def check_runner(spec: RunSpec, env) -> None:
+    """``ValueError`` when the runner cannot run the env or the agent: a host env
+    (``gymnasium:``/``envpool:``) needs the Sebulba runner and a pure-JAX env the Anakin one;
+    an agent runs on the runners its config's ``RUNNERS`` names (Sebulba: agents that learn
+    from on-policy rollouts, and Ape-X), naming those that fit. For the Sebulba runner, every
+    check of its options against the env, the config and the machine
+    (:func:`jrl.run.sebulba.check_options`: how the envs divide, pull mode, devices, the Ray
+    address; ``ConnectionError`` where nothing answers at that address) runs here, before any
+    run folder is made."""
+    from jrl.envs.host import host_env_of
+
+    host = host_env_of(env)
+    on_host = host is not None
+    most, devices = type(spec.config).MAX_DEVICES, spec.options.devices or 1
+    if most is not None and devices > most:
+        raise ValueError(
+            f"{spec.agent}'s learner runs on at most {most} device(s): drop --devices ({devices})"
+        )
+    if on_host and spec.options.runner != "sebulba":
+        raise ValueError(
+            f"{spec.env_id} is a host environment (it steps outside the compiled program): "
+            "train it with --runner sebulba"
+        )
+    if spec.options.runner != "sebulba":
+        if spec.options.runner not in type(spec.config).RUNNERS:
+            raise ValueError(
+                f"{spec.agent} runs on the sebulba runner only: train it on a host env "
+                f"(gymnasium:<id>) with --runner sebulba"
+            )
+        return
+    if not on_host:
+        raise ValueError(
+            f"the sebulba runner steps host environments (gymnasium:<id>, envpool:<id>); "
+            f"{spec.env_id} is a pure-JAX env: train it with the anakin runner (the default)"
+        )
+    fits = lambda cls: (
+        "sebulba" in cls.RUNNERS
+        and not (getattr(cls, "TURN_BASED", False) or getattr(cls, "MULTI_AGENT", False))
+    )
+    if not fits(type(spec.config)):
+        able = [n for n in jrl.agents.names() if fits(jrl.agents.get(n).config_cls)]
+        raise ValueError(
+            f"the sebulba runner runs agents that learn from on-policy rollouts or from their "
+            f"actors' replay ({', '.join(able)}); {spec.agent} does not: train it with the "
+            "anakin runner"
+        )
+    from jrl.run import sebulba
+
+    options = spec.options.sebulba()
+    replay = False
+    if options.pull_batch:  # refused for an agent whose actors push replay items (apex)
+        built = jrl.agents.get(spec.agent).build(spec.config, env, env.default_params)
+        replay = built.replay is not None
+    sebulba.check_options(options, host, spec.config.num_envs, len(spec.run_seeds), replay)
+
+
+def _split_options(kwargs: dict[str, Any], options: RunOptions | None) -> tuple[RunOptions, dict]:
+    """``(run options, config overrides)`` from :func:`train`'s keywords (``sweep=None`` and
+    ``env_overrides=None`` mean none)."""
+    given = {k: kwargs.pop(k) for k in list(kwargs) if k in OPTION_NAMES}
+    for name in ("sweep", "env_overrides"):
+        if name in given and given[name] is None:
+            given[name] = {}
+    opts = dataclasses.replace(options or RunOptions(), **given)
+    return opts, kwargs
+
+
+def _start(options: RunOptions) -> None:
+    """What every entry point does first (before any folder is touched)."""
+    if options.compile_cache:
+        from jrl.app import compile_cache
+
+        compile_cache.enable(None if options.compile_cache is True else options.compile_cache)
+    anakin.compiler_options()  # a bad JRL_CPU_OPT_LEVEL fails here
+
+
+def train(
+    agent: str,
+    env: str = "CartPole-v1",
+    seeds: int | None = None,
+    *,
+    out: str | os.PathLike | None = None,
+    options: RunOptions | None = None,
+    **kwargs: Any,
+) -> TrainResult:
+    """Trains ``agent`` on ``env`` for ``seeds`` seeds in one compiled program.
+
+    Args:
+      agent: a registered agent name (``jrl.agents.names()``), e.g. "ppo".
+      env: a registered env id (``jrl.envs.names()``), "gymnax:<name>", or an
+        :class:`~jrl.core.env.Environment` object (or ``(env, params)``), registered for this
+        process under its ``id``; a run folder of an env object is resumed, evaluated or
+        rendered in a process that registers the env again (a plugin: :mod:`jrl.run.plugins`).
+      seeds: independent runs per swept value (vmapped); default ``options.seeds`` (1).
+      out: run folder to write (refuses a folder holding another run unless
+        ``overwrite``, which first removes that run's files).
+      options: run options (:class:`~jrl.app.run_options.RunOptions`); keywords naming
+        one of its fields override it: ``seed`` (run i uses ``split(key(seed),
+        seeds)[i]``), ``sweep`` (sweepable config field -> values, every value
+        trained for every seed in the same program), ``devices`` (data-parallel
+        over this many devices, pmap semantics; default one, or every device of
+        every process after :func:`jrl.app.distributed.initialize`, where only
+        process 0 writes ``out``), ``num_reports``, ``eval_every`` and
+        ``eval_episodes`` (greedy evaluation on fresh episodes, logged as
+        ``eval/episode_return``), ``checkpoint_every`` and ``keep_checkpoints``,
+        ``log`` ("jsonl", "tensorboard", "wandb"), ``stop_at_steps`` (stop as on
+        SIGINT after the chunk reaching this many env steps per run),
+        ``env_overrides``, ``progress``, ``compile_cache``, ``overwrite``, ``plugins``
+        (modules that register envs or agents, imported first and recorded: :mod:`jrl.run.plugins`).
+      **kwargs: the run options above, and config fields, e.g.
+        ``total_steps=100_000, learning_rate=3e-4``; ``torso`` may also be a flax module
+        factory (see :data:`jrl.parts.networks.TORSOS`), registered under its ``__name__``.
+
+    Raises:
+      TrainingInterrupted: on SIGINT/SIGTERM (after the current chunk, with a
+        checkpoint in ``out``) or at ``stop_at_steps``.
+      NonFiniteError: a loss or parameter became NaN/inf (the last good
+        checkpoint is kept).
+    """
+    opts, overrides = _split_options(dict(kwargs), options)
+    if callable(overrides.get("torso")):  # a flax module factory: registered under its name
+        from jrl.parts import networks
+
+        factory = overrides["torso"]
+        overrides["torso"] = getattr(factory, "__name__", type(factory).__name__)
+        networks.register_torso(overrides["torso"], factory, overwrite=True)
+    if seeds is not None:
+        opts = dataclasses.replace(opts, seeds=seeds)
+    opts = dataclasses.replace(
+        opts, plugins=plugins.load([*opts.plugins, *plugins.from_environment()])
+    )
+    _start(opts)
+    env, object_overrides = jrl.envs.register_object(env)
+    if object_overrides:
+        opts = dataclasses.replace(opts, env_overrides={**object_overrides, **opts.env_overrides})
+    opts = opts.validate(has_out=out is not None).normalized()
+    if opts.devices is None and jax.process_count() > 1:
+        opts = dataclasses.replace(opts, devices=jax.device_count())
+    if opts.devices is not None:  # too many devices: refused before any folder is looked at
+        anakin.make_mesh(opts.devices)
+    spec = RunSpec(agent, env, make_config(agent, env, **overrides), opts)
+    spec.check_sweep(overrides)
+    if opts.pbt is not None:
+        from jrl.run import pbt
+
+        sweepable = jrl.agents.get(agent).sweepable
+        checked = pbt.check_pbt(opts.pbt, sweepable, opts.sweep, len(spec.run_seeds))
+        spec.options = opts = dataclasses.replace(opts, pbt=checked)
+    check_env(spec)
+    if out is None or jax.process_index() != 0:  # only process 0 writes the run folder
+        return training.execute(spec, None)
+    out_path = Path(out)
+    with run_folder.RunLock(out_path, quiet=not opts.progress):
+        run_folder.check_out_dir(out_path, opts.overwrite)
+        return training.execute(spec, out_path)
+
+
+def resume(
+    run_dir: str | os.PathLike,
+    *,
+    step: int | None = None,
+    agent: str | None = None,
+    env: str | None = None,
+    **kwargs: Any,
+) -> TrainResult:
+    """Continues the run in ``run_dir`` from its latest checkpoint (or ``step``).
+
+    The run goes on with the saved configuration, seeds, sweep and chunk
+    schedule, so it ends with the same parameters and metrics, bit for bit,
+    as the run would have uninterrupted. Run options that concern this
+    invocation only (``progress``, ``compile_cache``, ``keep_checkpoints``,
+    ``stop_at_steps``) may be given; ``agent``, ``env``, recorded run options
+    and config fields, when given, must equal the saved ones (a
+    :class:`~jrl.app.checkpoint.CheckpointError` names what differs). Nothing in
+    the folder changes before the checkpoint has loaded and checked.
+    """
+    run_dir = Path(run_dir)
+    spec = read_spec(run_dir)
+    given, overrides = _split_options(dict(kwargs), None)
+    if given.overwrite:
+        raise TypeError("resume continues the run in its own folder: overwrite does not apply")
+    invocation = {
+        k: getattr(given, k)
+        for k in ("progress", "compile_cache", "keep_checkpoints", "stop_at_steps")
+    }
+    opts = dataclasses.replace(spec.options, **invocation)
+    _start(opts)
+    if jax.process_count() > 1:
+        raise CheckpointError("multi-process runs write no checkpoints, so they cannot be resumed")
+    opts.validate()
+    recorded = {k: kwargs[k] for k in kwargs if k in RECORDED}
+    diffs = spec.resume_differences(agent, env, recorded, overrides)
+    if diffs:
+        raise CheckpointError(
+            f"{run_dir} holds a different run; --resume continues the saved one: "
+            + "; ".join(diffs)
+        )
+    spec = dataclasses.replace(spec, options=opts)
+    with run_folder.RunLock(run_dir, quiet=not opts.progress):  # resume is single-process
+        return training.execute(spec, run_dir, step, resuming=True)
+
+
+@dataclasses.dataclass
+class LoadedRun:
+    """A trained run folder loaded back: its spec, the built experiment and the
+    train states of every run at a checkpoint (``[R, ...]``, device 0's view)."""
+
+    spec: RunSpec
+    built: Any
+    state: Any
+    step: int
+    checkpoint: Any
+
+    def observation_spec(self):
+        """One observation of the run's env as the env produces it (``jax.ShapeDtypeStruct``
+        leaves, no batch axis): what :meth:`policy` takes (see
+        :func:`jrl.run.evaluation.observation_spec`)."""
+        from jrl.envs.host import host_env_of
+        from jrl.run import evaluation
+
+        on_host = host_env_of(self.built.env) is not None
+        return evaluation.observation_spec(self.built.env, self.built.env_params, on_host)
+
+    def policy(self, run: int = 0, greedy: bool = True):
+        """Run ``run``'s evaluation policy (frozen normalisers; ``greedy=False``: the behaviour
+        policy), on one observation or a batch (:func:`jrl.run.evaluation.batch_optional`)::
+
+            policy(obs [...], key=None) -> action [...]
+            policy(obs [B, ...], key=None) -> actions [B, ...]
+
+        ``obs`` is the env's own observation (:meth:`observation_spec`); ``key`` (default
+        ``key(0)``) only matters for a stochastic policy. A policy with memory is a
+        :class:`~jrl.run.evaluation.StatefulPolicy`: ``initial_state(num=None)`` (one episode's
+        state, or ``[num, ...]``) and ``step(state, obs, key=None) -> (action, state)``."""
+        from jrl.run import evaluation
+
+        if not 0 <= run < len(self.spec.run_seeds):
+            raise ValueError(f"run must lie in [0, {len(self.spec.run_seeds)}), got {run}")
+        one = jax.tree.map(lambda x: x[run], self.state)
+        policy = evaluation.run_policy(
+            self.built.agent, self.built.env, one.agent_state, one.env_state, greedy
+        )
+        return evaluation.batch_optional(policy, self.observation_spec())
+
+
+def load_run(run_dir: str | os.PathLike, step: int | None = None) -> LoadedRun:
+    """Loads a run folder's checkpoint (default: the latest) for evaluation or rendering."""
+    from jrl.app import checkpoint
+
+    run_dir = Path(run_dir)
+    spec = run_folder.read_spec(run_dir)
+    build = jrl.agents.get(spec.agent).build
+    env_obj, env_params = jrl.envs.make(spec.env_id, **spec.options.env_overrides)
+    built = build(spec.config, env_obj, env_params, num_devices=spec.options.devices or 1)
+    like = training.abstract_states(spec, built)
+    ck = checkpoint.load(run_dir, like, step, step_flag="--step")
+    run_folder.check_checkpoint_run(ck.meta, spec, ck.path)  # a checkpoint of another run
+    state = training.one_view(spec, ck.state)
+    return LoadedRun(spec, built, state, ck.step, ck)
+
+
+def _iqm(sorted_values: np.ndarray) -> float:
+    """Interquartile mean of sorted values (the middle half; all of them when fewer than 4)."""
+    q = len(sorted_values) // 4
+    middle = sorted_values[q : len(sorted_values) - q]
+    return float(middle.mean() if len(middle) else sorted_values.mean())
+
+
+def _evaluate_games(loaded: LoadedRun, games: int, seed: int) -> dict[str, Any]:
+    """:func:`evaluate_run` of a two-player game: ``games`` games (half as first player)
+    of every run against each baseline opponent
+    (:func:`jrl.agents.search.arena.baseline_players`)."""
+    from jrl.agents.search import arena as game_eval
+    from jrl.run import evaluation
+
+    if games < 2 or games % 2:
+        raise ValueError(f"a game evaluation plays an even number of games >= 2, got {games}")
+    built, spec = loaded.built, loaded.spec
+    env = evaluation.evaluation_env(built.env)  # the unbatched env the training env steps
+    opponents = game_eval.baseline_players(env, built.env_params)
+    key = jax.random.key(seed)
+    runs = len(spec.run_seeds)
+    report: dict[str, Any] = {}
+    for name, opponent in opponents.items():
+
+        def one(agent_state, k, opponent=opponent):
+            return game_eval.play_games(
+                env, built.env_params, built.player(agent_state), opponent, games, k
+            )
+
+        k = jax.random.fold_in(key, len(report))
+        outcome, a_first = jax.device_get(
+            jax.jit(jax.vmap(one))(loaded.state.agent_state, jax.random.split(k, runs))
+        )
+        report[name] = {
+            **game_eval.game_report(outcome, a_first),
+            "runs": [game_eval.game_report(outcome[r], a_first[r]) for r in range(runs)],
+        }
+    return {
+        "agent": spec.agent,
+        "env_id": spec.env_id,
+        "checkpoint_iteration": loaded.step,
+        "policy": "search",
+        "games_per_run": games,
+        "seed": seed,
+        "run_seeds": list(spec.run_seeds),
+        "opponents": report,
+    }
+
+
+def evaluate_run(
+    run_dir: str | os.PathLike,
+    episodes: int = 100,
+    greedy: bool = True,
+    seed: int = 0,
+    step: int | None = None,
+) -> dict[str, Any]:
+    """Evaluates every run of a run folder on ``episodes`` fresh episodes each
+    (vmapped) and returns the statistics that ``jrl eval`` prints and writes."""
+    if int(episodes) < 1:
+        raise ValueError(f"episodes must be >= 1, got {episodes}")
+    loaded = load_run(run_dir, step)
+    if loaded.built.player is not None:
+        return _evaluate_games(loaded, int(episodes), int(seed))
+    returns, lengths = jax.device_get(
+        training.make_evaluator(loaded.built, int(episodes), greedy)(
+            loaded.state, jax.random.key(int(seed))
+        )
+    )
+    returns = np.asarray(returns, np.float64)
+    flat = np.sort(returns.reshape(-1))
+    iqm = _iqm(flat)
+    spec = loaded.spec
+    groups = [
+        {
+            "sweep": label,
+            "runs": idx.tolist(),
+            "mean": float(returns[idx].mean()),
+            "std": float(returns[idx].std()),
+            "iqm": _iqm(np.sort(returns[idx].reshape(-1))),
+        }
+        for label, idx in sweep_groups(spec.run_sweep, returns.shape[0])
+        if label
+    ]
+    return {
+        "agent": spec.agent,
+        "env_id": spec.env_id,
+        "checkpoint_iteration": loaded.step,
+        "policy": "greedy" if greedy else "stochastic",
+        "episodes_per_run": int(episodes),
+        "seed": int(seed),
+        "mean": float(flat.mean()),
+        "std": float(flat.std()),
+        "median": float(np.median(flat)),
+        "iqm": iqm,
+        "min": float(flat.min()),
+        "max": float(flat.max()),
+        "mean_length": float(np.mean(lengths)),
+        "runs": [
+            {
+                "run": r,
+                "seed": spec.run_seeds[r],
+                **{k: v[r] for k, v in spec.run_sweep.items()},
+                "mean": float(returns[r].mean()),
+                "std": float(returns[r].std()),
+            }
+            for r in range(returns.shape[0])
+        ],
+        "sweep_groups": groups,  # per combination of swept values (empty without a sweep)
+        "returns": returns.tolist(),
+    }

@@ -1,0 +1,606 @@
+"""Checkpoints of whole training runs, written with orbax.
+
+A checkpoint holds everything a run carries from one chunk to the next, for
+every run of a vmapped (and possibly sharded) training program: the stacked
+train state (agent parameters, optimiser state, target networks, hparams,
+env states with their wrapper and normaliser statistics, replay buffers and
+priorities, n-step windows, PRNG keys, counters), the per-iteration metric
+histories so far, and a JSON record of the run (agent, env, config, seeds,
+sweep, progress) with a format version.
+
+Layout under a run folder::
+
+    RUN/checkpoints/<iteration>/arrays/   orbax PyTree checkpoint: a flat dict of numpy leaves
+    RUN/checkpoints/<iteration>/meta/     orbax JSON item: format version, run record, leaf
+                                          paths/shapes/dtypes, sha256 of the arrays
+    RUN/checkpoints/<iteration>/files.sha256.json   size and sha256 of every file, written
+                                          after the commit and checked before reading
+
+Writes are atomic: orbax writes a step into a temporary folder and renames
+it when complete, so a crash or a kill mid-save leaves the previous good
+checkpoint as the latest (a leftover temporary folder is never taken for a
+step). The last ``keep`` checkpoints are kept. Typed PRNG keys are stored as
+their raw key data and re-wrapped on load.
+
+Loading checks, before anything is returned: the format version (a newer one
+is refused), the tree of leaves (paths, shapes, dtypes; a checkpoint of a
+different agent, env or config shows up here with the leaves that differ),
+and a sha256 of every array against the one written at save time (a corrupt
+or truncated file is refused). Every refusal is a :class:`CheckpointError`
+with a message naming what differs.
+
+Multi-process runs are not checkpointed: the arrays must be addressable from
+this process (single-host runs on any number of local devices are).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import logging
+import math
+import os
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from jrl import __version__
+from jrl.core.types import PyTree, is_key
+from jrl.util import files
+from jrl.util.bounds import seconds_from_env
+
+__all__ = [
+    "FORMAT_VERSION",
+    "CheckpointError",
+    "Checkpoint",
+    "Checkpointer",
+    "check_writable",
+    "save_timeout",
+    "steps",
+    "load",
+    "leaf_specs",
+]
+
+FORMAT_VERSION = 4
+"""Bumped whenever the layout or the meaning of a checkpoint changes. Format 2: the
+agent-contract names (``num_updates`` for every agent's update counter; an agent's
+hyperparameters only its own) and a run fingerprint in the record. Format 1 checkpoints
+are read through :func:`_format1_order`. Format 4: a leaf split along its leading axis
+over several devices (a run spread over the CPU cores) may be written in pieces, one per
+device, that loading joins (the record's ``pieces``)."""
+
+RENAMED_IN_2 = {"num_learn_steps": "num_updates"}
+"""Path components renamed by format 2 (the actor-critic and PQN update counters)."""
+# Format 3: the prioritised buffers' sum tree (a ``.../tree`` leaf) is 8-ary
+# (``jrl.parts.buffers``); the binary trees of formats 1 and 2 (``[..., 2 P]``, slot i's leaf at
+# ``P + i``) are rebuilt from their leaves on load, bit for bit what the buffer computes.
+
+CHECKPOINT_DIR = "checkpoints"
+MANIFEST = (
+    "files.sha256.json"  # size and sha256 of every file of a committed step, checked before reading
+)
+
+
+def _file_digest(path: Path) -> list:
+    return [path.stat().st_size, hashlib.sha256(path.read_bytes()).hexdigest()]
+
+
+def _check_files(path: Path, fallback: str) -> None:
+    """Compares the files of a step with its manifest (when it has one: a kill between the
+    commit and the manifest leaves none, and the array checksum still guards the data)."""
+    manifest_file = path / MANIFEST
+    if not manifest_file.is_file():
+        return
+    try:
+        manifest = json.loads(manifest_file.read_text())
+    except ValueError:
+        raise CheckpointError(
+            f"checkpoint {path} is corrupt: {MANIFEST} is not valid JSON{fallback}"
+        ) from None
+    for name, (size, digest) in manifest.items():
+        f = path / name
+        if not f.is_file():
+            raise CheckpointError(f"checkpoint {path} is incomplete: {name} is missing{fallback}")
+        if f.stat().st_size != size:
+            raise CheckpointError(
+                f"checkpoint {path} is corrupt: {name} has {f.stat().st_size} bytes, "
+                f"{size} were written{fallback}"
+            )
+        if _file_digest(f)[1] != digest:
+            raise CheckpointError(
+                f"checkpoint {path} is corrupt: {name} differs from what was written{fallback}"
+            )
+
+
+class CheckpointError(ValueError):
+    """A checkpoint that cannot be used: missing, newer format, different run, or corrupt."""
+
+
+def _key_impl(x):
+    """The PRNG implementation of a typed key array or of its ``ShapeDtypeStruct``."""
+    return jax.random.key_impl(x) if isinstance(x, jax.Array) else x.dtype._impl
+
+
+def _path_str(path) -> str:
+    return jax.tree_util.keystr(path, simple=True, separator="/")
+
+
+def to_host(tree: PyTree) -> list[np.ndarray]:
+    """The leaves of ``tree`` as host numpy arrays (typed PRNG keys as their key data)."""
+    return [np.asarray(x) for x in jax.device_get(_stored_leaves(tree))]
+
+
+def _stored_leaves(tree: PyTree) -> list:
+    """The leaves of ``tree`` as a checkpoint stores them (typed PRNG keys as their key data);
+    a state spread over processes is refused."""
+    leaves = jax.tree.leaves(tree)
+    for x in leaves:
+        if isinstance(x, jax.Array) and not x.is_fully_addressable:
+            raise CheckpointError(
+                "checkpoints of multi-process runs are not supported: the train state is "
+                "spread over processes"
+            )
+    return [jax.random.key_data(x) if is_key(x) else x for x in leaves]
+
+
+def leaf_specs(tree: PyTree) -> list[list]:
+    """``[[path, shape, dtype], ...]`` of the stored leaves of ``tree`` (arrays or
+    ``ShapeDtypeStruct``s; typed keys described by their key data)."""
+    out = []
+    for path, x in jax.tree_util.tree_flatten_with_path(tree)[0]:
+        if is_key(x):
+            x = jax.eval_shape(jax.random.key_data, x)
+        out.append([_path_str(path), list(x.shape), np.dtype(x.dtype).name])
+    return out
+
+
+def _digest(arrays: list[np.ndarray | list[np.ndarray]]) -> str:
+    """sha256 over each array's dtype, shape and bytes; an array given as its pieces along
+    the leading axis (a list) hashes as the array they join into."""
+    h = hashlib.sha256()
+    for a in arrays:
+        pieces = [np.ascontiguousarray(p) for p in (a if isinstance(a, list) else [a])]
+        first = pieces[0]
+        shape = (sum(p.shape[0] for p in pieces),) + first.shape[1:] if first.ndim else first.shape
+        h.update(f"{first.dtype.name}{shape}".encode())
+        for p in pieces:
+            h.update(p.view(np.uint8).reshape(-1).data if p.size else b"")
+    return h.hexdigest()
+
+
+def _host_pieces(x) -> list[np.ndarray] | np.ndarray:
+    """A state leaf on the host: for an array split along its leading axis over several
+    devices (a run spread over the CPU cores), the host views of its blocks in order, so
+    that saving it makes no whole copy; otherwise the host array."""
+    if isinstance(x, jax.Array) and len(x.sharding.device_set) > 1 and x.ndim and x.size:
+        blocks = {}
+        for shard in x.addressable_shards:
+            first, *rest = shard.index
+            if any(r != slice(None) for r in rest):  # split along another axis too
+                return np.asarray(jax.device_get(x))
+            blocks.setdefault(first.start or 0, shard.data)  # replicas hold the same block
+        starts = sorted(blocks)
+        ends = np.cumsum([blocks[s].shape[0] for s in starts]).tolist()
+        if starts == [0] + ends[:-1] and ends[-1] == x.shape[0]:
+            return [np.asarray(blocks[s]) for s in starts]
+    return np.asarray(jax.device_get(x))
+
+
+def _describe_differences(saved: list[list], expected: list[list], limit: int = 4) -> str:
+    saved_map, expected_map = {s[0]: s[1:] for s in saved}, {e[0]: e[1:] for e in expected}
+    diffs = []
+    for path in expected_map:
+        if path not in saved_map:
+            diffs.append(f"{path} is missing from the checkpoint")
+        elif saved_map[path] != expected_map[path]:
+            (s_shape, s_dtype), (e_shape, e_dtype) = saved_map[path], expected_map[path]
+            diffs.append(f"{path} is {s_dtype}{s_shape} in the checkpoint, {e_dtype}{e_shape} here")
+    diffs += [f"{path} is in the checkpoint only" for path in saved_map if path not in expected_map]
+    more = f" (and {len(diffs) - limit} more)" if len(diffs) > limit else ""
+    return "; ".join(diffs[:limit]) + more
+
+
+class Checkpoint:
+    """A loaded checkpoint: ``state`` (the train state tree), ``history``
+    (metric name -> ``[R, iterations]``), ``meta`` (the JSON record) and ``step``."""
+
+    def __init__(
+        self,
+        state: PyTree,
+        history: dict[str, np.ndarray],
+        meta: dict[str, Any],
+        step: int,
+        path: Path,
+    ):
+        self.state, self.history, self.meta, self.step, self.path = state, history, meta, step, path
+
+
+SAVE_LOG = "save-errors.log"
+"""Where the stderr of a failed save goes (orbax and tensorstore print hundreds of lines of
+tracebacks from their threads for one I/O error)."""
+
+
+@contextlib.contextmanager
+def _quiet_stderr(log: Path):
+    """Captures what is written to file descriptor 2 (threads and C++ included) during the
+    block: replayed on stderr when the block succeeds, written to ``log`` (best effort: the
+    disk may be full) when it raises."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with tempfile.TemporaryFile() as capture:
+        os.dup2(capture.fileno(), 2)
+        try:
+            yield
+        except BaseException:
+            _until_quiet(capture)  # the failed writes' threads go on reporting for a while
+            sys.stderr.flush()
+            os.dup2(saved, 2)
+            capture.seek(0)
+            try:
+                log.write_bytes(capture.read())
+            except OSError:
+                pass
+            raise
+        finally:
+            sys.stderr.flush()
+            os.dup2(saved, 2)
+            os.close(saved)
+        capture.seek(0)
+        text = capture.read()
+        if text:
+            os.write(2, text)
+
+
+def _until_quiet(capture, quiet_for: float = 0.5, at_most: float = 10.0) -> None:
+    """Waits until nothing was written to ``capture`` for ``quiet_for`` seconds (``at_most``
+    in all)."""
+    import time
+
+    start, size, since = time.monotonic(), -1, time.monotonic()
+    while time.monotonic() - start < at_most:
+        now = os.fstat(capture.fileno()).st_size
+        if now != size:
+            size, since = now, time.monotonic()
+        elif time.monotonic() - since >= quiet_for:
+            return
+        time.sleep(0.05)
+
+
+def _quiet_orbax():
+    logging.getLogger("absl").setLevel(logging.WARNING)
+
+
+SAVE_TIMEOUT_ENV = "JRL_CHECKPOINT_TIMEOUT"
+"""Environment variable: seconds a checkpoint's save may take before it counts as failed
+(default :data:`SAVE_TIMEOUT`)."""
+SAVE_TIMEOUT = 600
+"""Default bound, in seconds, on one checkpoint save (orbax's waits for its writer threads)."""
+
+
+def save_timeout() -> int:
+    """Whole seconds one save may take: ``$JRL_CHECKPOINT_TIMEOUT``, else :data:`SAVE_TIMEOUT`."""
+    return max(1, math.ceil(seconds_from_env(SAVE_TIMEOUT_ENV, SAVE_TIMEOUT)))
+
+
+def check_writable(directory: Path) -> None:
+    """Raises ``OSError`` (e.g. ``PermissionError``) when no file can be created in
+    ``directory``: a folder that exists but refuses writes (permissions, ``chattr +i``, a
+    read-only mount) is found before a run trains, not at its first checkpoint."""
+    fd, probe = tempfile.mkstemp(prefix=".jrl-write-probe-", dir=directory)
+    os.close(fd)
+    os.unlink(probe)
+
+
+class Checkpointer:
+    """Writes checkpoints of one run into ``run_dir/checkpoints``, keeping the last ``keep``."""
+
+    def __init__(self, run_dir: str | Path, keep: int = 3):
+        if int(keep) < 1:
+            raise ValueError(f"keep must be >= 1, got {keep}")
+        self.directory = Path(run_dir).absolute() / CHECKPOINT_DIR
+        self.directory.mkdir(parents=True, exist_ok=True)
+        check_writable(self.directory)  # an unwritable folder fails now, before any training
+        self._keep = int(keep)
+        self._manager_ = None
+
+    @property
+    def _manager(self):
+        """orbax's manager, made at the first use: importing orbax takes about 0.2 s, which a
+        run that checkpoints only at its end need not spend before its first progress line."""
+        if self._manager_ is None:
+            import orbax.checkpoint as ocp
+
+            _quiet_orbax()
+            # orbax's default numpy handler deep-copies every array before writing it (a guard
+            # against the caller changing it during an asynchronous save). ``save`` waits until
+            # the write is committed and its arrays are views of immutable jax buffers, so that
+            # copy would only double the peak memory of a run with large replay buffers.
+            registry = ocp.type_handlers.create_type_handler_registry(
+                (np.ndarray, ocp.type_handlers.NumpyHandler(deepcopy_host_arrays=False)),
+                (jax.Array, ocp.type_handlers.ArrayHandler()),  # unused; orbax warns without one
+            )
+            # the step's folders are made synchronously: made by orbax's threads, a failure
+            # there (an unwritable folder) left threads waiting for signals that never came,
+            # and the process could not exit; every wait of a save is bounded by save_timeout()
+            asynchronous = ocp.AsyncOptions(
+                timeout_secs=save_timeout(), create_directories_asynchronously=False
+            )
+            self._manager_ = ocp.CheckpointManager(
+                self.directory,
+                options=ocp.CheckpointManagerOptions(
+                    max_to_keep=self._keep, create=True, async_options=asynchronous
+                ),
+                item_handlers={
+                    "arrays": ocp.PyTreeCheckpointHandler(type_handler_registry=registry),
+                    "meta": ocp.JsonCheckpointHandler(),
+                },
+            )
+        return self._manager_
+
+    def save(
+        self, step: int, state: PyTree, history: dict[str, np.ndarray], meta: dict[str, Any]
+    ) -> Path:
+        """Saves ``state`` and ``history`` at ``step`` (iterations done) and waits until the
+        step is committed. ``meta`` is the JSON-serialisable run record."""
+        import orbax.checkpoint as ocp  # imported by the manager, made on first use
+
+        manager = self._manager
+        arrays = [_host_pieces(x) for x in _stored_leaves(state)]
+        names = sorted(history)
+        hist = [np.asarray(history[n]) for n in names]
+        record = dict(
+            meta,
+            format_version=FORMAT_VERSION,
+            jrl_version=__version__,
+            step=int(step),
+            leaves=leaf_specs(state),
+            history_names=names,
+            sha256=_digest(arrays + hist),
+        )
+        flat, record["pieces"] = {}, {}
+        for i, a in enumerate(arrays):
+            if isinstance(a, list):  # blocks along the leading axis (format 4)
+                record["pieces"][f"s{i:05d}"] = len(a)
+                flat.update({f"s{i:05d}p{j}": p for j, p in enumerate(a)})
+            else:
+                flat[f"s{i:05d}"] = a
+        flat.update({f"h{i:05d}": a for i, a in enumerate(hist)})
+        # orbax refuses arrays of size 0 (e.g. MJX's empty contact arrays); they hold no data,
+        # so the record keeps their shape and dtype and loading makes them again
+        empty = {k: [list(a.shape), a.dtype.name] for k, a in flat.items() if a.size == 0}
+        flat = {k: a for k, a in flat.items() if k not in empty}
+        record["empty"] = empty
+        if int(step) in manager.all_steps():  # e.g. a resumed run stopping where it started
+            manager.delete(int(step))
+        args = ocp.args.Composite(arrays=ocp.args.PyTreeSave(flat), meta=ocp.args.JsonSave(record))
+        with _quiet_stderr(self.directory / SAVE_LOG):
+            manager.save(int(step), args=args, force=True)
+            manager.wait_until_finished()
+        path = self.directory / str(int(step))
+        manifest = {
+            str(f.relative_to(path)): _file_digest(f)
+            for f in sorted(path.rglob("*"))
+            if f.is_file()
+        }
+        files.write_atomic(path / MANIFEST, json.dumps(manifest, indent=0))
+        return path
+
+    def delete(self, steps: list[int]) -> None:
+        """Deletes these committed steps."""
+        for step in steps:
+            self._manager.delete(int(step))
+
+    def close(self) -> None:
+        if self._manager_ is None:  # never used
+            return
+        with _quiet_stderr(self.directory / SAVE_LOG):  # a failed save's threads report here too
+            self._manager.wait_until_finished()
+            self._manager.close()
+
+
+def steps(run_dir: str | Path) -> list[int]:
+    """Committed checkpoint steps of a run folder, ascending (temporary folders of
+    an interrupted save are not steps)."""
+    d = Path(run_dir) / CHECKPOINT_DIR
+    if not d.is_dir():
+        return []
+    return sorted(
+        int(p.name)
+        for p in d.iterdir()
+        if p.is_dir() and p.name.isdigit() and (p / "meta").is_dir() and (p / "arrays").is_dir()
+    )
+
+
+def load(
+    run_dir: str | Path, like: PyTree, step: int | None = None, step_flag: str = "--resume-step"
+) -> Checkpoint:
+    """Loads the checkpoint at ``step`` (default: the latest) of ``run_dir``.
+
+    ``like`` is the expected train state (arrays or ``ShapeDtypeStruct``s,
+    e.g. from ``jax.eval_shape``): its tree structure is rebuilt, typed keys
+    re-wrapped, and its leaf shapes and dtypes must match the checkpoint's.
+    Raises :class:`CheckpointError` (see the module docstring); its message
+    names the other checkpoints and ``step_flag``, the option that picks one.
+    """
+
+    _quiet_orbax()
+    run_dir = Path(run_dir)
+    available = steps(run_dir)
+    if not available:
+        raise CheckpointError(f"{run_dir} has no checkpoint (looked in {run_dir / CHECKPOINT_DIR})")
+    if step is None:
+        step = available[-1]
+    elif int(step) not in available:
+        raise CheckpointError(
+            f"{run_dir} has no checkpoint at iteration {step}; it has {available}"
+        )
+    path = run_dir.absolute() / CHECKPOINT_DIR / str(int(step))
+    others = [s for s in available if s != step]
+    fallback = f"; other checkpoints: {others} (choose one with {step_flag})" if others else ""
+    meta = _read_meta(path, fallback)
+    version = meta.get("format_version")
+    if not isinstance(version, int) or version > FORMAT_VERSION:
+        raise CheckpointError(
+            f"checkpoint {path} has format version {version}, newer than this jrl "
+            f"({__version__}) reads (up to {FORMAT_VERSION}); upgrade jrl to load it"
+        )
+    _check_files(path, fallback)
+    expected, saved = leaf_specs(like), meta.get("leaves", [])
+    as_now, trees = saved, {}
+    if version <= 2:
+        as_now, trees = _binary_sum_trees(saved, expected)
+    order = list(range(len(expected))) if as_now == expected else None
+    if order is None and version == 1:
+        order = _format1_order(as_now, expected)
+    if order is None:
+        raise CheckpointError(
+            f"checkpoint {path} holds a different train state (another agent, env or "
+            f"config?): {_describe_differences(as_now, expected)}"
+        )
+    arrays, hist = _read_arrays(path, meta, saved, fallback)
+    for i, size in trees.items():
+        arrays[i] = _rebuild_sum_tree(arrays[i], size)
+    arrays = [arrays[i] for i in order]
+    like_leaves, treedef = jax.tree.flatten(like)
+    leaves = [
+        jax.random.wrap_key_data(jnp.asarray(a), impl=_key_impl(x)) if is_key(x) else a
+        for a, x in zip(arrays, like_leaves)
+    ]
+    return Checkpoint(jax.tree.unflatten(treedef, leaves), hist, meta, int(step), path)
+
+
+def _read_arrays(path: Path, meta: dict[str, Any], saved: list[list], fallback: str):
+    """The state leaves (in the saved order) and metric histories of the checkpoint at
+    ``path``, checked against the shapes, dtypes and checksum of its record."""
+    import orbax.checkpoint as ocp
+
+    names = meta["history_names"]
+    n_state = len(saved)
+    try:
+        reader = ocp.PyTreeCheckpointer()
+        try:
+            restored = reader.restore(path / "arrays")
+        finally:
+            reader.close()
+    except Exception as e:  # orbax/tensorstore raise many types for unreadable data
+        raise CheckpointError(
+            f"checkpoint {path} is unreadable ({type(e).__name__}: {str(e)[:200]}){fallback}"
+        ) from None
+    empty, pieces = meta.get("empty", {}), meta.get("pieces", {})
+
+    def read(name):
+        if name in empty:  # not written: an array of size 0 (see Checkpointer.save)
+            shape, dtype = empty[name]
+            return np.zeros(shape, np.dtype(dtype))
+        if name in pieces:  # written in blocks along the leading axis (format 4)
+            return np.concatenate(
+                [np.asarray(restored[f"{name}p{j}"]) for j in range(pieces[name])]
+            )
+        return np.asarray(restored[name])
+
+    try:
+        arrays = [read(f"s{i:05d}") for i in range(n_state)]
+        hist = [read(f"h{i:05d}") for i in range(len(names))]
+    except KeyError as e:
+        raise CheckpointError(
+            f"checkpoint {path} is incomplete: array {e} is missing{fallback}"
+        ) from None
+    for a, (p, shape, dtype) in zip(arrays, saved):
+        if list(a.shape) != shape or a.dtype.name != dtype:
+            raise CheckpointError(
+                f"checkpoint {path} is corrupt: {p} reads as {a.dtype.name}{list(a.shape)}, "
+                f"written as {dtype}{shape}{fallback}"
+            )
+    if _digest(arrays + hist) != meta.get("sha256"):
+        raise CheckpointError(
+            f"checkpoint {path} is corrupt: its arrays do not match the checksum written "
+            f"with them{fallback}"
+        )
+    return arrays, dict(zip(names, hist))
+
+
+def _format1_order(saved: list[list], expected: list[list]) -> list[int] | None:
+    """For a format-1 checkpoint: the index of the saved leaf that holds each expected leaf,
+    with the format-2 renames applied (:data:`RENAMED_IN_2`) and the hyperparameters an agent
+    no longer has (A2C's unused ``clip_eps``) left out; None when the trees differ otherwise."""
+
+    def renamed(path: str) -> str:
+        return "/".join(RENAMED_IN_2.get(part, part) for part in path.split("/"))
+
+    by_path = {renamed(p): (i, shape, dtype) for i, (p, shape, dtype) in enumerate(saved)}
+    order = []
+    for p, shape, dtype in expected:
+        if p not in by_path or by_path[p][1:] != (shape, dtype):
+            return None
+        order.append(by_path[p][0])
+    dropped = [saved[i][0] for i in sorted(set(range(len(saved))) - set(order))]
+    if any("/hparams/" not in p for p in dropped):
+        return None
+    return order
+
+
+def _binary_sum_trees(saved: list[list], expected: list[list]) -> tuple[list[list], dict]:
+    """For a format 1-2 checkpoint: ``saved`` with each binary sum tree's spec replaced by the
+    8-ary tree expected at the same path, and ``{saved index: expected tree length}`` of
+    those trees. A binary tree: a float32 ``.../tree`` leaf whose last axis is a power of two
+    (``2 P``) where the expected leaf has the same leading axes and another length."""
+    by_path = {p: (shape, dtype) for p, shape, dtype in expected}
+    as_now, trees = [], {}
+    for i, (p, shape, dtype) in enumerate(saved):
+        want = by_path.get(p)
+        n = shape[-1] if shape else 0
+        if (
+            p.rsplit("/", 1)[-1] == "tree"
+            and want is not None
+            and dtype == want[1] == "float32"
+            and len(shape) == len(want[0]) >= 1
+            and shape[:-1] == want[0][:-1]
+            and n >= 2
+            and n & (n - 1) == 0
+            and n != want[0][-1]
+        ):
+            trees[i] = want[0][-1]
+            as_now.append([p, list(want[0]), dtype])
+        else:
+            as_now.append([p, shape, dtype])
+    return as_now, trees
+
+
+def _rebuild_sum_tree(binary: np.ndarray, size: int) -> np.ndarray:
+    """The 8-ary sum tree of length ``size`` over the leaves of a binary one (``[..., 2 P]``,
+    slot i's leaf at ``P + i``). Every capacity whose 8-ary tree has ``size`` entries stores
+    the same layout, and a binary tree's leaves past its capacity are 0, so the tree is built
+    for the largest such capacity (at most the binary tree's ``P`` leaves, zeros beyond)."""
+    from jrl.parts import buffers
+
+    leaves = binary[..., binary.shape[-1] // 2 :]
+    if size == 1:  # a single slot, which is the root
+        return leaves[..., :1].copy()
+    lo, hi = 2, max(2, 8 * size)  # the largest capacity whose tree has ``size`` entries
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if buffers.sum_tree_size(mid) <= size:
+            lo = mid
+        else:
+            hi = mid - 1
+    if buffers.sum_tree_size(lo) != size:
+        raise CheckpointError(f"no prioritised buffer has a sum tree of {size} entries")
+    n = min(lo, leaves.shape[-1])
+    return np.asarray(buffers.sum_tree_from_leaves(np.ascontiguousarray(leaves[..., :n]), lo))
+
+
+def _read_meta(path: Path, fallback: str) -> dict[str, Any]:
+    meta_file = path / "meta" / "metadata"
+    try:
+        return json.loads(meta_file.read_text())
+    except (OSError, ValueError) as e:
+        raise CheckpointError(
+            f"checkpoint {path} is unreadable: its record {meta_file.name} "
+            f"({type(e).__name__}: {e}){fallback}"
+        ) from None
