@@ -98,7 +98,6 @@ Usage::
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import functools
 import json
@@ -107,7 +106,15 @@ import sys
 import time
 from pathlib import Path
 
-from common import measured_on, or_dash, publish, rate, run_worker
+from common import (
+    comparison_parser,
+    measured_on,
+    or_dash,
+    publish,
+    rate,
+    run_worker,
+    run_worker_if_asked,
+)
 
 HEADING = "## brax trainers side by side"
 ENV = "inverted_pendulum"
@@ -435,27 +442,31 @@ def table(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
+WORKERS = {
+    "jrl": lambda a: worker_jrl(a.agent, a.seeds, a.eval_episodes),
+    "brax": lambda a: worker_brax(a.agent, a.eval_episodes),
+}
+"""``--worker LIBRARY`` -> the worker it runs, given the parsed arguments."""
+
+
 def main(argv=None) -> None:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--worker", default=None, help=argparse.SUPPRESS)
+    p = comparison_parser(
+        __doc__,
+        seeds={"nargs": None, "default": 1},
+        repeats={"default": 2},
+        timeout={"default": 900},
+        write=True,
+    )
     p.add_argument("--agent", default="sac", choices=("sac", "ppo"))
-    p.add_argument("--seeds", type=int, default=1)
     p.add_argument("--agents", nargs="*", default=["sac", "ppo"])
-    p.add_argument("--repeats", type=int, default=2)
     p.add_argument("--eval-episodes", type=int, default=8)
     p.add_argument(
         "--jrl-seeds", type=int, default=0, help="also jrl with this many vmapped seeds (0: no)"
     )
-    p.add_argument("--timeout", type=float, default=900)
     p.add_argument("--save", default=None, help="JSON file the measurements go to as they come")
     p.add_argument("--load", default=None, help="make the section from a --save file, no runs")
-    p.add_argument("--write", action="store_true", help="write the section to BENCHMARKS.md")
     a = p.parse_args(argv)
-    if a.worker == "jrl":
-        print(json.dumps(worker_jrl(a.agent, a.seeds, a.eval_episodes)))
-        return
-    if a.worker == "brax":
-        print(json.dumps(worker_brax(a.agent, a.eval_episodes)))
+    if run_worker_if_asked(a, WORKERS):
         return
     measured: dict[tuple[str, str, int], list[dict]] = {}
     if a.load:

@@ -417,6 +417,17 @@ def copies_note(rows: list[dict[str, Any]]) -> str:
     return " ".join(notes)
 
 
+def sum_tree_depth(capacity: int, arity: int = 8) -> int:
+    """Levels below the root of jrl's sum tree over ``capacity`` leaves: each level above
+    the leaves has ``ceil(n / arity)`` nodes of the level below (``arity = 8``, as
+    ``buffers.sum_tree_size`` documents), up to the single root."""
+    depth, nodes = 0, capacity
+    while nodes > 1:
+        nodes = -(-nodes // arity)
+        depth += 1
+    return depth
+
+
 def section(rows, add_batch: int, iterations: int, rounds: int, command: str, load: str) -> str:
     breakdown = breakdown_table(rows)
     breakdown_txt = (
@@ -431,7 +442,7 @@ the key split and draws, so their sum counts those more than once:
         else ""
     )
     tree_size = buffers.sum_tree_size(CAPACITY)
-    depth = buffers._tree_layout(CAPACITY)[0]  # levels below the root
+    depth = sum_tree_depth(CAPACITY)
     peer = next((r for r in rows if r["name"].startswith("flashbax")), None)
     ours = next(r for r in rows if r["full"] and r["name"] == "prioritized")
     peer_txt = (

@@ -1,13 +1,23 @@
 """What the benchmark scripts share: the machine and commit lines, markdown output,
-timing, subprocess workers and their tables, and PureJaxRL's side of the comparisons.
+timing, subprocess workers and their tables, the skeleton of the side-by-side scripts
+(their command line, the jrl and peer workers of one run, the ratios), and PureJaxRL's
+side of the comparisons.
 
 The scripts run as ``python benchmarks/NAME.py``, so this module is importable
 as ``common`` from the script's own folder. It is the one place for code more
-than one script uses; a script keeps only what is its own.
+than one script uses; a script keeps only what is its own. It imports only the
+standard library at module level (jax and jrl inside the functions that use them), so
+that workers run in a peer's own interpreter (Stable-Baselines3's, pgx's example's:
+``pgx_uniform_baseline.py``), where jrl and maybe jax are absent, can use it.
+
+Benchmarks use jrl's public names only: ``jrl.train``, ``jrl.agents.get``,
+``jrl.envs.make`` and the public functions of jrl's modules, never a name with a
+leading underscore (``tests/test_benchmarks.py`` checks it).
 """
 
 from __future__ import annotations
 
+import argparse
 import datetime
 import json
 import math
@@ -25,6 +35,10 @@ REPO = Path(__file__).resolve().parent.parent
 BENCHMARKS_MD = REPO / "BENCHMARKS.md"
 TARGET_RETURN = 475.0
 """The CartPole-v1 return the PPO and DQN benchmarks time ("time to 475")."""
+DEFAULT_PUREJAXRL = "/work/purejaxrl"
+"""Where the benchmarks look for a PureJaxRL checkout (``--purejaxrl``): a folder holding
+the ``purejaxrl`` package of github.com/luchris429/purejaxrl. It is never part of jrl."""
+
 
 # --------------------------------------------------------------------------
 # The machine and the commit
@@ -267,6 +281,34 @@ def first_reach(points: Iterable[tuple[int, float | None]], target: float = TARG
     return None
 
 
+def chunk_values(values: list[float | None], num_chunks: int) -> list[tuple[int, float | None]]:
+    """(end index, mean of the non-missing values) of ``num_chunks`` near-equal chunks of
+    ``values``; :func:`first_reach` finds the first at the target return."""
+    n = len(values)
+    out = []
+    for c in range(num_chunks):
+        lo, hi = n * c // num_chunks, n * (c + 1) // num_chunks
+        known = [v for v in values[lo:hi] if v is not None]
+        out.append((hi, sum(known) / len(known) if known else None))
+    return out
+
+
+def latest_returns(
+    returns: Iterable[float], lengths: Iterable[int], total_steps: int
+) -> list[float | None]:
+    """Per env step of a one-env run of ``total_steps`` steps, the return of the latest
+    episode finished before it (None before the first), from the finished episodes' returns
+    and lengths in order (an SB3 ``Monitor``'s ``get_episode_rewards`` and ``_lengths``)."""
+    per_step: list[float | None] = [None] * total_steps
+    step, last = 0, None
+    for ret, length in zip(returns, lengths):
+        end = min(step + length, total_steps)
+        per_step[step:end] = [last] * (end - step)
+        step, last = end, float(ret)
+    per_step[step:] = [last] * (total_steps - step)
+    return per_step
+
+
 def time_to_target(r: dict) -> float | None:
     """Estimated wall seconds to the target return: ``compile + run * f``, ``f`` the
     fraction of the run done when it was first reached (``reached_fraction``, or
@@ -296,12 +338,164 @@ def check_config(agent: str, env: str, expected: dict, what: str, **overrides: A
 
 
 # --------------------------------------------------------------------------
+# The skeleton of a side-by-side script: jrl and its peers in one run
+# --------------------------------------------------------------------------
+#
+# A script that times jrl against peer libraries runs itself once per measurement, as a
+# worker (``--worker LIBRARY``, in that library's interpreter), and otherwise orchestrates:
+#
+#     parser = comparison_parser(__doc__, seeds=..., repeats=..., timeout=..., ...)
+#     args = parser.parse_args(argv)
+#     if run_worker_if_asked(args, {"jrl": worker_jrl_of_args, "peer": ...}):
+#         return
+#     measured = side_by_side(__file__, args, schedule, pythons, flags, describe)
+#     rows = best_rows(measured)
+#     ... its tables (time_ratios for the ratio columns), then publish / write_result.
+
+SHARED_FLAGS: dict[str, dict[str, Any]] = {
+    "quick": {"action": "store_true", "help": "smoke run: small budgets, 1 repeat, prints only"},
+    "seeds": {"type": int, "nargs": "+", "help": "seed counts (vmapped in one program)"},
+    "repeats": {"type": int, "help": "runs per configuration, best reported"},
+    "total_steps": {"type": int, "help": "env steps per seed"},
+    "num_reports": {"type": int, "help": "chunks per run (host syncs)"},
+    "seed": {"type": int, "default": 0},
+    "purejaxrl": {
+        "default": DEFAULT_PUREJAXRL,
+        "help": "a PureJaxRL checkout (the folder holding purejaxrl/) to run side by side; "
+        "skipped if absent",
+    },
+    "purejaxrl_python": {"default": sys.executable, "help": "interpreter for PureJaxRL"},
+    "timeout": {"type": float, "default": 1800, "help": "seconds per worker"},
+    "output": {
+        "type": Path,
+        "help": "markdown file to update (default BENCHMARKS.md; quick: none)",
+    },
+    "write": {"action": "store_true", "help": "put the section in BENCHMARKS.md"},
+    "json": {"type": Path, "help": "also dump every measurement here"},
+}
+"""The flags side-by-side scripts share (``--total-steps`` for ``total_steps``), with their
+argparse settings; :func:`comparison_parser` adds those a script names, with its overrides."""
+
+
+def script_parser(doc: str | None) -> argparse.ArgumentParser:
+    """An ``ArgumentParser`` described by the first paragraph of ``doc`` (the script's
+    docstring), so that ``python benchmarks/NAME.py --help`` says what the script measures."""
+    return argparse.ArgumentParser(description=(doc or "").split("\n\n")[0])
+
+
+def comparison_parser(doc: str | None, **flags: bool | dict[str, Any]) -> argparse.ArgumentParser:
+    """:func:`script_parser` with the hidden ``--worker LIBRARY`` (how :func:`run_worker`
+    starts one measurement) and, in the order given, the :data:`SHARED_FLAGS` named in
+    ``flags``, each ``True`` (the shared settings) or a dict of argparse settings overriding
+    them (``seeds={"default": [1, 8]}``). The script adds its own flags after."""
+    parser = script_parser(doc)
+    parser.add_argument("--worker", help=argparse.SUPPRESS)
+    for name, settings in flags.items():
+        if settings is False:
+            continue
+        merged = dict(SHARED_FLAGS[name])
+        merged.update(settings if isinstance(settings, dict) else {})
+        parser.add_argument("--" + name.replace("_", "-"), **merged)
+    return parser
+
+
+def run_worker_if_asked(
+    args: argparse.Namespace, workers: dict[str, Callable[[argparse.Namespace], dict]]
+) -> bool:
+    """With ``--worker LIBRARY``: runs ``workers[LIBRARY](args)`` here and prints its result
+    as the one JSON line :func:`run_worker` reads back; True. Without it: False (the caller
+    orchestrates)."""
+    if not args.worker:
+        return False
+    if args.worker not in workers:
+        raise SystemExit(f"unknown --worker {args.worker!r}: one of {', '.join(workers)}")
+    print(json.dumps(workers[args.worker](args)))
+    return True
+
+
+def side_by_side(
+    script: str,
+    args: argparse.Namespace,
+    schedule: Iterable[tuple[int, str, int]],
+    pythons: dict[str, str],
+    flags: Callable[[str, int], dict[str, Any]],
+    describe: Callable[[dict], str],
+    names: dict[str, str] | None = None,
+) -> dict[tuple[str, int], list]:
+    """Runs jrl and its peers in one run of ``script``: each ``(repeat, library, seeds)`` of
+    ``schedule`` in a fresh interpreter ``pythons[library]`` (jrl's: this one), as
+    :func:`run_worker` with ``flags(library, seeds)`` under ``args.timeout``, the progress on
+    stderr (:func:`measure`, ``describe`` and ``names``). Dumps the results to ``args.json``
+    when the script has that flag and it is given (:func:`dump_measured`); returns them."""
+
+    def run_one(library: str, seeds: int) -> dict | str:
+        python = pythons.get(library, sys.executable)
+        return run_worker(script, python, library, args.timeout, **flags(library, seeds))
+
+    measured = measure(schedule, run_one, describe, names)
+    if getattr(args, "json", None):
+        dump_measured(args.json, measured)
+    return measured
+
+
+def worker_record(library: str, seeds: int | None = None, **fields: Any) -> dict:
+    """A worker's JSON result: ``library`` (and ``seeds``), ``fields``, then the jax version
+    and the 1-minute load average at the end of the measurement."""
+    import jax
+
+    head: dict[str, Any] = {"library": library}
+    if seeds is not None:
+        head["seeds"] = seeds
+    return {**head, **fields, "jax": jax.__version__, "load": os.getloadavg()[0]}
+
+
+def package_versions(*packages: str) -> dict[str, str]:
+    """``{package: installed version}`` of a worker's libraries."""
+    from importlib.metadata import version
+
+    return {p: version(p) for p in packages}
+
+
+def load_range(rows: Iterable[dict | str]) -> str:
+    """'<min> to <max>' of the 1-minute load averages of :func:`best_of` rows, or '?'."""
+    loads = [x for r in rows if isinstance(r, dict) for x in r["loads"]]
+    return f"{min(loads):.1f} to {max(loads):.1f}" if loads else "?"
+
+
+def time_ratios(j: dict, x: dict) -> dict[str, float | None]:
+    """jrl's times over a peer's (< 1: jrl takes less), from two rows: ``run``; ``compile``,
+    jrl's compile + init against the peer's compile (the peers initialise inside their
+    compiled program); ``total``, compile + init + run; ``to_target``, the estimated times to
+    the target return (:func:`time_to_target`), None unless both reached it."""
+    init = j.get("init") or 0.0
+    tj, tx = time_to_target(j), time_to_target(x)
+    return {
+        "run": j["run"] / x["run"],
+        "compile": (j["compile"] + init) / x["compile"],
+        "total": (j["compile"] + init + j["run"]) / (x["compile"] + x["run"]),
+        "to_target": tj / tx if tj is not None and tx is not None else None,
+    }
+
+
+def output_path(args: argparse.Namespace) -> Path | None:
+    """Where a script with ``--output`` and ``--quick`` (and maybe ``--no-write``) writes its
+    section: :func:`default_output`, or none with ``--no-write``."""
+    if getattr(args, "no_write", False):
+        return None
+    return default_output(args.output, args.quick)
+
+
+def write_result(output: Path | None, heading: str, text: str) -> None:
+    """Puts the section ``text`` in the markdown file ``output`` (:func:`write_section`) and
+    says so; nothing when ``output`` is None."""
+    if output is not None:
+        write_section(output, heading, text)
+        print(f"wrote {output}")
+
+
+# --------------------------------------------------------------------------
 # PureJaxRL (a checkout outside jrl)
 # --------------------------------------------------------------------------
-
-DEFAULT_PUREJAXRL = "/work/purejaxrl"
-"""Where the benchmarks look for a PureJaxRL checkout (``--purejaxrl``): a folder holding
-the ``purejaxrl`` package of github.com/luchris429/purejaxrl. It is never part of jrl."""
 
 
 def purejaxrl_available(checkout: str, module: str, python: str) -> bool:

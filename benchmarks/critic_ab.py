@@ -9,9 +9,11 @@ that saved. It builds jrl's whole training program (one compiled program, init i
 
 - ``learn``: the agent as the working tree builds it;
 - ``acting``: the same agent built with ``make_actor_critic`` as it was at ``--base`` (a git
-  revision whose ``agents/actor_critic/common.py`` kept the critic's values from acting), read with
-  ``git show`` and put in place of the current one in ``jrl.run.builders`` while that program is
-  built. Nothing else differs.
+  revision whose ``jrl/actor_critic.py``, now ``agents/actor_critic/common.py``, kept the
+  critic's values from acting), read with ``git show`` and put in place of the current one in
+  ``jrl.agents.actor_critic.common`` while that program is built; its imports of jrl's modules
+  by their paths of that time (``from jrl import buffers``) are given the modules now at the
+  new paths (``OLD_MODULES``). Nothing else differs.
 
 Then it times the two in ``--rounds`` rounds, the order swapped every round, and reports the
 median over rounds of acting time / learn time (> 1: computing the values in ``learn`` is
@@ -26,6 +28,7 @@ A2C its CartPole-v1 defaults. Run it with jrl's interpreter, from a clone that h
 from __future__ import annotations
 
 import argparse
+import importlib
 import statistics
 import subprocess
 import sys
@@ -44,14 +47,39 @@ DEFAULT_BASE = "698ff8e"
 STEPS = {"ppo": 204_800, "a2c": 100_000}
 
 
+OLD_MODULES = {
+    "jrl.agent": "jrl.parts.agent",
+    "jrl.buffers": "jrl.parts.buffers",
+    "jrl.config": "jrl.parts.agent_config",
+    "jrl.learner": "jrl.parts.learner",
+    "jrl.losses": "jrl.ops.losses",
+    "jrl.networks": "jrl.parts.networks",
+    "jrl.optim": "jrl.parts.optim",
+    "jrl.parallel": "jrl.core.parallel",
+    "jrl.returns": "jrl.ops.returns",
+    "jrl.spaces": "jrl.core.spaces",
+    "jrl.types": "jrl.core.types",
+}
+"""The jrl modules ``jrl/actor_critic.py`` imported at ``DEFAULT_BASE`` -> where they are now
+(the folder tree of issue 42)."""
+
+
 def old_make_actor_critic(base: str):
-    """``make_actor_critic`` from ``agents/actor_critic/common.py`` at git revision ``base``."""
+    """``make_actor_critic`` from ``jrl/actor_critic.py`` (now ``agents/actor_critic/common.py``)
+    at git revision ``base``, its jrl imports served by the modules of :data:`OLD_MODULES`."""
     source = subprocess.check_output(
-        ["git", "-C", str(REPO), "show", f"{base}:agents/actor_critic/common.py"], text=True
+        ["git", "-C", str(REPO), "show", f"{base}:jrl/actor_critic.py"], text=True
     )
     module = types.ModuleType("jrl_actor_critic_at_base")
     sys.modules[module.__name__] = module  # dataclasses look their module up
-    exec(compile(source, f"{base}:agents/actor_critic/common.py", "exec"), module.__dict__)
+    aliases = [old for old in OLD_MODULES if old not in sys.modules]
+    for old in aliases:
+        sys.modules[old] = importlib.import_module(OLD_MODULES[old])
+    try:
+        exec(compile(source, f"{base}:jrl/actor_critic.py", "exec"), module.__dict__)
+    finally:
+        for old in aliases:
+            del sys.modules[old]
     return module.make_actor_critic
 
 
@@ -65,7 +93,7 @@ def program(agent: str, steps: int):
 
 
 def measure(agent: str, seeds: int, steps: int, rounds: int, base: str) -> str:
-    import jrl.run.builders
+    import jrl.agents.actor_critic.common
     from jrl.run import anakin
 
     current = jrl.agents.actor_critic.common.make_actor_critic

@@ -56,9 +56,7 @@ Usage::
 
 from __future__ import annotations
 
-import argparse
 import datetime
-import json
 import os
 import platform
 import sys
@@ -66,27 +64,32 @@ import time
 from pathlib import Path
 
 from common import (
-    DEFAULT_PUREJAXRL,
     best_of,
     best_rows,
     check_config,
+    chunk_values,
     compile_and_run,
+    comparison_parser,
     cores_note,
     cpu_model,
-    default_output,
-    dump_measured,
     first_reach,
     git_commit,
     import_purejaxrl,
-    measure,
+    latest_returns,
+    load_range,
     nan_to_none,
     or_dash,
+    output_path,
+    package_versions,
     purejaxrl_available,
     rate,
-    run_worker,
+    run_worker_if_asked,
+    side_by_side,
     spread_cores,
+    time_ratios,
     time_to_target,
-    write_section,
+    worker_record,
+    write_result,
 )
 
 HEADING = "## DQN CartPole-v1"
@@ -149,23 +152,6 @@ REFERENCE = {"compile": 2.4, "run": 11.0, "steps_per_second": 45_000}
 
 
 # --------------------------------------------------------------------------
-# Time to 475 from a per-step (or per-iteration) return history
-# --------------------------------------------------------------------------
-
-
-def chunk_values(values: list[float | None], num_chunks: int) -> list[tuple[int, float | None]]:
-    """(end index, mean of the non-missing values) of ``num_chunks`` near-equal chunks of
-    ``values``; :func:`common.first_reach` finds the first at the target return."""
-    n = len(values)
-    out = []
-    for c in range(num_chunks):
-        lo, hi = n * c // num_chunks, n * (c + 1) // num_chunks
-        known = [v for v in values[lo:hi] if v is not None]
-        out.append((hi, sum(known) / len(known) if known else None))
-    return out
-
-
-# --------------------------------------------------------------------------
 # Workers (run in a subprocess; print one JSON line)
 # --------------------------------------------------------------------------
 
@@ -173,7 +159,6 @@ def chunk_values(values: list[float | None], num_chunks: int) -> list[tuple[int,
 def worker_jrl(seeds: int, total_steps: int, num_reports: int, seed: int) -> dict:
     import warnings
 
-    import jax
     import numpy as np
 
     import jrl
@@ -204,23 +189,21 @@ def worker_jrl(seeds: int, total_steps: int, num_reports: int, seed: int) -> dic
     chunks = chunk_values(per_iteration, num_reports)
     reached = first_reach(chunks)
     steps_per_iteration = config.num_envs * config.steps_per_iteration
-    return {
-        "library": "jrl",
-        "seeds": seeds,
-        "cores": spread_cores(res.final_state),
-        "steps_per_run": int(res.env_steps[-1]),
-        "compile": res.compile_seconds,
-        "run": res.run_seconds,
-        "init": wall - res.compile_seconds - res.run_seconds,
-        "wall": wall,
-        "steps_per_second": res.steps_per_second,
-        "final_return": final,
-        "reached_fraction": None if reached is None else reached / len(per_iteration),
-        "reached_steps": None if reached is None else reached * steps_per_iteration,
-        "chunks": [(end * steps_per_iteration, v) for end, v in chunks],
-        "jax": jax.__version__,
-        "load": os.getloadavg()[0],
-    }
+    return worker_record(
+        "jrl",
+        seeds,
+        cores=spread_cores(res.final_state),
+        steps_per_run=int(res.env_steps[-1]),
+        compile=res.compile_seconds,
+        run=res.run_seconds,
+        init=wall - res.compile_seconds - res.run_seconds,
+        wall=wall,
+        steps_per_second=res.steps_per_second,
+        final_return=final,
+        reached_fraction=None if reached is None else reached / len(per_iteration),
+        reached_steps=None if reached is None else reached * steps_per_iteration,
+        chunks=[(end * steps_per_iteration, v) for end, v in chunks],
+    )
 
 
 # PureJaxRL's dqn.py configuration (its main()), the same run as CONFIG.
@@ -249,7 +232,6 @@ def worker_purejaxrl(
     ``jit(vmap(make_train(config)))`` as its ``main()`` builds it (wandb off),
     compiled ahead of time, then called once. Its init is inside."""
     import warnings
-    from importlib.metadata import version
 
     import jax
     import numpy as np
@@ -270,23 +252,21 @@ def worker_purejaxrl(
     chunks = chunk_values(per_step.tolist(), num_reports)
     reached = first_reach(chunks)
     steps = per_step.shape[0] * config["NUM_ENVS"]
-    return {
-        "library": "PureJaxRL",
-        "seeds": seeds,
-        "steps_per_run": steps,
-        "compile": times["compile"],
-        "run": times["run"],
-        "init": 0.0,
-        "wall": wall,
-        "steps_per_second": steps * seeds / times["run"],
-        "final_return": float(per_step[-max(1, per_step.shape[0] // 20) :].mean()),
-        "reached_fraction": None if reached is None else reached / per_step.shape[0],
-        "reached_steps": None if reached is None else reached * config["NUM_ENVS"],
-        "chunks": [(end * config["NUM_ENVS"], v) for end, v in chunks],
-        "jax": jax.__version__,
-        "load": os.getloadavg()[0],
-        "versions": {p: version(p) for p in ("gymnax", "jax", "flax", "optax", "flashbax")},
-    }
+    return worker_record(
+        "PureJaxRL",
+        seeds,
+        steps_per_run=steps,
+        compile=times["compile"],
+        run=times["run"],
+        init=0.0,
+        wall=wall,
+        steps_per_second=steps * seeds / times["run"],
+        final_return=float(per_step[-max(1, per_step.shape[0] // 20) :].mean()),
+        reached_fraction=None if reached is None else reached / per_step.shape[0],
+        reached_steps=None if reached is None else reached * config["NUM_ENVS"],
+        chunks=[(end * config["NUM_ENVS"], v) for end, v in chunks],
+        versions=package_versions("gymnax", "jax", "flax", "optax", "flashbax"),
+    )
 
 
 def worker_sb3(total_steps: int, num_reports: int, seed: int, threads: int) -> dict:
@@ -333,14 +313,8 @@ def worker_sb3(total_steps: int, num_reports: int, seed: int, threads: int) -> d
     run_s = time.perf_counter() - t0
     learning_s = time.perf_counter() - clock.at if clock.at is not None else None
 
-    returns, lengths = env.get_episode_rewards(), env.get_episode_lengths()
-    per_step: list[float | None] = [None] * total_steps  # latest finished return at each env step
-    step, last = 0, None
-    for ret, length in zip(returns, lengths):
-        end = min(step + length, total_steps)
-        per_step[step:end] = [last] * (end - step)
-        step, last = end, float(ret)
-    per_step[step:] = [last] * (total_steps - step)
+    returns = env.get_episode_rewards()
+    per_step = latest_returns(returns, env.get_episode_lengths(), total_steps)
     chunks = chunk_values(per_step, num_reports)
     reached = first_reach(chunks)
     tail = per_step[-max(1, total_steps // 20) :]
@@ -431,17 +405,14 @@ def make_tables(rows: dict[tuple[str, int], dict | str], jrl_seeds: list[int], q
     for s in jrl_seeds:
         j, x = rows.get(("jrl", s)), rows.get(("purejaxrl", s))
         if isinstance(j, dict) and isinstance(x, dict):
-            tj, tx = time_to_target(j), time_to_target(x)
+            t = time_ratios(j, x)
             ratios.append(
                 f"- jrl / PureJaxRL, {s} seed{'s' if s > 1 else ''} (side by side): "
                 f"**steps/s {j['steps_per_second'] / x['steps_per_second']:.2f}x** "
                 "(> 1: jrl faster), "
-                f"run time {j['run'] / x['run']:.2f}x, compile (jrl: compile + init) "
-                f"{(j['compile'] + j['init']) / x['compile']:.2f}x, compile + init + run "
-                f"{(j['compile'] + j['init'] + j['run']) / (x['compile'] + x['run']):.2f}x, "
-                "time to 475 "
-                + (f"{tj / tx:.2f}x" if tj is not None and tx is not None else "–")
-                + " (times: < 1, jrl takes less)."
+                f"run time {t['run']:.2f}x, compile (jrl: compile + init) "
+                f"{t['compile']:.2f}x, compile + init + run {t['total']:.2f}x, "
+                f"time to 475 {or_dash(t['to_target'], '{:.2f}x')} (times: < 1, jrl takes less)."
             )
     if isinstance(j1, dict):
         if not quick and not isinstance(rows.get(("purejaxrl", 1)), dict):
@@ -497,8 +468,7 @@ def section(
         if pj
         else ""
     )
-    loads = [x for r in rows.values() if isinstance(r, dict) for x in r["loads"]]
-    load_txt = f"{min(loads):.1f} to {max(loads):.1f}" if loads else "?"
+    load_txt = load_range(rows.values())
     if isinstance(sb3, dict):
         v = sb3["versions"]
         sb3_versions = (
@@ -602,25 +572,38 @@ paired ratios
 """
 
 
-def main(argv=None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument(
-        "--quick",
-        action="store_true",
-        help="smoke run: 50k jrl / 15k SB3 steps, 1 repeat, prints only",
-    )
-    parser.add_argument("--seeds", type=int, nargs="+", help="jrl seed counts (default 1 4)")
-    parser.add_argument(
-        "--repeats", type=int, help="runs per configuration, best reported (default 3; quick: 1)"
-    )
-    parser.add_argument(
-        "--total-steps", type=int, help="jrl env steps per seed (default 500000; quick: 50000)"
+WORKERS = {
+    "jrl": lambda a: worker_jrl(a.seeds[0], a.total_steps, a.num_reports, a.seed),
+    "purejaxrl": lambda a: worker_purejaxrl(
+        a.seeds[0], a.total_steps, a.num_reports, a.seed, a.purejaxrl
+    ),
+    "sb3": lambda a: worker_sb3(a.total_steps, a.num_reports, a.seed, a.sb3_threads),
+}
+"""``--worker LIBRARY`` -> the worker it runs, given the parsed arguments."""
+
+
+def parse_args(argv=None):
+    parser = comparison_parser(
+        __doc__,
+        quick={"help": "smoke run: 50k jrl / 15k SB3 steps, 1 repeat, prints only"},
+        seeds={"help": "jrl seed counts (default 1 4)"},
+        repeats={"help": "runs per configuration, best reported (default 3; quick: 1)"},
+        total_steps={"help": "jrl env steps per seed (default 500000; quick: 50000)"},
+        num_reports={"default": 100, "help": "chunks per run (host syncs; time-to-475 grid)"},
+        seed=True,
+        purejaxrl={
+            "help": "a PureJaxRL checkout (the folder holding purejaxrl/dqn.py) to run side by "
+            "side; skipped if absent"
+        },
+        purejaxrl_python={
+            "default": DEFAULT_PUREJAXRL_PYTHON,
+            "help": "interpreter for PureJaxRL (needs gymnax 0.0.x and flashbax)",
+        },
+        timeout={"default": 900},
+        output=True,
+        json=True,
     )
     parser.add_argument("--sb3-steps", type=int, help="SB3 env steps (default 50000; quick: 15000)")
-    parser.add_argument(
-        "--num-reports", type=int, default=100, help="chunks per run (host syncs; time-to-475 grid)"
-    )
-    parser.add_argument("--seed", type=int, default=0)
     parser.add_argument(
         "--sb3-python",
         default=DEFAULT_SB3_PYTHON,
@@ -632,41 +615,14 @@ def main(argv=None) -> None:
         default=1,
         help="torch intra-op threads for SB3 (default 1; 0: torch's default, one per core)",
     )
-    parser.add_argument(
-        "--purejaxrl",
-        default=DEFAULT_PUREJAXRL,
-        help="a PureJaxRL checkout (the folder holding purejaxrl/dqn.py) to run side by side; "
-        "skipped if absent",
-    )
-    parser.add_argument(
-        "--purejaxrl-python",
-        default=DEFAULT_PUREJAXRL_PYTHON,
-        help="interpreter for PureJaxRL (needs gymnax 0.0.x and flashbax)",
-    )
-    parser.add_argument("--timeout", type=float, default=900, help="seconds per worker")
-    parser.add_argument(
-        "--output", type=Path, help="markdown file to update (default BENCHMARKS.md; quick: none)"
-    )
-    parser.add_argument("--json", type=Path, help="also dump every measurement here")
-    parser.add_argument("--worker", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    args.total_steps = args.total_steps or (50_000 if args.quick else CONFIG["total_steps"])
+    args.sb3_steps = args.sb3_steps or (15_000 if args.quick else 50_000)
+    return args
 
-    total_steps = args.total_steps or (50_000 if args.quick else CONFIG["total_steps"])
-    sb3_steps = args.sb3_steps or (15_000 if args.quick else 50_000)
-    if args.worker:
-        if args.worker == "jrl":
-            out = worker_jrl(args.seeds[0], total_steps, args.num_reports, args.seed)
-        elif args.worker == "purejaxrl":
-            out = worker_purejaxrl(
-                args.seeds[0], total_steps, args.num_reports, args.seed, args.purejaxrl
-            )
-        else:
-            out = worker_sb3(total_steps, args.num_reports, args.seed, args.sb3_threads)
-        print(json.dumps(out))
-        return
 
-    repeats = args.repeats or (1 if args.quick else 3)
-    jrl_seeds = args.seeds or [1, 4]
+def run_libraries(args, jrl_seeds: list[int]) -> tuple[dict, str | None]:
+    """Measures jrl and the peers found, side by side: ``(measured, sb3_note)``."""
     with_pjr = purejaxrl_available(args.purejaxrl, "dqn", args.purejaxrl_python)
     runs = [(lib, s) for s in jrl_seeds for lib in (("jrl", "purejaxrl") if with_pjr else ("jrl",))]
     sb3_note = None
@@ -675,61 +631,72 @@ def main(argv=None) -> None:
     else:
         sb3_note = f"{args.sb3_python} not found (create the venv, or pass --sb3-python)"
         print(f"Stable-Baselines3 skipped: {sb3_note}", file=sys.stderr)
-
-    def run_one(lib: str, seeds: int) -> dict | str:
-        python = {"jrl": sys.executable, "purejaxrl": args.purejaxrl_python}.get(
-            lib, args.sb3_python
-        )
-        return run_worker(
-            __file__,
-            python,
-            lib,
-            args.timeout,
+    measured = side_by_side(
+        __file__,
+        args,
+        [(rep, lib, s) for rep in range(args.repeats) for lib, s in runs],
+        {"purejaxrl": args.purejaxrl_python, "sb3": args.sb3_python},
+        lambda lib, seeds: dict(
             seeds=seeds,
-            total_steps=sb3_steps if lib == "sb3" else total_steps,
+            total_steps=args.sb3_steps if lib == "sb3" else args.total_steps,
             num_reports=args.num_reports,
             seed=args.seed,
             sb3_threads=args.sb3_threads,
             purejaxrl=args.purejaxrl,
-        )
-
-    measured = measure(
-        [(rep, lib, s) for rep in range(repeats) for lib, s in runs],
-        run_one,
+        ),
         lambda r: (
             f"compile {r['compile']:5.2f} s run {r['run']:6.2f} s "
             f"{r['steps_per_second']:9,.0f} steps/s final {or_dash(r['final_return'])} "
             f"reached {r['reached_steps']} load {r['load']:.1f}"
         ),
     )
-    if args.json:
-        dump_measured(args.json, measured)
+    return measured, sb3_note
 
+
+def command_line(args, jrl_seeds_given: list[int] | None) -> str:
+    """The command that reproduces this run, for the section."""
+    command = "python benchmarks/dqn_cartpole.py"
+    for flag, value, default in (
+        ("--total-steps", args.total_steps, CONFIG["total_steps"]),
+        ("--sb3-steps", args.sb3_steps, 50_000),
+        ("--repeats", args.repeats, 3),
+        ("--num-reports", args.num_reports, 100),
+        ("--sb3-threads", args.sb3_threads, 1),
+    ):
+        if value != default:
+            command += f" {flag} {value}"
+    if jrl_seeds_given:
+        command += " --seeds " + " ".join(map(str, jrl_seeds_given))
+    return command
+
+
+def main(argv=None) -> None:
+    args = parse_args(argv)
+    if run_worker_if_asked(args, WORKERS):
+        return
+
+    args.repeats = args.repeats or (1 if args.quick else 3)
+    jrl_seeds = args.seeds or [1, 4]
+    measured, sb3_note = run_libraries(args, jrl_seeds)
     rows = best_rows(measured, best)
     if isinstance(rows.get(("sb3", 1)), str):  # every SB3 run failed: the first one's error
         sb3_note = f"the SB3 worker failed: {measured['sb3', 1][0]}"
     tables = make_tables(rows, jrl_seeds, args.quick)
     print(tables)
 
-    output = default_output(args.output, args.quick)
+    output = output_path(args)
     if output is not None:
-        command = "python benchmarks/dqn_cartpole.py"
-        for flag, value, default in (
-            ("--total-steps", total_steps, CONFIG["total_steps"]),
-            ("--sb3-steps", sb3_steps, 50_000),
-            ("--repeats", repeats, 3),
-            ("--num-reports", args.num_reports, 100),
-            ("--sb3-threads", args.sb3_threads, 1),
-        ):
-            if value != default:
-                command += f" {flag} {value}"
-        if args.seeds:
-            command += " --seeds " + " ".join(map(str, args.seeds))
         text = section(
-            rows, tables, command, repeats, total_steps, sb3_steps, args.num_reports, sb3_note
+            rows,
+            tables,
+            command_line(args, args.seeds),
+            args.repeats,
+            args.total_steps,
+            args.sb3_steps,
+            args.num_reports,
+            sb3_note,
         )
-        write_section(output, HEADING, text)
-        print(f"wrote {output}")
+        write_result(output, HEADING, text)
 
 
 if __name__ == "__main__":

@@ -11,23 +11,35 @@ side-by-side judges both libraries with ``games_vs_random.py`` instead. Run in t
 environment, from its folder::
 
     python /path/to/jrl/benchmarks/pgx_uniform_baseline.py othello
+
+pgx has no public function that builds the baseline's architecture without downloading its
+weights (``make_baseline_model`` loads them), so this script calls pgx's private
+``_create_az_model_v0``, the function ``make_baseline_model`` builds the network with: the
+checkpoint then holds exactly the parameters that function expects. It is a peer's private
+name, called in that peer's own environment (as ``threefry_ab.py`` reaches into jax's); the
+benchmarks never call jrl's private names (``tests/test_benchmarks.py``).
 """
 
 from __future__ import annotations
 
 import os
 import pickle
-import sys
 
-import haiku as hk
-import jax
-import jax.numpy as jnp
-import pgx
-from pgx._src.baseline import _create_az_model_v0
+from common import script_parser
 
 
-def main() -> None:
-    game = sys.argv[1]
+def main(argv=None) -> None:
+    parser = script_parser(__doc__)
+    parser.add_argument("game", help="a pgx game with an AlphaZero baseline, e.g. othello")
+    game = parser.parse_args(argv).game
+    # imported here, not at the top: pgx and dm-haiku are installed only in pgx's example's
+    # environment, and `--help` works without them
+    import haiku as hk
+    import jax
+    import jax.numpy as jnp
+    import pgx
+    from pgx._src.baseline import _create_az_model_v0
+
     out = os.path.join("baselines", f"{game}_v0.ckpt")
     env = pgx.make(game)
     args = dict(num_actions=env.num_actions, num_channels=4, num_layers=1, resnet_v2=True)

@@ -61,9 +61,7 @@ Usage::
 
 from __future__ import annotations
 
-import argparse
 import datetime
-import json
 import os
 import platform
 import sys
@@ -71,31 +69,34 @@ import time
 from pathlib import Path
 
 from common import (
-    DEFAULT_PUREJAXRL,
     best_rows,
     carried_returns,
     check_config,
+    comparison_parser,
     compile_and_run,
     cores_note,
     cpu_model,
-    default_output,
-    dump_measured,
     first_reach,
     git_commit,
     import_purejaxrl,
+    load_range,
     load_measured,
     mean_and_final,
-    measure,
     nan_to_none,
     or_dash,
+    output_path,
+    package_versions,
     purejaxrl_available,
     purejaxrl_ppo_config,
     purejaxrl_ppo_returns,
     rate,
-    run_worker,
+    run_worker_if_asked,
+    side_by_side,
     spread_cores,
+    time_ratios,
     time_to_target,
-    write_section,
+    worker_record,
+    write_result,
 )
 
 HEADING = "## PPO CartPole-v1"
@@ -183,33 +184,29 @@ def worker_jrl(seeds: int, total_steps: int, num_reports: int, seed: int) -> dic
         jax.stages.Lowered.compile = real_compile
     wall = time.perf_counter() - t_start
     mean, final = mean_and_final(np.asarray(res.metrics["train/episode_return"]))  # [R, iters]
-    return {
-        "library": "jrl",
-        "seeds": seeds,
-        "cores": spread_cores(res.final_state),
-        "num_iterations": config.num_iterations,
-        "steps_per_run": res.env_steps_per_run,
-        "compile": res.compile_seconds,
-        "run": res.run_seconds,
-        "compile_cpu": compile_cpu[0],
-        "init": init_s,
-        "init_cpu": init_cpu,
-        "wall": wall,
-        "reached": first_reach(enumerate(mean.tolist(), start=1)),
-        "final_return": final,
-        "mean_return": nan_to_none(mean.tolist()),
-        "jax": jax.__version__,
-        "load": os.getloadavg()[0],
-        "commit": git_commit(),
-    }
+    return worker_record(
+        "jrl",
+        seeds,
+        cores=spread_cores(res.final_state),
+        num_iterations=config.num_iterations,
+        steps_per_run=res.env_steps_per_run,
+        compile=res.compile_seconds,
+        run=res.run_seconds,
+        compile_cpu=compile_cpu[0],
+        init=init_s,
+        init_cpu=init_cpu,
+        wall=wall,
+        reached=first_reach(enumerate(mean.tolist(), start=1)),
+        final_return=final,
+        mean_return=nan_to_none(mean.tolist()),
+        commit=git_commit(),
+    )
 
 
 def worker_purejaxrl(seeds: int, total_steps: int, seed: int, checkout: str) -> dict:
     """PureJaxRL's own ``purejaxrl/ppo.py`` (a checkout outside jrl), unchanged:
     ``jit(vmap(make_train(config)))`` with the configuration of its ``__main__``
     (DEBUG off), compiled ahead of time, then called once. Its init is inside."""
-    from importlib.metadata import version
-
     import jax
 
     t_start = time.perf_counter()
@@ -224,29 +221,25 @@ def worker_purejaxrl(seeds: int, total_steps: int, seed: int, checkout: str) -> 
     wall = time.perf_counter() - t_start
 
     mean, final = mean_and_final(purejaxrl_ppo_returns(out["metrics"]))
-    return {
-        "library": "PureJaxRL",
-        "seeds": seeds,
-        "num_iterations": num_iterations,
-        "steps_per_run": num_iterations * batch,
+    return worker_record(
+        "PureJaxRL",
+        seeds,
+        num_iterations=num_iterations,
+        steps_per_run=num_iterations * batch,
         **times,
-        "wall": wall,
-        "init": 0.0,
-        "reached": first_reach(enumerate(mean.tolist(), start=1)),
-        "final_return": final,
-        "mean_return": nan_to_none(mean.tolist()),
-        "jax": jax.__version__,
-        "load": os.getloadavg()[0],
-        "versions": {p: version(p) for p in ("gymnax", "jax", "flax", "optax", "distrax")},
-    }
+        wall=wall,
+        init=0.0,
+        reached=first_reach(enumerate(mean.tolist(), start=1)),
+        final_return=final,
+        mean_return=nan_to_none(mean.tolist()),
+        versions=package_versions("gymnax", "jax", "flax", "optax", "distrax"),
+    )
 
 
 def worker_rejax(
     seeds: int, total_steps: int, num_reports: int, seed: int, plain: bool = False
 ) -> dict:
     del num_reports
-    from importlib.metadata import version
-
     import gymnax
     import jax
     import jax.numpy as jnp
@@ -345,21 +338,19 @@ def worker_rejax(
         )
         reached = first_reach(enumerate(mean.tolist(), start=1))
         mean_list = nan_to_none(mean.tolist())
-    return {
-        "library": "rejax (plain)" if plain else "rejax",
-        "seeds": seeds,
-        "num_iterations": num_iterations,
-        "steps_per_run": num_iterations * batch,
+    return worker_record(
+        "rejax (plain)" if plain else "rejax",
+        seeds,
+        num_iterations=num_iterations,
+        steps_per_run=num_iterations * batch,
         **times,
-        "wall": wall,
-        "init": 0.0,
-        "reached": reached,
-        "final_return": final,
-        "mean_return": mean_list,
-        "jax": jax.__version__,
-        "load": os.getloadavg()[0],
-        "versions": {p: version(p) for p in ("rejax", "gymnax", "jax", "flax", "optax", "distrax")},
-    }
+        wall=wall,
+        init=0.0,
+        reached=reached,
+        final_return=final,
+        mean_return=mean_list,
+        versions=package_versions("rejax", "gymnax", "jax", "flax", "optax", "distrax"),
+    )
 
 
 # --------------------------------------------------------------------------
@@ -436,12 +427,10 @@ def make_tables(rows: dict[tuple[str, int], dict], seeds_list: list[int], quick:
             x = rows.get((peer, seeds))
             if not isinstance(x, dict):
                 continue
-            tj, tx = time_to_target(j), time_to_target(x)
+            t = time_ratios(j, x)
             ratio.append(
-                f"| {seeds} | {peer} | {x['run'] / j['run']:.2f}x | {j['run'] / x['run']:.2f}x | "
-                f"{(j['compile'] + init) / x['compile']:.2f}x | "
-                f"{(j['compile'] + init + j['run']) / (x['compile'] + x['run']):.2f}x | "
-                + (f"{tj / tx:.2f}x |" if tj is not None and tx is not None else "– |")
+                f"| {seeds} | {peer} | {x['run'] / j['run']:.2f}x | {t['run']:.2f}x | "
+                f"{t['compile']:.2f}x | {t['total']:.2f}x | {or_dash(t['to_target'], '{:.2f}x')} |"
             )
         ref = cited.get(seeds)
         if ref is not None:
@@ -462,27 +451,42 @@ def make_tables(rows: dict[tuple[str, int], dict], seeds_list: list[int], quick:
     )
 
 
-def main(argv=None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument(
-        "--quick", action="store_true", help="smoke run: 1/10 of the steps, 1 and 4 seeds, 1 repeat"
+WORKERS = {
+    "jrl": lambda a: worker_jrl(a.seeds[0], a.total_steps, a.num_reports, a.seed),
+    "purejaxrl": lambda a: worker_purejaxrl(a.seeds[0], a.total_steps, a.seed, a.purejaxrl),
+    "rejax": lambda a: worker_rejax(a.seeds[0], a.total_steps, a.num_reports, a.seed),
+    "rejax-plain": lambda a: worker_rejax(
+        a.seeds[0], a.total_steps, a.num_reports, a.seed, plain=True
+    ),
+}
+"""``--worker LIBRARY`` -> the worker it runs, given the parsed arguments."""
+
+
+def parse_args(argv=None):
+    parser = comparison_parser(
+        __doc__,
+        quick={"help": "smoke run: 1/10 of the steps, 1 and 4 seeds, 1 repeat"},
+        seeds={"help": "seed counts (default 1 16 64; quick: 1 4)"},
+        repeats={"help": "runs per configuration, best reported (default 3; quick: 1)"},
+        total_steps={"help": "env steps per seed (default 500000; quick: 51200)"},
+        num_reports={
+            "default": 4,
+            "help": "jrl chunks (host syncs) per run; metrics are per iteration regardless",
+        },
+        seed=True,
+        purejaxrl={
+            "help": "a PureJaxRL checkout (the folder holding purejaxrl/ppo.py) to run side by "
+            "side; skipped if absent"
+        },
+        purejaxrl_python={
+            "default": DEFAULT_REJAX_PYTHON,
+            "help": "interpreter for PureJaxRL (needs gymnax 0.0.x, distrax; rejax's venv has "
+            "them)",
+        },
+        timeout={"default": 1800},
+        output=True,
+        json=True,
     )
-    parser.add_argument(
-        "--seeds", type=int, nargs="+", help="seed counts (default 1 16 64; quick: 1 4)"
-    )
-    parser.add_argument(
-        "--repeats", type=int, help="runs per configuration, best reported (default 3; quick: 1)"
-    )
-    parser.add_argument(
-        "--total-steps", type=int, help="env steps per seed (default 500000; quick: 51200)"
-    )
-    parser.add_argument(
-        "--num-reports",
-        type=int,
-        default=4,
-        help="jrl chunks (host syncs) per run; metrics are per iteration regardless",
-    )
-    parser.add_argument("--seed", type=int, default=0)
     parser.add_argument(
         "--rejax-python",
         default=DEFAULT_REJAX_PYTHON,
@@ -493,109 +497,82 @@ def main(argv=None) -> None:
         action="store_true",
         help="also time rejax without the return tracker and per-iteration callback",
     )
-    parser.add_argument(
-        "--purejaxrl",
-        default=DEFAULT_PUREJAXRL,
-        help="a PureJaxRL checkout (the folder holding purejaxrl/ppo.py) to run side by side; "
-        "skipped if absent",
-    )
-    parser.add_argument(
-        "--purejaxrl-python",
-        default=DEFAULT_REJAX_PYTHON,
-        help="interpreter for PureJaxRL (needs gymnax 0.0.x, distrax; rejax's venv has them)",
-    )
-    parser.add_argument("--timeout", type=float, default=1800, help="seconds per worker")
-    parser.add_argument(
-        "--output", type=Path, help="markdown file to update (default BENCHMARKS.md; quick: none)"
-    )
     parser.add_argument("--no-write", action="store_true", help="print the tables only")
-    parser.add_argument("--json", type=Path, help="also dump every measurement here")
     parser.add_argument(
         "--from-json",
         type=Path,
         nargs="+",
         help="measure nothing: render the tables from earlier --json dumps (merged in order)",
     )
-    parser.add_argument("--worker", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    args.total_steps = args.total_steps or (51_200 if args.quick else CONFIG["total_steps"])
+    return args
 
-    total_steps = args.total_steps or (51_200 if args.quick else CONFIG["total_steps"])
-    if args.worker:
-        if args.worker == "jrl":
-            out = worker_jrl(args.seeds[0], total_steps, args.num_reports, args.seed)
-        elif args.worker == "purejaxrl":
-            out = worker_purejaxrl(args.seeds[0], total_steps, args.seed, args.purejaxrl)
-        else:
-            out = worker_rejax(
-                args.seeds[0],
-                total_steps,
-                args.num_reports,
-                args.seed,
-                plain=args.worker == "rejax-plain",
-            )
-        print(json.dumps(out))
+
+def run_libraries(args) -> tuple[dict, str | None]:
+    """Measures jrl and the peers found, side by side: ``(measured, rejax_note)``."""
+    libraries, rejax_note = ["jrl"], None
+    if purejaxrl_available(args.purejaxrl, "ppo", args.purejaxrl_python):
+        libraries.append("purejaxrl")
+    if Path(args.rejax_python).exists():
+        libraries.append("rejax")
+        if args.rejax_plain:
+            libraries.append("rejax-plain")
+    else:
+        rejax_note = f"rejax skipped: {args.rejax_python} not found (see --rejax-python)"
+        print(rejax_note, file=sys.stderr)
+    measured = side_by_side(
+        __file__,
+        args,
+        [(rep, lib, s) for s in args.seeds for rep in range(args.repeats) for lib in libraries],
+        {
+            "purejaxrl": args.purejaxrl_python,
+            "rejax": args.rejax_python,
+            "rejax-plain": args.rejax_python,
+        },
+        lambda lib, seeds: dict(
+            seeds=seeds,
+            total_steps=args.total_steps,
+            num_reports=args.num_reports,
+            seed=args.seed,
+            purejaxrl=args.purejaxrl,
+        ),
+        lambda r: (
+            f"compile {r['compile']:6.2f} s (cpu {or_dash(r.get('compile_cpu'), '{:.2f}')}) "
+            f"run {r['run']:7.2f} s wall {r['wall']:6.1f} s reached {r['reached']} "
+            f"load {r['load']:.2f}"
+        ),
+        names={"rejax-plain": "rejax (plain)", "purejaxrl": "PureJaxRL"},
+    )
+    return measured, rejax_note
+
+
+def main(argv=None) -> None:
+    args = parse_args(argv)
+    if run_worker_if_asked(args, WORKERS):
         return
 
-    repeats = args.repeats or (1 if args.quick else 3)
+    args.repeats = args.repeats or (1 if args.quick else 3)
     rejax_note = None
     if args.from_json:
         measured = load_measured(args.from_json)
-        seeds_list = args.seeds or sorted({s for _, s in measured})
-        total_steps = next(
+        args.seeds = args.seeds or sorted({s for _, s in measured})
+        args.total_steps = next(
             r["steps_per_run"] for rs in measured.values() for r in rs if isinstance(r, dict)
         )
-        repeats = max(len(rs) for rs in measured.values())
+        args.repeats = max(len(rs) for rs in measured.values())
     else:
-        seeds_list = args.seeds or ([1, 4] if args.quick else [1, 16, 64])
-        libraries = ["jrl"]
-        if purejaxrl_available(args.purejaxrl, "ppo", args.purejaxrl_python):
-            libraries.append("purejaxrl")
-        if Path(args.rejax_python).exists():
-            libraries.append("rejax")
-            if args.rejax_plain:
-                libraries.append("rejax-plain")
-        else:
-            rejax_note = f"rejax skipped: {args.rejax_python} not found (see --rejax-python)"
-            print(rejax_note, file=sys.stderr)
-
-        def run_one(lib: str, seeds: int) -> dict | str:
-            python = {"jrl": sys.executable, "purejaxrl": args.purejaxrl_python}.get(
-                lib, args.rejax_python
-            )
-            return run_worker(
-                __file__,
-                python,
-                lib,
-                args.timeout,
-                seeds=seeds,
-                total_steps=total_steps,
-                num_reports=args.num_reports,
-                seed=args.seed,
-                purejaxrl=args.purejaxrl,
-            )
-
-        measured = measure(
-            [(rep, lib, s) for s in seeds_list for rep in range(repeats) for lib in libraries],
-            run_one,
-            lambda r: (
-                f"compile {r['compile']:6.2f} s (cpu {or_dash(r.get('compile_cpu'), '{:.2f}')}) "
-                f"run {r['run']:7.2f} s wall {r['wall']:6.1f} s reached {r['reached']} "
-                f"load {r['load']:.2f}"
-            ),
-            names={"rejax-plain": "rejax (plain)", "purejaxrl": "PureJaxRL"},
-        )
-        if args.json:
-            dump_measured(args.json, measured)
+        args.seeds = args.seeds or ([1, 4] if args.quick else [1, 16, 64])
+        measured, rejax_note = run_libraries(args)
 
     # the runs that did not finish (a timeout, an error) are named in the section
     rows = best_rows(measured)
-    tables = make_tables(rows, seeds_list, args.quick)
+    tables = make_tables(rows, args.seeds, args.quick)
     print(tables)
-
-    output = default_output(args.output, args.quick)
-    if output is not None and not args.no_write:
-        write_section(output, HEADING, section(rows, tables, repeats, total_steps, rejax_note))
-        print(f"wrote {output}")
+    output = output_path(args)
+    if output is not None:
+        text = section(rows, tables, args.repeats, args.total_steps, rejax_note)
+        write_result(output, HEADING, text)
 
 
 def section(rows, tables, repeats, total_steps, rejax_note) -> str:
@@ -603,8 +580,7 @@ def section(rows, tables, repeats, total_steps, rejax_note) -> str:
 
     rj = next((r for k, r in rows.items() if k[0] == "rejax" and isinstance(r, dict)), None)
     pj = next((r for k, r in rows.items() if k[0] == "PureJaxRL" and isinstance(r, dict)), None)
-    loads = [x for r in rows.values() if isinstance(r, dict) for x in r["loads"]]
-    load_txt = f"{min(loads):.1f} to {max(loads):.1f}" if loads else "?"
+    load_txt = load_range(rows.values())
     versions = ""
     if rj is not None:
         versions = "; rejax's venv: " + ", ".join(f"{k} {v}" for k, v in rj["versions"].items())

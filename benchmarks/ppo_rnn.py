@@ -39,25 +39,24 @@ Usage::
 
 from __future__ import annotations
 
-import argparse
-import json
-import os
-import sys
 import time
 
 from common import (
-    DEFAULT_PUREJAXRL,
+    best_rows,
+    comparison_parser,
     compile_and_run,
     import_purejaxrl,
     mean_and_final,
-    measure,
     measured_on,
+    package_versions,
     publish,
     purejaxrl_available,
     purejaxrl_ppo_config,
     purejaxrl_ppo_returns,
     rate,
-    run_worker,
+    run_worker_if_asked,
+    side_by_side,
+    worker_record,
 )
 
 HEADING = "## Recurrent PPO and PureJaxRL's ppo_rnn"
@@ -88,7 +87,6 @@ ENVS = {"memorychain": ("gymnax:MemoryChain-bsuite", "MemoryChain-bsuite"),
 
 
 def worker_jrl(env: str, seeds: int, total_steps: int, seed: int) -> dict:
-    import jax
     import numpy as np
 
     import jrl
@@ -105,21 +103,17 @@ def worker_jrl(env: str, seeds: int, total_steps: int, seed: int) -> dict:
         **CONFIG,
     )
     _, final = mean_and_final(np.asarray(res.metrics["train/episode_return"]))
-    return {
-        "library": "jrl",
-        "compile": res.compile_seconds,
-        "run": res.run_seconds,
-        "wall": time.perf_counter() - t0,
-        "steps_per_run": int(res.env_steps[-1]),
-        "final_return": final,
-        "load": os.getloadavg()[0],
-        "jax": jax.__version__,
-    }
+    return worker_record(
+        "jrl",
+        compile=res.compile_seconds,
+        run=res.run_seconds,
+        wall=time.perf_counter() - t0,
+        steps_per_run=int(res.env_steps[-1]),
+        final_return=final,
+    )
 
 
 def worker_purejaxrl(env: str, seeds: int, total_steps: int, seed: int, checkout: str) -> dict:
-    from importlib.metadata import version
-
     import jax
 
     t0 = time.perf_counter()
@@ -129,16 +123,14 @@ def worker_purejaxrl(env: str, seeds: int, total_steps: int, seed: int, checkout
     keys = jax.random.split(jax.random.PRNGKey(seed), seeds)
     out, times = compile_and_run(jax.jit(jax.vmap(ppo_rnn.make_train(config))), keys)
     _, final = mean_and_final(purejaxrl_ppo_returns(out["metric"]))
-    return {
-        "library": "PureJaxRL",
+    return worker_record(
+        "PureJaxRL",
         **times,
-        "wall": time.perf_counter() - t0,
-        "steps_per_run": (int(total_steps) // batch) * batch,
-        "final_return": final,
-        "load": os.getloadavg()[0],
-        "jax": jax.__version__,
-        "versions": {m: version(m) for m in ("jax", "flax", "optax", "distrax", "gymnax")},
-    }
+        wall=time.perf_counter() - t0,
+        steps_per_run=(int(total_steps) // batch) * batch,
+        final_return=final,
+        versions=package_versions("jax", "flax", "optax", "distrax", "gymnax"),
+    )
 
 
 def table(rows: dict, seeds_list: list[int]) -> str:
@@ -168,35 +160,29 @@ def table(rows: dict, seeds_list: list[int]) -> str:
     return "\n".join(lines)
 
 
-def best(results: list) -> dict | str:
-    ok = [r for r in results if isinstance(r, dict)]
-    if not ok:
-        return results[-1]
-    out = dict(min(ok, key=lambda r: r["run"]))
-    out["compile"] = min(r["compile"] for r in ok)
-    return out
+WORKERS = {
+    "jrl": lambda a: worker_jrl(a.env, a.seeds[0], a.total_steps, a.seed),
+    "purejaxrl": lambda a: worker_purejaxrl(a.env, a.seeds[0], a.total_steps, a.seed, a.purejaxrl),
+}
+"""``--worker LIBRARY`` -> the worker it runs, given the parsed arguments."""
 
 
 def main(argv=None) -> None:
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--worker", choices=["jrl", "purejaxrl"])
+    p = comparison_parser(
+        __doc__.split("\n")[0],
+        seeds={"default": [1, 8]},
+        total_steps={"default": TOTAL_STEPS},
+        seed=True,
+        repeats={"default": 2},
+        purejaxrl=True,
+        purejaxrl_python=True,
+        timeout={"default": 1200},
+        write=True,
+    )
     p.add_argument("--env", choices=list(ENVS), default="memorychain")
-    p.add_argument("--seeds", type=int, nargs="+", default=[1, 8])
     p.add_argument("--envs", nargs="+", choices=list(ENVS), default=list(ENVS))
-    p.add_argument("--total-steps", type=int, default=TOTAL_STEPS)
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--repeats", type=int, default=2)
-    p.add_argument("--purejaxrl", default=DEFAULT_PUREJAXRL)
-    p.add_argument("--purejaxrl-python", default=sys.executable)
-    p.add_argument("--timeout", type=float, default=1200)
-    p.add_argument("--write", action="store_true", help="put the section in BENCHMARKS.md")
     args = p.parse_args(argv)
-    if args.worker == "jrl":
-        print(json.dumps(worker_jrl(args.env, args.seeds[0], args.total_steps, args.seed)))
-        return
-    if args.worker == "purejaxrl":
-        out = worker_purejaxrl(args.env, args.seeds[0], args.total_steps, args.seed, args.purejaxrl)
-        print(json.dumps(out))
+    if run_worker_if_asked(args, WORKERS):
         return
     libraries = ["jrl"]
     if purejaxrl_available(args.purejaxrl, "ppo_rnn", args.purejaxrl_python):
@@ -204,25 +190,24 @@ def main(argv=None) -> None:
     measured = {}
     for env in args.envs:
 
-        def run_one(lib: str, seeds: int, env=env) -> dict | str:
-            python = args.purejaxrl_python if lib == "purejaxrl" else sys.executable
+        def flags(lib: str, seeds: int, env=env) -> dict:
             flags = dict(env=env, seeds=seeds, total_steps=args.total_steps, seed=args.seed)
             if lib == "purejaxrl":
                 flags["purejaxrl"] = args.purejaxrl
-            return run_worker(__file__, python, lib, args.timeout, **flags)
+            return flags
 
-        schedule = [
-            (r, lib, s) for r in range(args.repeats) for s in args.seeds for lib in libraries
-        ]
-        got = measure(
-            schedule,
-            run_one,
+        got = side_by_side(
+            __file__,
+            args,
+            [(r, lib, s) for r in range(args.repeats) for s in args.seeds for lib in libraries],
+            {"purejaxrl": args.purejaxrl_python},
+            flags,
             lambda r: (
                 f"compile {r['compile']:.1f} s, run {r['run']:.1f} s, final {r['final_return']:.2f}"
             ),
         )
         measured.update({(f"{env}:{lib}", s): v for (lib, s), v in got.items()})
-    rows = {k: best(v) for k, v in measured.items()}
+    rows = best_rows(measured)
     peer = next((r for k, r in rows.items() if "purejaxrl" in k[0] and isinstance(r, dict)), {})
     peer_versions = ", ".join(f"{m} {v}" for m, v in peer.get("versions", {}).items())
     flags = (

@@ -28,8 +28,6 @@ Usage::
 
 from __future__ import annotations
 
-import argparse
-import json
 import os
 import sys
 import time
@@ -37,17 +35,22 @@ import warnings
 
 from common import (
     check_config,
+    chunk_values,
+    comparison_parser,
     cores_note,
     first_reach,
     git_commit,
+    latest_returns,
     measured_on,
     nan_to_none,
     or_dash,
     publish,
     rate,
-    run_worker,
+    run_worker_if_asked,
+    side_by_side,
     spread_cores,
     time_to_target,
+    worker_record,
 )
 
 HEADING = "## SAC Pendulum-v1"
@@ -87,16 +90,6 @@ PEER_CONFIG = {
 PEER_NET = [64, 64]
 
 
-def chunk_values(values, num_chunks):
-    """(end index, mean of the known values) of ``num_chunks`` near-equal chunks."""
-    n, out = len(values), []
-    for c in range(num_chunks):
-        lo, hi = n * c // num_chunks, n * (c + 1) // num_chunks
-        known = [v for v in values[lo:hi] if v is not None]
-        out.append((hi, sum(known) / len(known) if known else None))
-    return out
-
-
 def worker_jrl(seeds: int, chunks: int) -> dict:
     import numpy as np
 
@@ -114,17 +107,16 @@ def worker_jrl(seeds: int, chunks: int) -> dict:
         per_step = nan_to_none(np.nanmean(ret, axis=0))
     parts = chunk_values(per_step, chunks)
     reached = first_reach(parts, TARGET)
-    return {
-        "library": "jrl",
-        "seeds": seeds,
-        "cores": spread_cores(res.final_state),
-        "compile": res.compile_seconds,
-        "run": res.run_seconds,
-        "steps_per_second": res.steps_per_second,
-        "final_return": float(np.mean(res.final_returns())),
-        "reached_fraction": None if reached is None else reached / len(per_step),
-        "load": os.getloadavg()[0],
-    }
+    return worker_record(
+        "jrl",
+        seeds,
+        cores=spread_cores(res.final_state),
+        compile=res.compile_seconds,
+        run=res.run_seconds,
+        steps_per_second=res.steps_per_second,
+        final_return=float(np.mean(res.final_returns())),
+        reached_fraction=None if reached is None else reached / len(per_step),
+    )
 
 
 def worker_peer(library: str, chunks: int) -> dict:
@@ -147,12 +139,7 @@ def worker_peer(library: str, chunks: int) -> dict:
     t0 = time.perf_counter()
     model.learn(total_timesteps=TOTAL_STEPS)
     run = time.perf_counter() - t0
-    per_step, step, last = [None] * TOTAL_STEPS, 0, None
-    for ret, length in zip(env.get_episode_rewards(), env.get_episode_lengths()):
-        end = min(step + length, TOTAL_STEPS)
-        per_step[step:end] = [last] * (end - step)
-        step, last = end, float(ret)
-    per_step[step:] = [last] * (TOTAL_STEPS - step)
+    per_step = latest_returns(env.get_episode_rewards(), env.get_episode_lengths(), TOTAL_STEPS)
     reached = first_reach(chunk_values(per_step, chunks), TARGET)
     tail = [v for v in per_step[-TOTAL_STEPS // 20 :] if v is not None]
     package = "sbx-rl" if library == "sbx" else "stable-baselines3"
@@ -265,32 +252,36 @@ def table(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
+WORKERS = {
+    "jrl": lambda a: worker_jrl(a.seeds, a.chunks),
+    "sbx": lambda a: worker_peer("sbx", a.chunks),
+    "sb3": lambda a: worker_peer("sb3", a.chunks),
+}
+"""``--worker LIBRARY`` -> the worker it runs, given the parsed arguments."""
+
+
 def main(argv=None) -> None:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--worker", default=None, help=argparse.SUPPRESS)
-    p.add_argument("--seeds", type=int, default=1)
+    p = comparison_parser(
+        __doc__, seeds={"nargs": None, "default": 1}, timeout={"default": 3600}, write=True
+    )
     p.add_argument("--chunks", type=int, default=40)
     p.add_argument("--jrl-seeds", type=int, nargs="*", default=[1, 16])
     p.add_argument("--sbx-python", default="/tmp/peers/sbx/bin/python")
     p.add_argument("--sb3-python", default="/tmp/peers/sb3/bin/python")
-    p.add_argument("--write", action="store_true", help="write the section to BENCHMARKS.md")
     a = p.parse_args(argv)
-    if a.worker == "jrl":
-        print(json.dumps(worker_jrl(a.seeds, a.chunks)))
+    if run_worker_if_asked(a, WORKERS):
         return
-    if a.worker:
-        print(json.dumps(worker_peer(a.worker, a.chunks)))
-        return
-    rows, versions = [], []
-    runs = [("jrl", sys.executable, s) for s in a.jrl_seeds]
-    runs += [("sbx", a.sbx_python, 1), ("sb3", a.sb3_python, 1)]
-    for library, python, seeds in runs:
-        r = run_worker(__file__, python, library, 3600, seeds=seeds, chunks=a.chunks)
-        print(f"{library} seeds={seeds}: {r}", file=sys.stderr)
-        if isinstance(r, dict):
-            rows.append(r)
-            if "version" in r:
-                versions.append(f"{r['library']} {r['version']}")
+    runs = [("jrl", s) for s in a.jrl_seeds] + [("sbx", 1), ("sb3", 1)]
+    measured = side_by_side(
+        __file__,
+        a,
+        [(0, library, seeds) for library, seeds in runs],
+        {"sbx": a.sbx_python, "sb3": a.sb3_python},
+        lambda library, seeds: dict(seeds=seeds, chunks=a.chunks),
+        str,
+    )
+    rows = [r for results in measured.values() for r in results if isinstance(r, dict)]
+    versions = [f"{r['library']} {r['version']}" for r in rows if "version" in r]
     cores_txt = "Cores: " + cores_note(
         [r for r in rows if r["library"] == "jrl"],
         "SBX and SB3 train one seed at a time, as their APIs do",

@@ -69,3 +69,33 @@ def test_notebook_runs(path, kernel_env):
         assert not errors, (
             f"{path.name} cell {i}: {errors[0].get('ename')}: {errors[0].get('evalue')}"
         )
+
+
+def stored_code_hash(nb: dict) -> str:
+    """sha256 of the code cells' sources, as tools/execute_notebooks.py records it."""
+    import hashlib
+
+    digest = hashlib.sha256()
+    for cell in nb["cells"]:
+        if cell["cell_type"] == "code":
+            source = cell["source"]
+            digest.update(("".join(source) if isinstance(source, list) else source).encode())
+            digest.update(b"\0")
+    return digest.hexdigest()
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.name for p in NOTEBOOKS])
+def test_notebook_is_stored_with_the_outputs_of_its_code(path):
+    """Every notebook is stored executed (each code cell ran, and there is output to read),
+    by tools/execute_notebooks.py at full budgets, from the code it holds now: a notebook
+    edited after its outputs were written fails here until the script runs again."""
+    nb = json.loads(path.read_text())
+    code = [c for c in nb["cells"] if c["cell_type"] == "code"]
+    assert all(c.get("execution_count") for c in code), f"{path.name}: a code cell never ran"
+    assert any(c.get("outputs") for c in code), f"{path.name}: stored without outputs"
+    meta = nb["metadata"].get("jrl", {})
+    assert meta.get("budgets") == "full", f"{path.name}: run tools/execute_notebooks.py on it"
+    assert meta.get("code_sha256") == stored_code_hash(nb), (
+        f"{path.name}: its code changed after its outputs were written; run "
+        f"`python tools/execute_notebooks.py {path.relative_to(path.parent.parent)}`"
+    )
