@@ -1,7 +1,7 @@
 """Agents built from jrl's parts, and their registry.
 
 An agent is one module with a frozen config dataclass and a ``build``
-function, registered under a name (see ``docs/writing-an-agent.md``):
+function, registered under a name (see ``docs/extending/writing-an-agent.md``):
 
 - the config class extends a base of :mod:`jrl.parts.agent_config` (``AgentConfig``,
   ``RolloutConfig``, ``ReplayConfig``) and carries ``PRESETS`` (env id ->
@@ -22,6 +22,7 @@ import importlib
 import sys
 from typing import Any, Callable
 
+from jrl.parts.agent_config import AgentConfig
 from jrl.util import names as _names
 
 __all__ = [
@@ -101,8 +102,6 @@ def register(
     ``config_cls`` is a frozen dataclass extending :class:`jrl.parts.agent_config.AgentConfig`;
     ``build(config, env, env_params, num_devices=1)`` returns a :class:`jrl.run.builders.Built`.
     Refuses a name already taken unless ``overwrite``."""
-    from jrl.parts.agent_config import AgentConfig
-
     if not (isinstance(config_cls, type) and issubclass(config_cls, AgentConfig)):
         raise TypeError(
             "config_cls must be a subclass of jrl.parts.agent_config.AgentConfig, "

@@ -52,7 +52,7 @@ import jax
 import jax.numpy as jnp
 from common import default_output, machine, rate, timed, write_section
 
-from jrl.parts import buffers
+from jrl.parts import buffers, sum_tree
 
 HEADING = "## Replay buffers"
 CAPACITY = 1_000_000
@@ -403,7 +403,7 @@ def copies_note(rows: list[dict[str, Any]]) -> str:
             if clean
             else ""
         )
-        tree = f"f32[{buffers.sum_tree_size(CAPACITY)}]"
+        tree = f"f32[{sum_tree.sum_tree_size(CAPACITY)}]"
         what = (
             "the sum tree"
             if all(x == tree for x in r["copy_shapes"])
@@ -420,7 +420,7 @@ def copies_note(rows: list[dict[str, Any]]) -> str:
 def sum_tree_depth(capacity: int, arity: int = 8) -> int:
     """Levels below the root of jrl's sum tree over ``capacity`` leaves: each level above
     the leaves has ``ceil(n / arity)`` nodes of the level below (``arity = 8``, as
-    ``buffers.sum_tree_size`` documents), up to the single root."""
+    ``sum_tree.sum_tree_size`` documents), up to the single root."""
     depth, nodes = 0, capacity
     while nodes > 1:
         nodes = -(-nodes // arity)
@@ -441,7 +441,7 @@ the key split and draws, so their sum counts those more than once:
         if breakdown
         else ""
     )
-    tree_size = buffers.sum_tree_size(CAPACITY)
+    tree_size = sum_tree.sum_tree_size(CAPACITY)
     depth = sum_tree_depth(CAPACITY)
     peer = next((r for r in rows if r["name"].startswith("flashbax")), None)
     ours = next(r for r in rows if r["full"] and r["name"] == "prioritized")

@@ -33,12 +33,12 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from flax import struct
-from jrl.envs import _raster as R
-from jrl.envs._params import concrete_params
 
 from jrl.core import spaces
 from jrl.core.env import Environment
 from jrl.core.types import PRNGKey
+from jrl.envs import raster as R
+from jrl.envs.params import concrete_params
 
 MAX_EPISODE_STEPS = 500
 

@@ -38,11 +38,11 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jrl.envs.registry import BRAX_PREFIX, EnvEntry, UnknownEnvError
 
 from jrl.core import spaces
 from jrl.core.env import Environment
 from jrl.core.types import PRNGKey, PyTree
+from jrl.envs.entries import BRAX_PREFIX, EnvEntry, UnknownEnvError
 
 __all__ = [
     "EPISODE_LENGTH",
@@ -67,7 +67,7 @@ def _import_brax_envs():
         # mujoco's MJX prints "Failed to import warp" on stdout when its optional warp backend
         # is missing (brax uses the JAX one): sent to stderr, so stdout stays jrl's
         with contextlib.redirect_stdout(sys.stderr):
-            from brax import envs
+            from brax import envs  # optional extra: brax may be absent
     except ImportError as e:
         raise BraxMissingError(
             f"brax environments need the optional brax extra: {INSTALL} ({e})"

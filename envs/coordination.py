@@ -29,10 +29,10 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 from flax import struct
-from jrl.envs import _raster as R
 
 from jrl.core import spaces
 from jrl.core.multi_agent_env import MultiAgentEnvironment
+from jrl.envs import raster as R
 
 __all__ = ["Coordination", "TeamTruncationProbe"]
 

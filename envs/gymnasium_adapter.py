@@ -28,13 +28,15 @@ import numpy as np
 
 from jrl.core import spaces
 from jrl.core.env import Environment
+from jrl.core.wrappers import AutoReset, VmapEnv
+from jrl.envs.registry import make
 
 __all__ = ["GymnasiumEnv", "GymnasiumVectorEnv", "to_gymnasium", "to_gymnasium_space"]
 
 
 def to_gymnasium_space(space: spaces.Space):
     """The ``gymnasium.spaces`` counterpart of a jrl space."""
-    import gymnasium
+    import gymnasium  # optional extra: gymnasium may be absent
 
     gs = gymnasium.spaces
     if isinstance(space, spaces.Discrete):
@@ -63,8 +65,6 @@ def to_gymnasium(
 ):
     """A :class:`GymnasiumEnv` of the registered env ``env_id`` (its time limit included), or a
     :class:`GymnasiumVectorEnv` of ``num_envs`` copies."""
-    from jrl.envs.registry import make
-
     env, params = make(env_id, **param_overrides)
     if num_envs is not None:
         return GymnasiumVectorEnv(env, num_envs, params, render_mode=render_mode, env_id=env_id)
@@ -72,13 +72,13 @@ def to_gymnasium(
 
 
 def _gymnasium_env_base():
-    import gymnasium
+    import gymnasium  # optional extra: gymnasium may be absent
 
     return gymnasium.Env
 
 
 def _gymnasium_vector_env_base():
-    import gymnasium
+    import gymnasium  # optional extra: gymnasium may be absent
 
     return gymnasium.vector.VectorEnv
 
@@ -167,10 +167,8 @@ class GymnasiumVectorEnv(_gymnasium_vector_env_base()):  # type: ignore[misc]
         render_mode: str | None = None,
         env_id: str | None = None,
     ):
-        import gymnasium
-        from gymnasium.vector.utils import batch_space
-
-        from jrl.core.wrappers import AutoReset, VmapEnv
+        import gymnasium  # optional extra: gymnasium may be absent
+        from gymnasium.vector.utils import batch_space  # optional extra (gymnasium)
 
         if env.num_envs is not None:
             raise ValueError("GymnasiumVectorEnv takes an unbatched env; it batches it itself")
@@ -239,6 +237,6 @@ class GymnasiumVectorEnv(_gymnasium_vector_env_base()):  # type: ignore[misc]
 
 
 def _gymnasium_spaces():
-    import gymnasium
+    import gymnasium  # optional extra: gymnasium may be absent
 
     return gymnasium.spaces

@@ -48,11 +48,15 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jrl.envs.registry import GYMNAX_PREFIX, EnvEntry, UnknownEnvError
 
 from jrl.core import spaces
 from jrl.core.env import Environment
 from jrl.core.types import PRNGKey, PyTree, TimeStep
+from jrl.envs.acrobot import Acrobot
+from jrl.envs.cartpole import CartPole
+from jrl.envs.entries import GYMNAX_PREFIX, EnvEntry, UnknownEnvError
+from jrl.envs.mountain_car import MountainCar, MountainCarContinuous
+from jrl.envs.pendulum import Pendulum
 
 __all__ = ["GymnaxEnv", "gymnax_entry", "to_jrl_space"]
 
@@ -71,13 +75,21 @@ _CLASSIC_STATE_FIELDS = {  # gymnax name -> {jrl state field: gymnax state field
     "MountainCarContinuous-v0": {},
 }
 """The gymnax envs drawn by jrl's own env of the same id."""
+_CLASSIC_ENVS = {
+    "CartPole-v1": CartPole,
+    "Pendulum-v1": Pendulum,
+    "Acrobot-v1": Acrobot,
+    "MountainCar-v0": MountainCar,
+    "MountainCarContinuous-v0": MountainCarContinuous,
+}
+"""jrl's env of each of those ids (what ``jrl.envs.make`` builds for it)."""
 CELL_PIXELS = 16
 """Pixels per observation cell when an image observation is drawn."""
 
 
 def _import_gymnax():
     try:
-        import gymnax
+        import gymnax  # deferred: gymnax is heavy (start-up time of jrl --help)
     except ImportError as e:  # pragma: no cover - gymnax is a dependency
         raise ImportError(
             "gymnax envs need the `gymnax` package (pip install 'gymnax>=1,<2')"
@@ -120,9 +132,7 @@ def gymnax_entry(name: str) -> EnvEntry:
 def _render_classic(name: str, state: PyTree, params: PyTree) -> jax.Array:
     """The frame jrl's own ``name`` env draws for the gymnax ``state`` and ``params`` (the
     fields both have; jrl's defaults for the rest)."""
-    from jrl.envs.registry import entry
-
-    env = entry(name).build()
+    env = _CLASSIC_ENVS[name]()
     mine = env.default_params
     shared = {
         f: getattr(params, f)
@@ -143,7 +153,7 @@ def _render_classic(name: str, state: PyTree, params: PyTree) -> jax.Array:
 @functools.cache
 def _palette(num_channels: int) -> np.ndarray:
     """``uint8[C + 1, 3]``: black, then one colour per channel (matplotlib's tab20)."""
-    from matplotlib import colormaps
+    from matplotlib import colormaps  # deferred: heavy (start-up time of jrl --help)
 
     colours = colormaps["tab20"](np.arange(num_channels) % 20)[:, :3]
     return np.concatenate([np.zeros((1, 3)), colours]).__mul__(255).round().astype(np.uint8)

@@ -32,10 +32,9 @@ import numpy as np
 
 from jrl.core import spaces
 from jrl.core.env import Environment
+from jrl.envs.entries import ENVPOOL_PREFIX, GYMNASIUM_PREFIX, EnvEntry, UnknownEnvError
 
 __all__ = [
-    "ENVPOOL_PREFIX",
-    "GYMNASIUM_PREFIX",
     "HostBatch",
     "HostEnvError",
     "HostEnvironment",
@@ -45,9 +44,6 @@ __all__ = [
     "gymnasium_entry",
     "host_env_of",
 ]
-
-GYMNASIUM_PREFIX = "gymnasium:"
-ENVPOOL_PREFIX = "envpool:"
 
 
 class HostEnvError(RuntimeError):
@@ -85,7 +81,7 @@ class HostStep:
 def from_gymnasium_space(space) -> spaces.Space:
     """The jrl space of a ``gymnasium.spaces`` Discrete, MultiDiscrete or Box (float64 bounds
     become float32 boxes)."""
-    import gymnasium
+    import gymnasium  # optional extra: gymnasium may be absent
 
     gs = gymnasium.spaces
     if isinstance(space, gs.Discrete):
@@ -201,7 +197,7 @@ class HostEnvironment(Environment):
 
 def _gymnasium():
     try:
-        import gymnasium
+        import gymnasium  # optional extra: gymnasium may be absent
     except ImportError as e:
         raise ImportError(
             "gymnasium:<id> environments need gymnasium: pip install 'jrl-jax[gymnasium]'"
@@ -313,10 +309,8 @@ class GymnasiumBatch(HostBatch):
             e.close()
 
 
-def gymnasium_entry(name: str):
+def gymnasium_entry(name: str) -> EnvEntry:
     """The registry entry of ``gymnasium:<name>`` (unknown names raise with suggestions)."""
-    from jrl.envs.registry import EnvEntry, UnknownEnvError
-
     gymnasium = _gymnasium()
     known = sorted(gymnasium.envs.registry)
     if name not in known:
@@ -337,7 +331,7 @@ def gymnasium_entry(name: str):
 
 def _envpool():
     try:
-        import envpool
+        import envpool  # optional extra: envpool may be absent
     except ImportError as e:
         raise ImportError(
             "envpool:<id> environments need EnvPool: pip install 'jrl-jax[envpool]'"
@@ -464,10 +458,8 @@ class EnvPoolBatch(HostBatch):
         self.pool.close()
 
 
-def envpool_entry(name: str):
+def envpool_entry(name: str) -> EnvEntry:
     """The registry entry of ``envpool:<name>`` (unknown names raise with suggestions)."""
-    from jrl.envs.registry import EnvEntry, UnknownEnvError
-
     known = sorted(_envpool().list_all_envs())
     if name not in known:
         raise UnknownEnvError(

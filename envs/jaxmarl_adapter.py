@@ -37,12 +37,12 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jrl.envs import _raster as R
-from jrl.envs.registry import JAXMARL_PREFIX, EnvEntry, UnknownEnvError
 
 from jrl.core import spaces
 from jrl.core.multi_agent_env import MultiAgentEnvironment
 from jrl.core.types import PRNGKey, PyTree
+from jrl.envs import raster as R
+from jrl.envs.entries import JAXMARL_PREFIX, EnvEntry, UnknownEnvError
 
 __all__ = ["INSTALL", "JaxMARLEnv", "JaxMARLMissingError", "jaxmarl_entry", "jaxmarl_names"]
 
@@ -75,9 +75,10 @@ def _stdout_to_stderr():
 def _import_jaxmarl():
     try:
         with _stdout_to_stderr():
+            # optional extra: jaxmarl may be absent (the ImportError below names it)
             import jaxmarl
-            from jaxmarl.environments.multi_agent_env import MultiAgentEnv
-            from jaxmarl.registration import registered_envs
+            from jaxmarl.environments.multi_agent_env import MultiAgentEnv  # optional extra
+            from jaxmarl.registration import registered_envs  # optional extra
     except ImportError as e:
         raise JaxMARLMissingError(
             f"JaxMARL environments need the optional jaxmarl extra: {INSTALL} ({e})"

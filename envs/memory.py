@@ -23,11 +23,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from flax import struct
-from jrl.envs._params import concrete_params
-from jrl.envs.cartpole import CartPole, CartPoleParams, CartPoleState
 
 from jrl.core import spaces
 from jrl.core.env import Environment
+from jrl.envs.cartpole import CartPole, CartPoleParams, CartPoleState
+from jrl.envs.params import concrete_params
 
 __all__ = ["CartPoleNoVel", "MemoryChain", "MemoryChainParams", "MemoryChainState"]
 

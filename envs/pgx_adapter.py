@@ -19,11 +19,11 @@ import functools
 
 import jax
 import jax.numpy as jnp
-from jrl.envs.registry import PGX_PREFIX, EnvEntry, UnknownEnvError
 
 from jrl.core import spaces
 from jrl.core.two_player_env import TwoPlayerEnv
 from jrl.core.types import ACTION_MASK, OBSERVATION
+from jrl.envs.entries import PGX_PREFIX, EnvEntry, UnknownEnvError
 
 __all__ = ["GAMES", "INSTALL", "PGX_PREFIX", "PgxGame", "PgxMissingError", "pgx_entry"]
 
@@ -43,7 +43,7 @@ def _make(name: str):
             name, list(GAMES), prefix=PGX_PREFIX, listing=f"jrl adapts: {', '.join(GAMES)}."
         )
     try:
-        import pgx
+        import pgx  # optional extra: pgx may be absent
     except ImportError as e:
         raise PgxMissingError(f"pgx games need the optional pgx extra: {INSTALL} ({e})") from None
     return pgx.make(name)

@@ -6,55 +6,38 @@ environment wrapped in its :class:`~jrl.core.wrappers.TimeLimit` (no auto-reset,
 no batching; see :func:`jrl.core.wrappers.wrap_for_training`) and its default
 parameters with any overrides applied. Ids prefixed ``gymnax:`` adapt a
 gymnax environment on the fly, ``brax:`` a brax one (the optional ``brax`` extra).
+
+The registry imports the adapters and hands each prefixed id to its own; the adapters build
+their entries and errors from :mod:`jrl.envs.entries` and never import the registry.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import importlib
 from typing import Any, Callable
 
 import numpy as np
 
 from jrl.core.env import Environment
 from jrl.core.wrappers import CheckActions, TimeLimit
-from jrl.util import names as _names
-
-
-@dataclasses.dataclass(frozen=True)
-class EnvEntry:
-    """A registered environment (what ``jrl.envs.entry(id)`` returns; the spaces an agent
-    sees are :class:`jrl.EnvSpec`)."""
-
-    id: str  # registry id, e.g. "CartPole-v1"
-    entry_point: Any  # a callable returning an Environment, or "module:attr"
-    max_episode_steps: int | None  # time limit applied by make (None: no limit)
-    source: str = "jrl"  # where the implementation comes from ("jrl", "gymnax", a user package)
-    kwargs: tuple[tuple[str, Any], ...] = ()  # constructor arguments
-
-    def build(self) -> Environment:
-        fn = self.entry_point
-        if isinstance(fn, str):
-            module, _, attr = fn.partition(":")
-            fn = getattr(importlib.import_module(module), attr)
-        return fn(**dict(self.kwargs))
-
+from jrl.envs.brax_adapter import brax_entry
+from jrl.envs.entries import (
+    BRAX_PREFIX,
+    ENVPOOL_PREFIX,
+    GYMNASIUM_PREFIX,
+    GYMNAX_PREFIX,
+    JAXMARL_PREFIX,
+    PGX_PREFIX,
+    PREFIXES,
+    EnvEntry,
+    UnknownEnvError,
+)
+from jrl.envs.gymnax_adapter import gymnax_entry
+from jrl.envs.host import envpool_entry, gymnasium_entry
+from jrl.envs.jaxmarl_adapter import jaxmarl_entry
+from jrl.envs.pgx_adapter import pgx_entry
 
 _REGISTRY: dict[str, EnvEntry] = {}
-GYMNAX_PREFIX = "gymnax:"
-BRAX_PREFIX = "brax:"
-PGX_PREFIX = "pgx:"
-JAXMARL_PREFIX = "jaxmarl:"
-GYMNASIUM_PREFIX = "gymnasium:"  # host envs (envs/host.py): the Sebulba runner steps them
-ENVPOOL_PREFIX = "envpool:"
-PREFIXES = (
-    GYMNAX_PREFIX,
-    BRAX_PREFIX,
-    PGX_PREFIX,
-    JAXMARL_PREFIX,
-    GYMNASIUM_PREFIX,
-    ENVPOOL_PREFIX,
-)
 
 
 def register(
@@ -89,56 +72,20 @@ def names() -> list[str]:
 def entry(id: str) -> EnvEntry:
     """The :class:`EnvEntry` of ``id``; unknown ids raise with the closest matches."""
     if id.startswith(GYMNAX_PREFIX):
-        from jrl.envs.gymnax_adapter import gymnax_entry
-
         return gymnax_entry(id[len(GYMNAX_PREFIX) :])
     if id.startswith(BRAX_PREFIX):
-        from jrl.envs.brax_adapter import brax_entry
-
         return brax_entry(id[len(BRAX_PREFIX) :])
     if id.startswith(PGX_PREFIX):
-        from jrl.envs.pgx_adapter import pgx_entry
-
         return pgx_entry(id[len(PGX_PREFIX) :])
     if id.startswith(JAXMARL_PREFIX):
-        from jrl.envs.jaxmarl_adapter import jaxmarl_entry
-
         return jaxmarl_entry(id[len(JAXMARL_PREFIX) :])
     if id.startswith(GYMNASIUM_PREFIX):
-        from jrl.envs.host import gymnasium_entry
-
         return gymnasium_entry(id[len(GYMNASIUM_PREFIX) :])
     if id.startswith(ENVPOOL_PREFIX):
-        from jrl.envs.host import envpool_entry
-
         return envpool_entry(id[len(ENVPOOL_PREFIX) :])
     if id not in _REGISTRY:
         raise UnknownEnvError(id, sorted(_REGISTRY))
     return _REGISTRY[id]
-
-
-class UnknownEnvError(KeyError, ValueError):
-    """An env id that is not registered; the message lists the closest ids.
-
-    ``prefix`` namespaces the suggestions (``"gymnax:"`` for the gymnax ids,
-    matched on their bare names) and ``listing`` replaces the default list of
-    registered ids in the message.
-    """
-
-    def __init__(self, id: str, known: list[str], prefix: str = "", listing: str | None = None):
-        hint = _names.did_you_mean(id, known, prefix=prefix)
-        if listing is None:
-            listing = (
-                f"Registered: {', '.join(known)}; gymnax envs as '{GYMNAX_PREFIX}<name>', "
-                f"brax envs as '{BRAX_PREFIX}<name>', pgx games as '{PGX_PREFIX}<name>', "
-                f"JaxMARL envs as '{JAXMARL_PREFIX}<name>'; host envs (--runner sebulba) as "
-                f"'{GYMNASIUM_PREFIX}<id>' and '{ENVPOOL_PREFIX}<id>'."
-            )
-        self.message = f"unknown environment {prefix + id!r}.{hint} {listing}"
-        super().__init__(self.message)
-
-    def __str__(self) -> str:
-        return self.message
 
 
 def make(

@@ -18,11 +18,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from flax import struct
-from jrl.envs import _raster as raster
 
 from jrl.core import spaces
 from jrl.core.two_player_env import ILLEGAL, TwoPlayerEnv
 from jrl.core.types import ACTION_MASK, OBSERVATION
+from jrl.envs import raster
 
 __all__ = ["TicTacToe", "minimax_table"]
 

@@ -2,9 +2,15 @@
 
 Public API: the environment layer (``Environment``, ``Wrapper``,
 ``TimeStep``, ``Transition``, ``spaces``), the agent contract (``Agent``,
-``EnvSpec``) and ``train`` (see :mod:`jrl.app.api`); environments live
-in ``jrl.envs``, agents in ``jrl.agents``, runners in ``jrl.run``.
+``EnvSpec``), ``train`` (see :mod:`jrl.app.api`) and ``load_policy`` (see
+:mod:`jrl.app.export`). The library is layered in packages, from the base up:
+``jrl.util``, ``jrl.core``, ``jrl.ops``, ``jrl.parts``, ``jrl.run`` (the runners),
+``jrl.agents`` (one package per agent family), ``jrl.app`` (training runs, run folders,
+the ``jrl`` command line); environments live in ``jrl.envs``.
 """
+
+import importlib
+import importlib.util
 
 from jrl.core import spaces
 from jrl.core.env import Environment, Wrapper
@@ -27,25 +33,22 @@ __all__ = [
 ]
 
 
-SUBMODULES = ("agents", "envs", "experiment", "evaluation", "export", "render", "run", "wrappers")
-"""Submodules named in the docs; every submodule of ``jrl`` is reachable as an attribute
-without importing it first (``import jrl; jrl.app.api.evaluate_run(...)``,
-``jrl.parts.networks``, ``jrl.app.distributed``)."""
+SUBMODULES = ("agents", "app", "core", "envs", "ops", "parts", "run", "util")
+"""The packages named in the docs; each is reachable as an attribute without importing it
+first (``import jrl; jrl.app.api.evaluate_run(...)``, ``jrl.envs.make(...)``), and so is
+every other submodule of ``jrl``."""
 
 
 def __getattr__(name: str):
     if name == "train":  # imported lazily: it pulls in the agents and the runner
-        from jrl.app.api import train
+        from jrl.app.api import train  # (start-up time of `import jrl` and `jrl --help`)
 
         return train
-    if name == "load_policy":
-        from jrl.app.export import load_policy
+    if name == "load_policy":  # lazily, as train: it pulls in the training stack too
+        from jrl.app.export import load_policy  # (start-up time, as train)
 
         return load_policy
-    import importlib
-    import importlib.util
-
-    # every submodule (jrl.parts.networks, jrl.app.distributed, ...) is reachable as an attribute
+    # every submodule (jrl.app, jrl.parts, ...) is reachable as an attribute
     if name in SUBMODULES or (
         not name.startswith("_") and importlib.util.find_spec(f"jrl.{name}") is not None
     ):

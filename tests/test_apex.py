@@ -1,5 +1,5 @@
 """Ape-X DQN (agents/value/apex.py) on the Sebulba runner: Ape-X's per-env epsilons, n-step
-transitions cut from the actors' blocks (jrl.parts.buffers.trajectory_nsteps) and their initial
+transitions cut from the actors' blocks (jrl.parts.nstep.trajectory_nsteps) and their initial
 priorities by hand; threads and Ray actors give the same run, which resumes exactly; bad
 input exits 2; a killed Ray actor is replaced; Ape-X learns CartPole with 2 Ray actors."""
 
@@ -19,7 +19,7 @@ from jrl.agents.value import apex
 from jrl.app import api as experiment
 from jrl.app import cli
 from jrl.core.types import Transition
-from jrl.parts import buffers
+from jrl.parts import nstep
 from jrl.run import evaluation, sebulba
 from jrl.run.anakin import RunHooks
 
@@ -142,7 +142,7 @@ def test_trajectory_nsteps_match_explicit_loops_and_the_accumulator(n):
     rng = np.random.default_rng(0)
     T, N, gamma = 9, 5, 0.9
     batch = random_trajectory(rng, T, N)
-    got = jax.jit(buffers.trajectory_nsteps, static_argnums=2)(batch, gamma, n)
+    got = jax.jit(nstep.trajectory_nsteps, static_argnums=2)(batch, gamma, n)
     want = nstep_reference(
         batch.reward, batch.terminated, batch.truncated, batch.next_observation, gamma, n
     )
@@ -153,7 +153,7 @@ def test_trajectory_nsteps_match_explicit_loops_and_the_accumulator(n):
     np.testing.assert_array_equal(got.observation, batch.observation)
     np.testing.assert_array_equal(got.action, batch.action)
     # inside the block, the same transitions as the loops' n-step accumulator emits
-    acc = buffers.nstep_accumulator(n, gamma)
+    acc = nstep.nstep_accumulator(n, gamma)
     state, push = acc.init(jax.tree.map(lambda x: x[0], batch)), jax.jit(acc.push)
     for t in range(T):
         state, item, valid = push(state, jax.tree.map(lambda x, t=t: x[t], batch))

@@ -1,4 +1,5 @@
-"""Replay buffers and the n-step accumulator: hand-computed contracts, with and without jit."""
+"""Replay buffers, their sum tree, the n-step accumulator and rollout minibatches: hand-computed
+contracts, with and without jit."""
 
 import re
 
@@ -10,6 +11,7 @@ import pytest
 from jrl.core.types import Transition
 from jrl.ops import returns as R
 from jrl.parts import buffers as B
+from jrl.parts import minibatches, nstep, sum_tree
 
 identity = lambda f: f  # noqa: E731
 VARIANTS = pytest.mark.parametrize("variant", [identity, jax.jit], ids=["eager", "jit"])
@@ -36,8 +38,9 @@ ITEM = _transition(0.0, 0)  # one unbatched example: observation [2], action [],
 
 
 def test_public_api():
-    for name in B.__all__:
-        assert hasattr(B, name), name
+    for module in (B, minibatches, nstep, sum_tree):
+        for name in module.__all__:
+            assert hasattr(module, name), name
     assert B.uniform_buffer(4).update_priorities is None
     assert B.prioritized_buffer(4).update_priorities is not None
 
@@ -93,13 +96,13 @@ def test_add_rejects_bad_batches():
     with pytest.raises(ValueError, match="sequence_length 6 exceeds capacity_steps 5"):
         B.trajectory_buffer(5, 2, 6)
     with pytest.raises(ValueError, match="n must be a positive int"):
-        B.nstep_accumulator(0, 0.9)
+        nstep.nstep_accumulator(0, 0.9)
 
 
 # ----------------------------------------------------------------------------- prioritised
 
 
-K = B._ARITY  # the sum tree's children per node
+K = sum_tree._ARITY  # the sum tree's children per node
 
 
 def _numpy_tree(leaves, capacity):
@@ -128,7 +131,7 @@ def _check_tree(tree, capacity):
     """Every internal node is the (pairwise) sum of its children, bit for bit, and every
     padding entry is zero: the tree equals the one NumPy builds from its leaves."""
     tree = np.asarray(tree)
-    assert tree.shape == (B.sum_tree_size(capacity),)
+    assert tree.shape == (sum_tree.sum_tree_size(capacity),)
     np.testing.assert_array_equal(tree, _numpy_tree(tree[:capacity], capacity))
 
 
@@ -138,7 +141,9 @@ def test_sum_tree_totals_updates_and_new_items_at_max_priority():
     buf = B.prioritized_buffer(5, alpha=alpha, eps=0.0)
     add, update = jax.jit(buf.add), jax.jit(buf.update_priorities)
     state = buf.init(jnp.float32(0))
-    assert state.tree.shape == (16,) == (B.sum_tree_size(5),)  # the leaves' row, the root's row
+    assert (
+        state.tree.shape == (16,) == (sum_tree.sum_tree_size(5),)
+    )  # the leaves' row, the root's row
     state = add(state, jnp.arange(5.0))
     np.testing.assert_allclose(state.tree[:8], [1, 1, 1, 1, 1, 0, 0, 0])  # max priority 1 initially
     assert float(state.tree[-1]) == 5.0
@@ -263,7 +268,7 @@ def test_sum_tree_matches_numpy_above_the_dense_top_levels(cap):
     alpha = 1.0
     buf = B.prioritized_buffer(cap, alpha=alpha, eps=0.0)
     if cap == 5000:
-        assert B.sum_tree_size(cap) == 5000 + 8 * 79 + 8 * 10 + 8 * 2 + 8 + 8
+        assert sum_tree.sum_tree_size(cap) == 5000 + 8 * 79 + 8 * 10 + 8 * 2 + 8 + 8
     add, update = jax.jit(buf.add), jax.jit(buf.update_priorities)
     state = add(buf.init(jnp.float32(0)), jnp.arange(cap, dtype=jnp.float32))
     rng = np.random.default_rng(0)
@@ -312,7 +317,7 @@ def test_descent_matches_a_binary_sum_tree():
     batch = 512
     cuts = np.arange(batch, dtype=np.float32) + rng.uniform(0, 1, batch).astype(np.float32)
     cuts[0], cuts[-1] = 0.0, np.nextafter(np.float32(batch), np.float32(0))
-    slot, leaf, total = jax.jit(B._tree_find, static_argnums=2)(tree, jnp.asarray(cuts), cap)
+    slot, leaf, total = jax.jit(sum_tree.tree_find, static_argnums=2)(tree, jnp.asarray(cuts), cap)
     want = _binary_descent(leaves, cuts)
     np.testing.assert_array_equal(slot, want)
     np.testing.assert_array_equal(leaf, leaves[want])
@@ -324,11 +329,11 @@ def test_descent_matches_a_binary_sum_tree():
     last = int(np.flatnonzero(leaves)[-1])
     ends = jnp.asarray([batch, batch * (1 + 1e-6)], jnp.float32)
     for cuts in (ends, jnp.asarray([0.0, batch / 2], jnp.float32)):
-        slot, leaf, _ = B._tree_find(tree, cuts, cap)
+        slot, leaf, _ = sum_tree.tree_find(tree, cuts, cap)
         if cuts is ends:
             np.testing.assert_array_equal(slot, [last, last])
         assert (np.asarray(leaf) > 0).all()
-    slot, leaf, total = B._tree_find(jnp.zeros_like(tree), jnp.asarray([0.0, 0.5]), cap)
+    slot, leaf, total = sum_tree.tree_find(jnp.zeros_like(tree), jnp.asarray([0.0, 0.5]), cap)
     np.testing.assert_array_equal(slot, [0, 0])
     assert float(total) == 0.0
 
@@ -358,7 +363,7 @@ def test_prioritized_step_updates_the_sum_tree_in_place():
     carry = (buf.init(jnp.float32(0)), jax.random.key(0), jnp.zeros(()))
     hlo = run.lower(carry).compile().as_text()
     assert " copy(" in hlo  # the pattern below matches this XLA's text (it copies scalars)
-    assert _tree_copies(hlo, B.sum_tree_size(cap)) == []
+    assert _tree_copies(hlo, sum_tree.sum_tree_size(cap)) == []
     state, _, checksum = run(carry)
     _check_tree(state.tree, cap)
     assert int(state.size) == 6 and np.isfinite(float(checksum))
@@ -457,7 +462,7 @@ NSTEP_TRUNC = [[0, 0], [0, 1], [0, 1], [1, 1], [1, 0]]
 @VARIANTS
 def test_nstep_hand_computed_at_episode_ends(variant):
     data = _episode_data()
-    acc = B.nstep_accumulator(3, 0.5)
+    acc = nstep.nstep_accumulator(3, 0.5)
 
     def run(data):
         state = acc.init(jax.tree.map(lambda x: x[0], data))
@@ -494,7 +499,7 @@ def test_nstep_matches_n_step_returns_with_traced_gamma():
     obs = rng.normal(size=(T, N)).astype(np.float32)
     next_obs = rng.normal(size=(T, N)).astype(np.float32)
     data = Transition(obs, np.zeros((T, N), np.int32), reward, term, trunc, next_obs)
-    acc = B.nstep_accumulator(n, 0.99)
+    acc = nstep.nstep_accumulator(n, 0.99)
 
     @jax.jit
     def run(data, gamma):
@@ -631,17 +636,17 @@ def test_rollout_minibatches_cover_every_sample_once(variant):
     t, n, m = 8, 3, 4
     ids = jnp.arange(t * n).reshape(t, n)  # id = step * N + env
     data = {"id": ids, "env": jnp.broadcast_to(jnp.arange(n), (t, n)), "obs": ids[..., None] * 10}
-    out = variant(lambda k: B.rollout_minibatches(data, k, m))(jax.random.key(0))
+    out = variant(lambda k: minibatches.rollout_minibatches(data, k, m))(jax.random.key(0))
     assert out["id"].shape == (m, t // m * n) and out["obs"].shape == (m, t // m * n, 1)
     np.testing.assert_array_equal(np.sort(np.asarray(out["id"]).ravel()), np.arange(t * n))
     np.testing.assert_array_equal(out["env"], out["id"] % n)
     np.testing.assert_array_equal(out["obs"][..., 0], out["id"] * 10)
     for block in np.asarray(out["env"]):
         np.testing.assert_array_equal(np.bincount(block, minlength=n), [t // m] * n)
-    other = B.rollout_minibatches(data, jax.random.key(1), m)
+    other = minibatches.rollout_minibatches(data, jax.random.key(1), m)
     assert not np.array_equal(other["id"], out["id"])
     with pytest.raises(ValueError, match="not divisible into 3 minibatches"):
-        B.rollout_minibatches(data, jax.random.key(0), 3)
+        minibatches.rollout_minibatches(data, jax.random.key(0), 3)
 
 
 def test_minibatch_epochs_visit_every_sample_once_per_epoch():

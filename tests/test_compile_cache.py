@@ -68,7 +68,7 @@ def test_a_directory_chosen_for_jax_is_kept(tmp_path):
 )
 def test_the_write_threshold_is_jrls_unless_given(tmp_path, given, expected):
     script = (
-        "import jax, json\nfrom jrl import compile_cache\n"
+        "import jax, json\nfrom jrl.app import compile_cache\n"
         f"compile_cache.enable({str(tmp_path)!r}{given})\n"
         "print(json.dumps(jax.config.jax_persistent_cache_min_compile_time_secs))"
     )
@@ -79,7 +79,7 @@ def test_the_write_threshold_is_jrls_unless_given(tmp_path, given, expected):
 
 def test_a_directory_chosen_for_jax_keeps_its_threshold(tmp_path):
     script = (
-        "import jax, json\nfrom jrl import compile_cache\n"
+        "import jax, json\nfrom jrl.app import compile_cache\n"
         f"jax.config.update('jax_compilation_cache_dir', {str(tmp_path)!r})\n"
         "jax.config.update('jax_persistent_cache_min_compile_time_secs', 0.25)\n"
         "compile_cache.enable()\n"

@@ -13,12 +13,12 @@ from jrl.agents.value import dqn
 import jrl
 from jrl.app import api as experiment
 from jrl.core.types import Transition
-from jrl.parts import buffers
+from jrl.parts import buffers, nstep
 
 
 def _one_step_batch(gamma):
     """Three one-step transitions through the n=1 accumulator: ongoing, terminated, truncated."""
-    acc = buffers.nstep_accumulator(1, gamma)
+    acc = nstep.nstep_accumulator(1, gamma)
     obs = jnp.array([[0.0], [1.0], [2.0]])
     t = Transition(
         obs,
@@ -56,7 +56,7 @@ def test_nstep_target_truncation_bootstraps():
     """n=3: a truncation inside the window stops the sum and bootstraps from the final
     observation."""
     gamma = 0.5
-    acc = buffers.nstep_accumulator(3, gamma)
+    acc = nstep.nstep_accumulator(3, gamma)
 
     def step(r, term, trunc, nxt):
         return Transition(
@@ -156,7 +156,7 @@ def test_adam_eps_reaches_the_optimizer():
     batch = 8
     obs = jax.random.normal(jax.random.key(1), (batch, 4))
     false = jnp.zeros(batch, bool)
-    items = buffers.NStepTransition(
+    items = nstep.NStepTransition(
         obs,
         jnp.zeros(batch, jnp.int32),
         jnp.ones(batch),
@@ -565,7 +565,7 @@ def test_learn_matches_a_numpy_reference(case, learn_reference):
     state = state.replace(target_params=built.agent.init(jax.random.key(9), built.spec).params)
     b = 6
     k = jax.random.split(jax.random.key(1), 5)
-    items = buffers.NStepTransition(
+    items = nstep.NStepTransition(
         observation=jax.random.normal(k[0], (b, 4)),
         action=jnp.asarray([0, 1, 1, 0, 1, 0]),
         reward=jax.random.uniform(k[1], (b,), minval=-1.0, maxval=2.0),

@@ -25,7 +25,7 @@ from jrl.agents.evolution import strategies as evolution
 import jrl
 from jrl.app import api as experiment
 from jrl.app import cli
-from jrl.core.wrappers import RunningMeanStd
+from jrl.core.normalization import RunningMeanStd
 from jrl.parts.agent import EnvSpec
 
 ES_AGENTS = ["openai_es", "cma_es", "snes"]

@@ -13,7 +13,7 @@ from jrl.agents.evolution.strategies import ESConfig
 from jrl.envs.probes import TruncationProbe
 
 from jrl.app import api as experiment
-from jrl.app import execution as training
+from jrl.app import chunk_work as training
 from jrl.core import spaces
 from jrl.core.env import Environment
 from jrl.core.wrappers import VmapEnv

@@ -21,7 +21,7 @@ import pytest
 
 import jrl
 from jrl.app import checkpoint, stopping
-from jrl.app import execution as training
+from jrl.app import chunk_work as training
 
 JRL = [sys.executable, "-m", "jrl.app.cli"]
 TINY = ["--total-steps", "4000", "--quiet"]
@@ -33,7 +33,7 @@ SLEEPING_TORSO = """
 import time
 import flax.linen as nn
 import jax
-from jrl.parts import networks
+from jrl.parts import torsos
 
 
 def _block(x):
@@ -50,14 +50,14 @@ class Sleeping(nn.Module):
         return nn.tanh(nn.Dense(8)(x.reshape(x.shape[:-1] + (-1,))))
 
 
-networks.register_torso("sleeping", lambda **kw: Sleeping(), overwrite=True)
+torsos.register_torso("sleeping", lambda **kw: Sleeping(), overwrite=True)
 """
 
 # the issue's reproducer: a torso that vmaps an orthogonally initialised MLP
 VMAPPED_ORTHOGONAL_TORSO = """
 import flax.linen as nn
 import jax.numpy as jnp
-from jrl.parts import networks
+from jrl.parts import torsos
 
 
 class _MLP(nn.Module):
@@ -78,7 +78,7 @@ class Ensemble(nn.Module):
         return mlps()(x).mean(0)
 
 
-networks.register_torso("vmap_ortho", lambda **kw: Ensemble(), overwrite=True)
+torsos.register_torso("vmap_ortho", lambda **kw: Ensemble(), overwrite=True)
 """
 
 ENV_PLUGIN = """
@@ -271,7 +271,7 @@ def test_a_signal_during_a_save_reaches_the_terminal_not_the_save_log(tmp_path):
 def test_stall_watch_ends_an_idle_process_with_one_line(tmp_path):
     """A process that uses no CPU inside a StallWatch block ends with exit 1 and one line."""
     code = (
-        "import time\nfrom jrl import stopping\n"
+        "import time\nfrom jrl.app import stopping\n"
         "with stopping.StallWatch(seconds=1.5, advice=' (advice)', what='the test program'):\n"
         "    time.sleep(120)\n"
     )
@@ -467,11 +467,12 @@ def test_a_recorded_plugin_missing_in_a_new_shell_is_one_line(tmp_path):
 
 
 def test_submodules_are_attributes_of_jrl(tmp_path):
-    """The submodules the README names are reachable after a bare ``import jrl``."""
+    """The packages the docs name are reachable after a bare ``import jrl``."""
     code = (
         "import jrl\n"
-        "for m in ('distributed', 'networks', 'continuous', 'experiment', 'checkpoint'):\n"
+        "for m in ('agents', 'app', 'core', 'envs', 'ops', 'parts', 'run', 'util'):\n"
         "    assert getattr(jrl, m).__name__ == 'jrl.' + m\n"
+        "assert jrl.app.distributed.__name__ == 'jrl.app.distributed'\n"
         "assert jrl.run.ray_actors.__name__ == 'jrl.run.ray_actors'\n"
         "try:\n    jrl.no_such_module\nexcept AttributeError:\n    print('ok')\n"
     )

@@ -1,8 +1,8 @@
 """Faults of the Sebulba runner and its Ray actors (issue #41), each shown by the command that
 had it: refusals made before any run folder exists, an unreachable --ray-address failing at
 once, bounded waits on a stuck actor, plugins imported by Ray actor processes, a killed learner
-taking its local Ray with it, the README's pull-mode command, host-env presets that Sebulba can
-run, and the README's exact-resume promise with its exceptions. The CLI runs in subprocesses
+taking its local Ray with it, the docs' pull-mode command, host-env presets that Sebulba can
+run, and the docs' exact-resume promise with its exceptions. The CLI runs in subprocesses
 (each in a temporary folder, with a timeout); a Ray test starts one small local Ray, inside the
 subprocess that needs it."""
 
@@ -26,7 +26,9 @@ gymnasium = pytest.importorskip("gymnasium")
 pytestmark = pytest.mark.filterwarnings("ignore:os.fork:RuntimeWarning", "ignore::UserWarning")
 
 JRL = [sys.executable, "-m", "jrl.app.cli"]
-README = Path(__file__).resolve().parents[1] / "README.md"
+DOCS = Path(__file__).resolve().parents[1] / "docs"
+SCALING_OUT = DOCS / "scaling-out.md"  # the Sebulba runner's commands and its resume exceptions
+RUN_FOLDER = DOCS / "run-folder.md"  # the run folder's guarantees, exact resume among them
 TINY = ["--num-envs", 4, "--num-steps", 16, "--hidden-sizes", 16, 16]
 
 
@@ -270,16 +272,16 @@ def test_a_killed_ray_learner_leaves_no_process_of_its_local_ray(tmp_path):
     assert not left
 
 
-# --- 6. the README's pull-mode command ------------------------------------------------------------
+# --- 6. the docs' pull-mode command --------------------------------------------------------------
 
 PULL_COMMAND = "jrl train ppo --env envpool:CartPole-v1 --runner sebulba --pull-batch 4"
 
 
-def test_the_readme_pull_mode_command_runs(tmp_path):
-    """The README's command, as written, with a small --total-steps: pull mode may take
-    every env of an actor thread per recv (the CartPole preset has 4 envs)."""
+def test_the_docs_pull_mode_command_runs(tmp_path):
+    """The command of docs/scaling-out.md, as written, with a small --total-steps: pull mode
+    may take every env of an actor thread per recv (the CartPole preset has 4 envs)."""
     pytest.importorskip("envpool")
-    assert PULL_COMMAND in README.read_text()
+    assert PULL_COMMAND in SCALING_OUT.read_text()
     args = PULL_COMMAND.split()[1:] + ["--total-steps", "1024", "--quiet", "--out", "run"]
     out = cli(*args, cwd=tmp_path)
     assert out.returncode == 0, out.stderr[-3000:]
@@ -345,13 +347,15 @@ def test_other_agents_train_on_host_envs_whose_presets_normalise(agent, env_id):
 # --- 8. the exact-resume promise and its exceptions ----------------------------------------------
 
 
-def test_an_envpool_run_resumes_with_fresh_episodes_as_the_readme_says(tmp_path):
+def test_an_envpool_run_resumes_with_fresh_episodes_as_the_docs_say(tmp_path):
     """EnvPool envs cannot be saved: the resumed run says it starts fresh episodes, which the
-    README's exact-resume promise names as an exception (with a crashing env's checkpoint)."""
+    docs' exact-resume promise (docs/run-folder.md) names as an exception (with a crashing
+    env's checkpoint), as the Sebulba runner's section of docs/scaling-out.md does."""
     pytest.importorskip("envpool")
-    text = " ".join(README.read_text().split())
+    text = " ".join(RUN_FOLDER.read_text().split())
     promise = text[text.index("**Exact resume.**") :][:600]
     assert "EnvPool" in promise and "crashing env" in promise, promise
+    text = " ".join(SCALING_OUT.read_text().split())
     sebulba_part = text[text.index("`--max-staleness 0` (the default)") :][:800]
     assert "EnvPool envs" in sebulba_part and "a crashing env leaves" in sebulba_part
     common = ["train", "ppo", "--env", "envpool:CartPole-v1", "--runner", "sebulba", *TINY]

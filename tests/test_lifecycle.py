@@ -18,7 +18,7 @@ import pytest
 
 from jrl.app import api as experiment
 from jrl.app import checkpoint
-from jrl.app import execution as training
+from jrl.app import chunk_work as training
 from jrl.core import spaces
 from jrl.core.env import Environment
 from jrl.run import anakin, evaluation

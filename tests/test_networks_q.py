@@ -9,7 +9,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from jrl.parts import networks
+from jrl.parts import networks, torsos
 
 OBS = jax.random.normal(jax.random.key(42), (5, 4))
 
@@ -25,9 +25,9 @@ class LegacyQNetwork(nn.Module):
 
     @nn.compact
     def __call__(self, obs):
-        features = networks.MLP(
-            self.hidden_sizes, self.activation, self.obs_ndim, orthogonal=False
-        )(obs)
+        features = torsos.MLP(self.hidden_sizes, self.activation, self.obs_ndim, orthogonal=False)(
+            obs
+        )
         if not self.dueling:
             return nn.Dense(self.num_actions)(features)
         value = nn.Dense(1)(features)

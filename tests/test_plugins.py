@@ -25,7 +25,7 @@ PLUGIN = textwrap.dedent(
 
     import jrl.agents
     import jrl.envs
-    import jrl.parts.networks
+    import jrl.parts.torsos
     from jrl.core import spaces
     from jrl.agents.actor_critic import reinforce
     from jrl.core.env import Environment
@@ -97,7 +97,7 @@ PLUGIN = textwrap.dedent(
         return Wide(obs_ndim)
 
 
-    jrl.parts.networks.register_torso("wide", wide, overwrite=True)
+    jrl.parts.torsos.register_torso("wide", wide, overwrite=True)
     jrl.envs.register("Corridor-v0", Corridor, max_episode_steps=50, overwrite=True)
     jrl.agents.register("corridor_pg", CorridorPGConfig, reinforce.build, overwrite=True)
     '''
@@ -182,9 +182,9 @@ def test_unknown_plugin_is_one_clear_line(tmp_path):
 def test_python_api_records_plugins(plugin_dir, monkeypatch):
     from jrl.envs import registry
 
-    from jrl.parts import networks
+    from jrl.parts import torsos
 
-    monkeypatch.setattr(networks, "TORSOS", dict(networks.TORSOS))
+    monkeypatch.setattr(torsos, "TORSOS", dict(torsos.TORSOS))
     monkeypatch.syspath_prepend(str(plugin_dir))  # the user's PYTHONPATH holds their module
     monkeypatch.setattr(jrl.agents, "_ENTRIES", dict(jrl.agents._ENTRIES))  # registered for
     monkeypatch.setattr(registry, "_REGISTRY", dict(registry._REGISTRY))  # this test only

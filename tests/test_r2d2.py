@@ -13,12 +13,12 @@ import jax.numpy as jnp
 import jrl.envs
 import numpy as np
 import pytest
-from jrl.agents.value import dqn
+from jrl.agents.value import dqn, r2d2
 
 import jrl
 from jrl.app import api as experiment
 from jrl.parts import networks
-from jrl.parts.buffers import NStepTransition
+from jrl.parts.nstep import NStepTransition
 
 QUIET = dict(progress=False)
 
@@ -135,8 +135,8 @@ def test_sequence_loss_by_hand(burn_in, n, double_q):
     seq, gamma = toy_sequence(rng), 0.9
     scale, w, w_target = 1.3, rng.normal(size=(2, 2)), rng.normal(size=(2, 2))
     initial = lambda num: networks.initial_core_state("gru", 2, num)
-    loss_fn = dqn.sequence_loss(
-        dqn.q_unroll(ToyCore(), initial), dqn.scalar_head("mse"), burn_in, n, double_q
+    loss_fn = r2d2.sequence_loss(
+        r2d2.q_unroll(ToyCore(), initial), dqn.scalar_head("mse"), burn_in, n, double_q
     )
     params = {"params": {"scale": jnp.float32(scale), "w": jnp.asarray(w, jnp.float32)}}
     target = {"params": {"scale": jnp.float32(1.0), "w": jnp.asarray(w_target, jnp.float32)}}
@@ -210,7 +210,7 @@ def test_stored_states_restart_with_every_episode_and_replay_from_the_first():
     for leaf in (np.asarray(c), np.asarray(h)):
         assert (leaf[first] == 0).all() and (np.abs(leaf[~first]).max(axis=-1) > 0).all()
     initial = lambda n: networks.initial_core_state("lstm", 8, n)
-    unroll = dqn.q_unroll(built.network, initial)
+    unroll = r2d2.q_unroll(built.network, initial)
     for k in (25, 40):
         seq = jax.tree.map(lambda x: x[:, :k], items)
         start = jnp.asarray(first[:, :k]).at[:, 0].set(False)
@@ -386,7 +386,7 @@ def test_sequence_q_targets_mask_the_bootstrap_action():
     mask = jnp.array([[[False, True, True]], [[True, True, False]]])
     zeros = jnp.zeros((2, 1), bool)
     reward = jnp.array([[1.0], [2.0]])
-    got = dqn.sequence_q_targets(q_online, q_target, reward, zeros, zeros, 0.5, 1, True, mask)
+    got = r2d2.sequence_q_targets(q_online, q_target, reward, zeros, zeros, 0.5, 1, True, mask)
     np.testing.assert_allclose(got, [[1.0 + 0.5 * 30.0], [2.0 + 0.5 * 50.0]])
-    got = dqn.sequence_q_targets(q_online, q_target, reward, zeros, zeros, 0.5, 1, True)
+    got = r2d2.sequence_q_targets(q_online, q_target, reward, zeros, zeros, 0.5, 1, True)
     np.testing.assert_allclose(got, [[1.0 + 0.5 * 10.0], [2.0 + 0.5 * 50.0]])

@@ -146,11 +146,11 @@ def test_the_ray_actors_of_a_later_process_act_as_that_process_share_of_threads(
     env, config, built = build()
     states = sebulba.init_states(built.agent, built.spec, jax.vmap(jax.random.key)(np.arange(2)))
     seeds = np.asarray(jax.device_get(states.env_seed)).tolist()
-    published = sebulba._published(states, "float32")
-    act = sebulba._act_fn(built.agent)
+    published = sebulba.published(states, "float32")
+    act = sebulba.act_fn(built.agent)
 
     def first_items(options, pool_of):
-        runner = sebulba._Runner(options, config.num_steps, 1, 0, act, lambda done: False, None)
+        runner = sebulba.Runner(options, config.num_steps, 1, 0, act, lambda done: False, None)
         with pool_of(runner) as pool:
             pool.publish(0, published)
             pool.start()
@@ -165,7 +165,7 @@ def test_the_ray_actors_of_a_later_process_act_as_that_process_share_of_threads(
     )
     thread_items = first_items(
         sebulba.SebulbaOptions(actor_threads=2),
-        lambda r: sebulba._actor_threads(r, env, seeds, 4, jax.devices()[:1]),
+        lambda r: sebulba.actor_threads(r, env, seeds, 4, jax.devices()[:1]),
     )
     assert len(ray_items) == 1 and len(thread_items) == 2
     as_float = lambda item: jax.tree.map(lambda x: np.asarray(x, np.float64), item.batch)

@@ -19,7 +19,7 @@ import jrl
 from jrl.app import api as experiment
 from jrl.app import export, render
 from jrl.core.wrappers import wrap_for_training
-from jrl.parts import buffers, networks
+from jrl.parts import minibatches, networks
 from jrl.parts.agent import Agent, Learned, Recurrent
 from jrl.run import evaluation, loops
 
@@ -47,7 +47,7 @@ def test_sequence_minibatches_keep_whole_sequences():
     T, N, M = 3, 8, 4
     steps = jnp.arange(T)[:, None] * 100 + jnp.arange(N)[None, :]  # step t of env i: 100t + i
     first = jnp.arange(N)[None, :] * 10  # [1, N]
-    steps_mb, first_mb = buffers.sequence_minibatches((steps, first), jax.random.key(0), M)
+    steps_mb, first_mb = minibatches.sequence_minibatches((steps, first), jax.random.key(0), M)
     assert steps_mb.shape == (M, T, N // M) and first_mb.shape == (M, 1, N // M)
     envs = np.asarray(steps_mb[:, 0, :])  # [M, N/M] the env of each column
     assert sorted(envs.ravel().tolist()) == list(range(N))
@@ -56,7 +56,7 @@ def test_sequence_minibatches_keep_whole_sequences():
         np.testing.assert_array_equal(steps_mb[m], np.arange(T)[:, None] * 100 + envs[m])
         np.testing.assert_array_equal(first_mb[m, 0], envs[m] * 10)
     with pytest.raises(ValueError, match="not divisible"):
-        buffers.sequence_minibatches(steps, jax.random.key(0), 3)
+        minibatches.sequence_minibatches(steps, jax.random.key(0), 3)
 
 
 def counting_agent() -> Agent:

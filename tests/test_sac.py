@@ -11,7 +11,7 @@ from jrl.agents.continuous import sac
 
 from jrl.app import api as experiment
 from jrl.core import spaces
-from jrl.parts import buffers
+from jrl.parts import buffers, nstep
 from jrl.parts.agent import EnvSpec
 
 
@@ -47,7 +47,7 @@ LOW, HIGH = np.array([-2.0, 0.0]), np.array([2.0, 1.0])  # a 2-D action space, o
 
 def _batch(b=6, obs_dim=3):
     k = jax.random.split(jax.random.key(1), 4)
-    return buffers.NStepTransition(
+    return nstep.NStepTransition(
         observation=jax.random.normal(k[0], (b, obs_dim)),
         action=jax.random.uniform(k[1], (b, 2), minval=LOW, maxval=HIGH),
         reward=jax.random.uniform(k[2], (b,), minval=-3.0, maxval=0.0),

@@ -12,12 +12,12 @@ import numpy as np
 import pytest
 
 from jrl.app import api as experiment
-from jrl.parts import buffers
+from jrl.parts import buffers, nstep
 
 
 def _batch(b=6, obs_dim=3):
     k = jax.random.split(jax.random.key(1), 4)
-    return buffers.NStepTransition(
+    return nstep.NStepTransition(
         observation=jax.random.normal(k[0], (b, obs_dim)),
         action=jax.random.uniform(k[1], (b, 1), minval=-2.0, maxval=2.0),  # Pendulum's bounds
         reward=jax.random.uniform(k[2], (b,), minval=-3.0, maxval=0.0),

@@ -1,4 +1,4 @@
-"""Networks as config values: the torsos of jrl.parts.networks.TORSOS (MLP, LayerNorm MLP, MinAtar
+"""Networks as config values: the torsos of jrl.parts.torsos.TORSOS (MLP, LayerNorm MLP, MinAtar
 and Nature CNNs, IMPALA ResNet), a shared actor-critic torso, a user's own torso, end to end."""
 
 import json
@@ -12,7 +12,7 @@ import pytest
 import jrl
 from jrl.app import api as experiment
 from jrl.core import spaces
-from jrl.parts import networks
+from jrl.parts import networks, torsos
 
 SHAPES = {
     "mlp": (4,),
@@ -45,7 +45,7 @@ def test_every_torso_in_actor_critic_and_q_networks(torso):
 def test_impala_resnet_shapes_and_residual_blocks():
     """Three stages (16, 32, 32 channels): 64x64 halves to 32, 16, 8; each stage has a conv and
     two blocks of two convs (15 convs); extra leading dims pass through."""
-    net = networks.make_torso("impala_resnet", (256,), "relu", 3)
+    net = torsos.make_torso("impala_resnet", (256,), "relu", 3)
     x = jnp.zeros((2, 5, 64, 64, 3))
     params = net.init(jax.random.key(0), x)
     convs = [k for k in params["params"] if k.startswith("Conv_")]
@@ -73,15 +73,13 @@ def test_layer_norm_reaches_the_cnn_torso_or_is_refused():
 
 
 def test_layernorm_torso_normalises_hidden_layers():
-    mlp = networks.make_torso("layernorm_mlp", (8,), "tanh", 1)
+    mlp = torsos.make_torso("layernorm_mlp", (8,), "tanh", 1)
     p = mlp.init(jax.random.key(0), jnp.zeros((1, 3)))
     assert "LayerNorm_0" in p["params"]
     with pytest.raises(ValueError, match="unknown torso 'resnet50'"):
-        networks.make_torso("resnet50", (8,), "tanh", 1)
+        torsos.make_torso("resnet50", (8,), "tanh", 1)
     with pytest.raises(ValueError, match="needs image observations"):
-        networks.make_torso("nature_cnn", (8,), "relu", 1).init(
-            jax.random.key(0), jnp.zeros((1, 4))
-        )
+        torsos.make_torso("nature_cnn", (8,), "relu", 1).init(jax.random.key(0), jnp.zeros((1, 4)))
 
 
 def test_torso_is_a_config_value_with_a_clear_error():
@@ -92,7 +90,7 @@ def test_torso_is_a_config_value_with_a_clear_error():
 
 
 def test_a_users_flax_torso_trains_and_is_recorded(tmp_path, monkeypatch):
-    monkeypatch.setattr(networks, "TORSOS", dict(networks.TORSOS))  # registered for this test
+    monkeypatch.setattr(torsos, "TORSOS", dict(torsos.TORSOS))  # registered for this test
 
     class Tiny(nn.Module):
         obs_ndim: int = 1

@@ -20,20 +20,16 @@ from flax import struct
 from jrl.core import spaces
 from jrl.core.env import Environment
 from jrl.core.types import EPISODE_DONE, EPISODE_LENGTH, EPISODE_RETURN, FINAL_OBSERVATION
+from jrl.core.normalization import NormalizeObservation, NormalizeReward, copy_statistics, freeze
+from jrl.core.observation_wrappers import FlattenObservation, FrameStack
 from jrl.core.wrappers import (
     AutoReset,
     CheckActions,
     ClipAction,
     EpisodeStatistics,
-    FlattenObservation,
-    FrameStack,
-    NormalizeObservation,
-    NormalizeReward,
     RescaleAction,
     TimeLimit,
     VmapEnv,
-    copy_statistics,
-    freeze,
     wrap_for_training,
 )
 

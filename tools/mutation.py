@@ -89,11 +89,20 @@ SHARED = {
         "make_deterministic",
     ),
     "jrl/core/two_player_env.py": ("player_returns",),
-    "jrl/parts/buffers.py": ("trajectory_buffer", "trajectory_nsteps"),
+    "jrl/parts/buffers.py": ("trajectory_buffer", "_sample_sequences"),
+    "jrl/parts/nstep.py": ("trajectory_nsteps",),
     "agents/search/mcts.py": ("game_recurrent_fn", "q_transform"),
     "agents/evolution/strategies.py": ("normalize_observation", "policy_action", "make_es"),
-    "agents/evolution/population.py": ("play_members", "_fold_moments", "_gather", "population"),
-    "jrl/run/pbt.py": ("check_pbt", "every_iterations", "with_pbt", "lineage"),
+    "agents/evolution/population.py": (
+        "play_members",
+        "_fold_moments",
+        "_gather",
+        "_check_population",
+        "population",
+    ),
+    "jrl/run/pbt.py": ("check_pbt", "check_loop_state", "every_iterations", "with_pbt", "lineage"),
+    "agents/value/common.py": ("update_target",),
+    "agents/value/r2d2.py": ("sequence_q_targets", "sequence_loss"),
     "agents/multi_agent/common.py": (
         "agent_gae",
         "MultiAgentActorCritic.policy",
@@ -201,11 +210,22 @@ TESTS: dict[str, list[str]] = {
         "tests/test_r2d2.py::test_sequence_loss_by_hand",
         "tests/test_r2d2.py::test_stored_states_restart_with_every_episode_and_replay_from_the_first",
     ],
+    "agents/value/common.py": [
+        "tests/test_dqn.py::test_target_updates_hard_and_polyak",
+        "tests/test_dqn.py::test_learn_matches_a_numpy_reference",
+    ],
+    "agents/value/r2d2.py": [
+        "tests/test_r2d2.py::test_sequence_loss_by_hand",
+        "tests/test_r2d2.py::test_stored_states_restart_with_every_episode_and_replay_from_the_first",
+        "tests/test_r2d2.py::test_sequence_q_targets_mask_the_bootstrap_action",
+    ],
     "jrl/parts/buffers.py": [
         "tests/test_buffers.py::test_trajectory_sequences_contiguous_in_time_order",
         "tests/test_buffers.py::test_trajectory_stratified_sequences_by_hand",
         "tests/test_buffers.py::test_trajectory_buffer_with_a_single_start",
         "tests/test_buffers.py::test_memory_check_refuses_before_allocating",
+    ],
+    "jrl/parts/nstep.py": [
         "tests/test_apex.py::test_trajectory_nsteps_match_explicit_loops_and_the_accumulator",
     ],
     "agents/value/apex.py": [

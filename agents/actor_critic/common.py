@@ -34,8 +34,8 @@ With ``config.recurrent`` ('lstm' or 'gru') the network is a
 :class:`jrl.parts.networks.RecurrentActorCritic` and the agent has memory
 (:class:`jrl.parts.agent.Recurrent`): it acts from a per-env hidden state, keeps the state each
 step acted from in ``act_info["hidden"]``, and learns on minibatches of whole env sequences
-(:func:`jrl.parts.buffers.sequence_minibatches`), each replayed from the state its rollout started
-from, with the state reset to the initial one after every episode end.
+(:func:`jrl.parts.minibatches.sequence_minibatches`), each replayed from the state its rollout
+started from, with the state reset to the initial one after every episode end.
 """
 
 from __future__ import annotations
@@ -53,7 +53,7 @@ from jrl.core.types import PRNGKey, PyTree, Transition
 from jrl.core.wrappers import ClipAction
 from jrl.ops import returns
 from jrl.ops.losses import normalize
-from jrl.parts import buffers, networks
+from jrl.parts import minibatches, networks
 from jrl.parts.agent import Agent, EnvSpec, Learned, Recurrent
 from jrl.parts.agent_config import UNIT_INTERVAL, Check, Range, RolloutConfig
 from jrl.parts.learner import apply_gradients, minibatch_epochs, scheduled_lr
@@ -259,16 +259,7 @@ def make_actor_critic(
         params = network.init(key, networks.example_observation(spec.observation_space))
         return ActorCriticState(params, tx.init(params), hparams, jnp.zeros((), jnp.int32))
 
-    def act(state: ActorCriticState, obs, key: PRNGKey):
-        """``obs [N, ...] -> action [N, ...]`` and ``{"log_prob": [N]}``; one key per env (see
-        jrl.core.parallel.local_keys). The policy only: ``learn`` evaluates the critic."""
-        dist = network.apply(state.params, obs, method=network.policy)
-        action, log_prob = _sample(dist, key, obs)
-        return action, {"log_prob": log_prob}
-
-    def policy(params, obs, key: PRNGKey):
-        del key
-        return network.apply(params, obs, method=network.policy).mode()
+    act, policy = _acting(network)
 
     def loss(params, mb: Minibatch, hp):
         dist, values = network.apply(params, mb.observation)
@@ -296,6 +287,44 @@ def make_actor_critic(
         return _learned(state, metrics, lr, target)
 
     return Agent(init=init, act=act, learn=learn, policy=policy)
+
+
+def _acting(network: nn.Module) -> tuple[Callable, Callable]:
+    """The feed-forward agent's ``act`` and greedy ``policy``."""
+
+    def act(state: ActorCriticState, obs, key: PRNGKey):
+        """``obs [N, ...] -> action [N, ...]`` and ``{"log_prob": [N]}``; one key per env (see
+        jrl.core.parallel.local_keys). The policy only: ``learn`` evaluates the critic."""
+        dist = network.apply(state.params, obs, method=network.policy)
+        action, log_prob = _sample(dist, key, obs)
+        return action, {"log_prob": log_prob}
+
+    def policy(params, obs, key: PRNGKey):
+        del key
+        return network.apply(params, obs, method=network.policy).mode()
+
+    return act, policy
+
+
+def _recurrent_acting(network: nn.Module) -> tuple[Callable, Callable]:
+    """The recurrent agent's ``act`` and greedy ``policy``, each from a hidden state."""
+
+    def act(state: ActorCriticState, hidden, obs, key: PRNGKey):
+        """From ``hidden`` (``[N, core_size]`` per leaf): ``(action, act_info, hidden)``."""
+        new_hidden, dist, value = network.apply(state.params, hidden, obs)
+        action, log_prob = _sample(dist, key, obs)
+        return action, {"log_prob": log_prob, "value": value, "hidden": hidden}, new_hidden
+
+    def policy(params, hidden, obs, key: PRNGKey):
+        del key
+        hidden, dist, _ = network.apply(params, hidden, obs)
+        return dist.mode(), hidden
+
+    return act, policy
+
+
+def _memoryless_act(state, obs, key):
+    raise TypeError("a recurrent agent acts from a hidden state: use agent.recurrent.act")
 
 
 def _sample(dist, key: PRNGKey, obs):
@@ -365,16 +394,7 @@ def _recurrent_actor_critic(
         params = network.init(key, initial(1), obs)
         return ActorCriticState(params, tx.init(params), hparams, jnp.zeros((), jnp.int32))
 
-    def act(state: ActorCriticState, hidden, obs, key: PRNGKey):
-        """From ``hidden`` (``[N, core_size]`` per leaf): ``(action, act_info, hidden)``."""
-        new_hidden, dist, value = network.apply(state.params, hidden, obs)
-        action, log_prob = _sample(dist, key, obs)
-        return action, {"log_prob": log_prob, "value": value, "hidden": hidden}, new_hidden
-
-    def policy(params, hidden, obs, key: PRNGKey):
-        del key
-        hidden, dist, _ = network.apply(params, hidden, obs)
-        return dist.mode(), hidden
+    act, policy = _recurrent_acting(network)
 
     def loss(params, smb: SequenceMinibatch, hp):
         hidden = jax.tree.map(lambda x: x[0], smb.hidden)
@@ -403,15 +423,12 @@ def _recurrent_actor_critic(
             SequenceMinibatch(data, hidden, start),
             key,
             config,
-            split=buffers.sequence_minibatches,
+            split=minibatches.sequence_minibatches,
         )
         return _learned(state, metrics, lr, target)
 
-    def memoryless_act(state, obs, key):
-        raise TypeError("a recurrent agent acts from a hidden state: use agent.recurrent.act")
-
     recurrent = Recurrent(initial, act, policy)
-    return Agent(init=init, act=memoryless_act, learn=learn, policy=None, recurrent=recurrent)
+    return Agent(init=init, act=_memoryless_act, learn=learn, policy=None, recurrent=recurrent)
 
 
 def recurrent_unroll(network: nn.Module, initial: Callable[[int], PyTree]):

@@ -14,7 +14,7 @@ bootstrapped from the critic at the cut, as every vectorised implementation
 does; with ``num_steps`` longer than the episodes almost every return is a
 true Monte Carlo return. One gradient step per rollout.
 
-This file is the tutorial of ``docs/writing-an-agent.md``: a config with its
+This file is the tutorial of ``docs/extending/writing-an-agent.md``: a config with its
 presets and hyperparameters, an advantage estimator, a loss and ``build``,
 on the actor-critic agent of :mod:`jrl.agents.actor_critic.common`.
 """
@@ -60,7 +60,10 @@ def monte_carlo_advantages(
     rollout: Transition, bootstrap_values: jax.Array, hp: ActorCriticHParams
 ) -> tuple[jax.Array, jax.Array]:
     """``(G - V, G)``, ``[T, N]``: discounted returns over the rollout
-    (:func:`jrl.ops.returns.discounted_returns`) minus the baseline at acting time."""
+    (:func:`jrl.ops.returns.discounted_returns`) minus the baseline ``V = extras["value"]``,
+    the critic before this update: ``learn`` evaluates it on the whole rollout with the
+    parameters it starts from (a recurrent agent keeps the values it computed while acting; see
+    :mod:`jrl.agents.actor_critic.common`)."""
     g = returns.discounted_returns(
         rollout.reward, bootstrap_values, rollout.terminated, rollout.truncated, hp.gamma
     )

@@ -1,4 +1,4 @@
-"""Off-policy continuous control: what SAC, TD3 and DDPG share (layer 5).
+"""Off-policy continuous control: what SAC, TD3 and DDPG share.
 
 - :class:`ActionScale`: actions in the env's Box bounds and in ``[-1, 1]``. The
   actors act in ``[-1, 1]`` (a tanh output); :meth:`ActionScale.to_env` maps their
@@ -372,6 +372,54 @@ def init_networks(actor, critic, scale: ActionScale, spec: EnvSpec, key) -> dict
     }
 
 
+def _deterministic_acting(actor, scale: ActionScale, theta: float, dt: float) -> tuple:
+    """``(act, ou_initial, ou_act, policy)`` of :func:`make_deterministic`: Gaussian
+    exploration, the OU noise's initial state and acting with it, and the greedy policy."""
+
+    def explore(state, obs, noise, k_warm):
+        unit = jnp.clip(actor.apply(state.params["actor"], obs) + noise, -1.0, 1.0)
+        return scale.to_env(uniform_warmup(state, unit, k_warm))
+
+    def act(state: DeterministicState, obs, key):
+        k_noise, k_warm = jax.random.split(key)
+        noise = item_normals(k_noise, jax.tree.leaves(obs)[0].shape[0], scale.dim)
+        return explore(state, obs, state.hparams.exploration_noise * noise, k_warm), {}
+
+    def ou_initial(num_envs: int):
+        return jnp.zeros((num_envs, scale.dim), jnp.float32)
+
+    def ou_act(state: DeterministicState, noise, obs, key):
+        k_noise, k_warm = jax.random.split(key)
+        normals = item_normals(k_noise, noise.shape[0], scale.dim)
+        noise = ou_step(noise, normals, theta, state.hparams.exploration_noise, dt)
+        return explore(state, obs, noise, k_warm), {}, noise
+
+    def policy(params, obs, key):
+        del key
+        return scale.to_env(actor.apply(params["actor"], obs))
+
+    return act, ou_initial, ou_act, policy
+
+
+def _actor_update(actor_loss_fn, tx) -> tuple:
+    """``(actor_step, skip_actor)``, the branches of :func:`make_deterministic`'s delayed actor
+    update: ``(state, params, opt_state, obs, lr) -> (params, opt_state, target_params,
+    actor_loss)``, with the actor's gradient step and the targets' Polyak move, or neither."""
+
+    def actor_step(state, params, opt_state, obs, lr):
+        loss, grads = jax.value_and_grad(actor_loss_fn)(params["actor"], params["critic"], obs)
+        grads = parallel.pmean(grads)
+        new_actor, opt_actor = apply_gradients(tx, params["actor"], opt_state["actor"], grads, lr)
+        params = {**params, "actor": new_actor}
+        target = polyak(state.target_params, params, state.hparams.tau)
+        return params, {**opt_state, "actor": opt_actor}, target, loss
+
+    def skip_actor(state, params, opt_state, obs, lr):
+        return params, opt_state, state.target_params, jnp.zeros((), jnp.float32)
+
+    return actor_step, skip_actor
+
+
 def make_deterministic(actor, critic, scale: ActionScale, config: DeterministicConfig) -> Agent:
     """TD3 (Fujimoto et al., 2018) and DDPG (Lillicrap et al., 2016) on
     :func:`jrl.run.loops.off_policy`.
@@ -397,38 +445,8 @@ def make_deterministic(actor, critic, scale: ActionScale, config: DeterministicC
         opt = {k: tx.init(v) for k, v in params.items()}
         return DeterministicState(params, params, opt, hparams, jnp.zeros((), jnp.int32))
 
-    def explore(state, obs, noise, k_warm):
-        unit = jnp.clip(actor.apply(state.params["actor"], obs) + noise, -1.0, 1.0)
-        return scale.to_env(uniform_warmup(state, unit, k_warm))
-
-    def act(state: DeterministicState, obs, key):
-        k_noise, k_warm = jax.random.split(key)
-        noise = item_normals(k_noise, jax.tree.leaves(obs)[0].shape[0], scale.dim)
-        return explore(state, obs, state.hparams.exploration_noise * noise, k_warm), {}
-
-    def ou_initial(num_envs: int):
-        return jnp.zeros((num_envs, scale.dim), jnp.float32)
-
-    def ou_act(state: DeterministicState, noise, obs, key):
-        k_noise, k_warm = jax.random.split(key)
-        normals = item_normals(k_noise, noise.shape[0], scale.dim)
-        noise = ou_step(noise, normals, theta, state.hparams.exploration_noise, dt)
-        return explore(state, obs, noise, k_warm), {}, noise
-
-    def policy(params, obs, key):
-        del key
-        return scale.to_env(actor.apply(params["actor"], obs))
-
-    def actor_step(state, params, opt_state, obs, lr):
-        loss, grads = jax.value_and_grad(actor_loss_fn)(params["actor"], params["critic"], obs)
-        grads = parallel.pmean(grads)
-        new_actor, opt_actor = apply_gradients(tx, params["actor"], opt_state["actor"], grads, lr)
-        params = {**params, "actor": new_actor}
-        target = polyak(state.target_params, params, state.hparams.tau)
-        return params, {**opt_state, "actor": opt_actor}, target, loss
-
-    def skip_actor(state, params, opt_state, obs, lr):
-        return params, opt_state, state.target_params, jnp.zeros((), jnp.float32)
+    act, ou_initial, ou_act, policy = _deterministic_acting(actor, scale, theta, dt)
+    actor_step, skip_actor = _actor_update(actor_loss_fn, tx)
 
     def learn(state: DeterministicState, sample, key) -> Learned:
         hp, batch = state.hparams, sample.items

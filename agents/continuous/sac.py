@@ -61,6 +61,7 @@ __all__ = [
     "alpha_loss",
     "build",
     "make_sac",
+    "make_sac_losses",
 ]
 
 
@@ -100,32 +101,15 @@ def alpha_loss(log_alpha, log_prob, target_entropy) -> jax.Array:
     return -jnp.mean(log_alpha * jax.lax.stop_gradient(log_prob + target_entropy))
 
 
-def make_sac(actor, critic, scale: ActionScale, config: "SACConfig") -> Agent:
-    """The SAC agent (see the module docstring) for ``actor`` (a
-    :class:`~jrl.parts.networks.SquashedGaussianActor`) and ``critic`` (a
-    :class:`~jrl.parts.networks.QEnsemble`)."""
-    hparams, total = config.hparams(), max(config.num_updates, 1)
-    tx = make_optimizer("adam", config.max_grad_norm)
-    autotune = bool(config.autotune)
-    subset, ensemble = config.target_subset, config.actor_q
+def make_sac_losses(actor, critic, scale: ActionScale, subset: int = 0, ensemble: str = "min"):
+    """``(critic_loss_fn, actor_loss_fn)`` of SAC, both drawing actions ``a ~ pi`` with
+    one normal per item (:func:`jrl.agents.continuous.common.item_normals`).
 
-    def init(key, spec: EnvSpec) -> SACState:
-        params = init_networks(actor, critic, scale, spec, key)
-        log_alpha = jnp.zeros((), jnp.float32)
-        opt = {k: tx.init(v) for k, v in params.items()}
-        opt["alpha"] = tx.init(log_alpha)
-        zero = jnp.zeros((), jnp.int32)
-        return SACState(params, params["critic"], log_alpha, opt, hparams, zero)
-
-    def act(state: SACState, obs, key):
-        k_noise, k_warm = jax.random.split(key)
-        dist = actor.apply(state.params["actor"], obs)
-        unit, _ = dist.from_noise(item_normals(k_noise, dist.mean.shape[0], scale.dim))
-        return scale.to_env(uniform_warmup(state, unit, k_warm)), {}
-
-    def policy(params, obs, key):
-        del key
-        return scale.to_env(actor.apply(params["actor"], obs).mode())
+    ``critic_loss_fn(critic_params, state, batch, alpha, key) -> (loss, q [N, B])``: the
+    critics' squared error to ``r + discount * (min_n Q'_n(s', a') - alpha log pi(a' | s'))``,
+    the minimum over ``subset`` target critics drawn at random (0: all);
+    ``actor_loss_fn(actor_params, critic_params, obs, alpha, key) -> (loss, log_prob [B])``:
+    :func:`actor_loss` with the critics' minimum or mean (``ensemble``)."""
 
     def sample(actor_params, obs, key):
         dist = actor.apply(actor_params, obs)
@@ -145,9 +129,65 @@ def make_sac(actor, critic, scale: ActionScale, config: "SACConfig") -> Agent:
         q = critic.apply(critic_params, obs, action)
         return actor_loss(log_prob, q, alpha, ensemble), log_prob
 
+    return critic_loss_fn, actor_loss_fn
+
+
+def _sac_init(actor, critic, scale: ActionScale, tx, hparams: SACHParams):
+    """SAC's ``init(key, spec) -> SACState``: the actor and critics, their copy as the target
+    critics, ``d = 0`` and the optimiser states."""
+
+    def init(key, spec: EnvSpec) -> SACState:
+        params = init_networks(actor, critic, scale, spec, key)
+        log_alpha = jnp.zeros((), jnp.float32)
+        opt = {k: tx.init(v) for k, v in params.items()}
+        opt["alpha"] = tx.init(log_alpha)
+        zero = jnp.zeros((), jnp.int32)
+        return SACState(params, params["critic"], log_alpha, opt, hparams, zero)
+
+    return init
+
+
+def _sac_acting(actor, scale: ActionScale):
+    """``(act, policy)``: SAC's acting (uniform actions before the first update) and its greedy
+    policy."""
+
+    def act(state: SACState, obs, key):
+        k_noise, k_warm = jax.random.split(key)
+        dist = actor.apply(state.params["actor"], obs)
+        unit, _ = dist.from_noise(item_normals(k_noise, dist.mean.shape[0], scale.dim))
+        return scale.to_env(uniform_warmup(state, unit, k_warm)), {}
+
+    def policy(params, obs, key):
+        del key
+        return scale.to_env(actor.apply(params["actor"], obs).mode())
+
+    return act, policy
+
+
+def _optimizer_step(tx):
+    """``step(tree, opt_state, name, grads, lr) -> (tree, opt_state)``: one step of ``tx`` on
+    ``tree`` with the devices' mean gradient, the optimiser state kept at ``opt_state[name]``."""
+
     def step(tree, opt_state, name, grads, lr):
         new, opt = apply_gradients(tx, tree, opt_state[name], parallel.pmean(grads), lr)
         return new, {**opt_state, name: opt}
+
+    return step
+
+
+def make_sac(actor, critic, scale: ActionScale, config: "SACConfig") -> Agent:
+    """The SAC agent (see the module docstring) for ``actor`` (a
+    :class:`~jrl.parts.networks.SquashedGaussianActor`) and ``critic`` (a
+    :class:`~jrl.parts.networks.QEnsemble`)."""
+    hparams, total = config.hparams(), max(config.num_updates, 1)
+    tx = make_optimizer("adam", config.max_grad_norm)
+    autotune = bool(config.autotune)
+    subset, ensemble = config.target_subset, config.actor_q
+
+    init = _sac_init(actor, critic, scale, tx, hparams)
+    act, policy = _sac_acting(actor, scale)
+    critic_loss_fn, actor_loss_fn = make_sac_losses(actor, critic, scale, subset, ensemble)
+    step = _optimizer_step(tx)
 
     def learn(state: SACState, sample_, key) -> Learned:
         hp, batch = state.hparams, sample_.items

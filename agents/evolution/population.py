@@ -1,4 +1,4 @@
-"""The population loop (layer 6): one iteration is one generation of an evolution strategy.
+"""The population loop: one iteration is one generation of an evolution strategy.
 
 Beside :func:`jrl.run.loops.on_policy` and :func:`jrl.run.loops.off_policy`, this loop serves the
 derivative-free agents of :mod:`jrl.agents.evolution.strategies`. A generation
@@ -27,13 +27,15 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 from flax import struct
-from jrl.agents.evolution.strategies import ES, ESState
+from jrl.agents.evolution.strategies import ES, ESState, make_es
 
 from jrl.core import parallel
 from jrl.core.env import Environment
 from jrl.core.types import PRNGKey, PyTree
-from jrl.core.wrappers import RunningMeanStd
-from jrl.parts.agent import EnvSpec
+from jrl.core.normalization import RunningMeanStd
+from jrl.core.wrappers import VmapEnv
+from jrl.parts.agent import Agent, EnvSpec
+from jrl.run.builders import Built
 from jrl.run.loops import Algorithm
 
 __all__ = ["PopulationState", "play_members", "population"]
@@ -130,6 +132,40 @@ def _gather(local: jax.Array, offset: jax.Array, size: int) -> jax.Array:
     return parallel.psum(padded)
 
 
+def _check_population(env: Environment, size, devices, episodes, steps) -> None:
+    """Refuses a batched ``env``, a population of ``size`` that ``devices`` do not divide, and
+    no episodes or no steps."""
+    if env.num_envs is not None:
+        raise ValueError("population plays its own batch of episodes: give it an unbatched env")
+    size, devices = int(size), int(devices)
+    if devices < 1 or size % devices:
+        raise ValueError(f"population_size = {size} is not divisible by {devices} devices")
+    if int(episodes) <= 0 or int(steps) <= 0:
+        raise ValueError("episodes_per_member and episode_steps must be positive")
+
+
+def _population_init(es: ES, spec: EnvSpec):
+    """``init(key) -> PopulationState``: the strategy's state from the key's first half, the
+    loop's key the second."""
+
+    def init(key: PRNGKey) -> PopulationState:
+        k_agent, k_loop = jax.random.split(key)
+        zero = jnp.zeros((), jnp.int32)
+        return PopulationState(es.init(k_agent, spec), (), k_loop, zero, zero)
+
+    return init
+
+
+def _with_es_hparams(es: ES):
+    """``with_hparams(state, values)``: the population state with the strategy's swept
+    hyperparameters set to ``values``."""
+
+    def with_hparams(state: PopulationState, values):
+        return state.replace(agent_state=es.with_hparams(state.agent_state, values))
+
+    return with_hparams
+
+
 def population(
     es: ES,
     env: Environment,
@@ -144,22 +180,12 @@ def population(
     included). With ``num_devices > 1`` each device plays ``population_size / num_devices``
     members and ``step`` must run inside a sharded trace (:mod:`jrl.run.anakin`).
     """
-    if env.num_envs is not None:
-        raise ValueError("population plays its own batch of episodes: give it an unbatched env")
+    _check_population(env, es.population_size, num_devices, episodes_per_member, episode_steps)
     size, devices = int(es.population_size), int(num_devices)
-    if devices < 1 or size % devices:
-        raise ValueError(f"population_size = {size} is not divisible by {devices} devices")
-    if int(episodes_per_member) <= 0 or int(episode_steps) <= 0:
-        raise ValueError("episodes_per_member and episode_steps must be positive")
     local, episodes, steps = size // devices, int(episodes_per_member), int(episode_steps)
     params = env.default_params if env_params is None else env_params
     spec = EnvSpec.from_env(env, params)
     per_iteration = size * episodes * steps
-
-    def init(key: PRNGKey) -> PopulationState:
-        k_agent, k_loop = jax.random.split(key)
-        zero = jnp.zeros((), jnp.int32)
-        return PopulationState(es.init(k_agent, spec), (), k_loop, zero, zero)
 
     def step(state: PopulationState):
         key, k_ask, k_play, k_tell = jax.random.split(state.key, 4)
@@ -193,9 +219,7 @@ def population(
         }
         return new_state, metrics
 
-    def with_hparams(state: PopulationState, values):
-        return state.replace(agent_state=es.with_hparams(state.agent_state, values))
-
+    init, with_hparams = _population_init(es, spec), _with_es_hparams(es)
     return Algorithm(init, step, per_iteration, with_hparams)
 
 
@@ -206,12 +230,6 @@ def build_population(config, env, env_params, num_devices: int = 1):
     (:func:`jrl.agents.evolution.strategies.make_es`) and the population loop. The returned
     :class:`~jrl.run.builders.Built`'s ``agent`` acts with the mean's policy (evaluation,
     rendering and export use it) and its ``env`` is ``env`` batched for the population."""
-    from jrl.agents.evolution.strategies import make_es
-
-    from jrl.core.wrappers import VmapEnv
-    from jrl.parts.agent import Agent
-    from jrl.run.builders import Built
-
     config.validate()
     spec = EnvSpec.from_env(env, env_params)
     es, network = make_es(config, spec)

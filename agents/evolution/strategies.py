@@ -1,4 +1,4 @@
-"""Evolution strategies as agents (layer 5): a search distribution over a policy network's
+"""Evolution strategies as agents: a search distribution over a policy network's
 parameters, moved towards the samples that score well.
 
 The genome is the parameter tree of a deterministic policy network (an MLP ending in a
@@ -31,12 +31,13 @@ from typing import Any, Callable, ClassVar, NamedTuple
 
 import jax
 import jax.numpy as jnp
+import optax
 from flax import struct
 from jrl.agents.continuous.common import ActionScale
 
 from jrl.core import spaces
 from jrl.core.types import PRNGKey, PyTree
-from jrl.core.wrappers import RunningMeanStd
+from jrl.core.normalization import RunningMeanStd
 from jrl.parts import networks
 from jrl.parts.agent import EnvSpec, replace_hparams
 from jrl.parts.agent_config import AgentConfig, Check, LearningRate
@@ -194,7 +195,8 @@ def _strong(tree: PyTree) -> PyTree:
 
 def _strategy(config: ESConfig, template: PyTree):
     """``(evosax strategy, its params, set_rate(state, params, lr) -> (state, params))``."""
-    import optax
+    # evosax takes about 0.2 s to import: loaded when a strategy is built, not when `jrl agents`
+    # imports this module to list the agents
     from evosax import algorithms
 
     p = config.population_size

@@ -1,4 +1,4 @@
-"""Multi-agent actor-critic learning (layer 6): what IPPO and MAPPO share.
+"""Multi-agent actor-critic learning: what IPPO and MAPPO share.
 
 A team of ``A`` agents (:class:`jrl.core.multi_agent_env.MultiAgentEnvironment`) is learned by the
 same
@@ -36,7 +36,8 @@ from jrl.core.wrappers import ClipAction
 from jrl.ops import returns
 from jrl.parts.agent import EnvSpec
 from jrl.parts.agent_config import envs_per_device
-from jrl.parts.networks import PolicyHead, make_torso
+from jrl.parts.networks import PolicyHead
+from jrl.parts.torsos import make_torso
 from jrl.run.builders import Built
 from jrl.run.loops import on_policy
 

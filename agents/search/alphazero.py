@@ -285,13 +285,31 @@ def build(config: AlphaZeroConfig, env, env_params, num_devices: int = 1) -> Bui
         torso=config.torso,
         shared_torso=True,
     )
+    evaluate = _network_evaluate(network)
+    recurrent_fn = game_recurrent_fn(env, env_params, evaluate, config.gamma)
+    agent = _alphazero_agent(network, evaluate, obs_space, config)
+    run_search = _search_runner(config, recurrent_fn, evaluate, num_actions)
+    algorithm = _self_play(agent, env, env_params, config, local, num_devices, run_search)
+    player = _search_player(run_search)
+    return Built(algorithm, agent, VmapEnv(env, local), env_params, spec, network, player)
+
+
+def _network_evaluate(network: networks.ActorCritic):
+    """``evaluate(params, obs) -> (log_probs [B, A], value [B])``: the network's masked prior
+    and its value (:data:`jrl.agents.search.mcts.Evaluate`)."""
 
     def evaluate(params, obs):
         x, mask = split_action_mask(obs)
         dist, value = network.apply(params, x, mask)
         return dist.log_probs, value
 
-    recurrent_fn = game_recurrent_fn(env, env_params, evaluate, config.gamma)
+    return evaluate
+
+
+def _alphazero_agent(network, evaluate, obs_space, config: AlphaZeroConfig) -> Agent:
+    """The network's agent: ``act`` samples its prior (without search), ``policy`` takes the
+    prior's most likely legal move, and ``learn`` fits a replay of :class:`Moves` in
+    ``num_epochs`` passes of minibatches (:func:`alphazero_loss`)."""
     tx = make_optimizer("adam", config.max_grad_norm)
     total_updates = max(config.num_iterations * config.num_epochs * config.num_minibatches, 1)
 
@@ -326,7 +344,12 @@ def build(config: AlphaZeroConfig, env, env_params, num_devices: int = 1) -> Bui
         agent_state, metrics = minibatch_epochs(sgd_step, agent_state, moves, key, config)
         return Learned(agent_state, metrics)
 
-    agent = Agent(init, act, learn, policy)
+    return Agent(init, act, learn, policy)
+
+
+def _search_runner(config: AlphaZeroConfig, recurrent_fn, evaluate, num_actions: int):
+    """``run_search(params, keys, state, obs, greedy) -> (action, policy)``: the config's
+    search (:func:`jrl.agents.search.mcts.search`) over the game's rules."""
 
     def run_search(params, keys, state, obs, greedy):
         return search(
@@ -346,18 +369,21 @@ def build(config: AlphaZeroConfig, env, env_params, num_devices: int = 1) -> Bui
             q_bounds=tuple(config.q_bounds),
         )
 
-    algorithm = _self_play(agent, env, env_params, config, local, num_devices, run_search)
+    return run_search
+
+
+def _search_player(run_search):
+    """``player(agent_state) -> play(state, obs, key)``: the evaluation player, a noise-free
+    search guided by the trained network."""
 
     def player(agent_state):
-        """The evaluation player: a noise-free search guided by the trained network."""
-
         def play(state, obs, key):
             keys = jax.random.split(key, jax.tree.leaves(obs)[0].shape[0])
             return run_search(agent_state.params, keys, state, obs, True)[0]
 
         return play
 
-    return Built(algorithm, agent, VmapEnv(env, local), env_params, spec, network, player)
+    return player
 
 
 def _self_play(agent, env, env_params, config, local, num_devices, run_search) -> Algorithm:
@@ -365,6 +391,20 @@ def _self_play(agent, env, env_params, config, local, num_devices, run_search) -
     T, K = config.num_steps, config.replay_rollouts
     spec = EnvSpec.from_env(env, env_params)
     reset = jax.vmap(env.reset, in_axes=(0, None))
+    move = _self_play_move(env, env_params, config, local, run_search, reset)
+    init = _self_play_init(agent, spec, env_params, local, K, T, reset)
+    step = _self_play_step(agent, move, config, local, num_devices)
+
+    def with_hparams(state, values):
+        return state.replace(agent_state=agent.with_hparams(state.agent_state, values))
+
+    return Algorithm(init, step, T * local * num_devices, with_hparams)
+
+
+def _self_play_move(env, env_params, config, local, run_search, reset):
+    """``move(agent_state, carry, key) -> (carry, record)``: one searched move in each of the
+    ``local`` game slots, a finished game replaced by a new one; ``carry`` is ``(env_state,
+    obs, moves, starter)``, ``record`` what the replay and the metrics keep of the move."""
 
     def move(agent_state, carry, key):
         env_state, obs, moves, starter = carry
@@ -405,6 +445,13 @@ def _self_play(agent, env, env_params, config, local, num_devices, run_search) -
         )
         return carry, record
 
+    return move
+
+
+def _self_play_init(agent, spec: EnvSpec, env_params, local: int, K: int, T: int, reset):
+    """``init(key) -> SelfPlayState``: the agent, ``local`` fresh games and an empty replay of
+    ``K`` rollouts of ``T`` moves."""
+
     def init(key):
         k_agent, k_env, k_loop = jax.random.split(key, 3)
         agent_state = agent.init(k_agent, spec)
@@ -434,37 +481,24 @@ def _self_play(agent, env, env_params, config, local, num_devices, run_search) -
             nan,
         )
 
+    return init
+
+
+def _self_play_step(agent, move, config, local: int, num_devices: int):
+    """``step(state) -> (state, metrics)``: one iteration, ``T`` moves in every slot, the
+    rollout stored in the replay, one ``learn`` on the whole replay."""
+    T, K = config.num_steps, config.replay_rollouts
+
     def step(state: SelfPlayState):
         key, k_play, k_learn = jax.random.split(state.key, 3)
         carry = (state.env_state, state.observation, state.moves, state.starter)
         carry, rec = jax.lax.scan(
             lambda c, k: move(state.agent_state, c, k), carry, jax.random.split(k_play, T)
         )
-        fresh = Played(
-            rec["observation"],
-            rec["policy"],
-            rec["player"],
-            rec["rewards"],
-            rec["done"],
-            jnp.ones(rec["done"].shape, jnp.float32),
-        )
-        slot = state.iteration % K
-        replay = jax.tree.map(
-            lambda buf, x: jax.lax.dynamic_update_index_in_dim(buf, x, slot, 0), state.replay, fresh
-        )
+        replay, slot = _stored(state.replay, rec, state.iteration, K)
         data = replay_targets(replay, slot, config.gamma)
         agent_state, metrics, _ = agent.learn(state.agent_state, data, k_learn)
-        done = rec["done"]
-        games, outcome, length = parallel.psum(
-            (
-                done.sum(),
-                (rec["first_outcome"] * done).sum(),
-                (rec["length"] * done).sum().astype(jnp.float32),
-            )
-        )
-        some = games > 0
-        ret = jnp.where(some, outcome / jnp.maximum(games, 1), state.last_episode_return)
-        length = jnp.where(some, length / jnp.maximum(games, 1), state.last_episode_length)
+        games, ret, length = _finished_games(rec, state)
         env_steps = state.env_steps + T * local * num_devices
         new = state.replace(
             agent_state=agent_state,
@@ -488,7 +522,39 @@ def _self_play(agent, env, env_params, config, local, num_devices, run_search) -
         }
         return new, metrics
 
-    def with_hparams(state, values):
-        return state.replace(agent_state=agent.with_hparams(state.agent_state, values))
+    return step
 
-    return Algorithm(init, step, T * local * num_devices, with_hparams)
+
+def _stored(replay: Played, rec: dict, iteration, K: int) -> tuple[Played, jax.Array]:
+    """``(replay, slot)``: the rollout's moves ``rec`` written in slot ``iteration % K`` of the
+    replay."""
+    fresh = Played(
+        rec["observation"],
+        rec["policy"],
+        rec["player"],
+        rec["rewards"],
+        rec["done"],
+        jnp.ones(rec["done"].shape, jnp.float32),
+    )
+    slot = iteration % K
+    replay = jax.tree.map(
+        lambda buf, x: jax.lax.dynamic_update_index_in_dim(buf, x, slot, 0), replay, fresh
+    )
+    return replay, slot
+
+
+def _finished_games(rec: dict, state: SelfPlayState):
+    """``(games, mean outcome for the first mover, mean length)`` of the games that ended in
+    the rollout ``rec``, over all devices; the last values where none did."""
+    done = rec["done"]
+    games, outcome, length = parallel.psum(
+        (
+            done.sum(),
+            (rec["first_outcome"] * done).sum(),
+            (rec["length"] * done).sum().astype(jnp.float32),
+        )
+    )
+    some = games > 0
+    ret = jnp.where(some, outcome / jnp.maximum(games, 1), state.last_episode_return)
+    length = jnp.where(some, length / jnp.maximum(games, 1), state.last_episode_length)
+    return games, ret, length

@@ -1,4 +1,4 @@
-"""Evaluation games for two-player turn-based envs (layer 6).
+"""Evaluation games for two-player turn-based envs.
 
 A *player* is ``play(env_state [G], obs [G], key) -> action int32[G]``: it chooses a move
 in each of G games (it is only asked in games where it is to move, but computes all).

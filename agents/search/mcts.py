@@ -1,4 +1,4 @@
-"""Monte Carlo tree search over a two-player game's own rules, with ``mctx`` (layer 4).
+"""Monte Carlo tree search over a two-player game's own rules, with ``mctx``.
 
 The search tree's embeddings are the game's states and its recurrent function is the
 game's real ``step`` (:func:`game_recurrent_fn`): a step pays the reward of the player who
@@ -135,6 +135,17 @@ def search(
         q_bounds=tuple(q_bounds),
     )
 
+    one = _root_search(kind, recurrent_fn, evaluate, net_params, num_simulations, options)
+    action, policy = jax.vmap(one)(keys, state, observation, mask)
+    return action.astype(jnp.int32), jnp.where(mask, policy, 0.0)
+
+
+def _root_search(
+    kind: str, recurrent_fn, evaluate: Evaluate, net_params, num_simulations: int, options: dict
+) -> Callable:
+    """``one(key, state, obs, legal) -> (action, policy)``: :func:`search` from one game state
+    (a batch of one root)."""
+
     def one(key, s, obs, legal):
         add = lambda x: x[None]
         logits, value = evaluate(net_params, jax.tree.map(add, obs))
@@ -144,8 +155,7 @@ def search(
         )
         return action, weights
 
-    action, policy = jax.vmap(one)(keys, state, observation, mask)
-    return action.astype(jnp.int32), jnp.where(mask, policy, 0.0)
+    return one
 
 
 def q_bounds_check(q_bounds: tuple[float, ...]) -> tuple[bool, str]:

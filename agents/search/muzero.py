@@ -324,9 +324,25 @@ def build(config: MuZeroConfig, env, env_params, num_devices: int = 1) -> Built:
         config.activation,
         max(len(obs_space.shape), 1),
     )
-    S, K, n = config.support_size, config.unroll_steps, config.td_steps
-    tx = make_optimizer("adam", config.max_grad_norm)
-    total_updates = max(config.num_iterations * config.updates_per_iteration, 1)
+    represent, predict, recurrent_fn = _model(network, config, sign)
+    run_search = _search_runner(config, represent, predict, recurrent_fn, num_actions)
+    unroll = _model_unroll(network, represent, predict, config, sign)
+    agent = _muzero_agent(network, config, obs_space, run_search, unroll)
+    algorithm = _replay_loop(agent, train_env, env_params, config, local, num_devices)
+    player = None
+    if is_two_player(env):
+
+        def player(agent_state):
+            """The evaluation player: a noise-free search over the learned model."""
+            return lambda state, obs, key: agent.policy(agent_state.params, obs, key)
+
+    return Built(algorithm, agent, train_env, env_params, spec, network, player)
+
+
+def _model(network: networks.MuZeroNetwork, config: MuZeroConfig, sign: float):
+    """``(represent, predict, recurrent_fn)``: ``h``, ``f`` with its value as a scalar, and the
+    search's ``mctx`` recurrent function over ``g`` (discount ``sign * gamma``)."""
+    S = config.support_size
 
     def represent(params, obs):
         return network.apply(params, obs, method=network.represent)
@@ -345,6 +361,14 @@ def build(config: MuZeroConfig, env, env_params, num_devices: int = 1) -> Built:
             value=value,
         )
         return out, latent
+
+    return represent, predict, recurrent_fn
+
+
+def _search_runner(config: MuZeroConfig, represent, predict, recurrent_fn, num_actions: int):
+    """``run_search(params, obs, key, greedy) -> (action, policy, root_value)``: the config's
+    search (:func:`jrl.agents.search.mcts.search_from_roots`) from ``h(obs)`` with the
+    observations' legal moves."""
 
     def run_search(params, obs, key, greedy):
         x, mask = split_action_mask(obs)
@@ -371,17 +395,13 @@ def build(config: MuZeroConfig, env, env_params, num_devices: int = 1) -> Built:
             q_bounds=tuple(config.q_bounds),
         )
 
-    def init(key, env_spec):
-        x = networks.example_observation(obs_space)
-        params = network.init(key, x, jnp.zeros((1,), jnp.int32))
-        return MuZeroState(params, tx.init(params), config.hparams(), jnp.zeros((), jnp.int32))
+    return run_search
 
-    def act(agent_state, obs, key):
-        action, policy, root_value = run_search(agent_state.params, obs, key, False)
-        return action, {"policy": policy, "root_value": root_value}
 
-    def policy(params, obs, key):
-        return run_search(params, obs, key, True)[0]
+def _model_unroll(network: networks.MuZeroNetwork, represent, predict, config, sign: float):
+    """``unroll(params, seq) -> Unrolled``: the model unrolled ``unroll_steps`` times along
+    replayed sequences, with the value targets (:func:`muzero_value_targets`)."""
+    K, n = config.unroll_steps, config.td_steps
 
     def unroll(params, seq) -> Unrolled:
         """The model unrolled along sequences ``seq`` (time-major ``[L, B]``)."""
@@ -420,6 +440,28 @@ def build(config: MuZeroConfig, env, env_params, num_devices: int = 1) -> Built:
             alive,
         )
 
+    return unroll
+
+
+def _muzero_agent(network, config: MuZeroConfig, obs_space, run_search, unroll) -> Agent:
+    """The agent: ``act`` and ``policy`` search (with and without noise), ``learn`` takes one
+    gradient step on a :class:`jrl.parts.buffers.Sample` of sequences (:func:`muzero_loss`)."""
+    S = config.support_size
+    tx = make_optimizer("adam", config.max_grad_norm)
+    total_updates = max(config.num_iterations * config.updates_per_iteration, 1)
+
+    def init(key, env_spec):
+        x = networks.example_observation(obs_space)
+        params = network.init(key, x, jnp.zeros((1,), jnp.int32))
+        return MuZeroState(params, tx.init(params), config.hparams(), jnp.zeros((), jnp.int32))
+
+    def act(agent_state, obs, key):
+        action, policy, root_value = run_search(agent_state.params, obs, key, False)
+        return action, {"policy": policy, "root_value": root_value}
+
+    def policy(params, obs, key):
+        return run_search(params, obs, key, True)[0]
+
     def loss_fn(params, seq, hp):
         return muzero_loss(unroll(params, seq), hp, S)
 
@@ -434,7 +476,12 @@ def build(config: MuZeroConfig, env, env_params, num_devices: int = 1) -> Built:
         new = state.replace(params=params, opt_state=opt_state, updates=state.updates + 1)
         return Learned(new, parallel.pmean(metrics))
 
-    agent = Agent(init, act, learn, policy)
+    return Agent(init, act, learn, policy)
+
+
+def _replay_loop(agent, train_env, env_params, config: MuZeroConfig, local, num_devices: int):
+    """:func:`jrl.run.loops.off_policy` with a trajectory buffer of this device's ``local``
+    envs, sampled as sequences."""
     steps = config.buffer_size // config.num_envs
     buffer = buffers.trajectory_buffer(steps, local, config.sequence_length, stratify=True)
     schedule = ReplaySchedule(
@@ -452,11 +499,4 @@ def build(config: MuZeroConfig, env, env_params, num_devices: int = 1) -> Built:
         env_params=env_params,
         num_devices=num_devices,
     )
-    player = None
-    if is_two_player(env):
-
-        def player(agent_state):
-            """The evaluation player: a noise-free search over the learned model."""
-            return lambda state, obs, key: policy(agent_state.params, obs, key)
-
-    return Built(algorithm, agent, train_env, env_params, spec, network, player)
+    return algorithm

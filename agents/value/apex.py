@@ -14,7 +14,7 @@ through this module's :class:`jrl.run.builders.ActorReplay`:
   on how the envs are split among actors. DQN's decaying epsilon is not used.
 - **Actor-side n-step transitions and priorities.** Each actor turns its block of
   ``steps_per_iteration`` steps into one n-step transition per step
-  (:func:`jrl.parts.buffers.trajectory_nsteps`; the last ``n - 1`` of a block sum fewer rewards and
+  (:func:`jrl.parts.nstep.trajectory_nsteps`; the last ``n - 1`` of a block sum fewer rewards and
   bootstrap from the block's last successor) and computes their initial priorities with
   DQN's own TD loss (:func:`agents.dqn.td_loss`) under the parameters it acted with, as
   Ape-X's actors do; transitions and priorities travel to the learner (observations in
@@ -52,7 +52,7 @@ from jrl.agents.value.dqn import (
 from jrl.core import parallel
 from jrl.core.types import split_action_mask
 from jrl.ops.action_distributions import epsilon_greedy
-from jrl.parts import buffers
+from jrl.parts import nstep
 from jrl.parts.agent import EnvSpec
 from jrl.parts.agent_config import Check
 from jrl.run.builders import ActorReplay, Built, training_env
@@ -68,7 +68,7 @@ def apex_epsilons(index, count: int, base=0.4, alpha=7.0) -> jax.Array:
     return jnp.asarray(base, jnp.float32) ** (1.0 + alpha * frac)
 
 
-def initial_priorities(loss_fn, state, batch: buffers.NStepTransition, key) -> jax.Array:
+def initial_priorities(loss_fn, state, batch: nstep.NStepTransition, key) -> jax.Array:
     """The priorities ``[T, n]`` of n-step transitions ``[T, n, ...]`` under ``state``'s
     parameters and target parameters: the head's priority of DQN's TD loss ``loss_fn``
     (:func:`agents.dqn.td_loss`; ``|TD error|`` for the scalar head)."""
@@ -173,7 +173,7 @@ def build(config: ApexConfig, env, env_params, num_devices: int = 1) -> Built:
         return epsilon_greedy(keys, q, eps, mask), {}
 
     def prepare(state, batch, key):
-        items = buffers.trajectory_nsteps(batch, state.hparams.gamma, config.n_step)
+        items = nstep.trajectory_nsteps(batch, state.hparams.gamma, config.n_step)
         return items, initial_priorities(loss_fn, state, items, key)
 
     def own_act(state, obs, key):  # a batch of envs on its own: envs 0 .. n-1

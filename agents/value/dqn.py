@@ -11,7 +11,7 @@ Loop (:func:`jrl.run.loops.off_policy`): each iteration collects
 does ``updates_per_iteration`` updates on batches of ``batch_size``.
 
 n-step returns are built while collecting, by the loop's
-:func:`jrl.parts.buffers.nstep_accumulator` (so the buffer stores
+:func:`jrl.parts.nstep.nstep_accumulator` (so the buffer stores
 ``NStepTransition``s): the target is ``reward + discount * Q_target(next_obs,
 a*)``, where ``discount`` is ``gamma^m`` (``m <= n`` steps summed, fewer where
 the episode ended) and 0 after a termination; a truncation stops the sum and
@@ -23,36 +23,41 @@ updates; the contract gives ``act`` no env-step count). Updates start at
 ``learning_starts`` env steps and then happen at a fixed rate, so this is the
 same as a linear decay over env steps from ``learning_starts`` on.
 
-Recurrent (R2D2, Kapturowski et al., 2019): with ``recurrent`` 'lstm' or 'gru' the
-Q-network is a :class:`jrl.parts.networks.RecurrentQNetwork` and the agent acts from a per-env
-core state (:class:`jrl.parts.agent.Recurrent`; the loop resets it where an episode starts and
-keeps it in the train state). Each step stores the state it was acted from in its extras;
-replay is a :func:`jrl.parts.buffers.trajectory_buffer` of the envs' steps in time order, sampled
-as ``sequence_length`` consecutive steps of one env (``batch_size / num_envs`` sequences
-from every env), so a sequence's first step holds its stored state. The learner unrolls the
-online and the target network over each sequence from that state (back to the initial state
-where an episode starts inside it), warms the state up on the first ``burn_in`` steps (no
-loss, no gradient there) and fits the rest to ``n_step`` double-Q returns computed inside
-the sequence (:func:`sequence_q_targets`).
+Recurrent (R2D2, Kapturowski et al., 2019): with ``recurrent`` 'lstm' or 'gru' the agent is
+:func:`jrl.agents.value.r2d2.make_r2d2`, which replays sequences of stored core states with
+burn-in (see :mod:`jrl.agents.value.r2d2`); its train state, head contract, bootstrap action and
+target updates are this agent's (:mod:`jrl.agents.value.common`).
 """
 
 from __future__ import annotations
 
 import dataclasses
-from typing import Callable, ClassVar, NamedTuple
+from typing import Callable, ClassVar
 
 import jax
 import jax.numpy as jnp
 import optax
-from flax import struct
 
+from jrl.agents.value.common import (
+    DQNHParams,
+    DQNState,
+    Head,
+    acting_epsilon,
+    greedy_next_actions,
+    update_target,
+)
+from jrl.agents.value.r2d2 import (
+    make_r2d2,
+    recurrent_checks,
+    recurrent_q_network,
+    sequence_buffer,
+)
 from jrl.core import parallel, spaces
-from jrl.core.types import PyTree, split_action_mask
+from jrl.core.types import split_action_mask
 from jrl.ops import return_distributions as distributional
-from jrl.ops import returns
 from jrl.ops.action_distributions import epsilon_greedy, masked_argmax
 from jrl.parts import buffers, networks
-from jrl.parts.agent import Agent, EnvSpec, Learned, Recurrent
+from jrl.parts.agent import Agent, EnvSpec, Learned
 from jrl.parts.agent_config import (
     MINATAR_ENVS,
     MINATAR_NETWORK,
@@ -62,7 +67,7 @@ from jrl.parts.agent_config import (
     ReplayConfig,
     presets_for,
 )
-from jrl.parts.learner import apply_gradients, epsilon_schedule, scheduled_lr
+from jrl.parts.learner import apply_gradients, scheduled_lr
 from jrl.parts.optim import grad_norm_metric, linear_schedule, make_optimizer
 from jrl.run.builders import Built, training_env
 from jrl.run.loops import Algorithm, ReplaySchedule, off_policy
@@ -84,45 +89,12 @@ __all__ = [
     "q_apply",
     "q_network",
     "quantile_head",
-    "q_unroll",
     "replay_buffer",
     "scalar_head",
-    "sequence_loss",
-    "sequence_q_targets",
     "td_loss",
     "update_target",
     "with_acting_epsilon",
 ]
-
-
-@struct.dataclass
-class DQNHParams:
-    """Hyperparameters that may be vmapped (swept) without recompiling; all [] float32."""
-
-    learning_rate: jax.Array
-    gamma: jax.Array
-    epsilon_start: jax.Array
-    epsilon_end: jax.Array
-    exploration_fraction: jax.Array
-    tau: jax.Array
-
-
-@struct.dataclass
-class DQNState:
-    params: PyTree  # online Q-network parameters
-    target_params: PyTree  # target network parameters
-    opt_state: PyTree  # optax state (clipping + Adam, without the learning rate)
-    hparams: DQNHParams
-    num_updates: (
-        jax.Array
-    )  # [] int32 gradient updates so far (drives epsilon, beta, target updates)
-
-
-def greedy_next_actions(q_next_online, q_next_target, double_q: bool = True, next_mask=None):
-    """``[B]`` bootstrap actions: ``argmax_a Q_online(s', a)`` (double Q) or
-    ``argmax_a Q_target(s', a)``,
-    over the valid actions of ``s'`` (``next_mask [B, A]``) when the env masks actions."""
-    return masked_argmax(q_next_online if double_q else q_next_target, next_mask)
 
 
 def q_targets(
@@ -138,30 +110,6 @@ def q_targets(
 def _at_action(out, action):
     """``out[b, action[b]]`` for outputs ``[B, A]`` or ``[B, A, K]``."""
     return out[jnp.arange(out.shape[0]), action.astype(jnp.int32)]
-
-
-def update_target(target_params, params, num_updates, interval: int, tau):
-    """After update number ``num_updates`` (counted from 1): every ``interval`` updates
-    ``target <- tau * online + (1 - tau) * target`` (``tau = 1``: a hard copy)."""
-    due = (num_updates % interval) == 0
-    return jax.tree.map(
-        lambda t, p: jnp.where(due, tau * p + (1.0 - tau) * t, t), target_params, params
-    )
-
-
-class Head(NamedTuple):
-    """How the Q-network's output becomes action values and a TD loss.
-
-    ``q_values(out)``: ``[B, A(, K)] -> [B, A]``. ``loss(taken, next_target,
-    reward, discount)``: the output at the action taken and the target
-    network's output at the bootstrap action (``[B]`` or ``[B, K]`` each),
-    n-step ``reward [B]`` and ``discount [B]`` -> (loss per item ``[B]``, new
-    priority ``[B]``).
-    """
-
-    num_atoms: int  # outputs per action (1: a scalar Q-value)
-    q_values: Callable
-    loss: Callable
 
 
 def scalar_head(loss: str = "huber") -> Head:
@@ -259,14 +207,6 @@ def td_loss(apply: Callable, head: Head, double_q: bool = True) -> Callable:
     return loss_fn
 
 
-def acting_epsilon(config: DQNConfig) -> Callable[[DQNState], jax.Array]:
-    """``epsilon(agent_state)``: the exploration rate the agent acts with, ``epsilon_start``
-    until the first update (the warm-up of ``learning_starts`` env steps), then decaying
-    linearly to ``epsilon_end`` over the first ``exploration_fraction`` of the run's updates."""
-    total_updates = max(config.num_updates, 1)
-    return lambda state: epsilon_schedule(state.hparams, state.num_updates, total_updates)
-
-
 def with_acting_epsilon(algorithm: Algorithm, config: DQNConfig) -> Algorithm:
     """``algorithm`` whose ``train/epsilon`` metric is the exploration rate every iteration
     acted with (:func:`acting_epsilon` before the iteration's updates), warm-up included,
@@ -281,10 +221,36 @@ def with_acting_epsilon(algorithm: Algorithm, config: DQNConfig) -> Algorithm:
     return algorithm._replace(step=step)
 
 
+def _epsilon_greedy_act(apply: Callable, head: Head, epsilon: Callable, noisy: bool) -> Callable:
+    """DQN's ``act(state, obs, key) -> (action, {})``: epsilon-greedy on ``[N]`` observations, an
+    independent draw per env (fresh noise from ``key`` for a noisy network)."""
+
+    def act(state: DQNState, obs, key):
+        obs, mask = split_action_mask(obs)
+        k_noise, k_explore = jax.random.split(key) if noisy else (None, key)
+        q = head.q_values(apply(state.params, obs, k_noise))
+        return epsilon_greedy(
+            parallel.local_keys(k_explore, q.shape[0]), q, epsilon(state), mask
+        ), {}
+
+    return act
+
+
+def _greedy_policy(apply: Callable, head: Head) -> Callable:
+    """DQN's ``policy(params, obs, key)``: the greedy valid action, with the mean weights."""
+
+    def policy(params, obs, key):
+        del key
+        obs, mask = split_action_mask(obs)
+        return masked_argmax(head.q_values(apply(params, obs)), mask)
+
+    return policy
+
+
 def make_dqn(network: networks.QNetwork, config: DQNConfig, head: Head | None = None) -> Agent:
     """The DQN-family agent: ``learn`` takes a :class:`jrl.parts.buffers.Sample` of
-    ``NStepTransition``s
-    and returns the new priorities in :attr:`jrl.parts.agent.Learned.priorities`.
+    ``NStepTransition``s and returns the new priorities in
+    :attr:`jrl.parts.agent.Learned.priorities`.
 
     ``head`` picks DQN (:func:`scalar_head`, the default), C51 or QR-DQN. With
     a noisy network (``network.noisy``) ``act`` and ``learn`` draw fresh
@@ -294,7 +260,7 @@ def make_dqn(network: networks.QNetwork, config: DQNConfig, head: Head | None = 
     action and the bootstrap action to valid actions.
     """
     if config.recurrent != "none":
-        return _recurrent_dqn(network, config, head or config.head())
+        return make_r2d2(network, config, head or config.head())
     hparams, total_updates, double_q = config.hparams(), max(config.num_updates, 1), config.double_q
     head = head or scalar_head()
     tx = make_optimizer("adam", config.max_grad_norm, eps=config.adam_eps)
@@ -307,21 +273,7 @@ def make_dqn(network: networks.QNetwork, config: DQNConfig, head: Head | None = 
         return DQNState(params, params, tx.init(params), hparams, jnp.zeros((), jnp.int32))
 
     epsilon = acting_epsilon(config)
-
-    def act(state: DQNState, obs, key):
-        """Epsilon-greedy on ``[N]`` observations, an independent draw per env."""
-        obs, mask = split_action_mask(obs)
-        k_noise, k_explore = jax.random.split(key) if noisy else (None, key)
-        q = head.q_values(apply(state.params, obs, k_noise))
-        return epsilon_greedy(
-            parallel.local_keys(k_explore, q.shape[0]), q, epsilon(state), mask
-        ), {}
-
-    def policy(params, obs, key):
-        del key
-        obs, mask = split_action_mask(obs)
-        return masked_argmax(head.q_values(apply(params, obs)), mask)
-
+    act, policy = _epsilon_greedy_act(apply, head, epsilon, noisy), _greedy_policy(apply, head)
     loss_fn = td_loss(apply, head, double_q)
 
     def learn(state: DQNState, sample: buffers.Sample, key) -> Learned:
@@ -349,164 +301,6 @@ def make_dqn(network: networks.QNetwork, config: DQNConfig, head: Head | None = 
         )
 
     return Agent(init=init, act=act, learn=learn, policy=policy)
-
-
-def sequence_q_targets(
-    q_next_online,
-    q_next_target,
-    reward,
-    terminated,
-    truncated,
-    gamma,
-    n: int,
-    double_q: bool = True,
-    next_mask=None,
-):
-    """``[L, B]`` n-step double-Q targets along sequences (time-major):
-
-        G_t = sum_{k<m} gamma^k r_{t+k} + gamma^m (1 - terminated_{t+m-1}) b_{t+m-1},
-        b_t = Q_target(s'_t, a*_t),  a*_t = argmax_a Q_online(s'_t, a) (double Q)
-
-    with ``m = min(n, L - t, j - t + 1)``, ``j >= t`` the first step ending an episode
-    (:func:`jrl.ops.returns.n_step_returns`): the sum stops at an episode's end and at the
-    sequence's. ``q_next_*`` ``[L, B, A]`` are the values of step ``t``'s successor ``s'_t``
-    (the final observation where the episode ended) from the state after step ``t``;
-    ``reward``, ``terminated``, ``truncated`` ``[L, B]``; ``next_mask`` ``[L, B, A]``."""
-    greedy = greedy_next_actions(q_next_online, q_next_target, double_q, next_mask)
-    bootstrap = jnp.take_along_axis(q_next_target, greedy[..., None], axis=-1).squeeze(-1)
-    return returns.n_step_returns(reward, bootstrap, terminated, truncated, gamma, n)
-
-
-def q_unroll(network: networks.RecurrentQNetwork, initial: Callable[[int], PyTree]):
-    """``unroll(params, state, obs, next_obs, episode_start) -> (q, q_next, state)``: the
-    recurrent Q-network replayed over ``obs`` ``[L, B, ...]`` from ``state`` (``[B, ...]`` per
-    leaf), the state put back to ``initial(B)`` before every step whose ``episode_start``
-    ``[L, B]`` is set. ``q`` ``[L, B, A]`` are the values of ``obs[t]``, ``q_next`` those of
-    ``next_obs[t]`` seen from the state after step ``t`` (the same episode's successor, or its
-    final observation), ``state`` the state after the last step."""
-
-    def unroll(params, state, obs, next_obs, episode_start):
-        apply = lambda method, *a: network.apply(params, *a, method=method)
-        feats, next_feats = apply(network.embed, obs), apply(network.embed, next_obs)
-        init = initial(episode_start.shape[1])
-
-        def step(h, x):
-            feat, next_feat, start = x
-            h, out = apply(network.core_step, networks.reset_core_state(h, init, start), feat)
-            return h, (out, apply(network.core_step, h, next_feat)[1])
-
-        state, (outs, next_outs) = jax.lax.scan(step, state, (feats, next_feats, episode_start))
-        return apply(network.q_values, outs), apply(network.q_values, next_outs), state
-
-    return unroll
-
-
-def sequence_loss(unroll, head: Head, burn_in: int, n: int, double_q: bool = True):
-    """R2D2's loss ``loss(params, target_params, seq, gamma) -> (loss, q_taken)`` on a
-    time-major ``NStepTransition`` ``seq`` ``[L, B]`` of one-step transitions whose
-    ``extras["core"]`` is the core state each step was acted from (``unroll``:
-    :func:`q_unroll`'s function).
-
-    Both networks start from the stored state of step 0 and go back to the initial state
-    where an episode starts (after a step with ``terminated | truncated``). The online network
-    warms up on steps ``0..burn_in-1`` without gradient; on steps ``burn_in..L-1`` its value of
-    the action taken is fitted to :func:`sequence_q_targets` (the target network's values,
-    n-step returns within the sequence) by ``head.loss``, averaged over ``B * (L - burn_in)``
-    items; ``q_taken`` ``[L - burn_in, B]``."""
-
-    def loss_fn(params, target_params, seq, gamma):
-        obs, _ = split_action_mask(seq.observation)
-        next_obs, next_mask = split_action_mask(seq.next_observation)
-        done = seq.terminated | seq.truncated
-        start = jnp.concatenate([jnp.zeros_like(done[:1]), done[:-1]])  # the loop reset there
-        stored = jax.tree.map(lambda x: x[0], seq.extras["core"])
-        cut = lambda x: x[burn_in:]
-        online = stored
-        if burn_in:  # warm the state up on the first steps: no gradient, no loss
-            warm = jax.tree.map(lambda x: x[:burn_in], (obs, next_obs, start))
-            online = unroll(jax.lax.stop_gradient(params), stored, *warm)[2]
-        rest = jax.tree.map(cut, (obs, next_obs, start))
-        q, q_next_online, _ = unroll(params, online, *rest)
-        _, q_next_target, _ = unroll(target_params, stored, obs, next_obs, start)
-        target = sequence_q_targets(  # no gradient: target params, an argmax, head.loss
-            q_next_online,
-            cut(q_next_target),
-            cut(seq.reward),
-            cut(seq.terminated),
-            cut(seq.truncated),
-            gamma,
-            n,
-            double_q,
-            None if next_mask is None else cut(next_mask),
-        )
-        action = cut(seq.action).astype(jnp.int32)
-        taken = jnp.take_along_axis(q, action[..., None], axis=-1).squeeze(-1)
-        flat = lambda x: x.reshape(-1)
-        zeros = jnp.zeros_like(flat(target))  # the n-step return enters as the reward
-        per_item, _ = head.loss(flat(taken), zeros, flat(target), zeros)
-        return per_item.mean(), taken
-
-    return loss_fn
-
-
-def _recurrent_dqn(network: networks.RecurrentQNetwork, config: DQNConfig, head: Head) -> Agent:
-    """:func:`make_dqn` with memory (R2D2; see the module docstring): ``learn`` takes a
-    :class:`jrl.parts.buffers.Sample` of sequences ``[B, L]`` of one-step ``NStepTransition``s whose
-    ``extras["core"]`` is the core state each step was acted from."""
-    hparams, total_updates, double_q = config.hparams(), max(config.num_updates, 1), config.double_q
-    tx = make_optimizer("adam", config.max_grad_norm, eps=config.adam_eps)
-    core, size, burn_in, n = config.recurrent, config.core_size, config.burn_in, config.n_step
-    initial = lambda num: networks.initial_core_state(core, size, num)
-    loss_fn = sequence_loss(q_unroll(network, initial), head, burn_in, n, double_q)
-
-    def init(key, spec: EnvSpec) -> DQNState:
-        obs_space, _ = split_action_mask(spec.observation_space)
-        obs = jax.tree.map(lambda x: x[None], networks.example_observation(obs_space))
-        params = network.init(key, initial(1), obs)
-        return DQNState(params, params, tx.init(params), hparams, jnp.zeros((), jnp.int32))
-
-    epsilon = acting_epsilon(config)
-
-    def act(state: DQNState, core_state, obs, key):
-        """Epsilon-greedy on ``[N]`` observations from ``core_state`` (``[N, core_size]`` per
-        leaf): ``(action, {"core": core_state}, next core state)``."""
-        obs, mask = split_action_mask(obs)
-        new_state, q = network.apply(state.params, core_state, obs)
-        keys = parallel.local_keys(key, q.shape[0])
-        return epsilon_greedy(keys, q, epsilon(state), mask), {"core": core_state}, new_state
-
-    def policy(params, core_state, obs, key):
-        del key
-        obs, mask = split_action_mask(obs)
-        core_state, q = network.apply(params, core_state, obs)
-        return masked_argmax(q, mask), core_state
-
-    def learn(state: DQNState, sample: buffers.Sample, key) -> Learned:
-        del key
-        hp = state.hparams
-        seq = jax.tree.map(lambda x: jnp.swapaxes(x, 0, 1), sample.items)  # [L, B, ...]
-        (value, q), grads = jax.value_and_grad(loss_fn, has_aux=True)(
-            state.params, state.target_params, seq, hp.gamma
-        )
-        grads = parallel.pmean(grads)
-        lr = scheduled_lr(hp.learning_rate, state.num_updates, total_updates, config.anneal_lr)
-        params, opt_state = apply_gradients(tx, state.params, state.opt_state, grads, lr)
-        num_updates = state.num_updates + 1
-        target_params = update_target(
-            state.target_params, params, num_updates, config.target_update_interval, hp.tau
-        )
-        metrics = {
-            **parallel.pmean({"train/loss": value, "train/q": q.mean()}),
-            **grad_norm_metric(grads, config.max_grad_norm),
-            "train/epsilon": epsilon(state),
-        }
-        return Learned(DQNState(params, target_params, opt_state, hp, num_updates), metrics)
-
-    def memoryless_act(state, obs, key):
-        raise TypeError("a recurrent agent acts from a core state: use agent.recurrent.act")
-
-    recurrent = Recurrent(initial, act, policy)
-    return Agent(init=init, act=memoryless_act, learn=learn, policy=None, recurrent=recurrent)
 
 
 CLASSIC_CONTROL = {
@@ -630,7 +424,7 @@ class DQNConfig(EpsilonGreedyConfig, ReplayConfig):
     def checks(self) -> list[Check]:
         return [
             *super().checks(),
-            *self._recurrent_checks(),
+            *recurrent_checks(self),
             (self.n_step > 0, f"n_step must be positive, got {self.n_step}"),
             (
                 self.target_update_interval > 0,
@@ -657,50 +451,6 @@ class DQNConfig(EpsilonGreedyConfig, ReplayConfig):
             ),
             (self.kappa >= 0, f"kappa must be >= 0, got {self.kappa}"),
             (self.adam_eps > 0, f"adam_eps must be positive, got {self.adam_eps}"),
-        ]
-
-    def _recurrent_checks(self) -> list[Check]:
-        """The recurrent options, and with a core what recurrent replay (R2D2) needs: a scalar
-        head without noise, uniform replay stratified by env, and a full sequence of every env
-        before the first update."""
-        steps = self.buffer_size // self.num_envs
-        options = [
-            (
-                self.recurrent in ("none", *networks.CORES),
-                f"recurrent must be 'none', 'lstm' or 'gru', got {self.recurrent!r}",
-            ),
-            (self.core_size > 0, f"core_size must be positive, got {self.core_size}"),
-            (
-                0 <= self.burn_in < self.sequence_length,
-                f"burn_in must lie in [0, sequence_length), got {self.burn_in} with "
-                f"sequence_length {self.sequence_length}",
-            ),
-        ]
-        if self.recurrent == "none":
-            return options
-        return options + [
-            (
-                self.distribution == "none" and not self.noisy and not self.prioritized,
-                "recurrent DQN has a scalar Q head, no noisy layers and uniform replay: set "
-                "distribution 'none', noisy and prioritized off",
-            ),
-            (
-                self.batch_size % self.num_envs == 0 and self.buffer_size % self.num_envs == 0,
-                f"recurrent DQN samples the same number of sequences from every env: "
-                f"batch_size ({self.batch_size}) and buffer_size ({self.buffer_size}) must be "
-                f"multiples of num_envs ({self.num_envs})",
-            ),
-            (
-                steps >= self.sequence_length,
-                f"buffer_size / num_envs = {steps} steps per env cannot hold a sequence of "
-                f"{self.sequence_length}",
-            ),
-            (
-                self.learning_starts >= self.sequence_length * self.num_envs,
-                f"learning_starts = {self.learning_starts} starts updates before every env has "
-                f"a sequence: it must be at least sequence_length * num_envs = "
-                f"{self.sequence_length * self.num_envs}",
-            ),
         ]
 
     def head(self) -> Head:
@@ -779,7 +529,7 @@ def build(config: DQNConfig, env, env_params, num_devices: int = 1) -> Built:
     env, spec = training_env(config, env, env_params, num_devices)
     head = config.head()
     if config.recurrent != "none":
-        network = _recurrent_network(config, num_actions, obs_space)
+        network = recurrent_q_network(config, num_actions, obs_space)
     else:
         network = q_network(config, num_actions, obs_space, head)
     agent = make_dqn(network, config, head)
@@ -819,11 +569,7 @@ def replay_buffer(config: DQNConfig, num_devices: int = 1):
     (annealed linearly from ``per_beta`` to 1 over the updates; None for uniform replay)."""
     capacity = config.buffer_size // num_devices
     if config.recurrent != "none":  # time-major steps of this device's envs, sequences out
-        local_envs = config.num_envs // num_devices
-        steps = config.buffer_size // config.num_envs
-        return buffers.trajectory_buffer(
-            steps, local_envs, config.sequence_length, stratify=True
-        ), None
+        return sequence_buffer(config, num_devices), None
     if not config.prioritized:
         local_envs = config.num_envs // num_devices
         return buffers.uniform_buffer(
@@ -832,18 +578,3 @@ def replay_buffer(config: DQNConfig, num_devices: int = 1):
     beta0, total_updates = config.per_beta, max(config.num_updates, 1)
     buffer = buffers.prioritized_buffer(capacity, config.per_alpha, config.per_beta)
     return buffer, lambda s: linear_schedule(s.num_updates, beta0, 1.0, total_updates)
-
-
-def _recurrent_network(
-    config: DQNConfig, num_actions: int, obs_space
-) -> networks.RecurrentQNetwork:
-    return networks.RecurrentQNetwork(
-        num_actions,
-        config.recurrent,
-        config.core_size,
-        tuple(config.hidden_sizes),
-        config.activation,
-        max(len(obs_space.shape), 1),
-        config.dueling,
-        torso=config.torso,
-    )

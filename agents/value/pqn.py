@@ -41,7 +41,7 @@ in the targets; the network sees only ``x``.
 from __future__ import annotations
 
 import dataclasses
-from typing import ClassVar
+from typing import Callable, ClassVar
 
 import jax
 import jax.numpy as jnp
@@ -179,33 +179,54 @@ class _Samples:
     target: jax.Array  # Q(lambda) return
 
 
-def make_pqn(network: networks.QNetwork, config: PQNConfig) -> Agent:
-    """The PQN agent; ``learn`` takes a time-major rollout ``Transition [T, N]``."""
-    # optax's default eps, which the preset was tuned with
-    tx = make_optimizer(config.optimizer, config.max_grad_norm, eps=1e-8)
-    hparams, total_updates = config.hparams(), max(config.num_iterations, 1)
+def _masked_q_values(network: networks.QNetwork) -> Callable:
+    """``q_values(params, obs) -> (q [..., A], mask [..., A] or None)`` of possibly masked
+    observations."""
 
     def q_values(params, obs):
-        """``(q [..., A], mask [..., A] or None)`` of possibly masked observations."""
         x, mask = split_action_mask(obs)
         return network.apply(params, x), mask
+
+    return q_values
+
+
+def _pqn_init(network: networks.QNetwork, tx, hparams: PQNHParams) -> Callable:
+    """PQN's ``init(key, spec) -> PQNState``."""
 
     def init(key, spec: EnvSpec) -> PQNState:
         x, _ = split_action_mask(networks.example_observation(spec.observation_space))
         params = network.init(key, x)
         return PQNState(params, tx.init(params), hparams, jnp.zeros((), jnp.int32))
 
-    def epsilon(state: PQNState):
-        return epsilon_schedule(state.hparams, state.num_updates, total_updates)
+    return init
+
+
+def _acting(q_values: Callable, epsilon: Callable) -> tuple[Callable, Callable]:
+    """PQN's ``act``, epsilon-greedy over the valid actions of ``[N]`` observations (one draw
+    per env), and its greedy ``policy``."""
 
     def act(state: PQNState, obs, key):
-        """Epsilon-greedy over the valid actions of ``[N]`` observations, one draw per env."""
         q, mask = q_values(state.params, obs)
         return epsilon_greedy(parallel.local_keys(key, q.shape[0]), q, epsilon(state), mask), {}
 
     def policy(params, obs, key):
         del key
         return masked_argmax(*q_values(params, obs))
+
+    return act, policy
+
+
+def make_pqn(network: networks.QNetwork, config: PQNConfig) -> Agent:
+    """The PQN agent; ``learn`` takes a time-major rollout ``Transition [T, N]``."""
+    # optax's default eps, which the preset was tuned with
+    tx = make_optimizer(config.optimizer, config.max_grad_norm, eps=1e-8)
+    hparams, total_updates = config.hparams(), max(config.num_iterations, 1)
+    q_values, init = _masked_q_values(network), _pqn_init(network, tx, hparams)
+
+    def epsilon(state: PQNState):
+        return epsilon_schedule(state.hparams, state.num_updates, total_updates)
+
+    act, policy = _acting(q_values, epsilon)
 
     def loss_fn(params, mb: _Samples):
         q = network.apply(params, mb.observation)

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import typing
 from pathlib import Path
 from typing import Any
 
@@ -30,22 +29,25 @@ import numpy as np
 
 import jrl.agents
 import jrl.envs
+from jrl.app import checkpoint, compile_cache, run_folder
 from jrl.app import execution as training
-from jrl.app import run_folder
 from jrl.app.checkpoint import CheckpointError
+from jrl.app.chunk_work import make_evaluator
 from jrl.app.execution import NonFiniteError, TrainingInterrupted
 from jrl.app.result import RETURN_KEY, TrainResult, sweep_groups
 from jrl.app.run_folder import RUN_FILES, read_spec
-from jrl.app.run_options import RECORDED, RunOptions, RunSpec
+from jrl.app.run_options import OPTION_NAMES, RECORDED, RunOptions, RunSpec, make_config
 from jrl.core.multi_agent_env import is_multi_agent
 from jrl.core.two_player_env import is_two_player
-from jrl.parts.agent_config import check, coerce_field
-from jrl.run import anakin, plugins
+from jrl.envs.host import host_env_of
+from jrl.parts import torsos
+from jrl.parts.agent_config import check
+from jrl.run import anakin, evaluation, pbt, plugins, sebulba
 from jrl.run.sebulba import ActorError
-from jrl.util import names
 
 __all__ = [
     "ActorError",
+    "OPTION_NAMES",
     "RETURN_KEY",
     "RUN_FILES",
     "CheckpointError",
@@ -64,61 +66,6 @@ __all__ = [
     "resume",
     "train",
 ]
-
-OPTION_NAMES = frozenset(f.name for f in dataclasses.fields(RunOptions))
-"""Keywords of :func:`train` and :func:`resume` that are run options, not config fields."""
-RESERVED_NAMES = OPTION_NAMES | {"env", "out", "options", "agent", "resume", "debug", "quiet"}
-"""Names no agent config field may have (run options and ``jrl train``'s own flags)."""
-
-
-def make_config(agent: str, env_id: str, **overrides: Any):
-    """The agent's config: defaults, then the env's preset, then ``overrides``.
-
-    Unknown fields raise ``TypeError`` with close matches; ill-typed values
-    raise ``TypeError``; out-of-range values raise ``ValueError``.
-    """
-    config_cls = jrl.agents.get(agent).config_cls
-    fields = {f.name: f for f in dataclasses.fields(config_cls)}
-    clash = sorted(set(fields) & RESERVED_NAMES)
-    if clash:
-        raise TypeError(
-            f"{agent}'s config field(s) {clash} have the name of a run option or command-line "
-            "option of jrl.train / jrl train; rename them in the config class"
-        )
-    hints = typing.get_type_hints(config_cls)
-    unknown = sorted(set(overrides) - set(fields))
-    if unknown:  # suggestions also from the run options, which jrl.train takes by keyword too
-        known = [*fields, *OPTION_NAMES]
-        hints_txt = "; ".join(
-            f"{u!r}" + "".join(f" (did you mean {c}?)" for c in names.closest(u, known, n=1))
-            for u in unknown
-        )
-        raise TypeError(
-            f"unknown {agent} config field(s): {hints_txt}. Fields: {', '.join(sorted(fields))}"
-        )
-    values = dict(config_cls.PRESETS.get(env_id, preset_of_host_env(config_cls, env_id)))
-    values.update({k: coerce_field(fields[k], v, hints) for k, v in overrides.items()})
-    config = config_cls(**values)
-    config.validate()
-    return config
-
-
-def preset_of_host_env(config_cls, env_id: str) -> dict[str, Any]:
-    """A host env (``gymnasium:<id>``, ``envpool:<id>``) without a preset of its own takes the
-    preset of the jrl env of the same id (the same task), if there is one, less what the
-    Sebulba runner (the one host envs train under) does not do: observation and reward
-    normalisation (their statistics live in a pure env's state), which the preset's
-    ``normalize_observations`` / ``normalize_rewards`` turn off."""
-    from jrl.envs.registry import ENVPOOL_PREFIX, GYMNASIUM_PREFIX
-
-    for prefix in (GYMNASIUM_PREFIX, ENVPOOL_PREFIX):
-        if env_id.startswith(prefix):
-            preset = dict(config_cls.PRESETS.get(env_id[len(prefix) :], {}))
-            for name in ("normalize_observations", "normalize_rewards"):  # check_agent's refusals
-                if preset.get(name):
-                    preset[name] = False
-            return preset
-    return {}
 
 
 def check_env(spec: RunSpec) -> None:
@@ -145,8 +92,6 @@ def check_runner(spec: RunSpec, env) -> None:
     (:func:`jrl.run.sebulba.check_options`: how the envs divide, pull mode, devices, the Ray
     address; ``ConnectionError`` where nothing answers at that address) runs here, before any
     run folder is made."""
-    from jrl.envs.host import host_env_of
-
     host = host_env_of(env)
     on_host = host is not None
     most, devices = type(spec.config).MAX_DEVICES, spec.options.devices or 1
@@ -182,8 +127,6 @@ def check_runner(spec: RunSpec, env) -> None:
             f"actors' replay ({', '.join(able)}); {spec.agent} does not: train it with the "
             "anakin runner"
         )
-    from jrl.run import sebulba
-
     options = spec.options.sebulba()
     replay = False
     if options.pull_batch:  # refused for an agent whose actors push replay items (apex)
@@ -206,8 +149,6 @@ def _split_options(kwargs: dict[str, Any], options: RunOptions | None) -> tuple[
 def _start(options: RunOptions) -> None:
     """What every entry point does first (before any folder is touched)."""
     if options.compile_cache:
-        from jrl.app import compile_cache
-
         compile_cache.enable(None if options.compile_cache is True else options.compile_cache)
     anakin.compiler_options()  # a bad JRL_CPU_OPT_LEVEL fails here
 
@@ -247,7 +188,7 @@ def train(
         (modules that register envs or agents, imported first and recorded: :mod:`jrl.run.plugins`).
       **kwargs: the run options above, and config fields, e.g.
         ``total_steps=100_000, learning_rate=3e-4``; ``torso`` may also be a flax module
-        factory (see :data:`jrl.parts.networks.TORSOS`), registered under its ``__name__``.
+        factory (see :data:`jrl.parts.torsos.TORSOS`), registered under its ``__name__``.
 
     Raises:
       TrainingInterrupted: on SIGINT/SIGTERM (after the current chunk, with a
@@ -255,18 +196,7 @@ def train(
       NonFiniteError: a loss or parameter became NaN/inf (the last good
         checkpoint is kept).
     """
-    opts, overrides = _split_options(dict(kwargs), options)
-    if callable(overrides.get("torso")):  # a flax module factory: registered under its name
-        from jrl.parts import networks
-
-        factory = overrides["torso"]
-        overrides["torso"] = getattr(factory, "__name__", type(factory).__name__)
-        networks.register_torso(overrides["torso"], factory, overwrite=True)
-    if seeds is not None:
-        opts = dataclasses.replace(opts, seeds=seeds)
-    opts = dataclasses.replace(
-        opts, plugins=plugins.load([*opts.plugins, *plugins.from_environment()])
-    )
+    opts, overrides = _train_options(dict(kwargs), options, seeds)
     _start(opts)
     env, object_overrides = jrl.envs.register_object(env)
     if object_overrides:
@@ -276,21 +206,44 @@ def train(
         opts = dataclasses.replace(opts, devices=jax.device_count())
     if opts.devices is not None:  # too many devices: refused before any folder is looked at
         anakin.make_mesh(opts.devices)
-    spec = RunSpec(agent, env, make_config(agent, env, **overrides), opts)
-    spec.check_sweep(overrides)
-    if opts.pbt is not None:
-        from jrl.run import pbt
-
-        sweepable = jrl.agents.get(agent).sweepable
-        checked = pbt.check_pbt(opts.pbt, sweepable, opts.sweep, len(spec.run_seeds))
-        spec.options = opts = dataclasses.replace(opts, pbt=checked)
-    check_env(spec)
+    spec = _checked_spec(agent, env, opts, overrides)
     if out is None or jax.process_index() != 0:  # only process 0 writes the run folder
         return training.execute(spec, None)
     out_path = Path(out)
     with run_folder.RunLock(out_path, quiet=not opts.progress):
-        run_folder.check_out_dir(out_path, opts.overwrite)
+        run_folder.check_out_dir(out_path, spec.options.overwrite)
         return training.execute(spec, out_path)
+
+
+def _train_options(
+    kwargs: dict[str, Any], options: RunOptions | None, seeds: int | None
+) -> tuple[RunOptions, dict]:
+    """:func:`train`'s ``(run options, config overrides)``, its plugins imported; a flax module
+    factory given as ``torso`` is registered under its name."""
+    opts, overrides = _split_options(kwargs, options)
+    if callable(overrides.get("torso")):  # a flax module factory: registered under its name
+        factory = overrides["torso"]
+        overrides["torso"] = getattr(factory, "__name__", type(factory).__name__)
+        torsos.register_torso(overrides["torso"], factory, overwrite=True)
+    if seeds is not None:
+        opts = dataclasses.replace(opts, seeds=seeds)
+    opts = dataclasses.replace(
+        opts, plugins=plugins.load([*opts.plugins, *plugins.from_environment()])
+    )
+    return opts, overrides
+
+
+def _checked_spec(agent: str, env: str, opts: RunOptions, overrides: dict) -> RunSpec:
+    """The run's spec, its sweep, PBT settings and env checked (before any folder is
+    touched)."""
+    spec = RunSpec(agent, env, make_config(agent, env, **overrides), opts)
+    spec.check_sweep(overrides)
+    if opts.pbt is not None:
+        sweepable = jrl.agents.get(agent).sweepable
+        checked = pbt.check_pbt(opts.pbt, sweepable, opts.sweep, len(spec.run_seeds))
+        spec.options = dataclasses.replace(opts, pbt=checked)
+    check_env(spec)
+    return spec
 
 
 def resume(
@@ -353,9 +306,6 @@ class LoadedRun:
         """One observation of the run's env as the env produces it (``jax.ShapeDtypeStruct``
         leaves, no batch axis): what :meth:`policy` takes (see
         :func:`jrl.run.evaluation.observation_spec`)."""
-        from jrl.envs.host import host_env_of
-        from jrl.run import evaluation
-
         on_host = host_env_of(self.built.env) is not None
         return evaluation.observation_spec(self.built.env, self.built.env_params, on_host)
 
@@ -370,8 +320,6 @@ class LoadedRun:
         ``key(0)``) only matters for a stochastic policy. A policy with memory is a
         :class:`~jrl.run.evaluation.StatefulPolicy`: ``initial_state(num=None)`` (one episode's
         state, or ``[num, ...]``) and ``step(state, obs, key=None) -> (action, state)``."""
-        from jrl.run import evaluation
-
         if not 0 <= run < len(self.spec.run_seeds):
             raise ValueError(f"run must lie in [0, {len(self.spec.run_seeds)}), got {run}")
         one = jax.tree.map(lambda x: x[run], self.state)
@@ -383,8 +331,6 @@ class LoadedRun:
 
 def load_run(run_dir: str | os.PathLike, step: int | None = None) -> LoadedRun:
     """Loads a run folder's checkpoint (default: the latest) for evaluation or rendering."""
-    from jrl.app import checkpoint
-
     run_dir = Path(run_dir)
     spec = run_folder.read_spec(run_dir)
     build = jrl.agents.get(spec.agent).build
@@ -408,8 +354,8 @@ def _evaluate_games(loaded: LoadedRun, games: int, seed: int) -> dict[str, Any]:
     """:func:`evaluate_run` of a two-player game: ``games`` games (half as first player)
     of every run against each baseline opponent
     (:func:`jrl.agents.search.arena.baseline_players`)."""
+    # the tree-search family (and mctx, about 0.3 s to import) only for a two-player game
     from jrl.agents.search import arena as game_eval
-    from jrl.run import evaluation
 
     if games < 2 or games % 2:
         raise ValueError(f"a game evaluation plays an even number of games >= 2, got {games}")
@@ -461,11 +407,16 @@ def evaluate_run(
     if loaded.built.player is not None:
         return _evaluate_games(loaded, int(episodes), int(seed))
     returns, lengths = jax.device_get(
-        training.make_evaluator(loaded.built, int(episodes), greedy)(
-            loaded.state, jax.random.key(int(seed))
-        )
+        make_evaluator(loaded.built, int(episodes), greedy)(loaded.state, jax.random.key(int(seed)))
     )
     returns = np.asarray(returns, np.float64)
+    return _returns_report(loaded, returns, lengths, int(episodes), greedy, int(seed))
+
+
+def _returns_report(
+    loaded: LoadedRun, returns: np.ndarray, lengths, episodes: int, greedy: bool, seed: int
+) -> dict[str, Any]:
+    """:func:`evaluate_run`'s statistics of ``returns`` ``[R, episodes]``."""
     flat = np.sort(returns.reshape(-1))
     iqm = _iqm(flat)
     spec = loaded.spec
@@ -485,8 +436,8 @@ def evaluate_run(
         "env_id": spec.env_id,
         "checkpoint_iteration": loaded.step,
         "policy": "greedy" if greedy else "stochastic",
-        "episodes_per_run": int(episodes),
-        "seed": int(seed),
+        "episodes_per_run": episodes,
+        "seed": seed,
         "mean": float(flat.mean()),
         "std": float(flat.std()),
         "median": float(np.median(flat)),

@@ -43,6 +43,7 @@ import math
 import os
 import sys
 import tempfile
+import time
 from pathlib import Path
 from typing import Any
 
@@ -51,6 +52,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from jrl import __version__
+from jrl.app import checkpoint_formats as formats
 from jrl.core.types import PyTree, is_key
 from jrl.util import files
 from jrl.util.bounds import seconds_from_env
@@ -70,16 +72,11 @@ __all__ = [
 FORMAT_VERSION = 4
 """Bumped whenever the layout or the meaning of a checkpoint changes. Format 2: the
 agent-contract names (``num_updates`` for every agent's update counter; an agent's
-hyperparameters only its own) and a run fingerprint in the record. Format 1 checkpoints
-are read through :func:`_format1_order`. Format 4: a leaf split along its leading axis
-over several devices (a run spread over the CPU cores) may be written in pieces, one per
+hyperparameters only its own) and a run fingerprint in the record. Format 3: an 8-ary
+sum tree in the prioritised buffers. Formats 1-2 are read through
+:mod:`jrl.app.checkpoint_formats`. Format 4: a leaf split along its leading axis over
+several devices (a run spread over the CPU cores) may be written in pieces, one per
 device, that loading joins (the record's ``pieces``)."""
-
-RENAMED_IN_2 = {"num_learn_steps": "num_updates"}
-"""Path components renamed by format 2 (the actor-critic and PQN update counters)."""
-# Format 3: the prioritised buffers' sum tree (a ``.../tree`` leaf) is 8-ary
-# (``jrl.parts.buffers``); the binary trees of formats 1 and 2 (``[..., 2 P]``, slot i's leaf at
-# ``P + i``) are rebuilt from their leaves on load, bit for bit what the buffer computes.
 
 CHECKPOINT_DIR = "checkpoints"
 MANIFEST = (
@@ -260,8 +257,6 @@ def _quiet_stderr(log: Path):
 def _until_quiet(capture, quiet_for: float = 0.5, at_most: float = 10.0) -> None:
     """Waits until nothing was written to ``capture`` for ``quiet_for`` seconds (``at_most``
     in all)."""
-    import time
-
     start, size, since = time.monotonic(), -1, time.monotonic()
     while time.monotonic() - start < at_most:
         now = os.fstat(capture.fileno()).st_size
@@ -314,7 +309,7 @@ class Checkpointer:
         """orbax's manager, made at the first use: importing orbax takes about 0.2 s, which a
         run that checkpoints only at its end need not spend before its first progress line."""
         if self._manager_ is None:
-            import orbax.checkpoint as ocp
+            import orbax.checkpoint as ocp  # made at the first use: see above
 
             _quiet_orbax()
             # orbax's default numpy handler deep-copies every array before writing it (a guard
@@ -454,10 +449,10 @@ def load(
     expected, saved = leaf_specs(like), meta.get("leaves", [])
     as_now, trees = saved, {}
     if version <= 2:
-        as_now, trees = _binary_sum_trees(saved, expected)
+        as_now, trees = formats.binary_sum_trees(saved, expected)
     order = list(range(len(expected))) if as_now == expected else None
     if order is None and version == 1:
-        order = _format1_order(as_now, expected)
+        order = formats.format1_order(as_now, expected)
     if order is None:
         raise CheckpointError(
             f"checkpoint {path} holds a different train state (another agent, env or "
@@ -465,7 +460,10 @@ def load(
         )
     arrays, hist = _read_arrays(path, meta, saved, fallback)
     for i, size in trees.items():
-        arrays[i] = _rebuild_sum_tree(arrays[i], size)
+        try:
+            arrays[i] = formats.rebuild_sum_tree(arrays[i], size)
+        except ValueError as e:  # no buffer has such a tree
+            raise CheckpointError(str(e)) from None
     arrays = [arrays[i] for i in order]
     like_leaves, treedef = jax.tree.flatten(like)
     leaves = [
@@ -478,6 +476,7 @@ def load(
 def _read_arrays(path: Path, meta: dict[str, Any], saved: list[list], fallback: str):
     """The state leaves (in the saved order) and metric histories of the checkpoint at
     ``path``, checked against the shapes, dtypes and checksum of its record."""
+    # orbax takes about 0.2 s to import: only when a checkpoint is read (not by `jrl --help`)
     import orbax.checkpoint as ocp
 
     names = meta["history_names"]
@@ -523,76 +522,6 @@ def _read_arrays(path: Path, meta: dict[str, Any], saved: list[list], fallback: 
             f"with them{fallback}"
         )
     return arrays, dict(zip(names, hist))
-
-
-def _format1_order(saved: list[list], expected: list[list]) -> list[int] | None:
-    """For a format-1 checkpoint: the index of the saved leaf that holds each expected leaf,
-    with the format-2 renames applied (:data:`RENAMED_IN_2`) and the hyperparameters an agent
-    no longer has (A2C's unused ``clip_eps``) left out; None when the trees differ otherwise."""
-
-    def renamed(path: str) -> str:
-        return "/".join(RENAMED_IN_2.get(part, part) for part in path.split("/"))
-
-    by_path = {renamed(p): (i, shape, dtype) for i, (p, shape, dtype) in enumerate(saved)}
-    order = []
-    for p, shape, dtype in expected:
-        if p not in by_path or by_path[p][1:] != (shape, dtype):
-            return None
-        order.append(by_path[p][0])
-    dropped = [saved[i][0] for i in sorted(set(range(len(saved))) - set(order))]
-    if any("/hparams/" not in p for p in dropped):
-        return None
-    return order
-
-
-def _binary_sum_trees(saved: list[list], expected: list[list]) -> tuple[list[list], dict]:
-    """For a format 1-2 checkpoint: ``saved`` with each binary sum tree's spec replaced by the
-    8-ary tree expected at the same path, and ``{saved index: expected tree length}`` of
-    those trees. A binary tree: a float32 ``.../tree`` leaf whose last axis is a power of two
-    (``2 P``) where the expected leaf has the same leading axes and another length."""
-    by_path = {p: (shape, dtype) for p, shape, dtype in expected}
-    as_now, trees = [], {}
-    for i, (p, shape, dtype) in enumerate(saved):
-        want = by_path.get(p)
-        n = shape[-1] if shape else 0
-        if (
-            p.rsplit("/", 1)[-1] == "tree"
-            and want is not None
-            and dtype == want[1] == "float32"
-            and len(shape) == len(want[0]) >= 1
-            and shape[:-1] == want[0][:-1]
-            and n >= 2
-            and n & (n - 1) == 0
-            and n != want[0][-1]
-        ):
-            trees[i] = want[0][-1]
-            as_now.append([p, list(want[0]), dtype])
-        else:
-            as_now.append([p, shape, dtype])
-    return as_now, trees
-
-
-def _rebuild_sum_tree(binary: np.ndarray, size: int) -> np.ndarray:
-    """The 8-ary sum tree of length ``size`` over the leaves of a binary one (``[..., 2 P]``,
-    slot i's leaf at ``P + i``). Every capacity whose 8-ary tree has ``size`` entries stores
-    the same layout, and a binary tree's leaves past its capacity are 0, so the tree is built
-    for the largest such capacity (at most the binary tree's ``P`` leaves, zeros beyond)."""
-    from jrl.parts import buffers
-
-    leaves = binary[..., binary.shape[-1] // 2 :]
-    if size == 1:  # a single slot, which is the root
-        return leaves[..., :1].copy()
-    lo, hi = 2, max(2, 8 * size)  # the largest capacity whose tree has ``size`` entries
-    while lo < hi:
-        mid = (lo + hi + 1) // 2
-        if buffers.sum_tree_size(mid) <= size:
-            lo = mid
-        else:
-            hi = mid - 1
-    if buffers.sum_tree_size(lo) != size:
-        raise CheckpointError(f"no prioritised buffer has a sum tree of {size} entries")
-    n = min(lo, leaves.shape[-1])
-    return np.asarray(buffers.sum_tree_from_leaves(np.ascontiguousarray(leaves[..., :n]), lo))
 
 
 def _read_meta(path: Path, fallback: str) -> dict[str, Any]:

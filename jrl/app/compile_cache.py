@@ -15,9 +15,11 @@ user, or the test suite) is left as it is.
 from __future__ import annotations
 
 import os
+import warnings
 from pathlib import Path
 
 import jax
+from jax.experimental.compilation_cache import compilation_cache
 
 __all__ = ["DISABLED", "MIN_COMPILE_SECONDS", "default_dir", "enable"]
 
@@ -59,8 +61,6 @@ def enable(
     try:
         directory.mkdir(parents=True, exist_ok=True)
     except OSError as err:  # an unwritable cache must not stop training
-        import warnings
-
         warnings.warn(
             f"jrl: compilation cache disabled, cannot create {directory}: {err}", stacklevel=2
         )
@@ -69,7 +69,5 @@ def enable(
     jax.config.update("jax_persistent_cache_min_compile_time_secs", float(min_compile_seconds))
     # JAX reads the directory when it first compiles anything; start over so the setting takes
     # effect even if something was compiled (an eager op) before.
-    from jax.experimental.compilation_cache import compilation_cache
-
     compilation_cache.reset_cache()
     return directory

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import os
 import socket
+import time
 
 import jax
 
@@ -33,8 +34,6 @@ def _check_reachable(address: str, process_id: int, timeout: float) -> None:
         raise ValueError(f"coordinator address must be HOST:PORT, got {address!r}")
     if process_id == 0:
         return
-    import time
-
     deadline = time.monotonic() + timeout
     while True:
         try:

@@ -1,4 +1,4 @@
-"""Policy export (layer 8): one trained run as an inference-only artifact.
+"""Policy export: one trained run as an inference-only artifact.
 
 ``export_policy(RUN, OUT, run=r)`` writes into the folder ``OUT``:
 
@@ -50,6 +50,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import numpy as np
+from flax import serialization
 
 import jrl
 from jrl.app import run_folder
@@ -131,34 +132,13 @@ def export_policy(
     Raises ``FileExistsError`` for an ``out`` that :func:`check_out` refuses and
     ``ValueError`` for a bad ``run``, before anything is written; the files are computed
     in full before the first is written, each atomically."""
-    from flax import serialization
-
     out = Path(out)
     check_out(out)
     loaded = load_run(run_dir, step)
     policy = loaded.policy(run, greedy)  # one observation or a batch; key optional
     observation = loaded.observation_spec()
-    (batch,) = jax.export.symbolic_shape("batch")
-    batched = lambda x: jax.ShapeDtypeStruct((batch, *x.shape), x.dtype)  # noqa: E731
-    obs_spec = jax.tree.map(batched, observation)
-    key_spec = jax.ShapeDtypeStruct((2,), jnp.uint32)
-    key = jax.random.wrap_key_data
+    exported, signature, initial = _export_program(policy, observation)
     memory = isinstance(policy, StatefulPolicy)
-    initial = policy.initial_state() if memory else ()  # one episode's state, no batch axis
-    if memory:
-        state_spec = jax.tree.map(batched, jax.eval_shape(policy.initial_state))
-        exported = jax.export.export(
-            jax.jit(lambda state, obs, key_data: policy.step(state, obs, key(key_data)))
-        )(state_spec, obs_spec, key_spec)
-        signature = (
-            "(state [B, ...], observations [B, ...], key_data uint32[2]) -> "
-            "(actions [B, ...], state [B, ...])"
-        )
-    else:
-        exported = jax.export.export(jax.jit(lambda obs, key_data: policy(obs, key(key_data))))(
-            obs_spec, key_spec
-        )
-        signature = "(observations [B, ...], key_data uint32[2]) -> actions [B, ...]"
     action = exported.out_avals[0]
     env = evaluation.evaluation_env(loaded.built.env)  # the env the policy acts in
     spec = loaded.spec
@@ -191,6 +171,32 @@ def export_policy(
     for name, data in blobs.items():
         files.write_atomic(out / name, data)
     return out
+
+
+def _export_program(policy, observation: Any) -> tuple[Any, str, Any]:
+    """``(exported, signature, initial state)``: ``policy`` as a ``jax.export`` program over
+    a symbolic batch of ``observation`` (and of its state, for a policy with memory, whose
+    initial state, one episode's, no batch axis, comes back; ``()`` without memory)."""
+    (batch,) = jax.export.symbolic_shape("batch")
+    batched = lambda x: jax.ShapeDtypeStruct((batch, *x.shape), x.dtype)  # noqa: E731
+    obs_spec = jax.tree.map(batched, observation)
+    key_spec = jax.ShapeDtypeStruct((2,), jnp.uint32)
+    key = jax.random.wrap_key_data
+    if not isinstance(policy, StatefulPolicy):
+        exported = jax.export.export(jax.jit(lambda obs, key_data: policy(obs, key(key_data))))(
+            obs_spec, key_spec
+        )
+        return exported, "(observations [B, ...], key_data uint32[2]) -> actions [B, ...]", ()
+    initial = policy.initial_state()  # one episode's state, no batch axis
+    state_spec = jax.tree.map(batched, jax.eval_shape(policy.initial_state))
+    exported = jax.export.export(
+        jax.jit(lambda state, obs, key_data: policy.step(state, obs, key(key_data)))
+    )(state_spec, obs_spec, key_spec)
+    signature = (
+        "(state [B, ...], observations [B, ...], key_data uint32[2]) -> "
+        "(actions [B, ...], state [B, ...])"
+    )
+    return exported, signature, initial
 
 
 def _key_data(key: jax.Array) -> jax.Array:

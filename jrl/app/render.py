@@ -1,7 +1,7 @@
 """Episode videos: the frames of one episode of a fixed policy, and GIF/MP4 files.
 
-Layer 6, next to :mod:`jrl.run.evaluation`: it uses the env API and wrappers
-only. The policy has :func:`jrl.run.evaluation.episode_returns`'s signature,
+Beside :mod:`jrl.run.evaluation`: it uses the env API and wrappers only.
+The policy has :func:`jrl.run.evaluation.episode_returns`'s signature,
 ``policy(obs [1, ...], key) -> action [1, ...]`` (a batch of one), so the
 same bound policy serves both; with the same key, :func:`episode_frames`
 plays the same episode as ``episode_returns(policy, env, key, 1)``::
@@ -31,6 +31,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import imageio.v3 as iio
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -286,7 +287,17 @@ def write_video(frames: np.ndarray | jax.Array, path: str | os.PathLike, fps: fl
             f"frames must be uint8[T, H, W, 3] with T, H, W >= 1, "
             f"got {frames.dtype}{list(frames.shape)}"
         )
-    fps = float(fps)
+    writer = _video_writer(suffix, float(fps))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    # the temporary file ends in the real extension for the writers and is created by the
+    # writer itself, so it gets the usual permissions
+    with files.replacing(path) as tmp:
+        writer(frames, tmp)
+    return path
+
+
+def _video_writer(suffix: str, fps: float) -> Callable[[np.ndarray, Path], None]:
+    """``writer(frames, path)`` of a ``.gif`` or ``.mp4`` file at ``fps`` (checked for it)."""
     if not (math.isfinite(fps) and fps > 0):
         raise ValueError(f"fps must be a positive number, got {fps}")
     if suffix == ".gif":
@@ -297,20 +308,12 @@ def write_video(frames: np.ndarray | jax.Array, path: str | os.PathLike, fps: fl
                 f"hundredths of a second, and viewers slow delays under 0.02 s), got fps={fps:g}; "
                 "use a lower fps or .mp4"
             )
-        writer = functools.partial(_write_gif, delay_ms=10 * delay)
-    else:
-        try:
-            import imageio_ffmpeg  # noqa: F401  (the ffmpeg binary imageio's plugin runs)
-        except ImportError:
-            raise ImportError(_MP4_HINT) from None
-        writer = functools.partial(_write_mp4, fps=fps)
-
-    path.parent.mkdir(parents=True, exist_ok=True)
-    # the temporary file ends in the real extension for the writers and is created by the
-    # writer itself, so it gets the usual permissions
-    with files.replacing(path) as tmp:
-        writer(frames, tmp)
-    return path
+        return functools.partial(_write_gif, delay_ms=10 * delay)
+    try:  # the optional video extra
+        import imageio_ffmpeg  # noqa: F401  (the ffmpeg binary imageio's plugin runs)
+    except ImportError:
+        raise ImportError(_MP4_HINT) from None
+    return functools.partial(_write_mp4, fps=fps)
 
 
 def _write_gif(frames: np.ndarray, path: Path, delay_ms: int) -> None:
@@ -327,8 +330,6 @@ def _write_gif(frames: np.ndarray, path: Path, delay_ms: int) -> None:
     merged again), the others are the real image. Readers that composite
     frames (browsers, Pillow, imageio) give back the identical image.
     """
-    import imageio.v3 as iio
-
     hold = np.zeros(frames.shape[1:3] + (4,), np.uint8)  # RGBA, alpha 0 everywhere
     with iio.imopen(path, "w", plugin="pillow", extension=".gif") as out:
         repeats = 0
@@ -345,8 +346,6 @@ def _write_gif(frames: np.ndarray, path: Path, delay_ms: int) -> None:
 
 def _write_mp4(frames: np.ndarray, path: Path, fps: float) -> None:
     """Writes an H.264 MP4 (yuv420p) of ``frames`` ``uint8[T, H, W, 3]``, padded to even sizes."""
-    import imageio.v3 as iio
-
     _, h, w, _ = frames.shape
     if h % 2 or w % 2:
         frames = np.pad(frames, ((0, 0), (0, h % 2), (0, w % 2), (0, 0)), mode="edge")

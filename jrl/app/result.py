@@ -1,4 +1,4 @@
-"""What training returns (layer 8): :class:`TrainResult`, with its summary, plot and
+"""What training returns: :class:`TrainResult`, with its summary, plot and
 run-folder files, and the live progress line."""
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from typing import Any, Sequence
 
 import jax
 import numpy as np
+from flax import serialization
 
 import jrl
 from jrl.run import anakin
@@ -148,11 +149,13 @@ class TrainResult:
 
         Returns the matplotlib figure; saves it to ``path`` when given.
         """
+        # matplotlib (0.2 s, pyplot more) only once a plot is drawn, after training: not
+        # before a run's first progress line (benchmarks/startup.py)
         import matplotlib
 
         if path is not None:
             matplotlib.use("Agg", force=False)
-        import matplotlib.pyplot as plt
+        import matplotlib.pyplot as plt  # after the backend is chosen
 
         fig, ax = plt.subplots(figsize=(7, 4.2))
         values = self.metrics[metric]
@@ -196,8 +199,6 @@ class TrainResult:
         temporary names and renamed, so an interrupted save leaves no half file.
         ``write_metrics=False`` leaves ``metrics.csv`` to the CSV sink that wrote it during
         training."""
-        from flax import serialization
-
         out = Path(out_dir)
         out.mkdir(parents=True, exist_ok=True)
 
@@ -205,34 +206,9 @@ class TrainResult:
             files.write_atomic(out / name, data)
 
         if not (out / "config.json").exists():  # train() writes the full record before it starts
-            config = {
-                "agent": self.agent,
-                "env_id": self.env_id,
-                "seeds": self.seeds,
-                "sweep": self.sweep,
-                "config": dataclasses.asdict(self.config),
-                "jrl_version": jrl.__version__,
-            }
-            write("config.json", json.dumps(config, indent=2))
-
+            write("config.json", json.dumps(self._record(), indent=2))
         if write_metrics:
-            names = sorted(self.metrics)
-            rows = [["run", "seed", *self.sweep.keys(), "iteration", "env_steps", *names]]
-            for r in range(self.num_runs):
-                for it in report_iterations:
-                    rows.append(
-                        [
-                            r,
-                            self.seeds[r],
-                            *(self.sweep[k][r] for k in self.sweep),
-                            it,
-                            int(self.env_steps[it - 1]),
-                            *(float(self.metrics[n][r, it - 1]) for n in names),
-                        ]
-                    )
-            buf = io.StringIO()
-            csv.writer(buf).writerows(rows)
-            write("metrics.csv", buf.getvalue())
+            write("metrics.csv", self._metrics_csv(report_iterations))
         write("params.msgpack", serialization.to_bytes(jax.device_get(self.final_params)))
         summary = {
             "summary": self.summary(),
@@ -248,6 +224,37 @@ class TrainResult:
             self.plot(tmp_png)
         self.out_dir = out
         return out
+
+    def _record(self) -> dict[str, Any]:
+        """The ``config.json`` of a result saved outside :func:`jrl.train` (no run record)."""
+        return {
+            "agent": self.agent,
+            "env_id": self.env_id,
+            "seeds": self.seeds,
+            "sweep": self.sweep,
+            "config": dataclasses.asdict(self.config),
+            "jrl_version": jrl.__version__,
+        }
+
+    def _metrics_csv(self, report_iterations: Sequence[int]) -> str:
+        """``metrics.csv``: a row per run and reported iteration."""
+        names = sorted(self.metrics)
+        rows = [["run", "seed", *self.sweep.keys(), "iteration", "env_steps", *names]]
+        for r in range(self.num_runs):
+            for it in report_iterations:
+                rows.append(
+                    [
+                        r,
+                        self.seeds[r],
+                        *(self.sweep[k][r] for k in self.sweep),
+                        it,
+                        int(self.env_steps[it - 1]),
+                        *(float(self.metrics[n][r, it - 1]) for n in names),
+                    ]
+                )
+        buf = io.StringIO()
+        csv.writer(buf).writerows(rows)
+        return buf.getvalue()
 
 
 def _prefix(label: str) -> str:

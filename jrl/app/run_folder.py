@@ -1,4 +1,4 @@
-"""The run folder (layer 8): what a run writes where, and the checks before it writes.
+"""The run folder: what a run writes where, and the checks before it writes.
 
 ::
 

@@ -1,4 +1,4 @@
-"""Run options and the run record (layer 8).
+"""Run options, the agent's config, and the run record.
 
 :class:`RunOptions` is everything about *how* a run executes, apart from the
 agent's config: seeds, a sweep, devices, reports, evaluation, checkpoints,
@@ -6,6 +6,9 @@ logs. It is validated once (:meth:`RunOptions.validate`), written to the run
 folder's ``config.json`` (the fields in :data:`RECORDED`; the others only
 concern one invocation) and read back from it; the CLI parses its fields
 straight from the dataclass, docstrings included.
+
+:func:`make_config` is the agent's config of a run: its defaults, the env's preset, then
+the fields given (``jrl.train``'s keywords that are not run options, :data:`OPTION_NAMES`).
 
 :class:`RunSpec` is one run's whole record: agent, env, config and options.
 ``resume``, ``jrl eval`` and ``jrl render`` rebuild the run from it.
@@ -25,11 +28,26 @@ from typing import Annotated, Any
 import jax
 import tyro
 
+import jrl.agents
 from jrl import __version__
+from jrl.app import sinks
 from jrl.app.checkpoint import CheckpointError
+from jrl.envs.registry import ENVPOOL_PREFIX, GYMNASIUM_PREFIX
+from jrl.parts.agent_config import coerce_field
 from jrl.run.pbt import PBT
+from jrl.run.sebulba import SebulbaOptions
+from jrl.util.names import closest
 
-__all__ = ["RECORDED", "RUN_FORMAT_VERSION", "RunOptions", "RunSpec"]
+__all__ = [
+    "OPTION_NAMES",
+    "RECORDED",
+    "RESERVED_NAMES",
+    "RUN_FORMAT_VERSION",
+    "RunOptions",
+    "RunSpec",
+    "make_config",
+    "preset_of_host_env",
+]
 
 RUN_FORMAT_VERSION = 2
 """Version of the ``run`` record in ``config.json`` (a newer one is refused). 2: per-seed run
@@ -130,8 +148,23 @@ class RunOptions:
             value = getattr(self, name)
             if value is not None and (isinstance(value, bool) or not float(value).is_integer()):
                 raise ValueError(f"{name} must be a whole number, got {value!r}")
+        for ok, message in self._range_checks(has_out):
+            if not ok:
+                raise ValueError(message)
+        for name, values in self.sweep.items():
+            if not values:
+                raise ValueError(f"sweep over {name!r} has no values")
+        if self.pbt is not None:
+            self.pbt.validate()
+        self._check_runner()
+        if self.log:
+            sinks.check_names(["csv", *self.log])
+        return self
+
+    def _range_checks(self, has_out: bool) -> list[tuple[bool, str]]:
+        """``(holds, message)`` of each range check of :meth:`validate`, in order."""
         last_seed = int(self.seed) + (int(self.seeds) - 1 if self.keys == "per_seed" else 0)
-        checks = [
+        return [
             (int(self.seeds) >= 1, f"seeds must be >= 1, got {self.seeds}"),
             (
                 SEED_MIN <= int(self.seed) <= SEED_MAX,
@@ -167,14 +200,9 @@ class RunOptions:
                 "checkpoint_every and log write into the run folder: pass out=DIR",
             ),
         ]
-        for ok, message in checks:
-            if not ok:
-                raise ValueError(message)
-        for name, values in self.sweep.items():
-            if not values:
-                raise ValueError(f"sweep over {name!r} has no values")
-        if self.pbt is not None:
-            self.pbt.validate()
+
+    def _check_runner(self) -> None:
+        """Refuses a sebulba option without ``--runner sebulba``, and bad sebulba options."""
         if self.runner not in ("anakin", "sebulba"):
             raise ValueError(f"runner must be 'anakin' or 'sebulba', got {self.runner!r}")
         if self.runner == "anakin":
@@ -187,11 +215,6 @@ class RunOptions:
             self.sebulba().validate()
             if self.pbt is not None:
                 raise ValueError("PBT runs in the anakin runner's compiled program, not sebulba")
-        if self.log:
-            from jrl.app import sinks
-
-            sinks.check_names(["csv", *self.log])
-        return self
 
     def normalized(self) -> "RunOptions":
         """The same options with plain Python types (ints, float tuples, a tuple of sink names)."""
@@ -238,8 +261,6 @@ class RunOptions:
 
     def sebulba(self):
         """The :class:`jrl.run.sebulba.SebulbaOptions` of these options."""
-        from jrl.run.sebulba import SebulbaOptions
-
         fields = {n: getattr(self, n) for n in SEBULBA_OPTIONS}
         fields["actors"] = str(fields["actors"])  # a jrl.run.ray_actors.RayActors, or text
         plugins = tuple(str(m) for m in self.plugins)  # imported by Ray actor processes too
@@ -305,6 +326,59 @@ RECORDED = (
     *SEBULBA_OPTIONS,
 )
 """Options that define a run (saved in ``config.json``; a resumed run keeps them)."""
+
+OPTION_NAMES = frozenset(f.name for f in dataclasses.fields(RunOptions))
+"""Keywords of ``jrl.train`` and ``resume`` that are run options, not config fields."""
+RESERVED_NAMES = OPTION_NAMES | {"env", "out", "options", "agent", "resume", "debug", "quiet"}
+"""Names no agent config field may have (run options and ``jrl train``'s own flags)."""
+
+
+def make_config(agent: str, env_id: str, **overrides: Any):
+    """The agent's config: defaults, then the env's preset, then ``overrides``.
+
+    Unknown fields raise ``TypeError`` with close matches; ill-typed values
+    raise ``TypeError``; out-of-range values raise ``ValueError``.
+    """
+    config_cls = jrl.agents.get(agent).config_cls
+    fields = {f.name: f for f in dataclasses.fields(config_cls)}
+    clash = sorted(set(fields) & RESERVED_NAMES)
+    if clash:
+        raise TypeError(
+            f"{agent}'s config field(s) {clash} have the name of a run option or command-line "
+            "option of jrl.train / jrl train; rename them in the config class"
+        )
+    hints = typing.get_type_hints(config_cls)
+    unknown = sorted(set(overrides) - set(fields))
+    if unknown:  # suggestions also from the run options, which jrl.train takes by keyword too
+        known = [*fields, *OPTION_NAMES]
+        hints_txt = "; ".join(
+            f"{u!r}" + "".join(f" (did you mean {c}?)" for c in closest(u, known, n=1))
+            for u in unknown
+        )
+        raise TypeError(
+            f"unknown {agent} config field(s): {hints_txt}. Fields: {', '.join(sorted(fields))}"
+        )
+    values = dict(config_cls.PRESETS.get(env_id, preset_of_host_env(config_cls, env_id)))
+    values.update({k: coerce_field(fields[k], v, hints) for k, v in overrides.items()})
+    config = config_cls(**values)
+    config.validate()
+    return config
+
+
+def preset_of_host_env(config_cls, env_id: str) -> dict[str, Any]:
+    """A host env (``gymnasium:<id>``, ``envpool:<id>``) without a preset of its own takes the
+    preset of the jrl env of the same id (the same task), if there is one, less what the
+    Sebulba runner (the one host envs train under) does not do: observation and reward
+    normalisation (their statistics live in a pure env's state), which the preset's
+    ``normalize_observations`` / ``normalize_rewards`` turn off."""
+    for prefix in (GYMNASIUM_PREFIX, ENVPOOL_PREFIX):
+        if env_id.startswith(prefix):
+            preset = dict(config_cls.PRESETS.get(env_id[len(prefix) :], {}))
+            for name in ("normalize_observations", "normalize_rewards"):  # check_agent's refusals
+                if preset.get(name):
+                    preset[name] = False
+            return preset
+    return {}
 
 
 @dataclasses.dataclass
@@ -402,8 +476,6 @@ class RunSpec:
                 f"{both[0]} is both set ({both[0]}={overrides[both[0]]!r}) and swept "
                 f"({list(sweep[both[0]])}); give one of them"
             )
-        import jrl.agents
-
         sweepable = jrl.agents.get(self.agent).sweepable
         bad = sorted(set(sweep) - set(sweepable))
         if bad:
@@ -435,8 +507,6 @@ class RunSpec:
         ]
         if not diffs and overrides:
             saved = dataclasses.asdict(self.config)
-            from jrl.app.api import make_config
-
             given = make_config(self.agent, self.env_id, **{**saved, **overrides})
             diffs += [
                 f"{k}: saved {getattr(self.config, k)!r}, given {getattr(given, k)!r}"
@@ -449,9 +519,6 @@ class RunSpec:
     def from_record(cls, record: dict[str, Any], where: Path) -> "RunSpec":
         """Parses a ``config.json`` record (``where`` names it in errors); fields an agent's
         config no longer has (its ``RETIRED_FIELDS``) are ignored."""
-        import jrl.agents
-        from jrl.app.api import make_config
-
         if not isinstance(record, dict) or not {"agent", "env_id", "config"} <= set(record):
             raise CheckpointError(f"{where} is not a jrl run record (no agent, env_id and config)")
         run = record.get("run")

@@ -1,4 +1,4 @@
-"""Stopping a run (layer 8): signals, and bounds on how long a run may wait.
+"""Stopping a run: signals, and bounds on how long a run may wait.
 
 :class:`StopRequest` turns SIGINT and SIGTERM into a request that the training loop
 honours after the current chunk (it then writes a checkpoint). A signal's number is also

@@ -1,4 +1,4 @@
-"""Two-player, turn-based, zero-sum games in the functional env API (layer 2).
+"""Two-player, turn-based, zero-sum games in the functional env API (the core layer).
 
 A :class:`TwoPlayerEnv` is an :class:`~jrl.core.env.Environment` whose state has a player to
 move. Its contract, on top of the single-agent one:

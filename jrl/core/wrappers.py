@@ -29,11 +29,15 @@ truncation or mix episodes in one stack), AutoReset over EpisodeStatistics
 see batched arrays; EpisodeStatistics, AutoReset, TimeLimit and the
 normalisers are written for any leading batch shape, the others expect an
 unbatched env.
+
+This module holds the episode structure (TimeLimit, AutoReset, EpisodeStatistics), the batch
+(VmapEnv), the action wrappers and :func:`wrap_for_training`; FlattenObservation and
+FrameStack are in :mod:`jrl.core.observation_wrappers`, the normalisers in
+:mod:`jrl.core.normalization`.
 """
 
 from __future__ import annotations
 
-from typing import Any, Callable
 
 import jax
 import jax.numpy as jnp
@@ -42,13 +46,13 @@ from flax import struct
 
 from jrl.core import parallel, spaces
 from jrl.core.env import Environment, Wrapper
+from jrl.core.normalization import NormalizeObservation, NormalizeReward
 from jrl.core.types import (
     EPISODE_DONE,
     EPISODE_LENGTH,
     EPISODE_RETURN,
     FINAL_OBSERVATION,
     PyTree,
-    TimeStep,
 )
 
 __all__ = [
@@ -56,16 +60,10 @@ __all__ = [
     "CheckActions",
     "ClipAction",
     "EpisodeStatistics",
-    "FlattenObservation",
-    "FrameStack",
-    "NormalizeObservation",
-    "NormalizeReward",
     "RescaleAction",
-    "RunningMeanStd",
     "TimeLimit",
     "VmapEnv",
-    "copy_statistics",
-    "freeze",
+    "has_wrapper",
     "wrap_for_training",
 ]
 
@@ -80,7 +78,8 @@ def _select(pred: jax.Array, on_true: PyTree, on_false: PyTree) -> PyTree:
     return jax.tree.map(sel, on_true, on_false)
 
 
-def _has_wrapper(env: Environment, cls: type) -> bool:
+def has_wrapper(env: Environment, cls: type) -> bool:
+    """Whether a wrapper of class ``cls`` (or a subclass) is in ``env``'s chain."""
     return any(issubclass(w, cls) for w in env.wrappers)
 
 
@@ -106,7 +105,7 @@ class TimeLimit(Wrapper):
 
     def __init__(self, env: Environment, max_episode_steps: int):
         super().__init__(env)
-        if _has_wrapper(env, AutoReset):
+        if has_wrapper(env, AutoReset):
             raise ValueError(
                 "TimeLimit must be applied inside AutoReset (wrap the env with TimeLimit first)"
             )
@@ -163,9 +162,9 @@ class AutoReset(Wrapper):
 
     def __init__(self, env: Environment, sparse_from: int = 1, chunk: int | None = None):
         super().__init__(env)
-        if _has_wrapper(env, AutoReset):
+        if has_wrapper(env, AutoReset):
             raise ValueError("AutoReset applied twice")
-        if _has_wrapper(env, EpisodeStatistics):
+        if has_wrapper(env, EpisodeStatistics):
             raise ValueError(
                 "EpisodeStatistics must wrap AutoReset, not the reverse: the reset would wipe "
                 "its totals"
@@ -467,345 +466,6 @@ class CheckActions(Wrapper):
 
         jax.debug.callback(check, ok, action)
         return self.env.step(key, state, action, params)
-
-
-# --------------------------------------------------------------------------
-# Observations
-# --------------------------------------------------------------------------
-
-
-class _ObservationMap(Wrapper):
-    """Applies ``self.observation(obs)`` to observations and final observations."""
-
-    def observation(self, obs: PyTree) -> PyTree:
-        raise NotImplementedError
-
-    def _map(self, ts: TimeStep) -> TimeStep:
-        info = dict(ts.info)
-        if FINAL_OBSERVATION in info:
-            info[FINAL_OBSERVATION] = self.observation(info[FINAL_OBSERVATION])
-        return ts.replace(observation=self.observation(ts.observation), info=info)
-
-    def reset(self, key, params=None):
-        state, ts = self.env.reset(key, params)
-        return state, self._map(ts)
-
-    def step(self, key, state, action, params=None):
-        state, ts = self.env.step(key, state, action, params)
-        return state, self._map(ts)
-
-
-class FlattenObservation(_ObservationMap):
-    """Flattens a Box (or a Dict/Tuple of Boxes) observation into one float32 vector."""
-
-    def __init__(self, env: Environment):
-        super().__init__(env)
-        space = env.observation_space(env.default_params)
-        self._leaves = self._box_leaves(space)
-        self._dim = int(sum(np.prod(b.shape, dtype=np.int64) for b in self._leaves))
-
-    @staticmethod
-    def _box_leaves(space: spaces.Space) -> list[spaces.Box]:
-        if isinstance(space, spaces.Box):
-            return [space]
-        if isinstance(space, spaces.Tuple):
-            return [b for s in space.spaces for b in FlattenObservation._box_leaves(s)]
-        if isinstance(space, spaces.Dict):  # jax flattens dicts in sorted key order
-            return [
-                b
-                for k in sorted(space.spaces)
-                for b in FlattenObservation._box_leaves(space.spaces[k])
-            ]
-        raise TypeError(f"FlattenObservation supports Box/Tuple/Dict of Box, got {space!r}")
-
-    def observation_space(self, params=None):
-        low = np.concatenate([b.low.reshape(-1) for b in self._leaves])
-        high = np.concatenate([b.high.reshape(-1) for b in self._leaves])
-        return spaces.Box(low, high, (self._dim,), jnp.float32)
-
-    def observation(self, obs):
-        leaves = jax.tree.leaves(obs)
-        batch = jnp.shape(leaves[0])[: jnp.ndim(leaves[0]) - len(self._leaves[0].shape)]
-        return jnp.concatenate(
-            [jnp.reshape(x, batch + (-1,)).astype(jnp.float32) for x in leaves], axis=-1
-        )
-
-
-@struct.dataclass
-class FrameStackState:
-    env_state: PyTree
-    frames: jax.Array  # [num_stack, *obs_shape] the last num_stack observations, oldest first
-
-
-class FrameStack(Wrapper):
-    """Observations become the last ``num_stack`` observations, ``[num_stack, *obs_shape]``.
-
-    A fresh episode's stack is filled with copies of its first observation.
-    Must sit inside AutoReset (enforced), for an unbatched Box observation.
-    """
-
-    def __init__(self, env: Environment, num_stack: int):
-        super().__init__(env)
-        if _has_wrapper(env, AutoReset):
-            raise ValueError(
-                "FrameStack must be applied inside AutoReset (stacks would mix episodes)"
-            )
-        if env.num_envs is not None:
-            raise ValueError("FrameStack must be applied before VmapEnv")
-        if int(num_stack) < 1:
-            raise ValueError(f"num_stack must be >= 1, got {num_stack}")
-        self._space = env.observation_space(env.default_params)
-        if not isinstance(self._space, spaces.Box):
-            raise TypeError(f"FrameStack needs a Box observation space, got {self._space!r}")
-        self.num_stack = int(num_stack)
-
-    def inner_state(self, state: FrameStackState) -> PyTree:
-        return state.env_state
-
-    def observation_space(self, params=None):
-        reps = (self.num_stack,) + (1,) * len(self._space.shape)
-        return spaces.Box(
-            np.tile(self._space.low[None], reps),
-            np.tile(self._space.high[None], reps),
-            (self.num_stack,) + self._space.shape,
-            self._space.dtype,
-        )
-
-    def reset(self, key, params=None):
-        env_state, ts = self.env.reset(key, params)
-        frames = jnp.repeat(ts.observation[None], self.num_stack, axis=0)
-        return FrameStackState(env_state, frames), ts.replace(observation=frames)
-
-    def step(self, key, state: FrameStackState, action, params=None):
-        env_state, ts = self.env.step(key, state.env_state, action, params)
-        frames = jnp.concatenate([state.frames[1:], ts.observation[None]], axis=0)
-        return FrameStackState(env_state, frames), ts.replace(observation=frames)
-
-
-# --------------------------------------------------------------------------
-# Normalisation
-# --------------------------------------------------------------------------
-
-
-@struct.dataclass
-class RunningMeanStd:
-    """Running mean and variance (Chan et al.'s parallel update).
-
-    ``count`` starts at a small epsilon with mean 0 and variance 1, so the
-    first normalised values are finite.
-    """
-
-    mean: jax.Array  # [*shape] float32
-    var: jax.Array  # [*shape] float32
-    count: jax.Array  # [] float32 number of samples seen (plus the epsilon prior)
-
-    @classmethod
-    def create(cls, shape: tuple[int, ...] = (), epsilon: float = 1e-4) -> "RunningMeanStd":
-        return cls(
-            jnp.zeros(shape, jnp.float32),
-            jnp.ones(shape, jnp.float32),
-            jnp.asarray(epsilon, jnp.float32),
-        )
-
-    def update(
-        self, x: jax.Array, axis_name: str | tuple[str, ...] | None = None
-    ) -> "RunningMeanStd":
-        """Folds a batch ``x: [..., *shape]`` in; with ``axis_name`` the batch is
-        the union of the batches on every device of that mapped axis."""
-        x = jnp.asarray(x, jnp.float32)
-        batch_axes = tuple(range(x.ndim - self.mean.ndim))
-        n = jnp.asarray(np.prod([x.shape[a] for a in batch_axes], dtype=np.int64), jnp.float32)
-        total = jnp.sum(x, axis=batch_axes)
-        if axis_name is not None:
-            n = jax.lax.psum(n, axis_name)
-            total = jax.lax.psum(total, axis_name)
-        b_mean = total / n
-        sq = jnp.sum(jnp.square(x - b_mean), axis=batch_axes)
-        if axis_name is not None:
-            sq = jax.lax.psum(sq, axis_name)
-        return self.merge(b_mean, sq / n, n)
-
-    def merge(self, b_mean: jax.Array, b_var: jax.Array, b_count: jax.Array) -> "RunningMeanStd":
-        """Combines these statistics with those of another sample."""
-        delta = b_mean - self.mean
-        tot = self.count + b_count
-        mean = self.mean + delta * b_count / tot
-        m2 = (
-            self.var * self.count + b_var * b_count + jnp.square(delta) * self.count * b_count / tot
-        )
-        return RunningMeanStd(mean, m2 / tot, tot)
-
-
-def _update_unless_frozen(
-    stats: RunningMeanStd, frozen: jax.Array, x: jax.Array, axis_name
-) -> RunningMeanStd:
-    """``stats`` with the batch ``x`` folded in (over ``axis_name``, else the active
-    device axis), or unchanged where ``frozen``."""
-    new = stats.update(x, axis_name or parallel.current_axis())
-    return jax.tree.map(lambda old, upd: jnp.where(frozen, old, upd), stats, new)
-
-
-@struct.dataclass
-class NormalizeObservationState:
-    env_state: PyTree
-    stats: RunningMeanStd
-    frozen: jax.Array  # [] bool, True: statistics are used but not updated
-
-
-class NormalizeObservation(Wrapper):
-    """Normalises observations by running statistics kept in the state.
-
-    ``obs -> clip((obs - mean) / sqrt(var + epsilon), -clip, clip)`` with the
-    statistics updated (unless frozen) by every observation returned,
-    before normalising. Statistics are over all leading batch axes, so after
-    VmapEnv they are shared by the batch; across devices too, over
-    ``axis_name`` or else the active :mod:`jrl.core.parallel` device axis. Freeze them for
-    evaluation with :func:`freeze`.
-    """
-
-    def __init__(
-        self,
-        env: Environment,
-        clip: float = 10.0,
-        epsilon: float = 1e-8,
-        axis_name: str | tuple[str, ...] | None = None,
-    ):
-        super().__init__(env)
-        space = env.observation_space(env.default_params)
-        if not isinstance(space, spaces.Box):
-            raise TypeError(f"NormalizeObservation needs a Box observation space, got {space!r}")
-        self._shape = space.shape
-        self.clip, self.epsilon, self.axis_name = float(clip), float(epsilon), axis_name
-
-    def observation_space(self, params=None):
-        return spaces.Box(-self.clip, self.clip, self._shape, jnp.float32)
-
-    def inner_state(self, state: NormalizeObservationState) -> PyTree:
-        return state.env_state
-
-    def _normalize(self, stats: RunningMeanStd, obs):
-        z = (obs - stats.mean) / jnp.sqrt(stats.var + self.epsilon)
-        return jnp.clip(z, -self.clip, self.clip).astype(jnp.float32)
-
-    def _apply(self, stats, ts: TimeStep) -> TimeStep:
-        info = dict(ts.info)
-        if FINAL_OBSERVATION in info:
-            info[FINAL_OBSERVATION] = self._normalize(stats, info[FINAL_OBSERVATION])
-        return ts.replace(observation=self._normalize(stats, ts.observation), info=info)
-
-    def reset(self, key, params=None):
-        env_state, ts = self.env.reset(key, params)
-        frozen = jnp.zeros((), bool)
-        stats = _update_unless_frozen(
-            RunningMeanStd.create(self._shape), frozen, ts.observation, self.axis_name
-        )
-        return NormalizeObservationState(env_state, stats, frozen), self._apply(stats, ts)
-
-    def step(self, key, state: NormalizeObservationState, action, params=None):
-        env_state, ts = self.env.step(key, state.env_state, action, params)
-        stats = _update_unless_frozen(state.stats, state.frozen, ts.observation, self.axis_name)
-        return state.replace(env_state=env_state, stats=stats), self._apply(stats, ts)
-
-
-@struct.dataclass
-class NormalizeRewardState:
-    env_state: PyTree
-    stats: RunningMeanStd  # statistics of the discounted return
-    discounted_return: jax.Array  # [...] float32 running discounted return per env
-    frozen: jax.Array  # [] bool
-
-
-class NormalizeReward(Wrapper):
-    """Scales rewards by the running standard deviation of the discounted return.
-
-    Keeps ``G <- gamma * G * (1 - done) + r`` per env, folds ``G`` into
-    running statistics (unless frozen) and returns ``clip(r / sqrt(var(G) +
-    epsilon), -clip, clip)``; rewards are not shifted. ``axis_name`` shares
-    statistics across devices as in :class:`NormalizeObservation`.
-    """
-
-    def __init__(
-        self,
-        env: Environment,
-        gamma: float = 0.99,
-        clip: float = 10.0,
-        epsilon: float = 1e-8,
-        axis_name: str | tuple[str, ...] | None = None,
-    ):
-        super().__init__(env)
-        if not 0.0 <= gamma <= 1.0:
-            raise ValueError(f"gamma must lie in [0, 1], got {gamma}")
-        self.gamma, self.clip, self.epsilon, self.axis_name = (
-            float(gamma),
-            float(clip),
-            float(epsilon),
-            axis_name,
-        )
-
-    def inner_state(self, state: NormalizeRewardState) -> PyTree:
-        return state.env_state
-
-    def reset(self, key, params=None):
-        env_state, ts = self.env.reset(key, params)
-        state = NormalizeRewardState(
-            env_state, RunningMeanStd.create(()), jnp.zeros_like(ts.reward), jnp.zeros((), bool)
-        )
-        return state, ts
-
-    def step(self, key, state: NormalizeRewardState, action, params=None):
-        env_state, ts = self.env.step(key, state.env_state, action, params)
-        ret = state.discounted_return * self.gamma + ts.reward
-        stats = _update_unless_frozen(state.stats, state.frozen, ret, self.axis_name)
-        reward = jnp.clip(ts.reward / jnp.sqrt(stats.var + self.epsilon), -self.clip, self.clip)
-        ret = jnp.where(ts.done, 0.0, ret)
-        return state.replace(env_state=env_state, stats=stats, discounted_return=ret), ts.replace(
-            reward=reward
-        )
-
-
-_NORMALIZER_STATES = (NormalizeObservationState, NormalizeRewardState)
-
-
-def _map_normalizer_states(state: PyTree, fn: Callable[[Any], Any]) -> PyTree:
-    """Rebuilds ``state`` with ``fn`` applied to every normaliser state in its wrapper chain."""
-    if isinstance(state, _NORMALIZER_STATES):
-        state = fn(state)
-    if hasattr(state, "env_state") and hasattr(state, "replace"):
-        return state.replace(env_state=_map_normalizer_states(state.env_state, fn))
-    return state
-
-
-def freeze(state: PyTree, frozen: bool = True) -> PyTree:
-    """Returns ``state`` with every normaliser's statistics frozen (or unfrozen)."""
-    return _map_normalizer_states(
-        state, lambda s: s.replace(frozen=jnp.full(jnp.shape(s.frozen), frozen))
-    )
-
-
-def copy_statistics(src: PyTree, dst: PyTree) -> PyTree:
-    """Copies normaliser statistics from ``src`` into ``dst`` (same wrapper chain),
-    e.g. from a training state into a fresh evaluation state of another batch size."""
-    found: list[tuple[type, RunningMeanStd]] = []
-
-    def collect(s):
-        found.append((type(s), s.stats))
-        return s
-
-    _map_normalizer_states(src, collect)
-    it = iter(found)
-
-    def put(s):
-        kind, stats = next(it, (None, None))
-        if kind is not type(s) or jax.tree.map(jnp.shape, stats) != jax.tree.map(
-            jnp.shape, s.stats
-        ):
-            raise ValueError("copy_statistics: the two states have different wrapper chains")
-        return s.replace(stats=stats)
-
-    out = _map_normalizer_states(dst, put)
-    if next(it, None) is not None:
-        raise ValueError("copy_statistics: the two states have different wrapper chains")
-    return out
 
 
 def wrap_for_training(

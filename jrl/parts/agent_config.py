@@ -33,7 +33,7 @@ import jax.numpy as jnp
 import numpy as np
 import tyro
 
-from jrl.parts import networks
+from jrl.parts import torsos
 
 __all__ = [
     "AgentConfig",
@@ -258,7 +258,7 @@ class AgentConfig:
     activation: str = "tanh"
     """Hidden activation: tanh, relu, gelu, silu or elu."""
     torso: str = "mlp"
-    """The network torso (jrl.parts.networks.TORSOS): mlp, layernorm_mlp, or for image observations
+    """The network torso (jrl.parts.torsos.TORSOS): mlp, layernorm_mlp, or for image observations
     [H, W, C] minatar_cnn, nature_cnn or impala_resnet; or one registered by a plugin."""
 
     @classmethod
@@ -311,12 +311,12 @@ class AgentConfig:
                 f"hidden_sizes must be positive, got {c.hidden_sizes}",
             ),
             (
-                c.activation in networks.ACTIVATIONS,
-                f"activation must be one of {sorted(networks.ACTIVATIONS)}, got {c.activation!r}",
+                c.activation in torsos.ACTIVATIONS,
+                f"activation must be one of {sorted(torsos.ACTIVATIONS)}, got {c.activation!r}",
             ),
             (
-                c.torso in networks.TORSOS,
-                f"torso must be one of {sorted(networks.TORSOS)}, got {c.torso!r}",
+                c.torso in torsos.TORSOS,
+                f"torso must be one of {sorted(torsos.TORSOS)}, got {c.torso!r}",
             ),
         ]
 

@@ -1,4 +1,4 @@
-"""Learner mechanics shared by the agents (layer 5).
+"""Learner mechanics shared by the agents (the parts layer).
 
 - :func:`scheduled_lr`: the traced learning rate of an update, optionally
   annealed linearly to 0;
@@ -21,7 +21,7 @@ import optax
 
 from jrl.core import parallel
 from jrl.core.types import PRNGKey, PyTree
-from jrl.parts import buffers
+from jrl.parts import minibatches
 from jrl.parts.optim import linear_schedule
 
 __all__ = ["apply_gradients", "epsilon_schedule", "minibatch_epochs", "scheduled_lr"]
@@ -52,12 +52,12 @@ def minibatch_epochs(
     data: PyTree,
     key: PRNGKey,
     config: Any,
-    split: Callable[[PyTree, PRNGKey, int], PyTree] = buffers.rollout_minibatches,
+    split: Callable[[PyTree, PRNGKey, int], PyTree] = minibatches.rollout_minibatches,
 ) -> tuple[Any, dict[str, jax.Array]]:
     """Runs ``sgd_step`` over ``config.num_epochs`` passes of ``data`` (``[T, N, ...]``), each
     pass cut into ``config.num_minibatches`` minibatches by ``split``: by default
-    :func:`jrl.parts.buffers.rollout_minibatches` (every env's steps shuffled with its own key);
-    :func:`jrl.parts.buffers.sequence_minibatches` keeps each env's sequence whole.
+    :func:`jrl.parts.minibatches.rollout_minibatches` (every env's steps shuffled with its own key);
+    :func:`jrl.parts.minibatches.sequence_minibatches` keeps each env's sequence whole.
     Returns the final state and every metric's mean over all minibatches (and devices)."""
     num_minibatches = config.num_minibatches
 

@@ -1,5 +1,6 @@
-"""Networks as flax modules: torsos and heads built from an env's spaces.
+"""Networks as flax modules: heads and whole networks built from an env's spaces.
 
+Every network feeds a torso (:mod:`jrl.parts.torsos`, chosen by name) into its heads.
 Conventions: inputs are observations ``[..., *obs_shape]`` (flattened by the
 torso), outputs keep the leading batch dimensions ``[...]``. Policy heads
 return a distribution from :mod:`jrl.ops.action_distributions`.
@@ -14,7 +15,6 @@ initialise each seed separately and stack the results.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Callable
 
 import flax.linen as nn
 import jax
@@ -23,16 +23,13 @@ import numpy as np
 
 from jrl.core import spaces
 from jrl.ops import action_distributions as distributions
+from jrl.parts.torsos import MLP, make_torso, orthogonal_dense
 
 __all__ = [
-    "ACTIVATIONS",
-    "MLP",
     "MuZeroNetwork",
-    "TORSOS",
     "ActorCritic",
     "CORES",
     "ContinuousQ",
-    "ConvTorso",
     "DeterministicActor",
     "NoisyDense",
     "PolicyHead",
@@ -41,179 +38,15 @@ __all__ = [
     "RecurrentActorCritic",
     "RecurrentQNetwork",
     "SquashedGaussianActor",
-    "activation",
     "example_observation",
     "initial_core_state",
-    "make_torso",
-    "register_torso",
     "reset_core_state",
 ]
-
-Activation = Callable[[jax.Array], jax.Array]
-ACTIVATIONS: dict[str, Activation] = {
-    "tanh": nn.tanh,
-    "relu": nn.relu,
-    "gelu": nn.gelu,
-    "silu": nn.silu,
-    "elu": nn.elu,
-}
-
-
-def activation(name: str) -> Activation:
-    """Looks up an activation by name (``tanh``, ``relu``, ``gelu``, ``silu``, ``elu``)."""
-    if name not in ACTIVATIONS:
-        raise ValueError(f"unknown activation {name!r}; choose from {sorted(ACTIVATIONS)}")
-    return ACTIVATIONS[name]
 
 
 def example_observation(space: spaces.Space):
     """A batch of one all-zero observation, ``[1, *obs_shape]`` per leaf, for ``Module.init``."""
     return jax.tree.map(lambda x: x[None], spaces.zeros_like_space(space))
-
-
-def _dense(features: int, gain: float) -> nn.Dense:
-    return nn.Dense(
-        features, kernel_init=nn.initializers.orthogonal(gain), bias_init=nn.initializers.zeros
-    )
-
-
-class MLP(nn.Module):
-    """A multilayer perceptron torso: ``[..., *obs_shape] -> [..., hidden[-1]]``.
-
-    The observation's trailing ``obs_ndim`` dimensions are flattened first.
-    """
-
-    hidden_sizes: Sequence[int] = (64, 64)
-    activation: str = "tanh"
-    obs_ndim: int = 1  # number of trailing observation dims to flatten
-    layer_norm: bool = False
-    orthogonal: bool = (
-        True  # orthogonal(sqrt 2) kernels; False: flax's default (lecun normal, no QR)
-    )
-
-    @nn.compact
-    def __call__(self, x: jax.Array) -> jax.Array:
-        x = jnp.asarray(x, jnp.float32)
-        batch = x.shape[: x.ndim - self.obs_ndim]
-        x = x.reshape(batch + (-1,))
-        act = activation(self.activation)
-        for size in self.hidden_sizes:
-            x = _dense(size, np.sqrt(2.0))(x) if self.orthogonal else nn.Dense(size)(x)
-            if self.layer_norm:
-                x = nn.LayerNorm()(x)
-            x = act(x)
-        return x
-
-
-def _conv_setup(obs_ndim: int, orthogonal: bool, act: str):
-    """A CNN torso's conv kwargs (orthogonal(sqrt 2) kernels, or flax's default) and activation;
-    ``ValueError`` unless the observations are images ``[H, W, C]``."""
-    if obs_ndim != 3:
-        raise ValueError(f"a CNN torso needs image observations [H, W, C], got {obs_ndim} dims")
-    init = {"kernel_init": nn.initializers.orthogonal(np.sqrt(2.0))} if orthogonal else {}
-    return init, activation(act)
-
-
-class ConvTorso(nn.Module):
-    """Convolutions over images ``[..., H, W, C]`` (``convs``: ``(features, kernel, stride)``
-    per layer, "VALID" padding), then the MLP of ``hidden_sizes``; ``layer_norm`` puts a
-    LayerNorm after each conv and hidden Dense, before the activation."""
-
-    convs: Sequence[tuple[int, int, int]]
-    hidden_sizes: Sequence[int] = (512,)
-    activation: str = "relu"
-    obs_ndim: int = 3
-    orthogonal: bool = True
-    layer_norm: bool = False
-
-    @nn.compact
-    def __call__(self, x: jax.Array) -> jax.Array:
-        init, act = _conv_setup(self.obs_ndim, self.orthogonal, self.activation)
-        x = jnp.asarray(x, jnp.float32)  # the MLP below flattens the convs' trailing 3 dims
-        for features, kernel, stride in self.convs:
-            x = nn.Conv(features, (kernel, kernel), (stride, stride), "VALID", **init)(x)
-            x = act(nn.LayerNorm()(x) if self.layer_norm else x)
-        return MLP(self.hidden_sizes, self.activation, 3, self.layer_norm, self.orthogonal)(x)
-
-
-class ImpalaResNet(nn.Module):
-    """The IMPALA ResNet torso (Espeholt et al., 2018) over images ``[..., H, W, C]``: per
-    stage of ``channels``, a 3x3 conv, a 3x3 max-pool of stride 2 and two residual blocks
-    (``x + conv(act(conv(act(x))))``), all "SAME" padded; then ``act``, and the MLP of
-    ``hidden_sizes`` (256 in the paper) on the flattened features."""
-
-    channels: Sequence[int] = (16, 32, 32)
-    hidden_sizes: Sequence[int] = (256,)
-    activation: str = "relu"
-    obs_ndim: int = 3
-    orthogonal: bool = True
-
-    @nn.compact
-    def __call__(self, x: jax.Array) -> jax.Array:
-        init, act = _conv_setup(self.obs_ndim, self.orthogonal, self.activation)
-        x = jnp.asarray(x, jnp.float32)
-        conv = lambda features: nn.Conv(features, (3, 3), padding="SAME", **init)
-        batch = x.shape[:-3]
-        x = x.reshape((-1, *x.shape[-3:]))  # flax's max_pool wants one batch dim
-        for features in self.channels:
-            x = conv(features)(x)
-            x = nn.max_pool(x, (3, 3), strides=(2, 2), padding="SAME")
-            for _ in range(2):
-                x = x + conv(features)(act(conv(features)(act(x))))
-        x = act(x).reshape(batch + x.shape[-3:])
-        return MLP(self.hidden_sizes, self.activation, 3, orthogonal=self.orthogonal)(x)
-
-
-MINATAR_CONVS = ((16, 3, 1),)
-"""One 3x3 conv with 16 channels, stride 1: the MinAtar network (Young & Tian, 2019)."""
-NATURE_CONVS = ((32, 8, 4), (64, 4, 2), (64, 3, 1))
-"""The DQN Nature CNN's convolutions (Mnih et al., 2015; 512 hidden units after them)."""
-
-
-TORSOS: dict[str, Callable[..., nn.Module]] = {
-    "mlp": lambda **kw: MLP(**kw),
-    "layernorm_mlp": lambda **kw: MLP(**{**kw, "layer_norm": True}),
-    "minatar_cnn": lambda **kw: ConvTorso(MINATAR_CONVS, **kw),
-    "nature_cnn": lambda **kw: ConvTorso(NATURE_CONVS, **kw),
-    "impala_resnet": lambda **kw: ImpalaResNet(**kw),
-}
-"""Torso name -> ``factory(hidden_sizes=, activation=, obs_ndim=, orthogonal=) -> Module``
-mapping observations ``[..., *obs_shape]`` to features ``[..., F]``; the ``torso`` config
-value of every agent. :func:`register_torso` adds one (e.g. from a plugin)."""
-
-
-def register_torso(name: str, factory: Callable[..., nn.Module], overwrite: bool = False) -> None:
-    """Adds a torso: ``factory(hidden_sizes=, activation=, obs_ndim=, orthogonal=)`` returns a
-    flax module ``obs [..., *obs_shape] -> features [..., F]``."""
-    if name in TORSOS and not overwrite:
-        raise ValueError(f"torso {name!r} is registered already (pass overwrite=True)")
-    TORSOS[name] = factory
-
-
-def make_torso(
-    name: str,
-    hidden_sizes,
-    act: str,
-    obs_ndim: int,
-    orthogonal: bool = True,
-    layer_norm: bool = False,
-):
-    """The torso called ``name`` (:data:`TORSOS`). ``layer_norm=True`` is passed on to the
-    factory (``mlp``, ``layernorm_mlp``, ``minatar_cnn`` and ``nature_cnn`` take it); a torso
-    whose factory does not take it is refused, not built without it."""
-    if name not in TORSOS:
-        raise ValueError(f"unknown torso {name!r}; choose from {sorted(TORSOS)}")
-    kwargs = dict(
-        hidden_sizes=tuple(hidden_sizes), activation=act, obs_ndim=obs_ndim, orthogonal=orthogonal
-    )
-    if not layer_norm:
-        return TORSOS[name](**kwargs)
-    try:
-        return TORSOS[name](**kwargs, layer_norm=True)
-    except TypeError as e:
-        if "layer_norm" not in str(e):
-            raise
-        raise ValueError(f"the {name!r} torso has no layer_norm option") from None
 
 
 class PolicyHead(nn.Module):
@@ -233,15 +66,17 @@ class PolicyHead(nn.Module):
     def __call__(self, features: jax.Array, mask: jax.Array | None = None):
         space = self.action_space
         if isinstance(space, spaces.Discrete):
-            return distributions.Categorical(_dense(space.n, self.gain)(features), mask=mask)
+            return distributions.Categorical(
+                orthogonal_dense(space.n, self.gain)(features), mask=mask
+            )
         if isinstance(space, spaces.MultiDiscrete):
-            logits = _dense(int(np.sum(space.nvec)), self.gain)(features)
+            logits = orthogonal_dense(int(np.sum(space.nvec)), self.gain)(features)
             return distributions.MultiCategorical.from_flat(
                 logits, tuple(int(n) for n in space.nvec)
             )
         if isinstance(space, spaces.Box):
             dim = int(np.prod(space.shape))
-            mean = _dense(dim, self.gain)(features)
+            mean = orthogonal_dense(dim, self.gain)(features)
             log_std = self.param("log_std", nn.initializers.constant(self.init_log_std), (dim,))
             log_std = jnp.broadcast_to(log_std, mean.shape)
             if self.continuous == "tanh_normal":
@@ -265,7 +100,7 @@ class ActorCritic(nn.Module):
     obs_ndim: int = 1
     continuous: str = "normal"
     init_log_std: float = 0.0
-    torso: str = "mlp"  # a name of TORSOS
+    torso: str = "mlp"  # a name of torsos.TORSOS
     shared_torso: bool = False  # one torso feeds both heads
 
     def setup(self):
@@ -273,7 +108,7 @@ class ActorCritic(nn.Module):
         self.actor_torso = make()
         self.critic_torso = self.actor_torso if self.shared_torso else make()
         self.policy_head = PolicyHead(self.action_space, self.continuous, self.init_log_std)
-        self.value_head = _dense(1, 1.0)
+        self.value_head = orthogonal_dense(1, 1.0)
 
     def __call__(self, obs: jax.Array, mask: jax.Array | None = None):
         return self.policy(obs, mask), self.value(obs)
@@ -328,7 +163,7 @@ class RecurrentActorCritic(nn.Module):
     obs_ndim: int = 1
     continuous: str = "normal"
     init_log_std: float = 0.0
-    torso: str = "mlp"  # a name of TORSOS
+    torso: str = "mlp"  # a name of torsos.TORSOS
 
     def setup(self):
         self.torso_module = make_torso(
@@ -339,7 +174,7 @@ class RecurrentActorCritic(nn.Module):
             raise ValueError(f"unknown recurrent core {self.core!r}; choose from {list(CORES)}")
         self.cell = cell[self.core](self.core_size)
         self.policy_head = PolicyHead(self.action_space, self.continuous, self.init_log_std)
-        self.value_head = _dense(1, 1.0)
+        self.value_head = orthogonal_dense(1, 1.0)
 
     def __call__(self, state, obs: jax.Array):
         state, out = self.core_step(state, self.embed(obs))
@@ -423,7 +258,7 @@ def _symmetric_uniform(bound: float):
 class QNetwork(nn.Module):
     """Action values for a Discrete action space: ``obs [..., *obs_shape] -> q [..., num_actions]``.
 
-    A torso (``torso``, :func:`make_torso`; flax's default init, no orthogonal
+    A torso (``torso``, :func:`~jrl.parts.torsos.make_torso`; flax's default init, no orthogonal
     QR; ``layer_norm`` puts a LayerNorm after each hidden layer, before the
     activation) and a Dense head; with ``dueling`` (Wang et al., 2016) separate value and advantage
     streams are combined as ``q = v + a - mean_a(a)``.
@@ -450,7 +285,7 @@ class QNetwork(nn.Module):
     noisy: bool = False  # NoisyDense output layers (Fortunato et al., 2018)
     layer_norm: bool = False  # LayerNorm after each hidden layer of the torso (make_torso)
     sigma0: float = 0.5  # NoisyDense's initial noise scale (used when noisy)
-    torso: str = "mlp"  # a name of TORSOS
+    torso: str = "mlp"  # a name of torsos.TORSOS
 
     def _out(self, features: jax.Array, size: int, noise: bool) -> jax.Array:
         if self.noisy:
@@ -503,7 +338,7 @@ class RecurrentQNetwork(nn.Module):
     activation: str = "relu"
     obs_ndim: int = 1
     dueling: bool = False
-    torso: str = "mlp"  # a name of TORSOS
+    torso: str = "mlp"  # a name of torsos.TORSOS
 
     def setup(self):
         self.torso_module = make_torso(
@@ -592,7 +427,7 @@ class DeterministicActor(nn.Module):
     hidden_sizes: Sequence[int] = (256, 256)
     activation: str = "relu"
     obs_ndim: int = 1
-    torso: str = "mlp"  # a name of TORSOS
+    torso: str = "mlp"  # a name of torsos.TORSOS
 
     @nn.compact
     def __call__(self, obs: jax.Array) -> jax.Array:
@@ -614,7 +449,7 @@ class SquashedGaussianActor(nn.Module):
     hidden_sizes: Sequence[int] = (256, 256)
     activation: str = "relu"
     obs_ndim: int = 1
-    torso: str = "mlp"  # a name of TORSOS
+    torso: str = "mlp"  # a name of torsos.TORSOS
 
     @nn.compact
     def __call__(self, obs: jax.Array) -> distributions.TanhNormal:
@@ -659,9 +494,9 @@ class MuZeroNetwork(nn.Module):
         atoms = 2 * self.support_size + 1
         zero = dict(kernel_init=nn.initializers.zeros, bias_init=nn.initializers.zeros)
         self.represent_torso = MLP(self.hidden_sizes, self.activation, self.obs_ndim)
-        self.represent_out = _dense(self.latent_size, 1.0)
+        self.represent_out = orthogonal_dense(self.latent_size, 1.0)
         self.dynamics_torso = MLP(self.hidden_sizes, self.activation, 1)
-        self.dynamics_out = _dense(self.latent_size, 1.0)
+        self.dynamics_out = orthogonal_dense(self.latent_size, 1.0)
         self.reward_head = nn.Dense(atoms, **zero)
         self.predict_torso = MLP(self.hidden_sizes, self.activation, 1)
         self.policy_head = nn.Dense(self.num_actions, **zero)

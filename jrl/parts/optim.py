@@ -1,4 +1,4 @@
-"""Optimisers and schedules shared by the agents (layer 4).
+"""Optimisers and schedules shared by the agents (the parts layer).
 
 The learning rate is never inside the optax chain: agents multiply the
 chain's update by ``-lr`` themselves, so the rate can be a traced,

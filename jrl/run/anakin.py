@@ -30,7 +30,6 @@ from __future__ import annotations
 import concurrent.futures
 import contextlib
 import contextvars
-import dataclasses
 import functools
 import math
 import os
@@ -45,7 +44,17 @@ from jax.sharding import PartitionSpec as P
 
 from jrl.core import parallel
 from jrl.core.types import PyTree
-from jrl.run.loops import Algorithm
+from jrl.parts import buffers
+from jrl.run.algorithm import Algorithm
+from jrl.run.placement import (
+    first_device,
+    make_mesh,
+    num_runs,
+    place,
+    spread_mesh,
+    spread_sharding,
+)
+from jrl.run.reports import Report, RunHooks, RunResult
 
 __all__ = [
     "Report",
@@ -66,47 +75,6 @@ __all__ = [
     "spread_mesh",
     "spread_sharding",
 ]
-
-
-@dataclasses.dataclass
-class Report:
-    """Progress after a chunk (sent to ``on_report``)."""
-
-    iteration: int  # iterations done (per run)
-    num_iterations: int  # iterations in the whole run
-    env_steps: int  # env steps done per run
-    elapsed: float  # seconds since the first chunk started (compile excluded)
-    steps_per_second: float  # env steps per second summed over all runs
-    metrics: dict[str, np.ndarray]  # latest value of each metric, [R]
-    start_iteration: int = 0  # where this call started (a resumed run)
-
-    @property
-    def eta(self) -> float:
-        """Seconds left, extrapolated from the rate so far."""
-        done = max(self.iteration - self.start_iteration, 1)
-        return self.elapsed * (self.num_iterations - self.iteration) / done
-
-
-@dataclasses.dataclass
-class RunResult:
-    """Histories and final state of R runs executed together."""
-
-    metrics: dict[str, np.ndarray]  # each [R, num_iterations], one value per iteration
-    final_state: PyTree  # the stacked train states, leading axis [R] (device 0's view when sharded)
-    compile_seconds: float  # time to compile the chunk program(s)
-    run_seconds: float  # time executing chunks (excludes compile)
-    env_steps_per_run: int  # env steps per run done by this call
-    num_runs: int
-    sharded_state: PyTree = (
-        None  # with a mesh: the full state, leading axes [D, R] (what a resume needs)
-    )
-    # iterations done per run at the end (start_iteration included; < num_iterations if stopped)
-    iterations: int = 0
-
-    @property
-    def steps_per_second(self) -> float:
-        """Env steps per second summed over the R runs."""
-        return self.env_steps_per_run * self.num_runs / max(self.run_seconds, 1e-9)
 
 
 def set_hparams(
@@ -191,28 +159,6 @@ def make_init(algorithm: Algorithm, spread: Mesh | None = None):
     )
 
 
-def spread_mesh(num_runs: int, algorithm: Algorithm | None = None) -> Mesh | None:
-    """The mesh of local CPU devices (axis :data:`jrl.core.parallel.SPREAD`) that a run of
-    ``num_runs`` runs without a device mesh is spread over, or None: k devices, k the
-    largest divisor of R up to the number of local devices, when k >= 2, jax's default
-    backend is the CPU, this is the only process and the ``algorithm``'s runs are
-    independent (:attr:`~jrl.run.loops.Algorithm.independent_runs`; not PBT). Each device then
-    holds and steps R / k runs. One CPU device (jax's default; ``jrl train`` makes one per
-    core): None."""
-    if algorithm is not None and not algorithm.independent_runs:
-        return None
-    if jax.default_backend() != "cpu" or jax.process_count() > 1:
-        return None
-    devices = jax.local_devices()
-    k = max(d for d in range(1, min(len(devices), int(num_runs)) + 1) if num_runs % d == 0)
-    return Mesh(np.asarray(devices[:k]), (parallel.SPREAD,)) if k > 1 else None
-
-
-def spread_sharding(spread: Mesh) -> NamedSharding:
-    """Stacked states ``[R, ...]`` split along R over ``spread``'s devices."""
-    return NamedSharding(spread, P(parallel.SPREAD))
-
-
 def abstract_states(
     algorithm: Algorithm, keys: jax.Array, num_devices: int | None = None
 ) -> PyTree:
@@ -227,24 +173,10 @@ def abstract_states(
     )
 
 
-def place(states: PyTree, mesh: Mesh | None = None, spread: Mesh | None = None) -> PyTree:
-    """Host arrays of stacked train states onto the device (``[D, R, ...]`` sharded
-    over ``mesh``'s device axis when given; ``[R, ...]`` split over ``spread``'s devices
-    when that is given, see :func:`spread_mesh`)."""
-    if mesh is None and spread is None:
-        return jax.tree.map(jnp.asarray, states)
-    sharding = (
-        NamedSharding(mesh, P(parallel.AXIS)) if mesh is not None else spread_sharding(spread)
-    )
-    return jax.tree.map(lambda x: jax.device_put(x, sharding), states)
-
-
 def check_memory(algorithm: Algorithm, keys: jax.Array, mesh: Mesh | None = None) -> None:
     """Refuses, before anything is allocated, a run whose train states (R runs, replay
     buffers included) do not fit in the free memory of a device: ``MemoryError``
     with the numbers. On CPU every local device shares the host's memory."""
-    from jrl.parts import buffers  # the memory probe lives with the buffers, the usual large item
-
     stacked = jax.tree.leaves(_stacked_init(algorithm.init).eval_shape(keys))  # [R, ...]
     per_run = sum(x.size * x.dtype.itemsize for x in stacked) // max(int(keys.shape[0]), 1)
     devices = list(mesh.devices.flat) if mesh is not None else jax.devices()[:1]
@@ -260,23 +192,6 @@ def check_memory(algorithm: Algorithm, keys: jax.Array, mesh: Mesh | None = None
             f"only {avail / gib:.2f} GiB free on {local[0].platform}; use fewer seeds, smaller "
             "replay buffers or more devices"
         )
-
-
-def make_mesh(num_devices: int | None = None) -> Mesh:
-    """A 1-D mesh over the first ``num_devices`` devices (all when None), axis
-    :data:`jrl.core.parallel.AXIS`; raises a clear error when too many are asked for."""
-    devices = jax.devices()
-    n = len(devices) if num_devices is None else int(num_devices)
-    if n < 1:
-        raise ValueError(f"devices must be >= 1, got {n}")
-    if n > len(devices):
-        raise ValueError(
-            f"{n} devices requested but only {len(devices)} available "
-            f"({devices[0].platform}); on CPU, "
-            f"XLA_FLAGS=--xla_force_host_platform_device_count={n} "
-            "set before jax starts gives fake devices"
-        )
-    return Mesh(np.asarray(devices[:n]), (parallel.AXIS,))
 
 
 def _sharded(mesh: Mesh, fn, in_spec, out_spec, donate: bool = False):
@@ -301,22 +216,6 @@ def _init_sharded(algorithm: Algorithm, keys: jax.Array, mesh: Mesh) -> PyTree:
             .compile(compiler_options(_platform(mesh)))
         )
     return program(key_data)
-
-
-def first_device(tree: PyTree) -> PyTree:
-    """Device 0's slice of a ``[D, ...]`` sharded tree (works across processes)."""
-
-    def take(x):
-        if isinstance(x, jax.Array) and not x.is_fully_addressable:
-            return x.addressable_shards[0].data[0]
-        return x[0]
-
-    return jax.tree.map(take, tree)
-
-
-def num_runs(states: PyTree) -> int:
-    """R, the leading axis of stacked train states ``[R, ...]``."""
-    return int(jax.tree.leaves(states)[0].shape[0])
 
 
 def make_chunk(
@@ -385,22 +284,6 @@ def chunk_lengths(num_iterations: int, num_reports: int) -> list[int]:
     return lengths
 
 
-class RunHooks(NamedTuple):
-    """Host callbacks of :func:`run`; each may be None.
-
-    - ``on_chunk(states, iterations_done, chunk_metrics)`` after each chunk, before the
-      next one (which donates ``states``): for checkpoints and checks; an exception it
-      raises stops the run. ``chunk_metrics`` are host arrays ``[chunk_length, R]``.
-    - ``on_report(report)`` after ``on_chunk``, with a :class:`Report` for progress.
-    - ``should_stop()`` polled before each chunk; True ends the run early (the result
-      then covers the chunks done: ``RunResult.iterations``).
-    """
-
-    on_chunk: Callable[[PyTree, int, dict[str, np.ndarray]], None] | None = None
-    on_report: Callable[[Report], None] | None = None
-    should_stop: Callable[[], bool] | None = None
-
-
 def run(
     algorithm: Algorithm,
     keys: jax.Array,
@@ -447,10 +330,35 @@ def run(
     if memory_check:
         check_memory(algorithm, keys, mesh)
     lengths = _remaining_chunks(num_iterations, num_reports, start_iteration)
-    axis = parallel.device_axis(parallel.AXIS, mesh.devices.size) if mesh is not None else None
+    cores = _cores(algorithm, keys, mesh, spread)
+    programs, states = _programs_and_states(
+        algorithm, keys, lengths, mesh, cores, initial_state, hparams
+    )
+    plan = _Plan(lengths, start_iteration, num_iterations, int(keys.shape[0]))
+    with programs:
+        return _run_chunks(algorithm, programs, plan, states, mesh, hooks)
+
+
+def _cores(algorithm: Algorithm, keys: jax.Array, mesh: Mesh | None, spread: bool | Mesh):
+    """The mesh of CPU cores :func:`run`'s runs are spread over (see its ``spread``), or None."""
     cores = spread if isinstance(spread, Mesh) else None
     if spread is True and mesh is None:
         cores = spread_mesh(int(keys.shape[0]), algorithm)
+    return cores
+
+
+def _programs_and_states(
+    algorithm: Algorithm,
+    keys: jax.Array,
+    lengths: list[int],
+    mesh: Mesh | None,
+    cores: Mesh | None,
+    initial_state: PyTree | None,
+    hparams: dict[str, Any] | None,
+) -> tuple[_Programs, PyTree]:
+    """:func:`run`'s chunk programs (:class:`_Programs`, compiling) and the states they start
+    from: ``initial_state`` or fresh ones, with ``hparams`` set."""
+    axis = parallel.device_axis(parallel.AXIS, mesh.devices.size) if mesh is not None else None
     split = None if cores is None else spread_sharding(cores)
     options = compiler_options(_platform(mesh))
 
@@ -488,9 +396,7 @@ def run(
         if programs is not None:
             programs.close()
         raise
-    plan = _Plan(lengths, start_iteration, num_iterations, int(keys.shape[0]))
-    with programs:
-        return _run_chunks(algorithm, programs, plan, states, mesh, hooks)
+    return programs, states
 
 
 def _own_copy(states: PyTree, split: NamedSharding | None) -> PyTree:

@@ -1,16 +1,13 @@
-"""Assembly of an agent, its wrapped env and its training loop (layer 6).
+"""Assembly of an agent, its wrapped env and its training loop (the run layer, ``jrl/run``).
 
 Every agent's ``build(config, env, env_params, num_devices=1)`` returns a
 :class:`Built`: the :class:`~jrl.run.loops.Algorithm` the runner compiles, plus
 the agent, the training env and the network that evaluation and rendering
 need. The steps every build shares are here: :func:`training_env` (validate
-the config, split the envs over devices, wrap the env for training) and
-:func:`build_on_policy`, the whole of ``build`` for the actor-critic agents
-(PPO, A2C, REINFORCE), which differ only in their loss, their
-hyperparameters and, optionally, their advantage estimator.
-
-This sits above :mod:`jrl.run.loops` because it builds loops; the agents
-themselves (:mod:`jrl.agents.actor_critic.common`, layer 5) know nothing of loops.
+the config, split the envs over devices, wrap the env for training), and
+:class:`ActorReplay`, how the Sebulba runner drives an agent whose actors push
+replay items. The families' own builds (e.g. ``build_on_policy`` of
+:mod:`jrl.agents.actor_critic.common`) sit above, in ``agents/``.
 """
 
 from __future__ import annotations
@@ -43,7 +40,7 @@ class Built:
 
 
 class ActorReplay(NamedTuple):
-    """How the Sebulba runner (``jrl/run/sebulba.py``) drives an agent that learns from a
+    """How the Sebulba runner (``jrl/run/sebulba/``) drives an agent that learns from a
     replay its actors fill (Ape-X, ``agents/value/apex.py``), in place of on-policy rollouts:
 
     - ``act(agent_state, obs [n], key, env_index [n]) -> (action [n], act_info)``: the

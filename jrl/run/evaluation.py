@@ -1,6 +1,6 @@
 """Evaluation rollouts: whole episodes of a fixed policy on fresh environments.
 
-Layer 6 (next to the loops): uses the env API, wrappers and the agent
+The run layer (``jrl/run``, next to the loops): uses the env API, wrappers and the agent
 contract. The policy is any function ``policy(obs [E, ...], key) ->
 actions [E]``, e.g. an agent's greedy ``policy`` with its parameters bound.
 
@@ -37,8 +37,10 @@ import jax.numpy as jnp
 import numpy as np
 
 from jrl.core.env import Environment, Wrapper
+from jrl.core.spaces import zeros_like_space
 from jrl.core.types import PyTree
-from jrl.core.wrappers import NormalizeObservation, TimeLimit, VmapEnv
+from jrl.core.normalization import NormalizeObservation
+from jrl.core.wrappers import TimeLimit, VmapEnv
 from jrl.parts.agent import Agent
 
 __all__ = [
@@ -151,8 +153,6 @@ def observation_spec(train_env: Environment, env_params: PyTree, on_host: bool =
     ``{"observation": [A, ...], "global_state": [S]}`` even when the learner leaves the
     global state out; a host env's (``on_host``: Sebulba runs) is its observation space's.
     Nothing runs."""
-    from jrl.core.spaces import zeros_like_space
-
     env = evaluation_env(train_env)
     if on_host:  # a host env cannot be traced: its space says it all
         return jax.eval_shape(lambda: zeros_like_space(env.observation_space(env_params)))

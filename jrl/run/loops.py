@@ -4,11 +4,15 @@ An :class:`Algorithm` is ``init(key) -> train_state`` and
 ``step(train_state) -> (train_state, metrics)``, both pure and jittable; a
 runner (:mod:`jrl.run.anakin`) decides how to execute them (scan, vmap over
 seeds, devices). ``metrics`` is a flat dict of scalars per step.
+
+This module holds the on-policy (:func:`on_policy`) and off-policy (:func:`off_policy`) loops;
+the pieces they are built from (:class:`Algorithm`, :func:`collect_step`,
+:func:`episode_metrics`, ...) live in :mod:`jrl.run.algorithm` and are re-exported here.
 """
 
 from __future__ import annotations
 
-from typing import Any, Callable, NamedTuple
+from typing import Callable, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -16,19 +20,21 @@ from flax import struct
 
 from jrl.core import parallel
 from jrl.core.env import Environment
-from jrl.core.multi_agent_env import AGENT_EPISODE_RETURN, agent_names
-from jrl.core.types import (
-    EPISODE_DONE,
-    EPISODE_LENGTH,
-    EPISODE_RETURN,
-    FINAL_OBSERVATION,
-    PRNGKey,
-    PyTree,
-    Transition,
-)
-from jrl.parts import networks
+from jrl.core.multi_agent_env import agent_names
+from jrl.core.types import PRNGKey, PyTree, Transition
 from jrl.parts.agent import Agent, EnvSpec
-from jrl.parts.buffers import NStepState, ReplayBuffer, nstep_accumulator
+from jrl.parts.buffers import ReplayBuffer
+from jrl.parts.nstep import NStepState, nstep_accumulator
+from jrl.run.algorithm import (
+    NO_EPISODE,
+    PER_AGENT_RETURN,
+    Algorithm,
+    agent_episode_metrics,
+    agent_hparams,
+    collect_recurrent_step,
+    collect_step,
+    episode_metrics,
+)
 
 __all__ = [
     "Algorithm",
@@ -48,31 +54,6 @@ __all__ = [
     "off_policy",
     "on_policy",
 ]
-
-
-class Algorithm(NamedTuple):
-    """A pure training algorithm. ``step`` is one iteration; ``env_steps_per_iteration`` is
-    the number of env transitions it collects (for one seed, all devices);
-    ``with_hparams(train_state, values)`` sets the named hyperparameters of one run's state
-    (the runner vmaps it over runs for a sweep; the loops delegate to the agent's
-    :attr:`~jrl.parts.agent.Agent.with_hparams`). ``independent_runs``: whether each run's
-    ``step`` needs only its own state (the runner may then spread the runs over the CPU's
-    cores); False for a population that exchanges state over the runs axis (PBT)."""
-
-    init: Callable[[PRNGKey], PyTree]
-    step: Callable[[PyTree], tuple[PyTree, dict[str, jax.Array]]]
-    env_steps_per_iteration: int
-    with_hparams: Callable[[PyTree, dict[str, Any]], PyTree]
-    independent_runs: bool = True
-
-
-def _agent_hparams(agent: Agent) -> Callable[[PyTree, dict[str, Any]], PyTree]:
-    """``with_hparams`` of a loop state with an ``agent_state`` field."""
-
-    def with_hparams(state, values):
-        return state.replace(agent_state=agent.with_hparams(state.agent_state, values))
-
-    return with_hparams
 
 
 @struct.dataclass
@@ -107,118 +88,6 @@ class TeamOnPolicyState(OnPolicyState):
     last_agent_returns: jax.Array  # [A] float32 (NaN before the first episode)
 
 
-PER_AGENT_RETURN = "train/episode_return/"
-"""Prefix of the per-agent return metrics of a multi-agent run (NaN before the first episode,
-like the team's)."""
-
-
-def agent_episode_metrics(info: dict[str, Any], previous: jax.Array, names: tuple[str, ...]):
-    """Each agent's mean return ``[A]`` of the episodes that finished in a rollout, from
-    ``info[AGENT_EPISODE_RETURN]`` ``[T, N, A]`` and ``info["episode_done"]`` ``[T, N]``
-    (all-reduced over devices; ``previous`` carried forward when none finished). Returns
-    ``(returns, metrics)`` with one ``train/episode_return/<agent name>`` metric per agent."""
-    done = info[EPISODE_DONE]
-    count, sums = parallel.psum(
-        (done.sum(), (info[AGENT_EPISODE_RETURN] * done[..., None]).sum(axis=(0, 1)))
-    )
-    mean = jnp.where(count > 0, sums / jnp.maximum(count, 1), previous).astype(jnp.float32)
-    return mean, {f"{PER_AGENT_RETURN}{name}": mean[i] for i, name in enumerate(names)}
-
-
-def episode_metrics(info: dict[str, Any], previous_return: jax.Array, previous_length: jax.Array):
-    """Mean return/length of the episodes that finished in a rollout.
-
-    ``info`` holds EpisodeStatistics' ``[T, N]`` arrays (this device's envs;
-    the counts and sums are all-reduced over devices). When no episode
-    finished, the previous values are carried forward (NaN before the first
-    episode: see :data:`NO_EPISODE`). Returns ``(mean_return, mean_length,
-    metrics)`` with the ``train/episode_*`` metrics.
-    """
-    done = info[EPISODE_DONE]
-    count, ret_sum, len_sum = parallel.psum(
-        (
-            done.sum(),
-            (info[EPISODE_RETURN] * done).sum(),
-            (info[EPISODE_LENGTH] * done).sum().astype(jnp.float32),
-        )
-    )
-    denom = jnp.maximum(count, 1)
-    ret = jnp.where(count > 0, ret_sum / denom, previous_return).astype(jnp.float32)
-    length = jnp.where(count > 0, len_sum / denom, previous_length).astype(jnp.float32)
-    return (
-        ret,
-        length,
-        {"train/episode_return": ret, "train/episode_length": length, "train/episodes": count},
-    )
-
-
-NO_EPISODE = float("nan")
-"""The return/length reported before any episode has finished."""
-
-
-def collect_step(
-    agent: Agent,
-    env: Environment,
-    params: PyTree,
-    agent_state: PyTree,
-    env_state: PyTree,
-    observation: PyTree,
-    key: PRNGKey,
-):
-    """Acts with the behaviour policy and steps the N envs once.
-
-    Returns ``(env_state, next_observation, transition, episodes)``: the
-    ``Transition`` ``[N]`` has the true successor as ``next_observation``
-    (``info["final_observation"]``) and ``act_info`` as ``extras``;
-    ``episodes`` holds EpisodeStatistics' per-env arrays for
-    :func:`episode_metrics`.
-    """
-    k_act, k_env = jax.random.split(key)
-    action, act_info = agent.act(agent_state, observation, k_act)
-    env_state, ts = env.step(k_env, env_state, action, params)
-    return (env_state, ts.observation, *_recorded(observation, action, act_info, ts))
-
-
-def _recorded(observation, action, act_info, ts):
-    """``(transition, episodes)`` of one step of the N envs (see :func:`collect_step`)."""
-    transition = Transition(
-        observation,
-        action,
-        ts.reward,
-        ts.terminated,
-        ts.truncated,
-        ts.info[FINAL_OBSERVATION],
-        act_info,
-    )
-    keys = (EPISODE_RETURN, EPISODE_LENGTH, EPISODE_DONE, AGENT_EPISODE_RETURN)
-    episodes = {k: ts.info[k] for k in keys if k in ts.info}
-    return transition, episodes
-
-
-def collect_recurrent_step(
-    agent: Agent,
-    env: Environment,
-    params: PyTree,
-    agent_state: PyTree,
-    carry: tuple[PyTree, PyTree, PyTree],
-    key: PRNGKey,
-):
-    """:func:`collect_step` for an agent with memory: ``carry`` is ``(env_state,
-    observation, acting_state)``; acts with ``agent.recurrent.act`` and returns ``(carry,
-    transition, episodes)`` with the new acting state put back to
-    ``agent.recurrent.initial_state`` for every env whose episode ended on this step."""
-    env_state, observation, acting_state = carry
-    k_act, k_env = jax.random.split(key)
-    action, act_info, acting_state = agent.recurrent.act(
-        agent_state, acting_state, observation, k_act
-    )
-    env_state, ts = env.step(k_env, env_state, action, params)
-    initial = agent.recurrent.initial_state(ts.done.shape[0])
-    acting_state = networks.reset_core_state(acting_state, initial, ts.done)
-    transition, episodes = _recorded(observation, action, act_info, ts)
-    return (env_state, ts.observation, acting_state), transition, episodes
-
-
 def on_policy(
     agent: Agent, env: Environment, num_steps: int, env_params: PyTree = None, num_devices: int = 1
 ) -> Algorithm:
@@ -234,45 +103,57 @@ def on_policy(
     With ``num_devices > 1`` the env holds one device's share of the envs
     and ``step`` must run inside a sharded trace (:mod:`jrl.run.anakin`).
     """
-    num_envs = env.num_envs
-    if num_envs is None:
-        raise ValueError(
-            "on_policy needs a batched env: wrap it with "
-            "jrl.core.wrappers.wrap_for_training(env, num_envs)"
-        )
-    if int(num_steps) <= 0:
-        raise ValueError(f"num_steps must be positive, got {num_steps}")
-    params = env.default_params if env_params is None else env_params
-    spec = EnvSpec.from_env(env, params)
+    loop = _OnPolicyLoop(agent, env, num_steps, env_params, num_devices)
+    return Algorithm(loop.init, loop.step, loop.per_iteration, agent_hparams(agent))
 
-    recurrent = agent.recurrent
-    names = agent_names(env)
 
-    def init(key: PRNGKey) -> OnPolicyState:
-        return _on_policy_init(agent, env, params, spec, key)
+class _OnPolicyLoop:
+    """The pieces of :func:`on_policy`'s ``init`` and ``step`` (see its docstring)."""
 
-    def env_step(agent_state, carry, key):
-        if recurrent is not None:
+    def __init__(self, agent, env, num_steps, env_params, num_devices):
+        num_envs = env.num_envs
+        if num_envs is None:
+            raise ValueError(
+                "on_policy needs a batched env: wrap it with "
+                "jrl.core.wrappers.wrap_for_training(env, num_envs)"
+            )
+        if int(num_steps) <= 0:
+            raise ValueError(f"num_steps must be positive, got {num_steps}")
+        self.agent, self.env, self.num_steps = agent, env, num_steps
+        self.num_envs, self.num_devices = num_envs, num_devices
+        self.params = env.default_params if env_params is None else env_params
+        self.spec = EnvSpec.from_env(env, self.params)
+        self.recurrent = agent.recurrent
+        self.names = agent_names(env)
+        self.per_iteration = int(num_steps) * num_envs * int(num_devices)
+
+    def init(self, key: PRNGKey) -> OnPolicyState:
+        return _on_policy_init(self.agent, self.env, self.params, self.spec, key)
+
+    def env_step(self, agent_state, carry, key):
+        """One step of the N envs; ``carry``: ``(env_state, obs)``, and the acting state for
+        an agent with memory."""
+        if self.recurrent is not None:
             carry, transition, episodes = collect_recurrent_step(
-                agent, env, params, agent_state, carry, key
+                self.agent, self.env, self.params, agent_state, carry, key
             )
             return carry, (transition, episodes)
         env_state, obs, transition, episodes = collect_step(
-            agent, env, params, agent_state, *carry, key
+            self.agent, self.env, self.params, agent_state, *carry, key
         )
         return (env_state, obs), (transition, episodes)
 
-    def step(state: OnPolicyState) -> tuple[OnPolicyState, dict[str, jax.Array]]:
+    def step(self, state: OnPolicyState) -> tuple[OnPolicyState, dict[str, jax.Array]]:
         key, k_rollout, k_learn = jax.random.split(state.key, 3)
         carry = (state.env_state, state.observation)
-        if recurrent is not None:
+        if self.recurrent is not None:
             carry += (state.acting_state,)
         carry, (batch, episodes) = jax.lax.scan(
-            lambda c, k: env_step(state.agent_state, c, k),
+            lambda c, k: self.env_step(state.agent_state, c, k),
             carry,
-            jax.random.split(k_rollout, num_steps),
+            jax.random.split(k_rollout, self.num_steps),
         )
-        agent_state, metrics, _ = agent.learn(state.agent_state, batch, k_learn)
+        agent_state, metrics, _ = self.agent.learn(state.agent_state, batch, k_learn)
         ret, length, ep_metrics = episode_metrics(
             episodes, state.last_episode_return, state.last_episode_length
         )
@@ -282,24 +163,20 @@ def on_policy(
             observation=carry[1],
             key=key,
             iteration=state.iteration + 1,
-            env_steps=state.env_steps + num_steps * num_envs * num_devices,
+            env_steps=state.env_steps + self.num_steps * self.num_envs * self.num_devices,
             last_episode_return=ret,
             last_episode_length=length,
         )
-        if recurrent is not None:
+        if self.recurrent is not None:
             new_state = new_state.replace(acting_state=carry[2])
-        if names:
+        if self.names:
             agent_returns, agent_metrics = agent_episode_metrics(
-                episodes, state.last_agent_returns, names
+                episodes, state.last_agent_returns, self.names
             )
             new_state = new_state.replace(last_agent_returns=agent_returns)
             ep_metrics = {**ep_metrics, **agent_metrics}
         metrics = {**metrics, **ep_metrics, "train/env_steps": new_state.env_steps}
         return new_state, metrics
-
-    return Algorithm(
-        init, step, int(num_steps) * num_envs * int(num_devices), _agent_hparams(agent)
-    )
 
 
 def _on_policy_init(agent: Agent, env: Environment, params, spec: EnvSpec, key: PRNGKey):
@@ -380,8 +257,8 @@ def off_policy(
     Collection acts with ``agent.act`` (the behaviour policy, e.g.
     epsilon-greedy) and pushes each step's ``Transition`` (``next_observation``
     the true successor, ``info[FINAL_OBSERVATION]``) through an
-    :func:`~jrl.parts.buffers.nstep_accumulator`; the buffer stores the resulting
-    :class:`~jrl.parts.buffers.NStepTransition`s (with ``n_step=1`` these are
+    :func:`~jrl.parts.nstep.nstep_accumulator`; the buffer stores the resulting
+    :class:`~jrl.parts.nstep.NStepTransition`s (with ``n_step=1`` these are
     one-step transitions with ``discount = gamma * (1 - terminated)``), so a
     learner's target is always ``reward + discount * V(next_observation)`` and
     truncated episodes bootstrap from their final observation. The
@@ -409,7 +286,7 @@ def off_policy(
     :func:`~jrl.parts.buffers.trajectory_buffer` from it); DDPG's noise never reaches ``learn``.
     """
     loop = _OffPolicyLoop(agent, env, buffer, schedule, discount, beta, env_params, num_devices)
-    return Algorithm(loop.init, loop.step, loop.per_iteration, _agent_hparams(agent))
+    return Algorithm(loop.init, loop.step, loop.per_iteration, agent_hparams(agent))
 
 
 class ReplayUpdates:

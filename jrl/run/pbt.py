@@ -1,4 +1,4 @@
-"""Population-based training inside the compiled program (layer 6).
+"""Population-based training inside the compiled program (the run layer, ``jrl/run``).
 
 PBT (Jaderberg et al., 2017) treats the runs of one program (seeds x swept values, the
 runner's vmapped runs axis :data:`jrl.core.parallel.RUNS`) as a population. :func:`with_pbt`
@@ -12,8 +12,7 @@ wraps a loop's ``step``: every ``interval`` env steps, after the loop's own step
 - **explore**: each copied run multiplies every hyperparameter of ``fields`` by a factor
   drawn from ``perturb`` (0.8 or 1.2 by default), clipped into the range its config field
   must lie in (the config's :meth:`~jrl.parts.agent_config.AgentConfig.field_ranges`: a discount
-  stays
-  in ``[0, 1]``), set through the loop's ``with_hparams``.
+  stays in ``[0, 1]``), set through the loop's ``with_hparams``.
 
 The ranks and copies are collectives over the runs axis (``all_gather``), so nothing goes
 back to the host; the branch is a real ``cond`` (its predicate, the iteration count, is the
@@ -40,14 +39,15 @@ import jax.numpy as jnp
 import numpy as np
 
 from jrl.core import parallel
-from jrl.core.wrappers import copy_statistics
+from jrl.core.normalization import copy_statistics
 from jrl.parts.agent_config import FLOAT32_MAX, Range
-from jrl.run.loops import Algorithm
+from jrl.run.algorithm import Algorithm
 from jrl.util import files
 
 __all__ = [
     "PBT",
     "SOURCE",
+    "check_loop_state",
     "check_pbt",
     "lineage",
     "perturb_value",
@@ -163,6 +163,19 @@ def every_iterations(pbt: PBT, env_steps_per_iteration: int) -> int:
     return max(1, int(pbt.interval) // int(env_steps_per_iteration))
 
 
+def check_loop_state(like: Any) -> None:
+    """``ValueError`` unless a loop's train state (``like``: its shapes) has what PBT reads and
+    changes: the latest episode returns and an agent state with hyperparameters."""
+    if not hasattr(like, "last_episode_return") or not hasattr(
+        getattr(like, "agent_state", None), "hparams"
+    ):
+        raise ValueError(
+            "PBT ranks runs by their latest episode returns and perturbs the hyperparameters "
+            "of their agent state; this agent's loop keeps neither (PBT serves the gradient "
+            "agents' on- and off-policy loops)"
+        )
+
+
 def with_pbt(
     algorithm: Algorithm, pbt: PBT, num_runs: int, ranges: Mapping[str, Range] | None = None
 ) -> Algorithm:
@@ -173,14 +186,7 @@ def with_pbt(
     float32 numbers). The state's structure is unchanged; ``step`` must run vmapped over the
     ``num_runs`` runs inside :func:`jrl.core.parallel.runs_axis` (the runner does)."""
     like = jax.eval_shape(algorithm.init, jax.random.key(0))
-    if not hasattr(like, "last_episode_return") or not hasattr(
-        getattr(like, "agent_state", None), "hparams"
-    ):
-        raise ValueError(
-            "PBT ranks runs by their latest episode returns and perturbs the hyperparameters "
-            "of their agent state; this agent's loop keeps neither (PBT serves the gradient "
-            "agents' on- and off-policy loops)"
-        )
+    check_loop_state(like)
     every = every_iterations(pbt, algorithm.env_steps_per_iteration)
     fields, (low, high) = tuple(pbt.fields), pbt.perturb
     bounds = _bounds(fields, ranges)
@@ -271,10 +277,11 @@ def write_lineage(
 ) -> None:
     """``pbt_lineage.json`` (:func:`lineage`, with the run labels) and ``pbt_lineage.png``
     (each run's hyperparameters over env steps, a marker where it copied another run)."""
+    # matplotlib takes about a second to import: only runs that write a lineage pay for it
     import matplotlib
 
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # (after choosing the backend, as matplotlib asks)
 
     record = {"runs": list(runs), **lineage(metrics, env_steps)}
     files.write_atomic(Path(out) / "pbt_lineage.json", json.dumps(record, indent=1))

@@ -1,4 +1,4 @@
-"""Plugins (layer 8): user modules that register environments or agents.
+"""Plugins: user modules that register environments or agents.
 
 A plugin is any importable module that calls ``jrl.envs.register`` or
 ``jrl.agents.register`` when imported. ``jrl train/eval/render/export

@@ -6,7 +6,7 @@ actor processes (``jrl[ray]``):
 
 - **Actors.** Actor ``a`` is a Ray actor process that builds its own host envs (env ``i`` of
   run ``r`` seeded ``seed_r + a * n + i``, as thread ``a`` would) and acts on its own CPU with
-  the jitted ``act`` (:class:`jrl.run.sebulba.PushActing`, the acting half the threads run
+  the jitted ``act`` (:class:`jrl.run.sebulba.acting.PushActing`, the acting half the threads run
   too, with the same keys: a synchronous Ray run equals a synchronous threaded run with as
   many threads). Each :meth:`_EnvActor.rollout` call is one trajectory ``[R, T, n]``; Ray
   runs an actor's calls in order, and its return value travels through the object store.
@@ -48,6 +48,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import logging
 import os
 import socket
 import subprocess
@@ -55,23 +56,15 @@ import sys
 import threading
 import time
 import uuid
+import warnings
 from typing import Any
 
 import jax
 
 from jrl.run import plugins as jrl_plugins
-from jrl.run.sebulba import (
-    WAIT_ENV,
-    ActorError,
-    ActorTimeout,
-    PushActing,
-    _act_fn,
-    _expand,
-    _Item,
-    _prepare_fn,
-    _seconds,
-    wait_limit,
-)
+from jrl.run.sebulba.acting import Item, PushActing, act_fn, prepare_fn
+from jrl.run.sebulba.transfers import expand
+from jrl.run.sebulba.waits import WAIT_ENV, ActorError, ActorTimeout, seconds, wait_limit
 
 __all__ = [
     "CONNECT_TIMEOUT_S",
@@ -136,7 +129,7 @@ def check_address(address: str) -> None:
     why = "no answer" if isinstance(e, TimeoutError) else f"{type(e).__name__}: {e}"
     raise ConnectionError(
         f"--ray-address {text}: nothing accepts a connection there within "
-        f"{_seconds(CONNECT_TIMEOUT_S)} ({why}); start Ray's head there (ray start --head "
+        f"{seconds(CONNECT_TIMEOUT_S)} ({why}); start Ray's head there (ray start --head "
         f"--port {port}) or give the address of one"
     )
 
@@ -173,22 +166,22 @@ class _EnvActor:
         jrl_plugins.load(plugins)  # the run's envs and agents, registered as in the learner
         self.wait_s = wait_s
         batches = [host_env.make_batch(per_actor, seed + index * per_actor) for seed in seeds]
-        act, prepare = _act_fn(agent, replay), _prepare_fn(replay)
+        act, prepare = act_fn(agent, replay), prepare_fn(replay)
         self.acting = PushActing(batches, index, act, num_steps, transfer, prepare)
         self.acting.reset(snapshots)
         self.expand = None
         if transfer != "float32":
-            self.expand = jax.jit(lambda s: _expand(s, template))
+            self.expand = jax.jit(lambda s: expand(s, template))
         self.version, self.params = -1, None
 
     def pid(self) -> int:
         return os.getpid()
 
-    def rollout(self, j: int, version: int, box: list, snapshot: bool) -> _Item:
+    def rollout(self, j: int, version: int, box: list, snapshot: bool) -> Item:
         """Trajectory ``j`` acted with version ``version`` (``box``: ``[ref]`` of the
         published ``(agent_state, act_keys)``, fetched only when the version changed); with
         ``snapshot`` the host envs' saved state after it."""
-        import ray
+        import ray  # Ray is an optional extra (jrl[ray]): imported only for Ray actors
 
         if version != self.version:  # the object store may lose it: bounded
             agent_state, act_keys = ray.get(box[0], timeout=self.wait_s)
@@ -206,7 +199,7 @@ class _EnvActor:
 
 class RayPool:
     """The Ray actors as the learner drives them (the interface of
-    :class:`jrl.run.sebulba.ThreadActors`)."""
+    :class:`jrl.run.sebulba.actors.ThreadActors`)."""
 
     def __init__(self, runner, make_actor, count: int):
         self.runner, self.make_actor, self.count = runner, make_actor, count
@@ -224,7 +217,7 @@ class RayPool:
     def publish(self, version: int, published) -> None:
         """Puts version ``version`` into the object store and requests the trajectories it
         allows."""
-        import ray
+        import ray  # Ray is an optional extra (jrl[ray]): imported only for Ray actors
 
         self.version, self.ref = version, ray.put(published)
         opts = self.runner.options
@@ -241,12 +234,12 @@ class RayPool:
     def start(self) -> None:  # requests went out with the first publish
         pass
 
-    def take(self) -> tuple[list[_Item] | None, float]:
+    def take(self) -> tuple[list[Item] | None, float]:
         """The next trajectory of every actor in order and the seconds waited (None when an
         actor failed or did not answer within :func:`~jrl.run.sebulba.wait_limit` seconds:
         :meth:`error` says how); a dead actor process is replaced and asked again."""
-        import ray
-        from ray.exceptions import RayActorError, RayTaskError
+        import ray  # Ray is an optional extra (jrl[ray]): imported only for Ray actors
+        from ray.exceptions import RayActorError, RayTaskError  # (jrl[ray])
 
         limit = wait_limit()
         t0, items = time.perf_counter(), []
@@ -258,7 +251,7 @@ class RayPool:
                     while not ray.wait([ref], timeout=0.2)[0]:
                         if time.monotonic() > deadline:
                             message = (
-                                f"the learner waited {_seconds(limit)} for trajectory {j} of "
+                                f"the learner waited {seconds(limit)} for trajectory {j} of "
                                 f"ray actor {a}, which sent none (stuck in its env, or no CPU "
                                 f"for it in the cluster?; ${WAIT_ENV} sets the bound)"
                             )
@@ -288,7 +281,7 @@ class RayPool:
             self._fail(f"ray actor {a} died {self.deaths[a]} times; the last: {e}", e)
             return False
         with contextlib.suppress(Exception):
-            import ray
+            import ray  # Ray is an optional extra (jrl[ray]): imported only for Ray actors
 
             ray.kill(self.handles[a], no_restart=True)
         try:
@@ -319,7 +312,7 @@ class RayPool:
     def close(self) -> None:
         """Asks every actor to close its envs (all together, for at most
         :data:`CLOSE_TIMEOUT_S` seconds: a stuck actor does not answer) and kills it."""
-        import ray
+        import ray  # Ray is an optional extra (jrl[ray]): imported only for Ray actors
 
         refs = []
         for handle in self.handles:
@@ -352,38 +345,15 @@ def ray_pool(
     ``replay`` (an agent's :class:`~jrl.run.builders.ActorReplay`) the actors push replay items with
     priorities (Ape-X). Every actor imports ``runner.options.plugins`` and ``$JRL_PLUGINS``
     first."""
-    import ray
+    import ray  # Ray is an optional extra (jrl[ray]): imported only for Ray actors
 
     opts = runner.options
     count = opts.ray_actors
     session = None if ray.is_initialized() else _RaySession.start(opts.ray_address, count)
-    per_actor = num_envs // count
     remote = ray.remote(num_cpus=1)(_EnvActor)
-    run_id = uuid.uuid4().hex[:8]
-    snapshots = runner.env_snapshots
-    modules = tuple(dict.fromkeys([*opts.plugins, *jrl_plugins.from_environment()]))
-    wait_s = wait_limit()
-
-    def make_actor(a: int, deaths: int):
-        # a replacement's envs are seeded past every env of every actor before it
-        moved = [s + deaths * (total_envs or num_envs) for s in seeds]
-        return remote.options(
-            name=f"{NAME_PREFIX}{run_id}-{a}" + (f"-restart{deaths}" if deaths else ""),
-            runtime_env={"env_vars": {"JAX_PLATFORMS": "cpu"}},
-        ).remote(
-            agent,
-            host_env,
-            first + a,
-            moved,
-            per_actor,
-            runner.num_steps,
-            opts.transfer,
-            template,
-            snapshots[a] if snapshots is not None and deaths == 0 else None,
-            replay,
-            modules,
-            wait_s,
-        )
+    make_actor = _ActorMaker(
+        remote, runner, agent, host_env, seeds, num_envs, template, first, total_envs, replay
+    )
 
     pool = None
     try:
@@ -396,6 +366,46 @@ def ray_pool(
         finally:
             if session is not None:
                 session.close()
+
+
+class _ActorMaker:
+    """``make_actor(a, deaths)``: a new Ray actor process for actor ``a`` of a :func:`ray_pool`
+    (named ``jrl-actor-<run>-<a>``; its ``deaths``-th replacement when ``deaths`` > 0)."""
+
+    def __init__(
+        self, remote, runner, agent, host_env, seeds, num_envs, template, first, total_envs, replay
+    ):
+        opts = runner.options
+        self.remote, self.runner, self.agent, self.host_env = remote, runner, agent, host_env
+        self.seeds, self.num_envs, self.template, self.first = seeds, num_envs, template, first
+        self.total_envs, self.replay = total_envs, replay
+        self.per_actor = num_envs // opts.ray_actors
+        self.run_id = uuid.uuid4().hex[:8]
+        self.snapshots = runner.env_snapshots
+        self.modules = tuple(dict.fromkeys([*opts.plugins, *jrl_plugins.from_environment()]))
+        self.wait_s = wait_limit()
+
+    def __call__(self, a: int, deaths: int):
+        # a replacement's envs are seeded past every env of every actor before it
+        moved = [s + deaths * (self.total_envs or self.num_envs) for s in self.seeds]
+        snapshots = self.snapshots
+        return self.remote.options(
+            name=f"{NAME_PREFIX}{self.run_id}-{a}" + (f"-restart{deaths}" if deaths else ""),
+            runtime_env={"env_vars": {"JAX_PLATFORMS": "cpu"}},
+        ).remote(
+            self.agent,
+            self.host_env,
+            self.first + a,
+            moved,
+            self.per_actor,
+            self.runner.num_steps,
+            self.runner.options.transfer,
+            self.template,
+            snapshots[a] if snapshots is not None and deaths == 0 else None,
+            self.replay,
+            self.modules,
+            self.wait_s,
+        )
 
 
 class _RaySession:
@@ -418,9 +428,7 @@ class _RaySession:
     def start(cls, address: str, count: int) -> "_RaySession":
         """Joins or starts Ray: ``ConnectionError`` for a user's address where no Ray answers
         in time, :class:`~jrl.run.sebulba.ActorError` for other failures. The address itself
-        was checked by :func:`jrl.run.sebulba.check_options` before the run started."""
-        import logging
-
+        was checked by :func:`jrl.run.sebulba.options.check_options` before the run started."""
         session = cls(address, count)
         before = _children()
         # Ray warns that a helper thread sets no SIGTERM handler: that is the point
@@ -437,10 +445,10 @@ class _RaySession:
             if address:
                 raise ConnectionError(
                     f"--ray-address {address}: no Ray answered there within "
-                    f"{_seconds(INIT_TIMEOUT_S)}; is it the GCS port of a Ray head "
+                    f"{seconds(INIT_TIMEOUT_S)}; is it the GCS port of a Ray head "
                     "(ray start --head --port PORT)?"
                 )
-            raise ActorTimeout(f"a local Ray did not start within {_seconds(INIT_TIMEOUT_S)}")
+            raise ActorTimeout(f"a local Ray did not start within {seconds(INIT_TIMEOUT_S)}")
         if session.failed is not None:
             e, where = session.failed, address or "a local Ray"
             raise ActorError(f"could not start Ray actors on {where}: {_last_line(e)}") from e
@@ -450,7 +458,7 @@ class _RaySession:
 
     def _run(self) -> None:
         """The helper thread: ``ray.init``, then wait for :meth:`close`."""
-        import ray
+        import ray  # Ray is an optional extra (jrl[ray]): imported only for Ray actors
 
         if self.address:
             kwargs: dict[str, Any] = {"address": self.address}
@@ -473,7 +481,7 @@ class _RaySession:
     def close(self) -> None:
         """Shuts Ray down, lets the helper thread end, and has the watchdog end what is left
         of a local Ray (waiting for it a bounded time)."""
-        import ray
+        import ray  # Ray is an optional extra (jrl[ray]): imported only for Ray actors
 
         try:
             ray.shutdown()
@@ -555,8 +563,6 @@ its own, so a Ctrl-C for the learner's terminal does not end it first."""
 def _start_watchdog(pids: list[int]) -> subprocess.Popen:
     """The watchdog (:data:`WATCHDOG`) of the local Ray processes ``pids``: this process holds
     the write end of its stdin, which closes however this process ends."""
-    import warnings
-
     command = [sys.executable, "-c", WATCHDOG, str(WATCHDOG_INTERVAL_S), str(WATCHDOG_GRACE_S)]
     with warnings.catch_warnings():  # JAX warns on any fork; this one execs at once
         warnings.simplefilter("ignore", RuntimeWarning)
@@ -578,7 +584,7 @@ def _last_line(e: BaseException) -> str:
 def pids(prefix: str = NAME_PREFIX) -> dict[str, int]:
     """Name -> process id of the live jrl Ray actors of the connected Ray (for tests and
     operators: ``kill -9`` one to see it replaced)."""
-    import ray
+    import ray  # Ray is an optional extra (jrl[ray]): imported only for Ray actors
 
     out = {}
     for name in ray.util.list_named_actors():

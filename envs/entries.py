@@ -1,0 +1,87 @@
+"""What the registry hands out, below the registry and its adapters: :class:`EnvEntry` (a
+registered environment), :class:`UnknownEnvError` and the id prefixes of the adapters.
+
+The registry (:mod:`jrl.envs.registry`) dispatches an id with a prefix to its adapter
+(``gymnax_adapter``, ``brax_adapter``, ``pgx_adapter``, ``jaxmarl_adapter``, ``host``), and
+every adapter builds its entries and errors from this module, so neither imports the other
+both ways.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+from typing import Any
+
+from jrl.core.env import Environment
+from jrl.util import names as _names
+
+__all__ = [
+    "BRAX_PREFIX",
+    "ENVPOOL_PREFIX",
+    "EnvEntry",
+    "GYMNASIUM_PREFIX",
+    "GYMNAX_PREFIX",
+    "JAXMARL_PREFIX",
+    "PGX_PREFIX",
+    "PREFIXES",
+    "UnknownEnvError",
+]
+
+GYMNAX_PREFIX = "gymnax:"
+BRAX_PREFIX = "brax:"
+PGX_PREFIX = "pgx:"
+JAXMARL_PREFIX = "jaxmarl:"
+GYMNASIUM_PREFIX = "gymnasium:"  # host envs (envs/host.py): the Sebulba runner steps them
+ENVPOOL_PREFIX = "envpool:"
+PREFIXES = (
+    GYMNAX_PREFIX,
+    BRAX_PREFIX,
+    PGX_PREFIX,
+    JAXMARL_PREFIX,
+    GYMNASIUM_PREFIX,
+    ENVPOOL_PREFIX,
+)
+
+
+@dataclasses.dataclass(frozen=True)
+class EnvEntry:
+    """A registered environment (what ``jrl.envs.entry(id)`` returns; the spaces an agent
+    sees are :class:`jrl.EnvSpec`)."""
+
+    id: str  # registry id, e.g. "CartPole-v1"
+    entry_point: Any  # a callable returning an Environment, or "module:attr"
+    max_episode_steps: int | None  # time limit applied by make (None: no limit)
+    source: str = "jrl"  # where the implementation comes from ("jrl", "gymnax", a user package)
+    kwargs: tuple[tuple[str, Any], ...] = ()  # constructor arguments
+
+    def build(self) -> Environment:
+        fn = self.entry_point
+        if isinstance(fn, str):
+            module, _, attr = fn.partition(":")
+            fn = getattr(importlib.import_module(module), attr)
+        return fn(**dict(self.kwargs))
+
+
+class UnknownEnvError(KeyError, ValueError):
+    """An env id that is not registered; the message lists the closest ids.
+
+    ``prefix`` namespaces the suggestions (``"gymnax:"`` for the gymnax ids,
+    matched on their bare names) and ``listing`` replaces the default list of
+    registered ids in the message.
+    """
+
+    def __init__(self, id: str, known: list[str], prefix: str = "", listing: str | None = None):
+        hint = _names.did_you_mean(id, known, prefix=prefix)
+        if listing is None:
+            listing = (
+                f"Registered: {', '.join(known)}; gymnax envs as '{GYMNAX_PREFIX}<name>', "
+                f"brax envs as '{BRAX_PREFIX}<name>', pgx games as '{PGX_PREFIX}<name>', "
+                f"JaxMARL envs as '{JAXMARL_PREFIX}<name>'; host envs (--runner sebulba) as "
+                f"'{GYMNASIUM_PREFIX}<id>' and '{ENVPOOL_PREFIX}<id>'."
+            )
+        self.message = f"unknown environment {prefix + id!r}.{hint} {listing}"
+        super().__init__(self.message)
+
+    def __str__(self) -> str:
+        return self.message
