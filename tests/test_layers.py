@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import ast
 import pathlib
+import tomllib
 
 import pytest
 
@@ -208,4 +209,15 @@ def test_imports_inside_functions_say_why(modules):
                         bad.append(f"{path.relative_to(ROOT)}:{child.lineno}")
     assert not bad, "imports inside functions without a comment saying why:\n" + "\n".join(
         sorted(set(bad))
+    )
+
+
+def test_pyproject_lists_every_package(modules):
+    """A package folder missing from pyproject.toml's ``packages`` would be left out of a
+    wheel (the editable install used in development finds it anyway)."""
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    listed = set(config["tool"]["setuptools"]["packages"])
+    folders = {m for m, path in modules.items() if path.name == "__init__.py"}
+    assert folders == listed, (
+        f"missing: {sorted(folders - listed)}, stale: {sorted(listed - folders)}"
     )
