@@ -474,6 +474,8 @@ def test_submodules_are_attributes_of_jrl(tmp_path):
         "    assert getattr(jrl, m).__name__ == 'jrl.' + m\n"
         "assert jrl.app.distributed.__name__ == 'jrl.app.distributed'\n"
         "assert jrl.run.ray_actors.__name__ == 'jrl.run.ray_actors'\n"
+        "assert jrl.parts.networks.__name__ == 'jrl.parts.networks'\n"
+        "assert jrl.core.wrappers.__name__ == 'jrl.core.wrappers'\n"
         "try:\n    jrl.no_such_module\nexcept AttributeError:\n    print('ok')\n"
     )
     res = subprocess.run(

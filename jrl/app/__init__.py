@@ -9,13 +9,6 @@ or a video, and :mod:`~jrl.app.cli` is the ``jrl`` command line. Each module is 
 as an attribute without importing it first (``jrl.app.api``).
 """
 
-import importlib
-import importlib.util
+from jrl.util.submodules import lazy_submodules
 
-
-def __getattr__(name: str):
-    """The modules of ``jrl.app`` as attributes, imported at their first use (``import jrl``
-    and ``jrl --help`` import none of them)."""
-    if not name.startswith("_") and importlib.util.find_spec(f"jrl.app.{name}") is not None:
-        return importlib.import_module(f"jrl.app.{name}")
-    raise AttributeError(f"module 'jrl.app' has no attribute {name!r}")
+__getattr__ = lazy_submodules(__name__)

@@ -1,12 +1,8 @@
-"""Runners: execution strategies for a loop (anakin: fully on device)."""
+"""The run layer: loops, builders, evaluation, PBT and plugins, and the runners (Anakin,
+Sebulba, Ray actors).
 
-import importlib
-import importlib.util
+Each module is reachable as an attribute without importing it first."""
 
+from jrl.util.submodules import lazy_submodules
 
-def __getattr__(name: str):
-    """The runner modules as attributes without importing them first (``jrl.run.anakin``,
-    ``jrl.run.sebulba``, ``jrl.run.ray_actors``)."""
-    if not name.startswith("_") and importlib.util.find_spec(f"jrl.run.{name}") is not None:
-        return importlib.import_module(f"jrl.run.{name}")
-    raise AttributeError(f"module 'jrl.run' has no attribute {name!r}")
+__getattr__ = lazy_submodules(__name__)
