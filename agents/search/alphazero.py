@@ -26,7 +26,7 @@ from typing import ClassVar
 import jax
 import jax.numpy as jnp
 from flax import struct
-from jrl.agents.search.mcts import SEARCHES, game_recurrent_fn, q_bounds_check, search
+from jrl.agents.search.mcts import game_recurrent_fn, search, search_checks
 
 from jrl.core import parallel, spaces
 from jrl.core.two_player_env import CURRENT_PLAYER, PLAYER_REWARDS, is_two_player, player_returns
@@ -143,19 +143,7 @@ class AlphaZeroConfig(AgentConfig):
         c = self
         return super().checks() + [
             (c.num_steps > 0, f"num_steps must be positive, got {c.num_steps}"),
-            (c.search in SEARCHES, f"search must be one of {SEARCHES}, got {c.search!r}"),
-            (c.num_simulations > 0, f"num_simulations must be positive, got {c.num_simulations}"),
-            (
-                c.max_num_considered_actions > 0,
-                f"max_num_considered_actions must be positive, got {c.max_num_considered_actions}",
-            ),
-            (c.value_scale > 0, f"value_scale must be positive, got {c.value_scale}"),
-            q_bounds_check(tuple(c.q_bounds)),
-            (c.dirichlet_alpha > 0, f"dirichlet_alpha must be positive, got {c.dirichlet_alpha}"),
-            (
-                0.0 <= c.dirichlet_fraction <= 1.0,
-                f"dirichlet_fraction must lie in [0, 1], got {c.dirichlet_fraction}",
-            ),
+            *search_checks(c),
             (
                 c.temperature_moves >= 0,
                 f"temperature_moves must be >= 0, got {c.temperature_moves}",

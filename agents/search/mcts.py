@@ -165,6 +165,27 @@ def q_bounds_check(q_bounds: tuple[float, ...]) -> tuple[bool, str]:
     return ok, f"q_bounds must be () or (lo, hi) with lo < hi, got {q_bounds}"
 
 
+def search_checks(c) -> list[tuple[bool, str]]:
+    """The checks of the search fields AlphaZero's and MuZero's configs share (``search``,
+    ``num_simulations``, ``max_num_considered_actions``, ``value_scale``, ``q_bounds``,
+    ``dirichlet_alpha``, ``dirichlet_fraction``), as ``(ok, message)`` pairs."""
+    return [
+        (c.search in SEARCHES, f"search must be one of {SEARCHES}, got {c.search!r}"),
+        (c.num_simulations > 0, f"num_simulations must be positive, got {c.num_simulations}"),
+        (
+            c.max_num_considered_actions > 0,
+            f"max_num_considered_actions must be positive, got {c.max_num_considered_actions}",
+        ),
+        (c.value_scale > 0, f"value_scale must be positive, got {c.value_scale}"),
+        q_bounds_check(tuple(c.q_bounds)),
+        (c.dirichlet_alpha > 0, f"dirichlet_alpha must be positive, got {c.dirichlet_alpha}"),
+        (
+            0.0 <= c.dirichlet_fraction <= 1.0,
+            f"dirichlet_fraction must lie in [0, 1], got {c.dirichlet_fraction}",
+        ),
+    ]
+
+
 def q_transform(kind: str, value_scale: float = 0.1, q_bounds: tuple[float, ...] = ()):
     """The ``mctx`` Q-transform of a search: how a node's Q-values ``q [A]`` become scores.
 

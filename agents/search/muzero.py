@@ -36,7 +36,7 @@ import jax
 import jax.numpy as jnp
 import mctx
 from flax import struct
-from jrl.agents.search.mcts import SEARCHES, q_bounds_check, search_from_roots
+from jrl.agents.search.mcts import search_checks, search_from_roots
 
 from jrl.core import parallel, spaces
 from jrl.core.two_player_env import is_two_player
@@ -182,19 +182,7 @@ class MuZeroConfig(ReplayConfig):
                 c.value_bootstrap in ("network", "search"),
                 f"value_bootstrap must be 'network' or 'search', got {c.value_bootstrap!r}",
             ),
-            (c.search in SEARCHES, f"search must be one of {SEARCHES}, got {c.search!r}"),
-            (c.num_simulations > 0, f"num_simulations must be positive, got {c.num_simulations}"),
-            (
-                c.max_num_considered_actions > 0,
-                f"max_num_considered_actions must be positive, got {c.max_num_considered_actions}",
-            ),
-            (c.value_scale > 0, f"value_scale must be positive, got {c.value_scale}"),
-            q_bounds_check(tuple(c.q_bounds)),
-            (c.dirichlet_alpha > 0, f"dirichlet_alpha must be positive, got {c.dirichlet_alpha}"),
-            (
-                0.0 <= c.dirichlet_fraction <= 1.0,
-                f"dirichlet_fraction must lie in [0, 1], got {c.dirichlet_fraction}",
-            ),
+            *search_checks(c),
             (c.vf_coef >= 0, f"vf_coef must be >= 0, got {c.vf_coef}"),
             (
                 c.batch_size % c.num_envs == 0,
