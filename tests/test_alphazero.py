@@ -391,6 +391,7 @@ def _jrl(args, cwd):
         capture_output=True,
         text=True,
         env={**os.environ, "JAX_PLATFORMS": "cpu"},
+        timeout=600,
     )
     return out
 
@@ -460,6 +461,7 @@ def test_device_count_invariance(tmp_path):
             ],
             capture_output=True,
             text=True,
+            timeout=600,
         )
         assert out.returncode == 0, out.stderr[-3000:]
         with np.load(tmp_path / f"{name}.npz") as f:

@@ -270,6 +270,7 @@ def test_cli_refuses_a_field_es_has_no_use_for(tmp_path):
         capture_output=True,
         text=True,
         env={**os.environ, "JAX_PLATFORMS": "cpu"},
+        timeout=600,
     )
     assert out.returncode == 2, out.stderr
     assert "cma_es has no use for max_grad_norm" in out.stderr
@@ -324,7 +325,11 @@ def test_device_count_invariance(tmp_path):
     """8 members on 1 and on 2 (fake) devices, 4 members each: the same parameters to 1e-5
     and the same fitness; the two seeds differ."""
     out = subprocess.run(
-        [sys.executable, "-c", DEVICES], cwd=tmp_path, capture_output=True, text=True
+        [sys.executable, "-c", DEVICES],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=600,
     )
     assert out.returncode == 0, out.stderr[-3000:]
     line = [x for x in out.stdout.splitlines() if x.startswith("RESULT")][0].split()
@@ -405,6 +410,7 @@ def test_cli_train_eval_and_render(tmp_path):
         capture_output=True,
         text=True,
         env=env,
+        timeout=600,
     )
     out = run(
         "train", "openai_es", "--env", "CartPole-v1", "--total-steps", "32000",

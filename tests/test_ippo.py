@@ -200,7 +200,9 @@ def test_single_and_multi_agent_mismatches_are_refused():
 def _cli(*args, cwd):
     env = {**os.environ, "JAX_PLATFORMS": "cpu"}
     jrl_bin = str(Path(sys.executable).parent / "jrl")
-    return subprocess.run([jrl_bin, *args], cwd=cwd, env=env, capture_output=True, text=True)
+    return subprocess.run(
+        [jrl_bin, *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=600
+    )
 
 
 def test_cli_refuses_mismatched_agent_and_env(tmp_path):
@@ -309,6 +311,7 @@ def test_device_count_invariance(tmp_path):
             capture_output=True,
             text=True,
             env={**os.environ, "JAX_PLATFORMS": "cpu"},
+            timeout=600,
         )
         assert out.returncode == 0, out.stderr[-3000:]
         data = np.load(tmp_path / f"{name}.npz")

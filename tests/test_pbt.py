@@ -217,6 +217,7 @@ def _cli(tmp_path, *args):
         capture_output=True,
         text=True,
         env={**os.environ, "JAX_PLATFORMS": "cpu"},
+        timeout=600,
     )
 
 
@@ -276,7 +277,11 @@ def test_device_count_invariance(tmp_path):
     """PBT PPO with 4 runs on 1 and on 2 (fake) devices: the same copies, and parameters equal
     to 1e-5."""
     out = subprocess.run(
-        [sys.executable, "-c", DEVICES], cwd=tmp_path, capture_output=True, text=True
+        [sys.executable, "-c", DEVICES],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=600,
     )
     assert out.returncode == 0, out.stderr[-3000:]
     line = [x for x in out.stdout.splitlines() if x.startswith("RESULT")][0].split()

@@ -257,6 +257,7 @@ def test_config_and_contract_checks(tmp_path):
         text=True,
         cwd=tmp_path,
         env={**os.environ, "JAX_PLATFORMS": "cpu"},
+        timeout=600,
     )
     assert proc.returncode == 2 and "scalar Q head" in proc.stderr, proc.stderr[-2000:]
 

@@ -290,5 +290,6 @@ def test_cli_takes_recurrent():
         capture_output=True,
         text=True,
         env={**os.environ, "JAX_PLATFORMS": "cpu"},
+        timeout=600,
     )
     assert "--recurrent" in proc.stdout and "--core-size" in proc.stdout
