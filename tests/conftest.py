@@ -6,8 +6,10 @@ tests compile once. The ``learn_reference`` fixture holds the NumPy/JAX referenc
 of one update that the agents' ``learn`` tests compare with.
 """
 
+import importlib.metadata
 import math
 import os
+import re
 import tempfile
 
 import jax
@@ -26,6 +28,89 @@ os.environ.setdefault(
 jax.config.update("jax_compilation_cache_dir", _CACHE)
 jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.5)
 jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
+
+
+# ---------------------------------------------------------------------------------------------
+# Skips for a missing package. A test of an optional integration skips where its package is
+# absent (`pytest.importorskip`), so a user without the extras gets a clean run. That must not
+# hide a broken install: a skip for a package whose distribution IS installed (its import
+# failed) is a failure, and so is one for a core dependency. With JRL_REQUIRE_EXTRAS=1 (set by
+# .ci/run) a skip for any package the test extra installs, directly or through its
+# dependencies, is a failure too, so CI cannot go green on a half-installed test extra.
+# ---------------------------------------------------------------------------------------------
+
+_MISSING = re.compile(r"could not import '([\w.]+)'|needs ([\w.]+), not installed")
+
+
+def _requirement_closure(dist: str, extras: tuple[str, ...] = ()) -> set[str]:
+    """Normalised names of ``dist``'s requirements (with ``extras``), transitively, as far as
+    they are installed; ``dist`` itself is not included."""
+    from packaging.requirements import Requirement  # pytest's own dependency
+
+    seen: set[str] = set()
+    todo = [(dist, extras)]
+    while todo:
+        name, extra_names = todo.pop()
+        try:
+            requires = importlib.metadata.requires(name) or []
+        except importlib.metadata.PackageNotFoundError:
+            continue
+        for line in requires:
+            req = Requirement(line)
+            envs = [{"extra": e} for e in extra_names] or [{"extra": ""}]
+            if req.marker is not None and not any(req.marker.evaluate(e) for e in envs):
+                continue
+            key = _normalise(req.name)
+            if key not in seen:
+                seen.add(key)
+                todo.append((req.name, tuple(req.extras)))
+    return seen
+
+
+def _normalise(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def _must_not_skip(module: str) -> str | None:
+    """Why a skip for the missing ``module`` is a failure here, or None if it is a fair skip."""
+    top = module.split(".")[0]
+    dists = importlib.metadata.packages_distributions().get(top, [top])
+    for dist in dists:
+        try:
+            importlib.metadata.distribution(dist)
+            return f"{dist} is installed but `import {module}` failed (a broken install)"
+        except importlib.metadata.PackageNotFoundError:
+            pass
+    names = {_normalise(d) for d in dists}
+    if names & _requirement_closure("jrl-jax"):
+        return f"{module} belongs to jrl's core dependencies, which are not installed"
+    if os.environ.get("JRL_REQUIRE_EXTRAS") == "1" and names & _requirement_closure(
+        "jrl-jax", ("test",)
+    ):
+        return f"{module} comes with the test extra (JRL_REQUIRE_EXTRAS=1) and is missing"
+    return None
+
+
+def _fail_unfair_skip(report) -> None:
+    if not report.skipped or not isinstance(report.longrepr, tuple):
+        return
+    found = _MISSING.search(str(report.longrepr[2]))
+    why = found and _must_not_skip(found.group(1) or found.group(2))
+    if why:
+        report.outcome = "failed"
+        report.longrepr = f"skip refused: {why}; skip reason was: {report.longrepr[2]}"
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    outcome = yield
+    _fail_unfair_skip(outcome.get_result())
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_make_collect_report(collector):
+    outcome = yield
+    _fail_unfair_skip(outcome.get_result())
 
 
 # ---------------------------------------------------------------------------------------------
