@@ -101,7 +101,7 @@ def test_jrl_envs_lists_the_brax_envs(tmp_path):
 
 
 @pytest.mark.learning
-def test_sac_brax_inverted_pendulum(tmp_path):
+def test_sac_brax_inverted_pendulum(tmp_path, learning_seed):
     """SAC, its brax:inverted_pendulum preset (2e4 env steps, 4 seeds). The episode return is
     the number of steps balanced, at most 1000 (brax's episode length). Brax's own training
     colab trains SAC on inverted_pendulum for 3e5 env steps (64 envs, 32 gradient updates per
@@ -109,7 +109,13 @@ def test_sac_brax_inverted_pendulum(tmp_path):
     update per step, reaches it within 2e4 steps (1/15 of that budget) on this machine. The run
     folder's checkpoint (MJX states hold arrays of size 0) loads back for `jrl eval`."""
     res = jrl.train(
-        "sac", "brax:inverted_pendulum", seeds=4, progress=False, num_reports=4, out=tmp_path
+        "sac",
+        "brax:inverted_pendulum",
+        seeds=4,
+        seed=learning_seed,
+        progress=False,
+        num_reports=4,
+        out=tmp_path,
     )
     stats = jrl.app.api.evaluate_run(tmp_path, episodes=2)
     assert stats["mean"] >= 900, stats  # the greedy policy balances too

@@ -190,11 +190,13 @@ PROBE = dict(
 
 @pytest.mark.learning
 @pytest.mark.parametrize("agent", ["sac", "td3", "ddpg"])
-def test_truncation_probe(agent):
+def test_truncation_probe(agent, learning_seed):
     """Reward 1 forever, truncated every 20 steps: Q(s, a) = 1/(1-gamma) for every state and
     action (SAC with a nearly zero fixed temperature, so its soft Q-value is the plain one)."""
     extra = dict(alpha=1e-3, autotune=False) if agent == "sac" else {}
-    res = jrl.train(agent, "ContinuousTruncationProbe-v0", gamma=0.9, **PROBE, **extra)
+    res = jrl.train(
+        agent, "ContinuousTruncationProbe-v0", gamma=0.9, seed=learning_seed, **PROBE, **extra
+    )
     assert_probe_q(res, 0.9)
 
 

@@ -249,13 +249,14 @@ def test_prioritized_dueling_nstep_sweep_runs(tmp_path):
 
 
 @pytest.mark.learning
-def test_dqn_truncation_probe_nstep():
+def test_dqn_truncation_probe_nstep(learning_seed):
     """3-step DQN on the truncation probe: Q(s, a) = 1/(1-gamma) for every state and action."""
     gamma = 0.9
     res = jrl.train(
         "dqn",
         "TruncationProbe-v0",
         seeds=2,
+        seed=learning_seed,
         total_steps=30_000,
         learning_starts=1_000,
         n_step=3,

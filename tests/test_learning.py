@@ -24,20 +24,32 @@ import jrl
 pytestmark = pytest.mark.learning
 
 
-def test_ppo_cartpole_475():
+def test_ppo_cartpole_475(learning_seed):
     """PPO, PureJaxRL's CartPole configuration, 8 seeds, 5e5 steps."""
     res = jrl.train(
-        "ppo", "CartPole-v1", seeds=8, total_steps=500_000, progress=False, num_reports=4
+        "ppo",
+        "CartPole-v1",
+        seeds=8,
+        seed=learning_seed,
+        total_steps=500_000,
+        progress=False,
+        num_reports=4,
     )
     final = res.final_returns()
     # measured 2026-12-01, 8 seeds: 500.0 +- 0.0 (every seed 500); 475 is "solved"
     assert final.mean() >= 475, (final, res.summary())
 
 
-def test_ppo_pendulum_continuous():
+def test_ppo_pendulum_continuous(learning_seed):
     """Continuous PPO (Gaussian policy, obs/reward normalisation), 8 seeds, 1.5e5 steps."""
     res = jrl.train(
-        "ppo", "Pendulum-v1", seeds=8, total_steps=150_000, progress=False, num_reports=4
+        "ppo",
+        "Pendulum-v1",
+        seeds=8,
+        seed=learning_seed,
+        total_steps=150_000,
+        progress=False,
+        num_reports=4,
     )
     final = res.final_returns()
     # measured 2026-12-01 on an AMD EPYC, 8 seeds: -168.1 +- 18.9 (-201.9 .. -139.4). On an
@@ -48,10 +60,16 @@ def test_ppo_pendulum_continuous():
     assert np.sum(final >= -250) >= 7, (final, res.summary())
 
 
-def test_a2c_cartpole_450():
+def test_a2c_cartpole_450(learning_seed):
     """A2C, its CartPole-v1 defaults, 16 seeds, 5e5 steps."""
     res = jrl.train(
-        "a2c", "CartPole-v1", seeds=16, total_steps=500_000, progress=False, num_reports=4
+        "a2c",
+        "CartPole-v1",
+        seeds=16,
+        seed=learning_seed,
+        total_steps=500_000,
+        progress=False,
+        num_reports=4,
     )
     final = res.final_returns()
     # measured 2026-12-01, 16 seeds: 500.0 +- 0.0 (every seed 500; with 8 seeds one of them
@@ -60,7 +78,7 @@ def test_a2c_cartpole_450():
 
 
 @pytest.mark.parametrize("agent", ["ppo", "a2c"])
-def test_truncation_probe(agent):
+def test_truncation_probe(agent, learning_seed):
     """Reward 1 forever, truncated (never terminated) every 20 steps: V(s) = 1/(1-gamma)
     everywhere."""
     gamma = 0.9
@@ -68,6 +86,7 @@ def test_truncation_probe(agent):
         agent,
         "TruncationProbe-v0",
         seeds=2,
+        seed=learning_seed,
         total_steps=60_000,
         gamma=gamma,
         ent_coef=0.0,
@@ -87,13 +106,14 @@ def test_truncation_probe(agent):
         np.testing.assert_allclose(values, target, rtol=0.10, err_msg=f"{agent} run {r}: {values}")
 
 
-def test_sweep_learning_rate_in_one_program():
+def test_sweep_learning_rate_in_one_program(learning_seed):
     """A learning-rate sweep runs every value for every seed in one program; a useless
     (tiny) learning rate does not learn while a good one does."""
     res = jrl.train(
         "ppo",
         "CartPole-v1",
         seeds=8,
+        seed=learning_seed,
         total_steps=100_000,
         sweep={"learning_rate": [1e-7, 2.5e-3]},
         progress=False,
@@ -125,10 +145,18 @@ def test_sweep_learning_rate_in_one_program():
         ("dqn", "Acrobot-v1", 8, 60_000, -102),  # -89.3 +- 3.0 (-95.9 .. -85.8)
     ],
 )
-def test_value_based_thresholds(agent, env_id, seeds, steps, threshold):
+def test_value_based_thresholds(agent, env_id, seeds, steps, threshold, learning_seed):
     """The env's preset with ``steps`` env steps per seed; each threshold 10-14% below the
     measured mean."""
-    res = jrl.train(agent, env_id, seeds=seeds, total_steps=steps, progress=False, num_reports=4)
+    res = jrl.train(
+        agent,
+        env_id,
+        seeds=seeds,
+        seed=learning_seed,
+        total_steps=steps,
+        progress=False,
+        num_reports=4,
+    )
     final = res.final_returns()
     assert final.mean() >= threshold, (final, res.summary())
 
@@ -149,11 +177,17 @@ def test_value_based_thresholds(agent, env_id, seeds, steps, threshold):
         ("ddpg", 4, 30_000, -200),  # -173.8 +- 7.3 (-182.3 .. -166.5)
     ],
 )
-def test_continuous_pendulum_thresholds(agent, seeds, steps, threshold):
+def test_continuous_pendulum_thresholds(agent, seeds, steps, threshold, learning_seed):
     """The agent's Pendulum-v1 preset (64-64 networks, 1e3 random steps first, one update per
     env step), ``steps`` env steps per seed."""
     res = jrl.train(
-        agent, "Pendulum-v1", seeds=seeds, total_steps=steps, progress=False, num_reports=4
+        agent,
+        "Pendulum-v1",
+        seeds=seeds,
+        seed=learning_seed,
+        total_steps=steps,
+        progress=False,
+        num_reports=4,
     )
     final = res.final_returns()
     assert final.mean() >= threshold, (final, res.summary())

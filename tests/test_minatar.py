@@ -32,8 +32,10 @@ RANDOM_RETURN = 0.41
 
 
 @pytest.mark.learning
-def test_ppo_breakout_minatar_beats_random():
-    result = jrl.train("ppo", "gymnax:Breakout-MinAtar", 2, progress=False, **SMOKE)
+def test_ppo_breakout_minatar_beats_random(learning_seed):
+    result = jrl.train(
+        "ppo", "gymnax:Breakout-MinAtar", 2, seed=learning_seed, progress=False, **SMOKE
+    )
     final = result.metrics["train/episode_return"][:, -1]
     assert (final >= 0.9).all() and final.mean() > 2 * RANDOM_RETURN, final
     assert np.isfinite(result.metrics["train/loss"]).all()

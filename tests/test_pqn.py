@@ -166,7 +166,7 @@ def test_act_never_picks_a_masked_action():
 
 
 @pytest.mark.learning
-def test_pqn_learns_the_masked_probe():
+def test_pqn_learns_the_masked_probe(learning_seed):
     """Trained on MaskedProbe-v0 (Dict observations), PQN never takes an invalid action: with the
     invalid reward at -1000, one invalid action would pull an iteration's mean episode return (128
     episodes of 8 steps, each >= 8 * 0.25 = 2 when valid) below 2. It learns to pick the highest
@@ -175,6 +175,7 @@ def test_pqn_learns_the_masked_probe():
         "pqn",
         "MaskedProbe-v0",
         seeds=2,
+        seed=learning_seed,
         total_steps=16_384,
         gamma=0.5,
         reward_scale=1.0,
@@ -313,11 +314,17 @@ def test_sharded_two_devices_equal_one_device():
 
 
 @pytest.mark.learning
-def test_pqn_cartpole_450():
+def test_pqn_cartpole_450(learning_seed):
     """PQN, the CartPole-v1 defaults (16 envs x 64 steps, 4 epochs x 16 minibatches), 8 seeds,
     131,072 steps (128 iterations)."""
     res = jrl.train(
-        "pqn", "CartPole-v1", seeds=8, total_steps=131_072, progress=False, num_reports=4
+        "pqn",
+        "CartPole-v1",
+        seeds=8,
+        seed=learning_seed,
+        total_steps=131_072,
+        progress=False,
+        num_reports=4,
     )
     final = res.final_returns()
     # measured 2026-12-01, 8 seeds (benchmarks/learning_reach.py): 500.0 +- 0.0 (every seed
@@ -326,7 +333,7 @@ def test_pqn_cartpole_450():
 
 
 @pytest.mark.learning
-def test_pqn_truncation_probe():
+def test_pqn_truncation_probe(learning_seed):
     """Reward 1 forever, truncated (never terminated) every 20 steps: Q(s, a) = 1/(1-gamma) for
     every state and action. 2 seeds, 40,960 steps (reward_scale 1 so the values are the textbook
     ones)."""
@@ -335,6 +342,7 @@ def test_pqn_truncation_probe():
         "pqn",
         "TruncationProbe-v0",
         seeds=2,
+        seed=learning_seed,
         total_steps=40_960,
         gamma=gamma,
         reward_scale=1.0,

@@ -265,21 +265,22 @@ def greedy_returns(run_dir, episodes=64):
 
 
 @pytest.mark.learning
-def test_recurrent_ppo_solves_memory_chain_and_feed_forward_cannot(tmp_path):
+def test_recurrent_ppo_solves_memory_chain_and_feed_forward_cannot(tmp_path, learning_seed):
     """MemoryChain-v0 (length 10), PPO's preset, 2 seeds each: with an LSTM every greedy
     episode returns the optimum 1; feed-forward, the query looks the same whichever cue came
     first, so its expected return is 0 and it stays below 0.5 (measured in the docstring of
     BENCHMARKS.md's memory section)."""
-    jrl.train("ppo", "MemoryChain-v0", 2, out=tmp_path / "lstm", **QUIET)
+    jrl.train("ppo", "MemoryChain-v0", 2, out=tmp_path / "lstm", seed=learning_seed, **QUIET)
     np.testing.assert_array_equal(greedy_returns(tmp_path / "lstm"), [1.0, 1.0])
-    jrl.train("ppo", "MemoryChain-v0", 2, out=tmp_path / "ff", recurrent="none", **QUIET)
+    ff = dict(recurrent="none", seed=learning_seed)
+    jrl.train("ppo", "MemoryChain-v0", 2, out=tmp_path / "ff", **ff, **QUIET)
     assert (greedy_returns(tmp_path / "ff") < 0.5).all()
 
 
 @pytest.mark.learning
-def test_recurrent_ppo_balances_cartpole_without_velocities(tmp_path):
+def test_recurrent_ppo_balances_cartpole_without_velocities(tmp_path, learning_seed):
     """CartPoleNoVel-v1 with PPO's preset (LSTM, 250k steps), 2 seeds: greedy return >= 400."""
-    jrl.train("ppo", "CartPoleNoVel-v1", 2, out=tmp_path / "run", **QUIET)
+    jrl.train("ppo", "CartPoleNoVel-v1", 2, out=tmp_path / "run", seed=learning_seed, **QUIET)
     returns = greedy_returns(tmp_path / "run", episodes=16)
     assert (returns >= 400).all(), returns
 

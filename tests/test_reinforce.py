@@ -125,10 +125,16 @@ def test_registered_with_its_hyperparameters_and_presets():
 
 
 @pytest.mark.learning
-def test_reinforce_cartpole_420():
+def test_reinforce_cartpole_420(learning_seed):
     """8 seeds, 5e5 steps: mean final training return >= 420."""
     res = jrl.train(
-        "reinforce", "CartPole-v1", seeds=8, total_steps=500_000, progress=False, num_reports=4
+        "reinforce",
+        "CartPole-v1",
+        seeds=8,
+        seed=learning_seed,
+        total_steps=500_000,
+        progress=False,
+        num_reports=4,
     )
     final = res.final_returns()
     # measured 2026-12-01, 8 seeds (benchmarks/learning_reach.py): 466.9 +- 14.5 (442.6 ..
@@ -137,7 +143,7 @@ def test_reinforce_cartpole_420():
 
 
 @pytest.mark.learning
-def test_truncation_probe():
+def test_truncation_probe(learning_seed):
     """Reward 1 forever, truncated (never terminated) every 20 steps: the baseline learns
     V(s) = 1/(1-gamma) everywhere, which it could not if truncation ended the return."""
     gamma = 0.9
@@ -145,6 +151,7 @@ def test_truncation_probe():
         "reinforce",
         "TruncationProbe-v0",
         seeds=2,
+        seed=learning_seed,
         total_steps=120_000,
         num_steps=64,
         gamma=gamma,
