@@ -10,34 +10,52 @@ boolean flipped, a reduction or selection swapped (``minimum``/``maximum``, ``mi
 ``argmax``/``argmin``, ``mean``/``sum``), the branches of a ``where`` swapped, or a
 ``stop_gradient`` dropped. The mutant is applied in memory only: the function's ``__code__``
 is replaced by the mutated compilation, so every reference to the function sees it (``from
-... import`` copies included) and the tree is never written. Then the target's fast tests run
-in-process (``pytest -x``, the tests that name the mutated function first); a mutant is
-*killed* when a test fails (or it runs past ``--timeout``), and *survives* when they all pass.
+... import`` copies included) and no file is written. Then the target's fast tests run
+in-process (``pytest -x``, the tests that name the mutated function first).
 
-The check fails when a mutant survives that is not listed in ``tools/mutation_equivalents.txt``
-with a one-line reason (a mutant that cannot change behaviour, e.g. ``<`` -> ``<=`` where both
-sides are never equal), when a listed mutant no longer exists (a stale entry), or when a
-target's tests fail without any mutant. Listed mutants are not run.
+**A private copy.** A run (anything but ``--list``) first copies the working tree (``git
+ls-files -co --exclude-standard``: tracked and untracked files that git does not ignore) to a
+temporary folder and runs itself, its workers and their tests there, with ``PYTHONPATH`` set
+so that ``jrl`` is imported from the copy (a worker refuses to start otherwise). Nothing of
+the checked-out tree is ever written or mutated, so people and processes using it while the
+check runs see no mutant, and their edits do not reach the check half-way. The copy is
+removed at the end.
 
-Targets (:func:`targets`): ``jrl/ops/losses.py``, ``returns.py``, ``distributions.py``,
-``distributional.py`` (every function), the shared actor-critic code (``gae``, the loss,
-update and learn steps of ``make_actor_critic`` and the helpers they share with the recurrent
-agent, and ``recurrent_unroll``), and the loss and target code of every agent
-module named in ``jrl.agents.BUILTIN``: its top-level functions whose names contain ``loss``,
-``target``, ``advantage`` or ``head``, and the functions named ``loss``, ``loss_fn``,
-``sgd_step`` and ``learn`` nested in its ``make_*`` functions. An agent module's tests are
-``tests/test_<module>.py`` without the ``learning`` tests, unless :data:`TESTS` names a faster
-selection; a new agent module without loss or target code or without tests fails the check.
+**Results.** A mutant is *killed* when a test fails, *survives* when they all pass, and *times
+out* when its tests run past ``--timeout`` seconds. A timeout is no kill: the mutant may only
+have made the code slower (a bigger program to compile, a loop run longer) without any test
+noticing a wrong value, or the machine was busy. Every timed-out mutant is therefore run once
+more, alone, with five times the limit; its second result stands (killed or survived), and a
+mutant that times out again is reported as a *timeout*, apart from kills and survivors. The
+check fails on a survivor that is not listed in ``tools/mutation_equivalents.txt``, on a
+repeated timeout (a hang or a large slow-down that the tests notice only by hanging: give
+them an assertion, or look at the machine), on an error (a mutant that did not compile, a
+worker that died, a killing test that fails without any mutant too), on a listed mutant that
+no longer exists (a stale entry), and when a target's tests fail without any mutant.
+Listed mutants are not run. An entry of the equivalents file says why the mutant cannot
+change behaviour, for every input the code accepts and on every backend: a mutant that is
+equivalent only in distribution, only on one backend, or only because JAX clamps an
+out-of-range index is not equivalent and needs a test instead.
 
-When there are more mutants than ``--sample`` (default 260: about 3.5 minutes on 2 idle cores),
-a fixed-seed sample is drawn, stratified so that every target file gets its share.
+**Rotation.** The candidates (every mutant not listed as equivalent) are split into K =
+ceil(candidates / ``--sample``) slices of equal size, each holding every target file's share
+(stratified). A default run checks one slice: slice ``n mod K`` where ``n`` is the number of
+commits up to ``HEAD`` (``git rev-list --count HEAD``), so successive commits run successive
+slices and any K successive commits together run every mutant. Outside a git checkout slice 0
+is run (with a note). ``--slice I`` picks a slice; ``--all`` runs every candidate (the full
+run: about 1.5 CPU seconds a mutant, see ``--all --list``'s count).
+
+Targets: see ``tools/mutation_targets.py`` (the files, the functions mutated in each, and the
+tests run against each file's mutants).
 
 Usage::
 
-    python tools/mutation.py                 # the CI check (2 workers)
-    python tools/mutation.py --list          # every mutant id, with its line
-    python tools/mutation.py --only ID ...   # run these mutants (e.g. to confirm a kill)
-    python tools/mutation.py --all           # every mutant, no sampling
+    python tools/mutation.py                  # the CI check: this commit's slice, 2 workers
+    python tools/mutation.py --all            # the full run: every mutant (all slices)
+    python tools/mutation.py --list           # every mutant id, with its line
+    python tools/mutation.py --only ID ...    # run these mutants (e.g. to confirm a kill)
+    python tools/mutation.py --target PATH... # every mutant of these target files
+    python tools/mutation.py --slice 3        # slice 3 of the rotation
 """
 
 from __future__ import annotations
@@ -46,307 +64,27 @@ import argparse
 import ast
 import copy
 import dataclasses
+import hashlib
 import json
+import math
 import os
-import random
 import re
+import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
+from mutation_targets import FAST, SAMPLE, Target, targets
+
 REPO = Path(__file__).resolve().parent.parent
 EQUIVALENTS = Path(__file__).with_name("mutation_equivalents.txt")
-
-CORE = (
-    "jrl/ops/losses.py",
-    "jrl/ops/returns.py",
-    "jrl/ops/action_distributions.py",
-    "jrl/ops/return_distributions.py",
-)
-"""Modules mutated whole."""
-SHARED = {
-    "agents/actor_critic/common.py": (
-        "gae",
-        "make_actor_critic",
-        "_normalized",
-        "_with_learner_outputs",
-        "_sgd_step",
-        "_learned",
-        "recurrent_unroll",
-    ),
-    "agents/continuous/common.py": (
-        "ActionScale.to_env",
-        "ActionScale.to_unit",
-        "polyak",
-        "critic_target",
-        "critic_loss",
-        "critic_subset",
-        "subset_key",
-        "ou_step",
-        "uniform_warmup",
-        "make_deterministic_losses",
-        "make_deterministic",
-    ),
-    "jrl/core/two_player_env.py": ("player_returns",),
-    "jrl/parts/buffers.py": ("trajectory_buffer", "_sample_sequences"),
-    "jrl/parts/nstep.py": ("trajectory_nsteps",),
-    "agents/search/mcts.py": ("game_recurrent_fn", "q_transform"),
-    "agents/evolution/strategies.py": ("normalize_observation", "policy_action", "make_es"),
-    "agents/evolution/population.py": (
-        "play_members",
-        "_fold_moments",
-        "_gather",
-        "_check_population",
-        "population",
-    ),
-    "jrl/run/pbt.py": ("check_pbt", "check_loop_state", "every_iterations", "with_pbt", "lineage"),
-    "agents/value/common.py": ("update_target",),
-    "agents/value/r2d2.py": ("sequence_q_targets", "sequence_loss"),
-    "agents/multi_agent/common.py": (
-        "agent_gae",
-        "MultiAgentActorCritic.policy",
-        "MultiAgentActorCritic.value",
-    ),
-}
-"""Shared agent code: these top-level functions and methods (of a ``make_*`` function, its
-nested update code, see NESTED)."""
-SHARED_AGENTS = {
-    "agents/continuous/td3.py": "agents/continuous/common.py",
-    "agents/continuous/ddpg.py": "agents/continuous/common.py",
-    "agents/evolution/es.py": "agents/evolution/strategies.py",
-    "agents/multi_agent/ippo.py": "agents/multi_agent/common.py",
-    "agents/multi_agent/mappo.py": "agents/multi_agent/common.py",
-}
-"""Agent modules whose loss and target code is all shared code (a config, presets and a
-``build`` only): checked through that file's target instead."""
-NESTED = (
-    "loss",
-    "loss_fn",
-    "sgd_step",
-    "learn",
-    "critic_loss_fn",
-    "actor_loss_fn",
-    "smoothed_target_action",
-    "ask",
-    "tell",
-    "member_action",
-)
-"""Functions nested in a ``make_*`` function that hold an agent's loss and target code."""
-AGENT_WORDS = ("loss", "target", "advantage", "head")
-"""An agent module's top-level functions whose names contain one of these are mutated."""
-AGENT_FUNCTIONS = {"agents/value/apex.py": ("apex_epsilons", "initial_priorities")}
-"""Agent modules whose own numerical code sits in top-level functions named otherwise (Ape-X's
-exploration rates and actor-side priorities; its loss is dqn.py's): mutated instead."""
-
-SAMPLE = 260
-"""Mutants a CI run samples (of about 400): about 384 CPU seconds, 3.5 minutes on 2 idle cores."""
-FAST = ["-m", "not learning"]
-TESTS: dict[str, list[str]] = {
-    "jrl/ops/losses.py": ["tests/test_losses.py", "tests/test_ppo.py", "tests/test_a2c.py"],
-    "jrl/ops/returns.py": [
-        "tests/test_returns.py",
-        "tests/test_reinforce.py::test_monte_carlo_advantages_by_hand",
-        "tests/test_pqn.py::test_q_lambda_targets_by_hand",
-        "tests/test_pqn.py::test_q_lambda_targets_limits",
-    ],
-    "jrl/ops/action_distributions.py": ["tests/test_distributions.py"],
-    "jrl/ops/return_distributions.py": [
-        "tests/test_distributional.py",
-        "tests/test_dqn.py::test_categorical_head_by_hand",
-        "tests/test_dqn.py::test_quantile_head_by_hand",
-        "tests/test_muzero.py::test_value_transform_and_two_hot_by_hand",
-        "tests/test_muzero.py::test_unrolled_loss_by_hand",
-    ],
-    "agents/search/muzero.py": [
-        "tests/test_muzero.py::test_value_targets_by_hand",
-        "tests/test_muzero.py::test_value_targets_bootstrap_without_an_end",
-        "tests/test_muzero.py::test_unrolled_loss_by_hand",
-    ],
-    "agents/actor_critic/common.py": [
-        "tests/test_ppo.py",
-        "tests/test_a2c.py",
-        "tests/test_reinforce.py::test_monte_carlo_advantages_by_hand",
-        "tests/test_reinforce.py::test_loss_is_policy_gradient_plus_weighted_baseline_loss",
-        "tests/test_reinforce.py::test_learn_matches_a_numpy_reference",
-        "tests/test_recurrent.py::test_learner_replays_what_the_agent_acted_on",
-        "tests/test_impala.py::test_learn_under_policy_lag_matches_numpy_vtrace",
-    ],
-    "jrl/core/two_player_env.py": [
-        "tests/test_alphazero.py::test_player_returns_and_targets_by_hand"
-    ],
-    "agents/search/mcts.py": [
-        "tests/test_alphazero.py::test_recurrent_fn_rewards_discounts_and_values_by_hand",
-        "tests/test_alphazero.py::test_search_finds_the_winning_move_and_the_block",
-        "tests/test_alphazero.py::test_q_transform_fixed_bounds_and_per_node_rescaling_by_hand",
-        "tests/test_alphazero.py::test_puct_q_bounds",
-    ],
-    "agents/search/alphazero.py": [
-        "tests/test_alphazero.py::test_player_returns_and_targets_by_hand",
-        "tests/test_alphazero.py::test_loss_by_hand",
-        "tests/test_alphazero.py::test_replay_targets_span_rollouts_by_hand",
-    ],
-    "agents/actor_critic/reinforce.py": [
-        "tests/test_reinforce.py::test_monte_carlo_advantages_by_hand",
-        "tests/test_reinforce.py::test_loss_is_policy_gradient_plus_weighted_baseline_loss",
-        "tests/test_reinforce.py::test_learn_matches_a_numpy_reference",
-    ],
-    "agents/actor_critic/impala.py": [
-        "tests/test_impala.py::test_vtrace_advantages_by_hand",
-        "tests/test_impala.py::test_loss_by_hand",
-        "tests/test_impala.py::test_learn_under_policy_lag_matches_numpy_vtrace",
-        "tests/test_impala.py::test_recurrent_learner_corrects_for_the_lag_of_its_unrolled_policy",
-    ],
-    "agents/value/dqn.py": [
-        "tests/test_dqn.py::test_double_q_target_by_hand",
-        "tests/test_dqn.py::test_nstep_target_truncation_bootstraps",
-        "tests/test_dqn.py::test_target_updates_hard_and_polyak",
-        "tests/test_dqn.py::test_scalar_head_loss_and_priority_by_hand",
-        "tests/test_dqn.py::test_heads_hold_the_target_constant",
-        "tests/test_dqn.py::test_categorical_head_by_hand",
-        "tests/test_dqn.py::test_quantile_head_by_hand",
-        "tests/test_dqn.py::test_masked_bootstrap_action",
-        "tests/test_dqn.py::test_learn_matches_a_numpy_reference",
-        "tests/test_r2d2.py::test_sequence_loss_by_hand",
-        "tests/test_r2d2.py::test_stored_states_restart_with_every_episode_and_replay_from_the_first",
-    ],
-    "agents/value/common.py": [
-        "tests/test_dqn.py::test_target_updates_hard_and_polyak",
-        "tests/test_dqn.py::test_learn_matches_a_numpy_reference",
-    ],
-    "agents/value/r2d2.py": [
-        "tests/test_r2d2.py::test_sequence_loss_by_hand",
-        "tests/test_r2d2.py::test_stored_states_restart_with_every_episode_and_replay_from_the_first",
-        "tests/test_r2d2.py::test_sequence_q_targets_mask_the_bootstrap_action",
-    ],
-    "jrl/parts/buffers.py": [
-        "tests/test_buffers.py::test_trajectory_sequences_contiguous_in_time_order",
-        "tests/test_buffers.py::test_trajectory_stratified_sequences_by_hand",
-        "tests/test_buffers.py::test_trajectory_buffer_with_a_single_start",
-        "tests/test_buffers.py::test_memory_check_refuses_before_allocating",
-    ],
-    "jrl/parts/nstep.py": [
-        "tests/test_apex.py::test_trajectory_nsteps_match_explicit_loops_and_the_accumulator",
-    ],
-    "agents/value/apex.py": [
-        "tests/test_apex.py::test_apex_epsilons_follow_the_papers_schedule_and_reach_the_actors",
-        "tests/test_apex.py::test_actor_priorities_are_the_td_errors_of_the_acting_parameters",
-    ],
-    "agents/continuous/common.py": [
-        "tests/test_continuous.py",
-        "tests/test_td3.py",
-    ],
-    "agents/evolution/strategies.py": [  # the in-process tests (no subprocesses)
-        "tests/test_es.py::test_openai_es_generation_matches_a_numpy_reference",
-        "tests/test_es.py::test_snes_generation_matches_a_numpy_reference",
-        "tests/test_es.py::test_cma_es_mean_is_the_weighted_recombination_of_the_best_half",
-        "tests/test_es.py::test_policy_acts_argmax_or_rescaled_tanh_on_normalised_observations",
-        "tests/test_es.py::test_behaviour_policy_is_the_means_policy",
-        "tests/test_es.py::test_a_generation_updates_the_mean_and_counts_steps_and_sweeps_the_rate",
-    ],
-    "jrl/run/pbt.py": [
-        "tests/test_pbt.py::test_the_worst_runs_copy_the_best_and_perturb_their_hyperparameters",
-        "tests/test_pbt.py::test_copies_draw_from_the_whole_top_fraction_and_both_factors",
-        "tests/test_pbt.py::test_lineage_lists_every_copy_with_the_hyperparameters_after_it",
-        "tests/test_pbt.py::test_refused_settings_name_the_sweepable_fields",
-        "tests/test_pbt.py::test_pbt_runs_are_not_independent_so_the_runner_never_spreads_them",
-    ],
-    "agents/evolution/population.py": [
-        "tests/test_es.py::test_truncation_probe_episode_masking_and_observation_moments",
-        "tests/test_es.py::test_observation_statistics_fold_in_the_generations_observations",
-        "tests/test_es.py::test_population_plays_the_env_params_it_is_given",
-        "tests/test_es.py::test_a_generation_updates_the_mean_and_counts_steps_and_sweeps_the_rate",
-        "tests/test_es.py::test_population_not_divisible_by_devices_is_refused",
-        "tests/test_es.py::test_interrupted_run_resumes_bit_identical",
-    ],
-    "agents/continuous/sac.py": [
-        "tests/test_sac.py::test_actor_loss_by_hand",
-        "tests/test_sac.py::test_alpha_loss_by_hand",
-        "tests/test_sac.py::test_learn_matches_a_reference",
-    ],
-    "agents/multi_agent/common.py": [
-        "tests/test_ippo.py::test_agent_gae_by_hand",
-        "tests/test_ippo.py::test_network_shares_or_splits_parameters",
-        "tests/test_ippo.py::test_centralised_critic_reads_the_global_state_only",
-        "tests/test_ippo.py::test_acting_honours_every_agents_mask",
-    ],
-    "agents/value/pqn.py": [
-        "tests/test_pqn.py::test_q_lambda_targets_by_hand",
-        "tests/test_pqn.py::test_q_lambda_targets_limits",
-        "tests/test_pqn.py::test_learn_targets_use_parameters_from_before_the_update",
-        "tests/test_pqn.py::test_learn_matches_a_numpy_reference",
-    ],
-}
-"""Target file -> the tests run against its mutants (in this order, stopping at the first
-failure); always with ``-m "not learning"``."""
-
-
-# --------------------------------------------------------------------------------- targets
-
-
-@dataclasses.dataclass(frozen=True)
-class Target:
-    path: str  # relative to the repository
-    module: str  # its import name
-    functions: tuple[str, ...] | None  # top-level qualnames to mutate (None: all)
-    nested: tuple[str, ...] | None  # inside make_* functions, only these nested functions
-    tests: tuple[str, ...]
-
-
-def module_name(path: str) -> str:
-    parts = Path(path).with_suffix("").parts
-    return ".".join(("jrl", *parts) if parts[0] == "agents" else parts)  # jrl.agents.<module>
-
-
-def agent_modules() -> list[str]:
-    """``agents/<family>/<module>.py`` of every built-in agent, in registry order."""
-    import jrl.agents
-
-    seen: list[str] = []
-    for spec in jrl.agents.BUILTIN.values():
-        path = "agents/" + "/".join(spec.split(":")[0].split(".")[2:]) + ".py"
-        if path not in seen:
-            seen.append(path)
-    return seen
-
-
-def agent_functions(path: str) -> tuple[str, ...]:
-    tree = ast.parse((REPO / path).read_text())
-    out = []
-    for node in tree.body:
-        if not isinstance(node, ast.FunctionDef):
-            continue
-        if any(w in node.name for w in AGENT_WORDS):
-            out.append(node.name)
-        elif node.name.startswith("make_") and any(
-            isinstance(n, ast.FunctionDef) and n.name in NESTED for n in ast.walk(node)
-        ):
-            out.append(node.name)
-    return tuple(out)
-
-
-def targets() -> list[Target]:
-    out = [Target(p, module_name(p), None, None, tuple(TESTS[p])) for p in CORE]
-    for path, functions in SHARED.items():
-        out.append(Target(path, module_name(path), functions, NESTED, tuple(TESTS[path])))
-    for path in agent_modules():
-        if path in SHARED_AGENTS:
-            continue
-        functions = AGENT_FUNCTIONS.get(path) or agent_functions(path)
-        if not functions:
-            raise SystemExit(
-                f"mutation: {path} has no loss or target code this check recognises (top-level "
-                f"functions named with {AGENT_WORDS}, or {NESTED} nested in a make_* function)"
-            )
-        tests = TESTS.get(path) or [f"tests/test_{Path(path).stem}.py"]
-        missing = [t for t in tests if not (REPO / t.split("::")[0]).is_file()]
-        if missing:
-            raise SystemExit(
-                f"mutation: {path}: no test file {missing}; add one or map it in TESTS"
-            )
-        out.append(Target(path, module_name(path), functions, NESTED, tuple(tests)))
-    return out
-
+SNAPSHOT_ENV = "JRL_MUTATION_SNAPSHOT"
+"""Set (to the copy's root) in the run that works in a private copy of the tree, and in its
+workers."""
+RETRY_FACTOR = 5
+"""A timed-out mutant is run once more with this many times the limit."""
 
 # --------------------------------------------------------------------------------- mutants
 
@@ -519,9 +257,8 @@ def _regions(func: ast.FunctionDef, target: Target) -> list[tuple[str, ast.AST]]
     ``make_*`` function of an agent only its nested loss/update functions."""
     if target.nested is None or not func.name.startswith("make_"):
         return [(func.name, func)]
-    return [
-        (n.name, n) for n in ast.walk(func) if isinstance(n, ast.FunctionDef) and n.name in NESTED
-    ]
+    defs = [n for n in ast.walk(func) if isinstance(n, ast.FunctionDef)]
+    return [(n.name, n) for n in defs if n.name in target.nested]
 
 
 def _innermost(region: ast.AST, node: ast.AST, prefix: str) -> tuple[str, int]:
@@ -701,6 +438,11 @@ def worker(job_file: str) -> None:
     import jax
     import pytest
 
+    import jrl
+
+    if os.environ.get(SNAPSHOT_ENV) != str(REPO) or REPO not in Path(jrl.__file__).parents:
+        raise SystemExit(f"mutation: a worker runs in a private copy only, not in {REPO}")
+
     job = json.loads(Path(job_file).read_text())
     by_path = {t.path: t for t in targets()}
 
@@ -760,35 +502,101 @@ def read_equivalents() -> dict[str, str]:
     return out
 
 
-def sample(mutants: list[Mutant], size: int, seed: int) -> list[Mutant]:
-    """At most ``size`` mutants, each target file's share proportional to its count (at least
-    one each), drawn with ``random.Random(seed)``."""
-    if len(mutants) <= size:
-        return mutants
-    rng = random.Random(seed)
+def _git(*args: str) -> str | None:
+    """``git args`` in the repository: its stdout, or None outside a git checkout."""
+    try:
+        out = subprocess.run(["git", *args], cwd=REPO, capture_output=True, check=True, timeout=60)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return out.stdout.decode()
+
+
+def slices(mutants: list[Mutant], size: int) -> list[list[Mutant]]:
+    """The rotation: K = ceil(len / size) slices whose sizes differ by at most one, each
+    holding every target file's share. Within a file the mutants are ordered by a hash of their
+    id (so the split does not follow the source order, and a new mutant moves few others) and
+    dealt out in turn, the turn carried on from file to file."""
+    k = max(1, math.ceil(len(mutants) / size))
+    out: list[list[Mutant]] = [[] for _ in range(k)]
     by_target: dict[str, list[Mutant]] = {}
     for m in mutants:
         by_target.setdefault(m.target, []).append(m)
-    chosen = []
-    for path, group in by_target.items():
-        k = max(1, round(size * len(group) / len(mutants)))
-        chosen += rng.sample(group, min(k, len(group)))
-    return sorted(chosen, key=lambda m: m.id)
+    turn = 0
+    for group in by_target.values():
+        for m in sorted(group, key=lambda m: hashlib.sha256(m.id.encode()).hexdigest()):
+            out[turn % k].append(m)
+            turn += 1
+    return [sorted(s, key=lambda m: m.id) for s in out]
 
 
-def run_workers(mutants: list[Mutant], workers: int, timeout: float):
+def this_commits_slice(k: int) -> tuple[int, str]:
+    """The slice a default run checks, ``n mod k`` for the ``n``-th commit, and a note."""
+    count, head = _git("rev-list", "--count", "HEAD"), _git("rev-parse", "--short", "HEAD")
+    if count is None or head is None:
+        return 0, "not a git checkout: slice 0 (a fixed choice; --slice picks another)"
+    n = int(count)
+    return n % k, f"commit {head.strip()} is commit {n}: slice {n % k} of {k}"
+
+
+def snapshot(dest: Path) -> Path:
+    """A copy of the working tree under ``dest``: git's tracked and untracked, not ignored
+    files (outside git: every file but .git, virtual environments and caches); symbolic links
+    stay links."""
+    listed = _git("ls-files", "-co", "--exclude-standard", "-z")
+    if listed is not None:
+        files = [f for f in listed.split("\0") if f]
+    else:
+        skip = {".git", ".venv", "venv", "__pycache__", ".pytest_cache", "build", "dist", "site"}
+        files = []
+        for root, dirs, names in os.walk(REPO):
+            rel = Path(root).relative_to(REPO)
+            links = [d for d in dirs if (Path(root) / d).is_symlink()]
+            dirs[:] = [d for d in dirs if d not in skip and d not in links]
+            files += [str(rel / n) for n in [*names, *links]]
+    tree = dest / "tree"
+    for rel in files:
+        src, dst = REPO / rel, tree / rel
+        if not src.is_symlink() and not src.is_file():  # deleted but still tracked
+            continue
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        if src.is_symlink():
+            os.symlink(os.readlink(src), dst)
+        else:
+            shutil.copy2(src, dst)
+    return tree
+
+
+def in_a_copy(argv: list[str]) -> int:
+    """Runs this command again in a private copy of the working tree (see the docstring); its
+    exit code."""
+    tmp = Path(tempfile.mkdtemp(prefix="jrl-mutation-"))
+    try:
+        tree = snapshot(tmp)
+        path = os.environ.get("PYTHONPATH")
+        env = {
+            **os.environ,
+            SNAPSHOT_ENV: str(tree),
+            "PYTHONPATH": str(tree) + (os.pathsep + path if path else ""),
+            "PYTHONDONTWRITEBYTECODE": "1",
+        }
+        print(f"mutation: working in a copy of the tree, {tree}", flush=True)
+        cmd = [sys.executable, str(tree / "tools" / "mutation.py"), *argv]
+        return subprocess.run(cmd, env=env).returncode
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def run_workers(mutants: list[Mutant], workers: int, timeout: float, tmp: Path):
     """Runs the mutants over ``workers`` processes: ``(results, seconds, broken)``, ``broken``
     the killing tests that also failed without a mutant. A mutant that runs past ``timeout``
-    seconds counts as killed (its worker is replaced)."""
+    seconds gets the result ``timeout`` (its worker is replaced)."""
     import queue
-    import tempfile
     import threading
 
     events: queue.Queue = queue.Queue()
     results: dict[str, str] = {}
     seconds: dict[str, float] = {}
     broken: set[str] = set()
-    tmp = Path(tempfile.mkdtemp(prefix="jrl-mutation-"))
     launched = 0
 
     def launch(todo: list[Mutant]) -> dict:
@@ -854,7 +662,7 @@ def run_workers(mutants: list[Mutant], workers: int, timeout: float):
             if w["current"] is not None and time.monotonic() - w["since"] > timeout:
                 w["proc"].kill()
                 w["proc"].wait()
-                results[w["current"]] = "killed (timeout)"
+                results[w["current"]] = "timeout"
                 seconds[w["current"]] = timeout
                 todo = [m for m in w["todo"] if m.id != w["current"]]
                 del running[wid]
@@ -864,90 +672,149 @@ def run_workers(mutants: list[Mutant], workers: int, timeout: float):
     return results, seconds, broken
 
 
-def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description="Mutation check of jrl's numerical core.")
+def run_with_retry(mutants: list[Mutant], workers: int, timeout: float):
+    """:func:`run_workers`, then the timed-out mutants once more with ``RETRY_FACTOR`` times the
+    limit: their second result stands, ``timeout twice`` if it is a timeout again."""
+    tmp = Path(tempfile.mkdtemp(prefix="jrl-mutation-run-"))
+    try:
+        results, seconds, broken = run_workers(mutants, workers, timeout, tmp)
+        again = [m for m in mutants if results.get(m.id) == "timeout"]
+        if again:
+            print(
+                f"mutation: {len(again)} mutants timed out after {timeout:.0f} s; running them "
+                f"again with {RETRY_FACTOR * timeout:.0f} s",
+                flush=True,
+            )
+            r2, s2, b2 = run_workers(again, workers, RETRY_FACTOR * timeout, tmp)
+            for m in again:
+                r = r2.get(m.id, "error: no result")
+                results[m.id] = "timeout twice" if r == "timeout" else r
+                seconds[m.id] = timeout + s2.get(m.id, 0.0)
+            broken |= b2
+        return results, seconds, broken
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+KINDS = ("killed", "survived", "timeout", "error", "equivalent")
+
+
+def kind_of(result: str, listed: bool) -> str:
+    if result.startswith("killed"):
+        return "killed"
+    if result == "survived":
+        return "equivalent" if listed else "survived"
+    return "timeout" if result.startswith("timeout") else "error"
+
+
+def report(chosen, results, seconds, broken, equivalents) -> tuple[list[dict], dict, bool]:
+    """Prints each failing mutant and a table per file: ``(rows, counts, failed)``."""
+    if broken:
+        print(f"mutation: these tests fail without any mutant, so they kill nothing: {broken}")
+    rows = []
+    counts = dict.fromkeys(KINDS, 0)
+    per_file: dict[str, dict] = {}
+    failed = False
+    for m in chosen:
+        r = results.get(m.id, "error: no result")
+        if r.startswith("killed by ") and r.removeprefix("killed by ") in broken:
+            r = f"error: {r}, which fails without the mutant too"  # no kill
+        kind = kind_of(r, m.id in equivalents)
+        counts[kind] += 1
+        per_file.setdefault(m.target, dict.fromkeys(KINDS, 0))[kind] += 1
+        rows.append(
+            {**dataclasses.asdict(m), "result": r, "kind": kind, "seconds": seconds.get(m.id)}
+        )
+        if kind in ("survived", "timeout", "error"):
+            failed = True
+            print(f"{kind.upper()}: {m.id}\n    {m.line}: {m.original}\n    -> {m.mutated}  ({r})")
+    for path, c in per_file.items():
+        print(
+            f"  {path:36s} {sum(c.values()):4d} mutants: {c['killed']} killed, "
+            f"{c['survived']} survived, {c['timeout']} timed out twice, {c['error']} errors, "
+            f"{c['equivalent']} equivalent"
+        )
+    return rows, counts, failed
+
+
+def parse(argv):
+    p = argparse.ArgumentParser(
+        description="Mutation check of jrl's numerical core (see the module docstring).",
+        epilog="The full run, every mutant: python tools/mutation.py --all",
+    )
     p.add_argument("--worker", help=argparse.SUPPRESS)
     p.add_argument("--list", action="store_true", help="list every mutant and exit")
     p.add_argument("--only", nargs="+", default=None, help="run only these mutant ids")
-    p.add_argument("--all", action="store_true", help="every mutant, no sampling")
-    p.add_argument("--sample", type=int, default=SAMPLE, help="at most this many mutants")
-    p.add_argument("--seed", type=int, default=0, help="seed of the sample")
+    p.add_argument("--target", nargs="+", default=None, help="every mutant of these files")
+    p.add_argument("--all", action="store_true", help="every mutant: the full run")
+    p.add_argument("--sample", type=int, default=SAMPLE, help="the size of a slice")
+    p.add_argument("--slice", type=int, default=None, help="run this slice (default: commit's)")
     p.add_argument("--workers", type=int, default=2)
     p.add_argument("--timeout", type=float, default=60.0, help="seconds per mutant")
     p.add_argument("--json", default=None, help="write the results to this file")
-    a = p.parse_args(argv)
+    return p.parse_args(argv)
+
+
+def choose(a, mutants: list[Mutant], equivalents: dict[str, str]) -> list[Mutant]:
+    """The mutants this run checks (see Usage)."""
+    known = {m.id for m in mutants}
+    if a.only:
+        unknown = sorted(set(a.only) - known)
+        if unknown:
+            raise SystemExit(f"unknown mutant ids: {unknown}")
+        return [m for m in mutants if m.id in set(a.only)]
+    # the listed equivalents are known to survive: not run again
+    candidates = [m for m in mutants if m.id not in equivalents]
+    if a.target:
+        unknown = sorted(set(a.target) - {m.target for m in mutants})
+        if unknown:
+            raise SystemExit(f"no mutants in {unknown}")
+        return [m for m in candidates if m.target in set(a.target)]
+    if a.all:
+        return candidates
+    parts = slices(candidates, a.sample)
+    if a.slice is None:
+        index, note = this_commits_slice(len(parts))
+    else:
+        index, note = a.slice % len(parts), f"slice {a.slice % len(parts)} of {len(parts)}"
+    print(f"mutation: {note} (--all runs every slice)", flush=True)
+    return parts[index]
+
+
+def main(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    a = parse(argv)
     if a.worker:
         worker(a.worker)
         return 0
+    if not a.list and os.environ.get(SNAPSHOT_ENV) != str(REPO):
+        return in_a_copy(argv)
     start = time.perf_counter()
     all_targets = targets()
     mutants = [m for t in all_targets for m in enumerate_mutants(t)]
-    known = {m.id for m in mutants}
     if a.list:
         for m in mutants:
             print(f"{m.id}\n    {m.line}: {m.original}\n    -> {m.mutated}")
         print(f"{len(mutants)} mutants")
         return 0
     equivalents = read_equivalents()
-    stale = sorted(set(equivalents) - known)
-    if a.only:
-        unknown = sorted(set(a.only) - known)
-        if unknown:
-            raise SystemExit(f"unknown mutant ids: {unknown}")
-        chosen = [m for m in mutants if m.id in set(a.only)]
-    else:  # the listed equivalents are known to survive: not run again
-        candidates = [m for m in mutants if m.id not in equivalents]
-        chosen = candidates if a.all else sample(candidates, a.sample, a.seed)
+    stale = sorted(set(equivalents) - {m.id for m in mutants})
+    chosen = choose(a, mutants, equivalents)
     print(
         f"mutation: {len(mutants)} mutants in {len(all_targets)} files, {len(equivalents)} listed "
         f"as equivalent; running {len(chosen)} with {a.workers} workers",
         flush=True,
     )
-    results, seconds, broken = run_workers(chosen, a.workers, a.timeout)
-    failed = False
-    if broken:
-        print(f"mutation: these tests fail without any mutant, so they kill nothing: {broken}")
-    for m in chosen:  # a kill by a test that fails anyway is no kill
-        r = results.get(m.id, "")
-        if r.startswith("killed by ") and r.removeprefix("killed by ") in broken:
-            results[m.id] = f"error: {r}, which fails without the mutant too"
-    rows = []
-    counts = {"killed": 0, "equivalent": 0, "survived": 0, "error": 0}
-    for m in chosen:
-        r = results.get(m.id, "error: no result")
-        if r.startswith("killed"):
-            kind = "killed"
-        elif r == "survived":
-            kind = "equivalent" if m.id in equivalents else "survived"
-        else:
-            kind = "error"
-        counts[kind] += 1
-        rows.append(
-            {**dataclasses.asdict(m), "result": r, "kind": kind, "seconds": seconds.get(m.id)}
-        )
-        if kind in ("survived", "error"):
-            failed = True
-            print(f"{kind.upper()}: {m.id}\n    {m.line}: {m.original}\n    -> {m.mutated}  ({r})")
-    live = len(chosen) - counts["equivalent"]
-    rate = counts["killed"] / live if live else 1.0
+    results, seconds, broken = run_with_retry(chosen, a.workers, a.timeout)
+    rows, counts, failed = report(chosen, results, seconds, broken, equivalents)
     elapsed = time.perf_counter() - start
-    per_file = {}
-    for row in rows:
-        c = per_file.setdefault(
-            row["target"], {"killed": 0, "equivalent": 0, "survived": 0, "error": 0}
-        )
-        c[row["kind"]] += 1
-    for path, c in per_file.items():
-        print(
-            f"  {path:24s} {sum(c.values()):4d} mutants: {c['killed']} killed, "
-            f"{c['equivalent']} equivalent, {c['survived']} survived, {c['error']} errors"
-        )
     print(
-        f"mutation: {counts['killed']} of {live} mutants run killed ({100 * rate:.1f}%); "
-        f"{counts['survived']} survived, {counts['error']} errors; {len(equivalents)} of the "
-        f"{len(mutants)} mutants listed as equivalent; {elapsed:.0f} s"
+        f"mutation: {len(chosen)} mutants run: {counts['killed']} killed, {counts['survived']} "
+        f"survived, {counts['timeout']} timed out twice, {counts['error']} errors, "
+        f"{counts['equivalent']} listed as equivalent; {len(equivalents)} of the {len(mutants)} "
+        f"mutants are listed as equivalent; {elapsed:.0f} s"
     )
-    if stale and not a.only:
+    if stale and not (a.only or a.target):
         print(f"mutation: {EQUIVALENTS.name} lists mutants that no longer exist: {stale}")
         failed = True
     if a.json:

@@ -1,0 +1,309 @@
+"""What tools/mutation.py mutates: the target files and functions, and the tests run against
+each target's mutants (see mutation.py's docstring).
+
+Targets (:func:`targets`): the modules of :data:`CORE` (every function), the functions that
+:data:`SHARED` names in shared agent code and in the library's layers (a ``make_*`` function
+there is mutated in its nested :data:`NESTED` functions only), and the loss and target code of
+every agent module named in ``jrl.agents.BUILTIN``: its top-level functions whose names contain
+``loss``, ``target``, ``advantage`` or ``head``, and the functions named in :data:`NESTED`
+nested in its ``make_*`` functions. A target's tests are :data:`TESTS`' entry for its file (an
+agent module without one: ``tests/test_<module>.py``), always without the ``learning`` tests;
+a new agent module without loss or target code or without tests fails the check."""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+
+CORE = (
+    "jrl/ops/losses.py",
+    "jrl/ops/returns.py",
+    "jrl/ops/action_distributions.py",
+    "jrl/ops/return_distributions.py",
+)
+"""Modules mutated whole."""
+SHARED = {
+    "agents/actor_critic/common.py": (
+        "gae",
+        "make_actor_critic",
+        "_normalized",
+        "_with_learner_outputs",
+        "_sgd_step",
+        "_learned",
+        "recurrent_unroll",
+    ),
+    "agents/continuous/common.py": (
+        "ActionScale.to_env",
+        "ActionScale.to_unit",
+        "polyak",
+        "critic_target",
+        "critic_loss",
+        "critic_subset",
+        "subset_key",
+        "ou_step",
+        "uniform_warmup",
+        "make_deterministic_losses",
+        "make_deterministic",
+    ),
+    "jrl/core/two_player_env.py": ("player_returns",),
+    "jrl/parts/buffers.py": ("trajectory_buffer", "_sample_sequences"),
+    "jrl/parts/nstep.py": ("trajectory_nsteps",),
+    "agents/search/mcts.py": ("game_recurrent_fn", "q_transform"),
+    "agents/evolution/strategies.py": ("normalize_observation", "policy_action", "make_es"),
+    "agents/evolution/population.py": (
+        "play_members",
+        "_fold_moments",
+        "_gather",
+        "_check_population",
+        "population",
+    ),
+    "jrl/run/pbt.py": ("check_pbt", "check_loop_state", "every_iterations", "with_pbt", "lineage"),
+    "agents/value/common.py": ("update_target",),
+    "agents/value/r2d2.py": ("sequence_q_targets", "sequence_loss"),
+    "agents/multi_agent/common.py": (
+        "agent_gae",
+        "MultiAgentActorCritic.policy",
+        "MultiAgentActorCritic.value",
+    ),
+}
+"""Shared agent code: these top-level functions and methods (of a ``make_*`` function, its
+nested update code, see NESTED)."""
+SHARED_AGENTS = {
+    "agents/continuous/td3.py": "agents/continuous/common.py",
+    "agents/continuous/ddpg.py": "agents/continuous/common.py",
+    "agents/evolution/es.py": "agents/evolution/strategies.py",
+    "agents/multi_agent/ippo.py": "agents/multi_agent/common.py",
+    "agents/multi_agent/mappo.py": "agents/multi_agent/common.py",
+}
+"""Agent modules whose loss and target code is all shared code (a config, presets and a
+``build`` only): checked through that file's target instead."""
+NESTED = (
+    "loss",
+    "loss_fn",
+    "sgd_step",
+    "learn",
+    "critic_loss_fn",
+    "actor_loss_fn",
+    "smoothed_target_action",
+    "ask",
+    "tell",
+    "member_action",
+)
+"""Functions nested in a ``make_*`` function that hold an agent's loss and target code."""
+AGENT_WORDS = ("loss", "target", "advantage", "head")
+"""An agent module's top-level functions whose names contain one of these are mutated."""
+AGENT_FUNCTIONS = {"agents/value/apex.py": ("apex_epsilons", "initial_priorities")}
+"""Agent modules whose own numerical code sits in top-level functions named otherwise (Ape-X's
+exploration rates and actor-side priorities; its loss is dqn.py's): mutated instead."""
+
+SAMPLE = 260
+"""The most mutants a slice of the rotation holds (a default run, the CI check): about 1.5 CPU
+seconds a mutant, 3.5 minutes on 2 idle cores."""
+FAST = ["-m", "not learning"]
+TESTS: dict[str, list[str]] = {
+    "jrl/ops/losses.py": ["tests/test_losses.py", "tests/test_ppo.py", "tests/test_a2c.py"],
+    "jrl/ops/returns.py": [
+        "tests/test_returns.py",
+        "tests/test_reinforce.py::test_monte_carlo_advantages_by_hand",
+        "tests/test_pqn.py::test_q_lambda_targets_by_hand",
+        "tests/test_pqn.py::test_q_lambda_targets_limits",
+    ],
+    "jrl/ops/action_distributions.py": ["tests/test_distributions.py"],
+    "jrl/ops/return_distributions.py": [
+        "tests/test_distributional.py",
+        "tests/test_dqn.py::test_categorical_head_by_hand",
+        "tests/test_dqn.py::test_quantile_head_by_hand",
+        "tests/test_muzero.py::test_value_transform_and_two_hot_by_hand",
+        "tests/test_muzero.py::test_unrolled_loss_by_hand",
+    ],
+    "agents/search/muzero.py": [
+        "tests/test_muzero.py::test_value_targets_by_hand",
+        "tests/test_muzero.py::test_value_targets_bootstrap_without_an_end",
+        "tests/test_muzero.py::test_unrolled_loss_by_hand",
+    ],
+    "agents/actor_critic/common.py": [
+        "tests/test_ppo.py",
+        "tests/test_a2c.py",
+        "tests/test_reinforce.py::test_monte_carlo_advantages_by_hand",
+        "tests/test_reinforce.py::test_loss_is_policy_gradient_plus_weighted_baseline_loss",
+        "tests/test_reinforce.py::test_learn_matches_a_numpy_reference",
+        "tests/test_recurrent.py::test_learner_replays_what_the_agent_acted_on",
+        "tests/test_impala.py::test_learn_under_policy_lag_matches_numpy_vtrace",
+    ],
+    "jrl/core/two_player_env.py": [
+        "tests/test_alphazero.py::test_player_returns_and_targets_by_hand"
+    ],
+    "agents/search/mcts.py": [
+        "tests/test_alphazero.py::test_recurrent_fn_rewards_discounts_and_values_by_hand",
+        "tests/test_alphazero.py::test_search_finds_the_winning_move_and_the_block",
+        "tests/test_alphazero.py::test_q_transform_fixed_bounds_and_per_node_rescaling_by_hand",
+        "tests/test_alphazero.py::test_puct_q_bounds",
+    ],
+    "agents/search/alphazero.py": [
+        "tests/test_alphazero.py::test_player_returns_and_targets_by_hand",
+        "tests/test_alphazero.py::test_loss_by_hand",
+        "tests/test_alphazero.py::test_replay_targets_span_rollouts_by_hand",
+    ],
+    "agents/actor_critic/reinforce.py": [
+        "tests/test_reinforce.py::test_monte_carlo_advantages_by_hand",
+        "tests/test_reinforce.py::test_loss_is_policy_gradient_plus_weighted_baseline_loss",
+        "tests/test_reinforce.py::test_learn_matches_a_numpy_reference",
+    ],
+    "agents/actor_critic/impala.py": [
+        "tests/test_impala.py::test_vtrace_advantages_by_hand",
+        "tests/test_impala.py::test_loss_by_hand",
+        "tests/test_impala.py::test_learn_under_policy_lag_matches_numpy_vtrace",
+        "tests/test_impala.py::test_recurrent_learner_corrects_for_the_lag_of_its_unrolled_policy",
+    ],
+    "agents/value/dqn.py": [
+        "tests/test_dqn.py::test_double_q_target_by_hand",
+        "tests/test_dqn.py::test_nstep_target_truncation_bootstraps",
+        "tests/test_dqn.py::test_target_updates_hard_and_polyak",
+        "tests/test_dqn.py::test_scalar_head_loss_and_priority_by_hand",
+        "tests/test_dqn.py::test_heads_hold_the_target_constant",
+        "tests/test_dqn.py::test_categorical_head_by_hand",
+        "tests/test_dqn.py::test_quantile_head_by_hand",
+        "tests/test_dqn.py::test_masked_bootstrap_action",
+        "tests/test_dqn.py::test_learn_matches_a_numpy_reference",
+        "tests/test_r2d2.py::test_sequence_loss_by_hand",
+        "tests/test_r2d2.py::test_stored_states_restart_with_every_episode_and_replay_from_the_first",
+    ],
+    "agents/value/common.py": [
+        "tests/test_dqn.py::test_target_updates_hard_and_polyak",
+        "tests/test_dqn.py::test_learn_matches_a_numpy_reference",
+    ],
+    "agents/value/r2d2.py": [
+        "tests/test_r2d2.py::test_sequence_loss_by_hand",
+        "tests/test_r2d2.py::test_stored_states_restart_with_every_episode_and_replay_from_the_first",
+        "tests/test_r2d2.py::test_sequence_q_targets_mask_the_bootstrap_action",
+    ],
+    "jrl/parts/buffers.py": [
+        "tests/test_buffers.py::test_trajectory_sequences_contiguous_in_time_order",
+        "tests/test_buffers.py::test_trajectory_stratified_sequences_by_hand",
+        "tests/test_buffers.py::test_trajectory_buffer_with_a_single_start",
+        "tests/test_buffers.py::test_memory_check_refuses_before_allocating",
+    ],
+    "jrl/parts/nstep.py": [
+        "tests/test_apex.py::test_trajectory_nsteps_match_explicit_loops_and_the_accumulator",
+    ],
+    "agents/value/apex.py": [
+        "tests/test_apex.py::test_apex_epsilons_follow_the_papers_schedule_and_reach_the_actors",
+        "tests/test_apex.py::test_actor_priorities_are_the_td_errors_of_the_acting_parameters",
+    ],
+    "agents/continuous/common.py": [
+        "tests/test_continuous.py",
+        "tests/test_td3.py",
+    ],
+    "agents/evolution/strategies.py": [  # the in-process tests (no subprocesses)
+        "tests/test_es.py::test_openai_es_generation_matches_a_numpy_reference",
+        "tests/test_es.py::test_snes_generation_matches_a_numpy_reference",
+        "tests/test_es.py::test_cma_es_mean_is_the_weighted_recombination_of_the_best_half",
+        "tests/test_es.py::test_policy_acts_argmax_or_rescaled_tanh_on_normalised_observations",
+        "tests/test_es.py::test_behaviour_policy_is_the_means_policy",
+        "tests/test_es.py::test_a_generation_updates_the_mean_and_counts_steps_and_sweeps_the_rate",
+    ],
+    "jrl/run/pbt.py": [
+        "tests/test_pbt.py::test_the_worst_runs_copy_the_best_and_perturb_their_hyperparameters",
+        "tests/test_pbt.py::test_copies_draw_from_the_whole_top_fraction_and_both_factors",
+        "tests/test_pbt.py::test_lineage_lists_every_copy_with_the_hyperparameters_after_it",
+        "tests/test_pbt.py::test_refused_settings_name_the_sweepable_fields",
+        "tests/test_pbt.py::test_pbt_runs_are_not_independent_so_the_runner_never_spreads_them",
+    ],
+    "agents/evolution/population.py": [
+        "tests/test_es.py::test_truncation_probe_episode_masking_and_observation_moments",
+        "tests/test_es.py::test_observation_statistics_fold_in_the_generations_observations",
+        "tests/test_es.py::test_population_plays_the_env_params_it_is_given",
+        "tests/test_es.py::test_a_generation_updates_the_mean_and_counts_steps_and_sweeps_the_rate",
+        "tests/test_es.py::test_population_not_divisible_by_devices_is_refused",
+        "tests/test_es.py::test_interrupted_run_resumes_bit_identical",
+    ],
+    "agents/continuous/sac.py": [
+        "tests/test_sac.py::test_actor_loss_by_hand",
+        "tests/test_sac.py::test_alpha_loss_by_hand",
+        "tests/test_sac.py::test_learn_matches_a_reference",
+    ],
+    "agents/multi_agent/common.py": [
+        "tests/test_ippo.py::test_agent_gae_by_hand",
+        "tests/test_ippo.py::test_network_shares_or_splits_parameters",
+        "tests/test_ippo.py::test_centralised_critic_reads_the_global_state_only",
+        "tests/test_ippo.py::test_acting_honours_every_agents_mask",
+    ],
+    "agents/value/pqn.py": [
+        "tests/test_pqn.py::test_q_lambda_targets_by_hand",
+        "tests/test_pqn.py::test_q_lambda_targets_limits",
+        "tests/test_pqn.py::test_learn_targets_use_parameters_from_before_the_update",
+        "tests/test_pqn.py::test_learn_matches_a_numpy_reference",
+    ],
+}
+"""Target file -> the tests run against its mutants (in this order, stopping at the first
+failure); always with ``-m "not learning"``."""
+
+
+# --------------------------------------------------------------------------------- targets
+
+
+@dataclasses.dataclass(frozen=True)
+class Target:
+    path: str  # relative to the repository
+    module: str  # its import name
+    functions: tuple[str, ...] | None  # top-level qualnames to mutate (None: all)
+    nested: tuple[str, ...] | None  # inside make_* functions, only these nested functions
+    tests: tuple[str, ...]
+
+
+def module_name(path: str) -> str:
+    parts = Path(path).with_suffix("").parts
+    return ".".join(("jrl", *parts) if parts[0] == "agents" else parts)  # jrl.agents.<module>
+
+
+def agent_modules() -> list[str]:
+    """``agents/<family>/<module>.py`` of every built-in agent, in registry order."""
+    import jrl.agents
+
+    seen: list[str] = []
+    for spec in jrl.agents.BUILTIN.values():
+        path = "agents/" + "/".join(spec.split(":")[0].split(".")[2:]) + ".py"
+        if path not in seen:
+            seen.append(path)
+    return seen
+
+
+def agent_functions(path: str) -> tuple[str, ...]:
+    tree = ast.parse((REPO / path).read_text())
+    out = []
+    for node in tree.body:
+        if not isinstance(node, ast.FunctionDef):
+            continue
+        if any(w in node.name for w in AGENT_WORDS):
+            out.append(node.name)
+        elif node.name.startswith("make_") and any(
+            isinstance(n, ast.FunctionDef) and n.name in NESTED for n in ast.walk(node)
+        ):
+            out.append(node.name)
+    return tuple(out)
+
+
+def targets() -> list[Target]:
+    out = [Target(p, module_name(p), None, None, tuple(TESTS[p])) for p in CORE]
+    for path, functions in SHARED.items():
+        out.append(Target(path, module_name(path), functions, NESTED, tuple(TESTS[path])))
+    for path in agent_modules():
+        if path in SHARED_AGENTS:
+            continue
+        functions = AGENT_FUNCTIONS.get(path) or agent_functions(path)
+        if not functions:
+            raise SystemExit(
+                f"mutation: {path} has no loss or target code this check recognises (top-level "
+                f"functions named with {AGENT_WORDS}, or {NESTED} nested in a make_* function)"
+            )
+        tests = TESTS.get(path) or [f"tests/test_{Path(path).stem}.py"]
+        missing = [t for t in tests if not (REPO / t.split("::")[0]).is_file()]
+        if missing:
+            raise SystemExit(
+                f"mutation: {path}: no test file {missing}; add one or map it in TESTS"
+            )
+        out.append(Target(path, module_name(path), functions, NESTED, tuple(tests)))
+    return out
