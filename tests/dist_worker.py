@@ -43,7 +43,9 @@ import jrl  # noqa: E402
 import jrl.app.distributed  # noqa: E402
 
 if a.num_processes:
-    jrl.app.distributed.initialize(a.coordinator, a.num_processes, a.process_id, timeout=60)
+    jrl.app.distributed.initialize(
+        a.coordinator, a.num_processes, a.process_id, timeout=300
+    )  # a loaded machine starts slowly
 
 SMALL = {
     "ppo": dict(num_envs=4, num_steps=32, total_steps=4 * 32 * 4),

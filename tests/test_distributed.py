@@ -8,6 +8,7 @@ import os
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -77,23 +78,40 @@ def two_processes(tmp_path, agent, *extra):
             address,
             *map(str, extra),
         ]
+        # output to files, not pipes: a process blocked on a full pipe would stall its peer
+        log = open(tmp_path / f"p{pid}.log", "w+")
         procs.append(
             subprocess.Popen(
                 cmd,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-                text=True,
+                stdout=log,
+                stderr=subprocess.STDOUT,
                 env={**os.environ, "JAX_PLATFORMS": "cpu"},
             )
         )
-    outs = []
-    for p in procs:
-        try:
-            outs.append(p.communicate(timeout=600))
-        finally:
+        log.close()
+    try:
+        _wait_all(procs, deadline=time.monotonic() + 600)
+    finally:
+        for p in procs:
             p.kill()
-    for p, (so, se) in zip(procs, outs):
-        assert p.returncode == 0, se[-3000:]
+            p.wait(timeout=60)
+    for pid, p in enumerate(procs):
+        assert p.returncode == 0, (tmp_path / f"p{pid}.log").read_text()[-3000:]
+
+
+def _wait_all(procs, deadline):
+    """Waits for every process until all have exited, one has failed (the others are then
+    killed: a peer left alone would wait in the rendezvous or a collective for minutes), or
+    ``deadline`` (time.monotonic()) has passed, which fails the test."""
+    while None in (codes := [p.poll() for p in procs]):  # every process polled each round
+        if any(code not in (None, 0) for code in codes):
+            return
+        if time.monotonic() > deadline:
+            pytest.fail("the processes did not finish in 600 s")
+        try:
+            next(p for p in procs if p.poll() is None).wait(timeout=1.0)
+        except (subprocess.TimeoutExpired, StopIteration):
+            pass
 
 
 def test_two_processes_match_single_process(tmp_path):
