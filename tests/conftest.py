@@ -9,8 +9,11 @@ of one update that the agents' ``learn`` tests compare with.
 import importlib.metadata
 import math
 import os
+import queue
 import re
 import tempfile
+import threading
+import time
 
 import jax
 import jax.numpy as jnp
@@ -233,21 +236,157 @@ def env_for():
     return _env_for
 
 
-@pytest.fixture(scope="module")
-def ray_session():
-    """One small local Ray (2 CPUs, no dashboard) for every test of a module that asks for it
-    (tests/test_ray_actors.py, test_apex.py): its start-up is paid once per module; skipped
-    where Ray is absent."""
-    ray = pytest.importorskip("ray")
-    ray.init(
-        num_cpus=2,
-        include_dashboard=False,
-        object_store_memory=128 * 2**20,
-        log_to_driver=False,
-        logging_level="ERROR",
-    )
-    yield ray
-    ray.shutdown()
+# ---------------------------------------------------------------------------------------------
+# Ray (issue 43): one local Ray at a time on the machine. A test that uses Ray takes one of two
+# fixtures: `ray_session` (the session's Ray, in this process) or `ray_of_its_own` (its child
+# process starts a local Ray of its own: the session's Ray is shut down first, and started
+# again by the next test that asks for it). Taking either puts the test in the xdist group
+# "ray" (pytest_collection_modifyitems below), which `--dist loadgroup` (pyproject's addopts)
+# runs on one worker, one test after another: `pytest -n 2` never has two Rays at once.
+# ---------------------------------------------------------------------------------------------
+
+RAY_FIXTURES = ("ray_session", "ray_of_its_own")
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist reads the groups (its own hook of this name)
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if any(name in getattr(item, "fixturenames", ()) for name in RAY_FIXTURES):
+            item.add_marker(pytest.mark.xdist_group("ray"))
+
+
+class _LocalRay:
+    """The session's local Ray: started on demand, shut down for a test that starts its own."""
+
+    def __init__(self, ray):
+        self.ray = ray
+
+    def up(self):
+        if not self.ray.is_initialized():
+            self.ray.init(
+                num_cpus=max(2, os.cpu_count() or 2),  # the machine's: one Ray at a time
+                include_dashboard=False,
+                object_store_memory=128 * 2**20,
+                log_to_driver=False,
+                logging_level="ERROR",
+            )
+        return self.ray
+
+    def down(self):
+        if self.ray.is_initialized():
+            self.ray.shutdown()
+
+
+@pytest.fixture(scope="session")
+def _local_ray():
+    local = _LocalRay(pytest.importorskip("ray"))
+    yield local
+    local.down()
+
+
+@pytest.fixture
+def ray_session(_local_ray):
+    """The session's local Ray (no dashboard, the machine's CPUs), started at the first test
+    that asks for it and kept for the next; skipped where Ray is absent."""
+    return _local_ray.up()
+
+
+@pytest.fixture
+def ray_of_its_own(_local_ray):
+    """For a test whose child process starts a local Ray of its own (``jrl train --actors
+    ray:N``): the session's Ray is shut down first, so one Ray exists at a time; skipped where
+    Ray is absent."""
+    _local_ray.down()
+
+
+# ---------------------------------------------------------------------------------------------
+# Bounded waits (issue 43; tests/test_suite_rules.py enforces them): a child's pipe is read
+# through PipeLines, whose every wait has a deadline, and a test waits for a condition with
+# wait_until, never for a guessed number of seconds.
+# ---------------------------------------------------------------------------------------------
+
+
+class PipeLines:
+    """The lines of a child process's text pipe, read by a daemon thread into a queue, so a
+    test waits for them with a deadline (a bare ``readline()``, or a loop over the pipe,
+    blocks for as long as the child neither writes nor exits). Every wait fails the test at
+    its deadline or at the pipe's end, showing what was read."""
+
+    def __init__(self, pipe):
+        self._queue: queue.Queue = queue.Queue()
+        self._read: list[str] = []
+        self._ended = False
+        threading.Thread(target=self._pump, args=(pipe,), name="test-pipe", daemon=True).start()
+
+    def _pump(self, pipe):
+        try:
+            for line in pipe:
+                self._queue.put(line)
+        except (OSError, ValueError):  # the pipe was closed under the thread
+            pass
+        finally:
+            self._queue.put(None)
+
+    @property
+    def text(self) -> str:
+        """Everything read so far."""
+        return "".join(self._read)
+
+    def _fail(self, what: str, timeout: float):
+        pytest.fail(f"{what} within {timeout:g} s; read so far:\n{self.text[-3000:]}")
+
+    def _next(self, deadline: float):
+        """The next line; None at the pipe's end; "" when the deadline passed first."""
+        if self._ended:
+            return None
+        try:
+            line = self._queue.get(timeout=max(deadline - time.monotonic(), 0.001))
+        except queue.Empty:
+            return ""
+        if line is None:
+            self._ended = True
+            return None
+        self._read.append(line)
+        return line
+
+    def next_line(self, timeout: float) -> str:
+        """The next line (fails at the deadline or the pipe's end)."""
+        line = self._next(time.monotonic() + timeout)
+        if not line:
+            self._fail("no line" if line == "" else "the pipe ended without a line", timeout)
+        return line
+
+    def wait_for(self, needle: str, timeout: float) -> str:
+        """The next line that contains ``needle`` (fails at the deadline or the pipe's end)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            line = self._next(deadline)
+            if line is None:
+                self._fail(f"the pipe ended without a line containing {needle!r}", timeout)
+            if line == "":
+                self._fail(f"no line containing {needle!r}", timeout)
+            if needle in line:
+                return line
+
+    def rest(self, timeout: float) -> str:
+        """Everything the pipe gives until it ends (fails at the deadline); returns the whole
+        text read."""
+        deadline = time.monotonic() + timeout
+        while (line := self._next(deadline)) is not None:
+            if line == "":
+                self._fail("the pipe did not end", timeout)
+        return self.text
+
+
+def wait_until(condition, timeout: float, what: str, interval: float = 0.05):
+    """``condition()``'s first true value, polled every ``interval`` seconds; fails the test
+    naming ``what`` when ``timeout`` seconds pass first."""
+    deadline = time.monotonic() + timeout
+    while not (value := condition()):
+        if time.monotonic() >= deadline:
+            pytest.fail(f"{what}: not within {timeout:g} s")
+        time.sleep(interval)
+    return value
 
 
 # ---------------------------------------------------------------------------------------------

@@ -20,6 +20,7 @@ import numpy as np
 import pytest
 
 import jrl
+from conftest import PipeLines, wait_until
 from jrl.app import checkpoint, stopping
 from jrl.app import chunk_work as training
 
@@ -28,8 +29,10 @@ TINY = ["--total-steps", "4000", "--quiet"]
 pytestmark = pytest.mark.filterwarnings("ignore:os.fork:RuntimeWarning")
 
 # a torso whose forward pass blocks in a host callback: the compiled program waits with the
-# process idle, as a deadlocked XLA program does
+# process idle, as a deadlocked XLA program does. The callback first creates the file
+# $JRL_TEST_BLOCKED: the test knows the program is inside its wait, without a timing guess.
 SLEEPING_TORSO = """
+import os
 import time
 import flax.linen as nn
 import jax
@@ -37,6 +40,7 @@ from jrl.parts import torsos
 
 
 def _block(x):
+    open(os.environ["JRL_TEST_BLOCKED"], "a").close()
     time.sleep(3600)
     return x
 
@@ -138,10 +142,8 @@ def test_resume_into_an_unwritable_checkpoint_folder_ends_at_once(tmp_path):
     before = checkpoint.steps(tmp_path / "r")
     if not _chattr(tmp_path / "r" / "checkpoints", "+i"):
         pytest.skip("chattr +i is not available here (needs root and a filesystem with it)")
-    try:
-        t0 = time.monotonic()
-        res = run("train", "--resume", "r", "--quiet", cwd=tmp_path, timeout=120)
-        took = time.monotonic() - t0
+    try:  # bounded: the subprocess timeout's expiry fails the test
+        res = run("train", "--resume", "r", "--quiet", cwd=tmp_path, timeout=300)
     finally:
         _chattr(tmp_path / "r" / "checkpoints", "-i")
     assert res.returncode == 1, res.stderr
@@ -150,7 +152,6 @@ def test_resume_into_an_unwritable_checkpoint_folder_ends_at_once(tmp_path):
     assert "cannot write checkpoints in" in lines[0] and "nothing was trained" in lines[0]
     assert "writable" in lines[0] and "jrl train --resume r" in lines[0]
     assert checkpoint.steps(tmp_path / "r") == before
-    assert took < 100  # bounded: the subprocess timeout would have fired otherwise
 
 
 def test_a_failed_save_leaves_no_thread_behind(tmp_path):
@@ -168,13 +169,8 @@ def test_a_failed_save_leaves_no_thread_behind(tmp_path):
     with pytest.raises(Exception):
         ck.save(2, state, {}, {"x": 2})
     ck.close()
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline:
-        left = {t for t in threading.enumerate() if not t.daemon and t.is_alive()} - before
-        if not left:
-            break
-        time.sleep(0.1)
-    assert not left, [t.name for t in left]
+    left = lambda: {t for t in threading.enumerate() if not t.daemon and t.is_alive()} - before
+    wait_until(lambda: not left(), 60, "the failed save's non-daemon threads ended")
 
 
 def test_checkpointer_refuses_an_unwritable_folder_before_training(tmp_path, monkeypatch):
@@ -275,12 +271,10 @@ def test_stall_watch_ends_an_idle_process_with_one_line(tmp_path):
         "with stopping.StallWatch(seconds=1.5, advice=' (advice)', what='the test program'):\n"
         "    time.sleep(120)\n"
     )
-    t0 = time.monotonic()
-    res = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, cwd=tmp_path
+    res = subprocess.run(  # bounded below the child's sleep: a watch that misses it fails here
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=100, cwd=tmp_path
     )
     assert res.returncode == 1
-    assert time.monotonic() - t0 < 30
     lines = _error_lines(res.stderr)
     assert len(lines) == 1 and "the test program made no progress" in lines[0], res.stderr
     assert "(advice)" in lines[0] and "JRL_STALL_SECONDS" in lines[0]
@@ -308,80 +302,88 @@ def test_bounds_from_the_environment_are_checked(monkeypatch):
     assert stopping.bound_from_env("JRL_STOP_GRACE", 1) == 2.5
 
 
-def _start_stuck_run(tmp_path: Path, **env: str) -> subprocess.Popen:
-    """``jrl train`` with the sleeping torso; returns once its compile line is out."""
-    _plugin(tmp_path, "sleeping_torso", SLEEPING_TORSO)
-    proc = subprocess.Popen(
-        JRL
-        + ["train", "ppo", "--import", "sleeping_torso", "--torso", "sleeping"]
-        + ["--total-steps", "4000", "--out", "stuck"],
-        cwd=tmp_path,
-        env=_env(tmp_path, **env),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    return proc
+@pytest.fixture
+def stuck_run(tmp_path: Path):
+    """``start(**env)``: ``jrl train`` with the sleeping torso, as ``(process, its stderr's
+    PipeLines)``; the process is killed when the test ends."""
+    started = []
+
+    def start(**env: str) -> tuple[subprocess.Popen, PipeLines]:
+        _plugin(tmp_path, "sleeping_torso", SLEEPING_TORSO)
+        blocked = str(tmp_path / "blocked")
+        proc = subprocess.Popen(
+            JRL
+            + ["train", "ppo", "--import", "sleeping_torso", "--torso", "sleeping"]
+            + ["--total-steps", "4000", "--out", "stuck"],
+            cwd=tmp_path,
+            env=_env(tmp_path, JRL_TEST_BLOCKED=blocked, **env),
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        started.append(proc)
+        return proc, PipeLines(proc.stderr)
+
+    yield start
+    for proc in started:
+        proc.kill()
+        proc.wait(timeout=60)
 
 
-def _finish(proc: subprocess.Popen, timeout: float) -> tuple[int, str, float]:
-    t0 = time.monotonic()
+def _finish(proc: subprocess.Popen, stderr: PipeLines, timeout: float) -> tuple[int, str]:
+    """The exit code and stderr of a run that must end within ``timeout`` seconds (the test
+    fails otherwise: the bound is the wait's, no elapsed time is asserted)."""
     try:
-        _, err = proc.communicate(timeout=timeout)
+        code = proc.wait(timeout=timeout)
     except subprocess.TimeoutExpired:
         proc.kill()
-        _, err = proc.communicate()
-        pytest.fail(f"the run did not end within {timeout} s:\n{err}")
-    return proc.returncode, err, time.monotonic() - t0
+        proc.wait(timeout=60)
+        pytest.fail(f"the run did not end within {timeout} s:\n{stderr.rest(timeout=60)}")
+    return code, stderr.rest(timeout=60)
 
 
-def _wait_for_program(tmp_path: Path, proc: subprocess.Popen) -> None:
-    """Waits until the stuck run is inside its compiled program (the lock file is taken and
-    the sleeping callback runs: the process idles)."""
-    deadline = time.monotonic() + 240
-    while time.monotonic() < deadline and proc.poll() is None:
-        if (tmp_path / "stuck" / "config.json").is_file():
-            time.sleep(3)  # compile and start the program (the callback then blocks)
-            return
-        time.sleep(0.2)
-    pytest.fail(
-        f"the run did not start: {proc.communicate()[1] if proc.poll() is not None else ''}"
-    )
+def _wait_for_program(tmp_path: Path, proc: subprocess.Popen, stderr: PipeLines) -> None:
+    """Waits until the stuck run is inside its compiled program: the sleeping callback has
+    started (it creates ``blocked``) and the process idles."""
+    started = lambda: (tmp_path / "blocked").exists() or proc.poll() is not None
+    wait_until(started, 600, "the run's compiled program started")
+    if not (tmp_path / "blocked").exists():
+        pytest.fail(f"the run ended before its program started:\n{stderr.rest(timeout=60)}")
 
 
-def test_a_run_stuck_in_compiled_code_ends_with_one_line(tmp_path):
+def test_a_run_stuck_in_compiled_code_ends_with_one_line(stuck_run):
     """A compiled program that waits forever (the process idle) ends within the stall bound:
     exit 1 and a line naming what it waited for."""
-    proc = _start_stuck_run(tmp_path, JRL_STALL_SECONDS="4")
-    code, err, _ = _finish(proc, timeout=300)
+    proc, stderr = stuck_run(JRL_STALL_SECONDS="4")
+    code, err = _finish(proc, stderr, timeout=600)
     assert code == 1, err
     line = next(line for line in err.splitlines() if "made no progress" in line)
     assert "the compiled training program" in line and "deadlocked" in line
 
 
-def test_sigterm_stops_a_run_stuck_in_compiled_code(tmp_path):
+def test_sigterm_stops_a_run_stuck_in_compiled_code(tmp_path, stuck_run):
     """SIGTERM always stops a run: the chunk it waits for never ends, so after the grace
-    bound the process exits 143 without a checkpoint, saying so."""
-    proc = _start_stuck_run(tmp_path, JRL_STALL_SECONDS="0", JRL_STOP_GRACE="3")
-    _wait_for_program(tmp_path, proc)
+    bound the process exits 143 without a checkpoint, saying so (bounded: it would wait
+    for the callback's hour otherwise)."""
+    proc, stderr = stuck_run(JRL_STALL_SECONDS="0", JRL_STOP_GRACE="3")
+    _wait_for_program(tmp_path, proc, stderr)
     proc.send_signal(signal.SIGTERM)
-    code, err, took = _finish(proc, timeout=60)
+    code, err = _finish(proc, stderr, timeout=120)
     assert code == 143, err
     assert "SIGTERM received" in err and "did not end within 3 s" in err
-    assert took < 45
 
 
-def test_a_second_sigterm_aborts_at_once(tmp_path):
-    """A second SIGTERM ends the process within seconds, whatever the first one waits for."""
-    proc = _start_stuck_run(tmp_path, JRL_STALL_SECONDS="0", JRL_STOP_GRACE="600")
-    _wait_for_program(tmp_path, proc)
+def test_a_second_sigterm_aborts_at_once(tmp_path, stuck_run):
+    """A second SIGTERM ends the process within seconds, whatever the first one waits for
+    (bounded well below the first one's grace of 600 s)."""
+    proc, stderr = stuck_run(JRL_STALL_SECONDS="0", JRL_STOP_GRACE="600")
+    _wait_for_program(tmp_path, proc, stderr)
     proc.send_signal(signal.SIGTERM)
-    time.sleep(1)
+    stderr.wait_for("SIGTERM received", timeout=120)  # the first one is taken: send the second
     proc.send_signal(signal.SIGTERM)
-    code, err, took = _finish(proc, timeout=60)
+    code, err = _finish(proc, stderr, timeout=120)
     assert code == 143, err
     assert "second SIGTERM: aborted without a checkpoint" in err
-    assert took < 30
 
 
 def test_vmapped_orthogonal_torso_spread_over_cores_cannot_hang(tmp_path):

@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 
 import jrl
+from conftest import PipeLines
 from jrl.app import api as experiment
 from jrl.app import checkpoint, run_folder
 from jrl.app.checkpoint import CheckpointError
@@ -70,7 +71,7 @@ def test_a_live_run_folder_refuses_a_second_writer(tmp_path):
         text=True,
     )
     try:
-        assert holder.stdout.readline().strip() == "locked"
+        assert PipeLines(holder.stdout).next_line(timeout=120).strip() == "locked"
         (tmp_path / "run" / "keep.txt").write_text("mine")
         for args in (
             ["train", "ppo", "--out", "run", "--total-steps", "1024"],
@@ -83,7 +84,7 @@ def test_a_live_run_folder_refuses_a_second_writer(tmp_path):
         assert sorted(p.name for p in (tmp_path / "run").iterdir()) == [".jrl.lock", "keep.txt"]
     finally:
         holder.kill()
-        holder.wait()
+        holder.wait(timeout=60)
 
 
 def test_the_lock_of_a_killed_run_is_taken_over(tmp_path):
@@ -99,9 +100,11 @@ def test_the_lock_of_a_killed_run_is_taken_over(tmp_path):
         stdout=subprocess.PIPE,
         text=True,
     )
-    assert proc.stdout.readline().strip() == "locked"
-    proc.send_signal(signal.SIGKILL)
-    proc.wait()
+    try:
+        assert PipeLines(proc.stdout).next_line(timeout=120).strip() == "locked"
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=60)
     owner = json.loads((run / ".jrl.lock").read_text())
     assert owner["pid"] == proc.pid  # the dead owner's record is still there
     res = experiment.train("ppo", "CartPole-v1", out=run, **QUIET, **SMALL)
@@ -117,8 +120,13 @@ def test_two_processes_on_one_folder_one_wins(tmp_path):
         subprocess.Popen(JRL + args, cwd=tmp_path, env=env, stderr=subprocess.PIPE, text=True)
         for _ in range(2)
     ]
-    codes = sorted(p.wait(timeout=600) for p in procs)
-    errors = [p.stderr.read() for p in procs]
+    pipes = [PipeLines(p.stderr) for p in procs]  # drained as they run: neither blocks writing
+    try:
+        codes = sorted(p.wait(timeout=600) for p in procs)
+    finally:
+        for p in procs:
+            p.kill()
+    errors = [pipe.rest(timeout=60) for pipe in pipes]
     assert codes == [0, 2], errors
     assert any("is in use by pid" in e for e in errors)
     spec = experiment.read_spec(tmp_path / "run")

@@ -1,20 +1,22 @@
 """Ray actors for the Sebulba runner (jrl.run.ray_actors): the actor loop in Ray processes
 equals the threaded one, a killed actor process is replaced and the run still learns, IMPALA
-learns with two Ray actors, and bad --actors values exit 2 with the reason. One local Ray
-(2 CPUs, no dashboard) serves the module."""
+learns with two Ray actors, and bad --actors values exit 2 with the reason. The session's
+local Ray (tests/conftest.py ``ray_session``) serves the tests in this process; a test whose
+child starts a Ray of its own takes ``ray_of_its_own`` (one Ray at a time)."""
 
+import contextlib
 import json
 import os
 import signal
 import subprocess
 import sys
-import time
 
 import jax
 import jrl.agents
 import jrl.envs
 import numpy as np
 import pytest
+from conftest import PipeLines, wait_until
 
 from jrl.app import api as experiment
 from jrl.app import cli
@@ -173,9 +175,10 @@ def test_the_ray_actors_of_a_later_process_act_as_that_process_share_of_threads(
     assert max_diff(as_float(ray_items[0]), as_float(thread_items[0])) > 0.0  # actor 0 differs
 
 
-def test_cli_trains_with_ray_actors_on_a_local_ray_of_its_own(tmp_path, ray_session):
-    """``jrl train --actors ray:2`` starts (beside the module's Ray) and stops its own local
-    Ray; the run folder records the actors and logs restarts and bytes/s."""
+def test_cli_trains_with_ray_actors_on_a_local_ray_of_its_own(tmp_path, ray_of_its_own):
+    """``jrl train --actors ray:2`` starts and stops its own local Ray (the session's is shut
+    down first: one Ray at a time); the run folder records the actors and logs restarts and
+    bytes/s."""
     args = ["--runner", "sebulba", "--actors", "ray:2", "--num-envs", 4, "--num-steps", 16]
     args += ["--hidden-sizes", 16, 16, "--total-steps", 1024, "--num-reports", 2, "--out", "run"]
     env = {**os.environ, "JAX_PLATFORMS": "cpu"}
@@ -276,7 +279,7 @@ sebulba.run(built.agent, env, built.spec, jax.random.key(0)[None], 10**6, 16, 4,
 """
 
 
-def test_a_lost_learner_takes_its_actors_and_its_local_ray_with_it(tmp_path):
+def test_a_lost_learner_takes_its_actors_and_its_local_ray_with_it(tmp_path, ray_of_its_own):
     """kill -9 of the learner's process: its Ray actors and the local Ray it started end
     too (Ray ends the actors a dead driver owned); nothing is left running."""
     (tmp_path / "learner.py").write_text(LEARNER)
@@ -285,7 +288,7 @@ def test_a_lost_learner_takes_its_actors_and_its_local_ray_with_it(tmp_path):
         [sys.executable, "learner.py"], cwd=tmp_path, env=env, stdout=subprocess.PIPE, text=True
     )
     try:
-        pids = json.loads(learner.stdout.readline())
+        pids = json.loads(PipeLines(learner.stdout).next_line(timeout=600))
     finally:
         learner.kill()
         assert learner.wait(timeout=60) == -signal.SIGKILL
@@ -298,13 +301,12 @@ def test_a_lost_learner_takes_its_actors_and_its_local_ray_with_it(tmp_path):
             return False
         return True
 
-    deadline = time.monotonic() + 60
-    while any(alive(p) for p in pids) and time.monotonic() < deadline:
-        time.sleep(0.5)
-    left = [p for p in pids if alive(p)]
-    for p in left:  # not to leak them into the rest of the suite
-        os.kill(p, signal.SIGKILL)
-    assert not left
+    try:
+        wait_until(lambda: not any(alive(p) for p in pids), 120, "the learner's processes ended")
+    finally:
+        for p in [p for p in pids if alive(p)]:  # not to leak them into the rest of the suite
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(p, signal.SIGKILL)
 
 
 @pytest.mark.learning
