@@ -17,13 +17,48 @@ from jrl.app import api as experiment  # noqa: E402
 from jrl.core.two_player_env import CURRENT_PLAYER, PLAYER_REWARDS, is_two_player  # noqa: E402
 
 
+def _random_moves(env, params, key, moves):
+    """``moves`` random legal moves from a reset: the time steps ``[moves]`` (stacked) and the
+    reset's."""
+
+    def move(state, k):
+        legal = env_obs(state)["action_mask"]
+        a = jax.random.categorical(k, jnp.where(legal, 0.0, -jnp.inf))
+        state, ts = env.step(k, state[0], jnp.where(legal.any(), a, 0), params)
+        return (state, ts.observation), ts
+
+    env_obs = lambda s: s[1]
+    state, ts = env.reset(key, params)
+    _, steps = jax.lax.scan(move, (state, ts.observation), jax.random.split(key, moves))
+    return ts, steps
+
+
 def test_pgx_games_and_unknown_names():
+    """Each game resets to a legal position and steps: 4 random legal moves (fewer than any of
+    these games can end in) each change the mover's view and the legal moves, with no reward
+    and no end; and tic-tac-toe games of 9 random moves have all ended."""
     for name in ("tic_tac_toe", "connect_four", "othello", "go_9x9"):
         env, params = jrl.envs.make(f"pgx:{name}")
         assert is_two_player(env)
         state, ts = env.reset(jax.random.key(0), params)
         mask = ts.observation["action_mask"]
         assert mask.shape == (env.action_space(params).n,) and bool(mask.any())
+        first, steps = jax.jit(lambda k: _random_moves(env, params, k, 4))(jax.random.key(1))
+        obs = np.asarray(steps.observation["observation"])
+        masks = np.asarray(steps.observation["action_mask"])
+        before = np.asarray(first.observation["observation"])
+        # every move changes what the mover sees, and the legal moves change as the board
+        # fills (a connect-four column stays legal until it is full)
+        assert all(not np.array_equal(a, b) for a, b in zip([before, *obs[:-1]], obs)), name
+        start_mask = np.asarray(first.observation["action_mask"])
+        assert np.array_equal(masks[-1], start_mask) == (name == "connect_four"), name
+        assert masks.any(axis=-1).all() and not np.asarray(steps.terminated).any(), name
+        assert np.all(np.asarray(steps.reward) == 0.0), name
+    env, params = jrl.envs.make("pgx:tic_tac_toe")
+    _, steps = jax.jit(jax.vmap(lambda k: _random_moves(env, params, k, 9)))(
+        jax.random.split(jax.random.key(2), 16)
+    )
+    assert bool(np.asarray(steps.terminated).any(axis=1).all())  # 9 moves end every game
     with pytest.raises(jrl.envs.UnknownEnvError, match="connect_four"):
         jrl.envs.make("pgx:connect_fuor")
 
