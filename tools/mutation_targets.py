@@ -110,6 +110,10 @@ TESTS: dict[str, list[str]] = {
         "tests/test_reinforce.py::test_monte_carlo_advantages_by_hand",
         "tests/test_pqn.py::test_q_lambda_targets_by_hand",
         "tests/test_pqn.py::test_q_lambda_targets_limits",
+        # vtrace's own checks against a numpy reference
+        "tests/test_impala.py::test_vtrace_advantages_by_hand",
+        "tests/test_impala.py::test_learn_under_policy_lag_matches_numpy_vtrace",
+        "tests/test_impala.py::test_recurrent_learner_corrects_for_the_lag_of_its_unrolled_policy",
     ],
     "jrl/ops/action_distributions.py": ["tests/test_distributions.py"],
     "jrl/ops/return_distributions.py": [
