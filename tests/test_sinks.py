@@ -8,7 +8,6 @@ import re
 import struct
 import sys
 import threading
-import time
 import types
 from pathlib import Path
 
@@ -472,11 +471,10 @@ def test_wandb_logs_the_summary_and_each_run_at_env_steps(fake_wandb):
 class ListSink:
     """Keeps what it is given; ``fail_at`` makes that iteration's write raise."""
 
-    def __init__(self, delay=0.0, fail_at=None):
-        self.records, self.closed, self.delay, self.fail_at = [], 0, delay, fail_at
+    def __init__(self, fail_at=None):
+        self.records, self.closed, self.fail_at = [], 0, fail_at
 
     def write(self, rec):
-        time.sleep(self.delay)
         if rec.iteration == self.fail_at:
             raise OSError(f"disk full at {rec.iteration}")
         self.records.append(rec)
