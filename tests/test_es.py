@@ -420,6 +420,33 @@ def test_cli_train_eval_and_render(tmp_path):
     assert (tmp_path / "run" / "params.msgpack").is_file()
     run_dir = str(tmp_path / "run")  # eval and render in this process (no second start-up)
     assert cli.main(["eval", run_dir, "--episodes", "3"]) == 0
-    assert json.loads((tmp_path / "run" / "eval.json").read_text())
+    report = json.loads((tmp_path / "run" / "eval.json").read_text())
+    # the same run in this process: its mean's greedy policy, played on the evaluation's
+    # episodes (run 0 of seed 0 plays split(key(0), 1)[0]), scores what eval.json reports
+    # (4 generations is too few for a learning threshold: 16 seeds score 8 to 500)
+    res = jrl.train(
+        "openai_es", "CartPole-v1", seeds=1, total_steps=32000, population_size=16,
+        hidden_sizes=(8,), progress=False, compile_cache=False,
+    )  # fmt: skip
+    loaded = experiment.load_run(run_dir).state.agent_state.params
+    for x, y in zip(jax.tree.leaves(loaded), jax.tree.leaves(res.final_params)):
+        np.testing.assert_allclose(np.asarray(x), np.asarray(y), rtol=1e-6, atol=1e-7)
+    env_, env_params = jrl.envs.make("CartPole-v1")
+    built = jrl.agents.get("openai_es").build(res.config, env_, env_params)
+    p = jax.tree.map(lambda x: x[0], res.final_params)
+    from jrl.run import evaluation
+
+    ret, length = evaluation.episode_returns(
+        lambda obs, key: built.agent.policy(p, obs, key),
+        env_,
+        jax.random.split(jax.random.key(0), 1)[0],
+        3,
+        env_params,
+    )
+    assert report["episodes_per_run"] == 3 and report["policy"] == "greedy", report
+    np.testing.assert_allclose(report["returns"], [np.asarray(ret)], rtol=1e-6)
+    assert report["mean"] == pytest.approx(float(np.mean(ret)))
+    assert report["mean_length"] == pytest.approx(float(np.mean(length)))  # CartPole: 1 a step
+    assert 8 <= report["min"] <= report["max"] <= 500, report
     assert cli.main(["render", run_dir, "--out", str(tmp_path / "episode.gif")]) == 0
     assert (tmp_path / "episode.gif").stat().st_size > 0
