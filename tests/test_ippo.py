@@ -3,7 +3,7 @@ agents/multi_agent/common.py): per-agent GAE by
 hand, the team network (shared or per-agent parameters, local or centralised critic), action
 masks, the config and the single-/multi-agent checks, learning Coordination-v0's optimum,
 the truncation probe, exact resume with `jrl eval` and `jrl render` on the run folder, and
-device-count invariance."""
+device-count invariance; one `learn` call of each against a reference written in the test."""
 
 import json
 import os
@@ -318,3 +318,219 @@ def test_device_count_invariance(tmp_path):
         results.append([data[k] for k in data.files if k.startswith("arr_")])
     assert max(float(np.abs(x - y).max()) for x, y in zip(*results)) <= 1e-5
     assert max(float(np.abs(x[0] - x[1]).max()) for x in results[0]) > 1e-3  # seeds differ
+
+
+# --------------------------------------------------------------------------------- learn
+# One `learn` call of IPPO and MAPPO against a reference written here from the papers (PPO:
+# Schulman et al., 2017; GAE: Schulman et al., 2016; MAPPO: Yu et al., 2022): a hand-written
+# forward pass over the agent's parameter tree (tanh MLPs; one actor/critic for all agents or
+# one per agent; MAPPO's critic on the global state with one output per agent), GAE per
+# (env, agent) column, advantages normalised over the whole minibatch, PPO's loss as a mean
+# over steps, envs and agents, and two hand-written Adam steps after global-norm clipping.
+
+
+def _team_rollout(key, central, t=8, n=2, a=2, obs_size=6, state_size=4, k=3):
+    """A Coordination-v0-shaped team rollout ``[T, N, A]``: random observations and masks (one
+    or two invalid actions per agent), valid actions, per-agent episode ends of both kinds
+    (agent 0 of env 0 terminates while agent 1 goes on), behaviour log-probs unlike the
+    network's, and "value" extras that ``learn`` must ignore."""
+    ks = jax.random.split(key, 9)
+    mask = jax.random.uniform(ks[0], (2, t, n, a, k)) < 0.7
+    mask = mask.at[..., 0].set(~mask[..., 1] | mask[..., 0])  # at least one valid action
+    score = jax.random.uniform(ks[1], (t, n, a, k)) + 2.0 * mask[0]
+    action = jnp.argmax(score, axis=-1)  # a valid action
+    terminated = np.zeros((t, n, a), bool)
+    truncated = np.zeros((t, n, a), bool)
+    terminated[2, 0, 0] = terminated[5, 1, :] = True
+    truncated[4, 0, :] = truncated[1, 1, 1] = True
+
+    def obs(i, m):
+        o = {
+            OBSERVATION: jax.random.normal(ks[2 + i], (t, n, a, obs_size)),
+            ACTION_MASK: m,
+        }
+        if central:
+            o[GLOBAL_STATE] = jax.random.normal(ks[4 + i], (t, n, state_size))
+        return o
+
+    return Transition(
+        observation=obs(0, mask[0]),
+        action=action,
+        reward=jax.random.uniform(ks[6], (t, n, a), minval=-1.0, maxval=2.0),
+        terminated=jnp.asarray(terminated),
+        truncated=jnp.asarray(truncated),
+        next_observation=obs(1, mask[1]),
+        extras={
+            "log_prob": jnp.log(jax.random.uniform(ks[7], (t, n, a), minval=0.2, maxval=0.8)),
+            "value": jax.random.normal(ks[8], (t, n, a)),
+        },
+    )
+
+
+def _mlp(p, x):
+    """Flax's ``MLP`` torso by hand: ``tanh(x W + b)`` per hidden layer."""
+    for i in range(len(p)):
+        x = jnp.tanh(x @ p[f"Dense_{i}"]["kernel"] + p[f"Dense_{i}"]["bias"])
+    return x
+
+
+def _dense(p, x):
+    return x @ p["kernel"] + p["bias"]
+
+
+def _reference_outputs(params, obs, share, central, num_agents=2):
+    """``(masked log-probs [..., A, k], values [..., A])`` from the parameter tree by hand."""
+    p = params["params"]
+    x, mask = obs[OBSERVATION], obs[ACTION_MASK]
+    logits, values = [], []
+    for i in range(num_agents):
+        actor = p["actors_0" if share else f"actors_{i}"]
+        logits.append(_dense(actor["PolicyHead_0"]["Dense_0"], _mlp(actor["MLP_0"], x[..., i, :])))
+        if not central:
+            critic = p["critics_0" if share else f"critics_{i}"]
+            values.append(_dense(critic["Dense_0"], _mlp(critic["MLP_0"], x[..., i, :]))[..., 0])
+    logits = jnp.stack(logits, axis=-2)
+    if central:  # one critic on the global state, one output per agent
+        critic = p["critic"]
+        value = _dense(critic["Dense_0"], _mlp(critic["MLP_0"], obs[GLOBAL_STATE]))
+    else:
+        value = jnp.stack(values, axis=-1)
+    # log-softmax over the valid actions only (no infinities, so no NaN gradients)
+    top = jnp.max(jnp.where(mask, logits, -1e30), axis=-1, keepdims=True)
+    z = jnp.sum(jnp.where(mask, jnp.exp(logits - top), 0.0), axis=-1, keepdims=True)
+    log_p = jnp.where(mask, logits - top - jnp.log(z), 0.0)
+    return log_p, mask, value
+
+
+def _reference_update(learn_reference, params, batch, share, central, c, steps):
+    """``steps`` gradient steps (one minibatch holding the whole rollout, per epoch) of the
+    reference PPO loss with Adam: ``(params, metrics averaged over the steps, value targets,
+    fraction of samples whose value the clip moves at the last step)``."""
+    out = lambda p, o: _reference_outputs(p, o, share, central)  # noqa: E731
+    v_old = np.asarray(out(params, batch.observation)[2], np.float64)
+    boot = np.asarray(out(params, batch.next_observation)[2], np.float64)
+    t = v_old.shape[0]
+    cols = lambda x: np.asarray(x, np.float64).reshape(t, -1)  # noqa: E731  (env, agent) columns
+    adv, target = learn_reference.gae(
+        cols(batch.reward),
+        cols(v_old),
+        cols(boot),
+        cols(batch.terminated),
+        cols(batch.truncated),
+        c["gamma"],
+        c["gae_lambda"],
+    )
+    adv = jnp.asarray(learn_reference.normalize(adv).reshape(v_old.shape), jnp.float32)
+    g, v_old = jnp.asarray(target.reshape(v_old.shape), jnp.float32), jnp.asarray(v_old)
+    old_lp, eps = batch.extras["log_prob"], c["clip_eps"]
+
+    def loss(p):
+        log_p, mask, values = out(p, batch.observation)
+        lp = jnp.take_along_axis(log_p, batch.action[..., None], axis=-1)[..., 0]
+        ratio = jnp.exp(lp - old_lp)
+        pg = -jnp.mean(jnp.minimum(ratio * adv, jnp.clip(ratio, 1 - eps, 1 + eps) * adv))
+        v_err = (values - g) ** 2
+        v_clip = v_old + jnp.clip(values - v_old, -eps, eps)
+        if c["clip_value"]:
+            v_err = jnp.maximum(v_err, (v_clip - g) ** 2)
+        v_loss = 0.5 * jnp.mean(v_err)
+        entropy = jnp.mean(-jnp.sum(jnp.where(mask, jnp.exp(log_p) * log_p, 0.0), axis=-1))
+        parts = {
+            "train/policy_loss": pg,
+            "train/value_loss": v_loss,
+            "train/entropy": entropy,
+            "train/clip_fraction": jnp.mean(jnp.abs(ratio - 1) > eps),
+            "train/approx_kl": jnp.mean(old_lp - lp),
+        }
+        total = pg + c["vf_coef"] * v_loss - c["ent_coef"] * entropy
+        return total, (parts, jnp.mean(v_clip != values))
+
+    b1, b2, adam_eps, lr = 0.9, 0.999, 1e-5, c["learning_rate"]
+    m = v = jax.tree.map(jnp.zeros_like, params)
+    grad, history = jax.jit(jax.value_and_grad(loss, has_aux=True)), []
+    for step in range(1, steps + 1):
+        (total, (parts, v_clipped)), grads = grad(params)
+        norm = jnp.sqrt(sum(jnp.sum(x**2) for x in jax.tree.leaves(grads)))
+        grads = jax.tree.map(lambda x: x * jnp.minimum(1.0, c["max_grad_norm"] / norm), grads)
+        m = jax.tree.map(lambda m, x: b1 * m + (1 - b1) * x, m, grads)
+        v = jax.tree.map(lambda v, x: b2 * v + (1 - b2) * x**2, v, grads)
+        params = jax.tree.map(
+            lambda p, m, v: (
+                p - lr * (m / (1 - b1**step)) / (jnp.sqrt(v / (1 - b2**step)) + adam_eps)
+            ),
+            params,
+            m,
+            v,
+        )
+        history.append({**parts, "train/loss": total, "train/grad_norm": norm})
+    metrics = {k: np.mean([h[k] for h in history]) for k in history[0]}
+    return params, metrics, target, float(v_clipped)
+
+
+LEARN_CASES = [  # (agent, share_parameters, clip_value)
+    ("ippo", True, True),
+    ("ippo", False, True),
+    ("mappo", True, True),
+    ("mappo", False, False),
+]
+
+
+@pytest.mark.parametrize("agent,share,clip_value", LEARN_CASES)
+def test_learn_matches_a_reference(agent, share, clip_value, learn_reference):
+    """Two epochs of one minibatch (the whole ``[8, 2, 2]`` rollout): ``learn``'s parameters
+    are two Adam steps down the reference loss's gradient (the second from the first's
+    parameters, with the old values and log-probs kept), and its metrics the reference's means
+    over both steps. The case is not degenerate: some ratios are clipped and some not, and
+    with the value clip some values are clipped at the second step."""
+    central = agent == "mappo"
+    c = dict(
+        gamma=0.9,
+        gae_lambda=0.8,
+        clip_eps=0.2,
+        vf_coef=0.7,
+        ent_coef=0.05,
+        learning_rate=0.03,
+        max_grad_norm=0.5,
+        clip_value=clip_value,
+    )
+    config_cls = jrl.agents.get(agent).config_cls
+    cfg = config_cls(
+        total_steps=32 * 10,
+        num_envs=2,
+        num_steps=8,
+        num_epochs=2,
+        num_minibatches=1,
+        hidden_sizes=(8, 8),
+        share_parameters=share,
+        **c,
+    )
+    env, env_params = jrl_envs.make("Coordination-v0")
+    built = jrl.agents.get(agent).build(cfg, env, env_params)
+    state = built.agent.init(jax.random.key(0), built.spec)
+    batch = _team_rollout(jax.random.key(1), central)
+    # the reference network is the agent's
+    dist, value = built.network.apply(state.params, batch.observation)
+    log_p, mask, ref_value = _reference_outputs(state.params, batch.observation, share, central)
+    np.testing.assert_allclose(value, ref_value, rtol=1e-5, atol=1e-6)
+    lp = dist.log_prob(batch.action)
+    ref_lp = jnp.take_along_axis(log_p, batch.action[..., None], -1)[..., 0]
+    np.testing.assert_allclose(lp, ref_lp, rtol=1e-5, atol=1e-6)
+    assert not bool(mask.all())  # some actions are masked
+
+    want, metrics, target, v_clipped = _reference_update(
+        learn_reference, state.params, batch, share, central, c, steps=2
+    )
+    learned = jax.jit(built.agent.learn)(state, batch, jax.random.key(2))
+    m = learned.metrics
+    assert 0.0 < float(metrics["train/clip_fraction"]) < 1.0
+    assert v_clipped > 0  # the values moved past the clip range at the second step
+    for name, x in metrics.items():
+        np.testing.assert_allclose(m[name], x, rtol=1e-5, atol=1e-6, err_msg=name)
+    np.testing.assert_allclose(m["train/value_target"], target.mean(), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(m["train/learning_rate"], c["learning_rate"], rtol=1e-6)
+    assert int(learned.agent_state.num_updates) == 1
+    for path, x in jax.tree_util.tree_leaves_with_path(learned.agent_state.params):
+        y = want
+        for k in path:
+            y = y[k.key]
+        np.testing.assert_allclose(x, y, rtol=1e-5, atol=1e-5, err_msg=jax.tree_util.keystr(path))
