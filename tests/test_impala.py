@@ -27,6 +27,8 @@ from jrl.parts import networks
 from jrl.run import loops
 
 WORKER = str(Path(__file__).with_name("dist_worker.py"))
+LEARNING_SEED = int(os.environ.get("JRL_LEARNING_SEED", "0"))
+"""The learning tests' first seed (tests/conftest.py's JRL_LEARNING_SEED, default 0)."""
 
 
 def numpy_vtrace(reward, value, bootstrap, terminated, truncated, log_rho, gamma, lam, clips):
@@ -431,14 +433,24 @@ def test_two_devices_give_the_parameters_of_one(tmp_path):
 
 @pytest.mark.learning
 def test_impala_cartpole_450():
-    """IMPALA's CartPole-v1 defaults, 2 seeds vmapped in one program, 6e5 steps."""
+    """IMPALA's CartPole-v1 defaults, 2 seeds vmapped in one program (JRL_LEARNING_SEED and
+    the next), 6e5 steps: the final training return (last 5% of iterations) >= 450 on
+    average."""
     res = jrl.train(
-        "impala", "CartPole-v1", seeds=2, total_steps=600_000, progress=False, num_reports=4
+        "impala",
+        "CartPole-v1",
+        seeds=2,
+        seed=LEARNING_SEED,
+        total_steps=600_000,
+        progress=False,
+        num_reports=4,
     )
     final = res.final_returns()
-    # measured 2026-12-02, 2 seeds: 500.0 +- 0.0 (both 500; 8 seeds: 500.0 +- 0.0, each 500;
-    # at 4e5 steps 8 seeds reach 500 but one of the 2 stalls at 203); the issue's threshold,
-    # 10% below
+    # measured 2026-12-04, seeds 0-15 (16 runs vmapped): 500.0 +- 0.0, min .. max 500 .. 500,
+    # worst pair 500; threshold 450, margin 50 (10%) below the worst seed. The runs oscillate
+    # while the learning rate is high (500, then 32-240, then 500 again, as 2026-12-02's
+    # "stall at 203" at 4e5 steps was: the middle of such a dip, not a stuck run); sampled every
+    # ~5e4 steps, no seed was below 500 after 4.5e5, the rate annealing towards 0 at 6e5
     assert final.mean() >= 450, (final, res.summary())
 
 
