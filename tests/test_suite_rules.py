@@ -64,9 +64,12 @@ def _dotted(node: ast.AST) -> str:
 
 
 def _has_timeout(call: ast.Call, positional: int) -> bool:
-    """Whether ``call`` passes a timeout: ``timeout=`` or at least ``positional`` positional
-    arguments (its place in the signature)."""
-    return any(k.arg == "timeout" for k in call.keywords) or len(call.args) >= positional
+    """Whether ``call`` passes a timeout other than None: ``timeout=`` or at least
+    ``positional`` positional arguments (its place in the signature)."""
+    given = [k.value for k in call.keywords if k.arg == "timeout"]
+    if len(call.args) >= positional:
+        given.append(call.args[positional - 1])
+    return any(not (isinstance(v, ast.Constant) and v.value is None) for v in given)
 
 
 class _Checker(ast.NodeVisitor):
@@ -193,7 +196,7 @@ class _Checker(ast.NodeVisitor):
         name = self.qualified(node.func)
         attr = node.func.attr if isinstance(node.func, ast.Attribute) else ""
         if name in {f"subprocess.{c}" for c in SUBPROCESS_CALLS}:
-            if not any(k.arg == "timeout" for k in node.keywords):
+            if not _has_timeout(node, 99):  # timeout is keyword-only there
                 self.report(node, f"{name}(...) without timeout=")
         elif name == "time.sleep":
             where = (self.name, self.functions[-1] if self.functions else "")
@@ -205,6 +208,10 @@ class _Checker(ast.NodeVisitor):
             self.report(node, ".communicate() without a timeout")
         elif attr in ("wait", "join") and not _has_timeout(node, 1):
             self.report(node, f".{attr}() without a timeout")
+        elif attr == "wait_for" and not _has_timeout(node, 2):  # Condition.wait_for
+            self.report(node, ".wait_for() without a timeout")
+        elif attr == "get" and not node.args and not node.keywords:  # a queue's get
+            self.report(node, ".get() without a timeout")
         elif attr in ("readline", "readlines"):
             self.report(node, f".{attr}() of a pipe (read it through conftest.PipeLines)")
         elif attr == "read" and _dotted(node.func.value).rpartition(".")[2] in PIPES:
@@ -285,6 +292,19 @@ BAD = {
     ),
     "wait without timeout": ("def test_x(p):\n    p.wait()\n", ".wait() without a timeout"),
     "join without timeout": ("def test_x(t):\n    t.join()\n", ".join() without a timeout"),
+    "wait with timeout None": (
+        "def test_x(p):\n    p.wait(timeout=None)\n",
+        ".wait() without a timeout",
+    ),
+    "run with timeout None": (
+        "import subprocess\nsubprocess.run(['x'], timeout=None)\n",
+        "without timeout=",
+    ),
+    "condition wait_for without timeout": (
+        "def test_x(c):\n    c.wait_for(lambda: True)\n",
+        ".wait_for() without a timeout",
+    ),
+    "queue get without timeout": ("def test_x(q):\n    q.get()\n", ".get() without a timeout"),
     "readline": ("def test_x(p):\n    p.stdout.readline()\n", ".readline()"),
     "loop over a pipe": (
         "def test_x(p):\n    for line in p.stderr: pass\n",
@@ -337,12 +357,15 @@ GOOD = {
         subprocess.check_output(['x'], timeout=60)
     """,
     "bounded waits": """
-        def test_x(p, event, thread):
+        def test_x(p, event, thread, condition, q):
             p.communicate(timeout=60)
             p.communicate(None, 60)
             p.wait(timeout=60)
             assert event.wait(60)
             thread.join(timeout=10)
+            condition.wait_for(lambda: True, 60)
+            q.get(timeout=5)
+            {}.get('key')
             ', '.join(['a', 'b'])
     """,
     "a child's script in a string": """
