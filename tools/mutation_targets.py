@@ -150,7 +150,12 @@ TESTS: dict[str, list[str]] = {
         "tests/test_impala.py::test_learn_under_policy_lag_matches_numpy_vtrace",
         "tests/test_impala.py::test_recurrent_learner_corrects_for_the_lag_of_its_unrolled_policy",
     ],
-    "jrl/ops/action_distributions.py": ["tests/test_distributions.py"],
+    "jrl/ops/action_distributions.py": [
+        "tests/test_distributions.py",
+        "tests/test_exact_boundaries.py::test_normal_sample_is_mean_plus_std_times_the_keys_standard_normal",
+        "tests/test_exact_boundaries.py::test_epsilon_greedy_explores_only_below_epsilon",
+        "tests/test_exact_boundaries.py::test_masked_logit_is_minus_1e9_or_half_the_lowest_float",
+    ],
     "jrl/ops/return_distributions.py": [
         "tests/test_distributional.py",
         "tests/test_dqn.py::test_categorical_head_by_hand",
@@ -293,6 +298,7 @@ TESTS: dict[str, list[str]] = {
         "tests/test_pbt.py::test_pbt_runs_are_not_independent_so_the_runner_never_spreads_them",
     ],
     "agents/evolution/population.py": [
+        "tests/test_exact_boundaries.py::test_folding_an_empty_sample_leaves_the_statistics_bit_identical",
         "tests/test_es.py::test_truncation_probe_episode_masking_and_observation_moments",
         "tests/test_es.py::test_observation_statistics_fold_in_the_generations_observations",
         "tests/test_es.py::test_population_plays_the_env_params_it_is_given",
