@@ -30,6 +30,10 @@ from jrl.run import anakin
         (26, 5, [6] * 4 + [2]),
         # target 1: one iteration a chunk
         (7, 20, [1] * 7),
+        # target 1: divisors 1 and 2 lie in [1, 2]; 1 is the target
+        (4, 4, [1] * 4),
+        # target 6: 143 = 11 * 13; its divisor 11 lies at the upper end of [3, 12]
+        (143, 24, [11] * 13),
     ],
 )
 def test_chunk_lengths_by_hand(n, reports, want):

@@ -422,6 +422,18 @@ class _Plugin:
             self.failed.append(report.nodeid)
 
 
+def forget_test_modules() -> None:
+    """Drops the test modules (not conftest.py) from ``sys.modules``, so that each pytest run
+    imports them afresh: a test module that memoises results at module level (e.g. a rollout
+    computed once for several tests) must not hand one mutant's results to the next mutant, or
+    to the check of the killing tests without any mutant."""
+    tests = REPO / "tests"
+    for name, module in list(sys.modules.items()):
+        path = getattr(module, "__file__", None)
+        if path and Path(path).parent == tests and Path(path).name != "conftest.py":
+            del sys.modules[name]
+
+
 def worker(job_file: str) -> None:
     """Runs the mutants of ``job_file`` (JSON) in this process; one JSON line per event on the
     protocol stream (the original stdout), pytest's own output to /dev/null (or, with
@@ -447,6 +459,7 @@ def worker(job_file: str) -> None:
     by_path = {t.path: t for t in targets()}
 
     def run_tests(tests, stop_early=True) -> tuple[int, list[str]]:
+        forget_test_modules()
         plugin = _Plugin()
         first = ["-x"] if stop_early else []
         args = [*first, "-q", "-p", "no:cacheprovider", "-o", "addopts=", *FAST, *tests]
