@@ -102,7 +102,7 @@ def test_jrl_envs_lists_the_brax_envs(tmp_path):
 
 @pytest.mark.learning
 def test_sac_brax_inverted_pendulum(tmp_path, learning_seed):
-    """SAC, its brax:inverted_pendulum preset (2e4 env steps, 4 seeds). The episode return is
+    """SAC, its brax:inverted_pendulum preset (2e4 env steps, 2 seeds). The episode return is
     the number of steps balanced, at most 1000 (brax's episode length). Brax's own training
     colab trains SAC on inverted_pendulum for 3e5 env steps (64 envs, 32 gradient updates per
     step), where a balancing policy returns the maximum, 1000; jrl's preset, one env and one
@@ -111,7 +111,7 @@ def test_sac_brax_inverted_pendulum(tmp_path, learning_seed):
     res = jrl.train(
         "sac",
         "brax:inverted_pendulum",
-        seeds=4,
+        seeds=2,
         seed=learning_seed,
         progress=False,
         num_reports=4,
@@ -120,6 +120,8 @@ def test_sac_brax_inverted_pendulum(tmp_path, learning_seed):
     stats = jrl.app.api.evaluate_run(tmp_path, episodes=2)
     assert stats["mean"] >= 900, stats  # the greedy policy balances too
     final = res.final_returns()
-    # measured 2026-12-01, 4 seeds: 1000.0 +- 0.0 (every seed balances the whole episode);
-    # threshold 10% below
+    # measured 2026-12-04 (BENCHMARKS.md "Learning reach"), 8 seeds from 1000: 1000.0 +- 0.0
+    # (every seed balances the whole episode; at 3/4 of the budget 3 of 8 did not yet), so the
+    # worst pair 1000.0; threshold 900, a margin of 100 (10%). 2026-12-01, seeds 0-3: the same.
+    # 2 seeds, not 4: the test took 145 s with 4
     assert final.mean() >= 900, (final, res.summary())
