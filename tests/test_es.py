@@ -29,6 +29,8 @@ from jrl.core.normalization import RunningMeanStd
 from jrl.parts.agent import EnvSpec
 
 ES_AGENTS = ["openai_es", "cma_es", "snes"]
+LEARNING_SEED = int(os.environ.get("JRL_LEARNING_SEED", "0"))
+"""The learning tests' first seed (tests/conftest.py's JRL_LEARNING_SEED, default 0)."""
 
 
 def centered_ranks(fitness):
@@ -352,7 +354,14 @@ def test_population_not_divisible_by_devices_is_refused():
 def test_openai_es_cartpole_475():
     """2 seeds, 30 generations of 64 members (9.6e5 env steps computed per seed): the mean's
     greedy return over 20 episodes >= 475 in both."""
-    res = jrl.train("openai_es", "CartPole-v1", seeds=2, total_steps=64 * 500 * 30, progress=False)
+    res = jrl.train(
+        "openai_es",
+        "CartPole-v1",
+        seeds=2,
+        seed=LEARNING_SEED,
+        total_steps=64 * 500 * 30,
+        progress=False,
+    )
     returns = _greedy_returns(res, 20)
     # measured 2026-12-01, 8 seeds: 500.0 +- 0.0 (every seed 500 from generation ~15)
     assert returns.mean(axis=1).min() >= 475, (returns.mean(axis=1), res.summary())
@@ -390,14 +399,23 @@ def test_behaviour_policy_is_the_means_policy():
 
 @pytest.mark.learning
 def test_cma_es_pendulum_minus_400():
-    """2 seeds of the Pendulum-v1 preset (64 members x 4 episodes, 200 generations: 1.0e7 env
-    steps computed per seed): the mean's greedy return over 20 episodes, averaged over the
-    seeds, >= -400."""
-    res = jrl.train("cma_es", "Pendulum-v1", seeds=2, progress=False, num_reports=2)
+    """2 seeds of the Pendulum-v1 preset (JRL_LEARNING_SEED and the next; 64 members x 4
+    episodes, 200 generations: 1.0e7 env steps computed per seed), the mean's greedy return
+    over 20 episodes: the better seed >= -400 and the two seeds' mean >= -650."""
+    res = jrl.train(
+        "cma_es", "Pendulum-v1", seeds=2, seed=LEARNING_SEED, progress=False, num_reports=2
+    )
     returns = _greedy_returns(res, 20).mean(axis=1)
-    # measured 2026-12-01, 10 seeds (0-3, 10-15): mean -263, median -175, one seed of the ten
-    # stuck at -835; seeds 0 and 1: -176, -172 (snes, 6 seeds: mean -213, worst -394)
-    assert returns.mean() >= -400, (returns, res.summary())
+    # measured 2026-12-04, seeds 0-63 (two programs of 32 vmapped runs): mean -186 +- 103,
+    # min .. max -938 .. -106; 63 of 64 seeds swing up and balance (-350 .. -106), one (seed
+    # 12 of the first program) stays stuck (-938: from generation ~60 on no member of the
+    # population beat ~-700), as one of ten was on 2026-12-01 (-835). Adjacent pairs: worst
+    # mean -549 (12, 13), worst better-of-two -309. Thresholds: better seed >= -400 (margin
+    # 91), mean >= -650 (margin 101, allowing one stuck seed: 2 of 74 runs measured stuck, and
+    # no preset change tried did better, seeds 0-31 below -400: 128 members x 100 generations
+    # 9, 2 episodes per member x 400 generations 3, 16x16 networks 3, the preset 1); the test
+    # fails when both seeds are stuck (about 1 pair in 1,000 at that rate)
+    assert returns.max() >= -400 and returns.mean() >= -650, (returns, res.summary())
 
 
 def test_cli_train_eval_and_render(tmp_path):
