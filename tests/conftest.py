@@ -243,16 +243,49 @@ def env_for():
 # again by the next test that asks for it). Taking either puts the test in the xdist group
 # "ray" (pytest_collection_modifyitems below), which `--dist loadgroup` (pyproject's addopts)
 # runs on one worker, one test after another: `pytest -n 2` never has two Rays at once.
+# (A test that needs Ray only in some parametrizations marks those
+# `pytest.param(..., marks=pytest.mark.xdist_group("ray"))` and asks for the fixture with
+# `request.getfixturevalue`.)
 # ---------------------------------------------------------------------------------------------
 
 RAY_FIXTURES = ("ray_session", "ray_of_its_own")
+RAY_GROUP = "ray"
 
 
-@pytest.hookimpl(tryfirst=True)  # before xdist reads the groups (its own hook of this name)
+@pytest.hookimpl(wrapper=True)
 def pytest_collection_modifyitems(config, items):
+    """Marks every test that takes a Ray fixture ``xdist_group("ray")`` before the other
+    hooks run (xdist's reads the marks), and after them makes sure that xdist's way of
+    grouping, a ``@ray`` suffix on the test's node id, took effect (see _in_group)."""
     for item in items:
         if any(name in getattr(item, "fixturenames", ()) for name in RAY_FIXTURES):
-            item.add_marker(pytest.mark.xdist_group("ray"))
+            item.add_marker(pytest.mark.xdist_group(RAY_GROUP))
+    result = yield
+    if getattr(config.option, "loadgroup", False):  # an xdist worker under --dist loadgroup
+        for item in items:
+            if any(m.args[:1] == (RAY_GROUP,) for m in item.iter_markers("xdist_group")):
+                _in_group(item, RAY_GROUP)
+    return result
+
+
+def _in_group(item, group: str) -> None:
+    """Gives ``item`` the node id suffix ``@group`` by which xdist's loadgroup scheduler keeps
+    a group on one worker. xdist 3.8 sets it through ``item._nodeid``, which pytest 9.2 no
+    longer reads (its node ids are structured): the grouping was silently lost
+    (pytest-xdist#1386). The suffix is set on the structured id here, as the fix proposed
+    there (pytest-xdist#1388) does; where xdist set it, nothing changes. Failing that, the
+    run stops: two Rays at once on a small machine is what the group prevents."""
+    if item.nodeid.endswith("@" + group):
+        return
+    # pytest's own parser: there is no public way to change a collected node's id
+    from _pytest.nodeid import coerce_node_id
+
+    item._id = coerce_node_id(f"{item.nodeid}@{group}")
+    if not item.nodeid.endswith("@" + group):
+        raise pytest.UsageError(
+            f"cannot put {item.nodeid} in the xdist group {group!r} (tests/conftest.py "
+            "_in_group: this pytest and pytest-xdist group tests another way)"
+        )
 
 
 class _LocalRay:
