@@ -86,7 +86,33 @@ SHARED = {
         "NormalizeReward.step",
     ),
     "jrl/run/anakin.py": ("chunk_lengths", "_remaining_chunks"),
-    "agents/search/mcts.py": ("game_recurrent_fn", "q_transform"),
+    "agents/search/mcts.py": (
+        "game_recurrent_fn",
+        "q_transform",
+        "search",
+        "_root_search",
+        "_one_search",
+        "search_from_roots",
+    ),
+    "agents/search/arena.py": ("random_player", "perfect_player", "play_games", "game_report"),
+    "jrl/run/loops.py": (
+        "_OnPolicyLoop.step",
+        "_on_policy_init",
+        "ReplayUpdates.update",
+        "ReplayUpdates.learn_phase",
+        "ReplayUpdates.skip_phase",
+        "_OffPolicyLoop.env_step",
+        "_OffPolicyLoop.init",
+        "_OffPolicyLoop.step",
+    ),
+    "jrl/run/sebulba/transfers.py": (
+        "compress",
+        "compress_trajectory",
+        "compress_items",
+        "expand",
+        "nbytes",
+    ),
+    "jrl/run/sebulba/actors.py": ("Store.publish", "Store.wait", "ActorThread._params"),
     "agents/evolution/strategies.py": ("normalize_observation", "policy_action", "make_es"),
     "agents/evolution/population.py": (
         "play_members",
@@ -97,11 +123,12 @@ SHARED = {
     ),
     "jrl/run/pbt.py": ("check_pbt", "check_loop_state", "every_iterations", "with_pbt", "lineage"),
     "agents/value/common.py": ("update_target",),
-    "agents/value/r2d2.py": ("sequence_q_targets", "sequence_loss"),
+    "agents/value/r2d2.py": ("sequence_q_targets", "sequence_loss", "q_unroll", "make_r2d2"),
     "agents/multi_agent/common.py": (
         "agent_gae",
         "MultiAgentActorCritic.policy",
         "MultiAgentActorCritic.value",
+        "build_multi_agent",
     ),
 }
 """Shared agent code: these top-level functions and methods (of a ``make_*`` function, its
@@ -131,6 +158,26 @@ NESTED = (
 AGENT_WORDS = ("loss", "target", "advantage", "head")
 """An agent module's top-level functions whose names contain one of these are mutated."""
 AGENT_FUNCTIONS = {"agents/value/apex.py": ("apex_epsilons", "initial_priorities")}
+AGENT_EXTRA = {
+    "agents/search/muzero.py": (
+        "_model",
+        "_model_unroll",
+        "_muzero_agent",
+        "_search_runner",
+        "_scale_gradient",
+    ),
+    "agents/search/alphazero.py": (
+        "_alphazero_agent",
+        "_search_runner",
+        "_self_play_move",
+        "_self_play_step",
+        "_stored",
+        "_finished_games",
+    ),
+    "agents/value/dqn.py": ("_epsilon_greedy_act", "_greedy_policy", "with_acting_epsilon"),
+}
+"""Agent modules' other numerical code (self-play, unrolls, search runners, acting), mutated
+in addition to their loss and target code."""
 """Agent modules whose own numerical code sits in top-level functions named otherwise (Ape-X's
 exploration rates and actor-side priorities; its loss is dqn.py's): mutated instead."""
 
@@ -270,6 +317,22 @@ TESTS: dict[str, list[str]] = {
         "tests/test_wrappers.py::test_normalize_reward_frozen",
         "tests/test_wrappers.py::test_normalize_reward_batch_statistics",
     ],
+    "jrl/run/loops.py": [
+        "tests/test_exact_loops.py",
+        "tests/test_dqn.py::test_off_policy_loop_counts_and_determinism",
+    ],
+    "jrl/run/sebulba/transfers.py": [
+        "tests/test_exact_sebulba.py",
+        "tests/test_sebulba.py::test_bfloat16_transfers_halve_the_float_bytes",
+    ],
+    "jrl/run/sebulba/actors.py": [
+        "tests/test_exact_sebulba.py",
+        "tests/test_sebulba.py::test_staleness_bounds_the_policy_lag_and_a_held_learner_reaches_the_bound",
+    ],
+    "agents/search/arena.py": [
+        "tests/test_alphazero.py::test_perfect_play_values",
+        "tests/test_alphazero.py::test_play_games_between_baselines",
+    ],
     "jrl/run/anakin.py": [
         "tests/test_exact_anakin.py",
         "tests/test_actor_critic.py::test_chunk_lengths_cover_all_iterations",
@@ -379,7 +442,7 @@ def targets() -> list[Target]:
     for path in agent_modules():
         if path in SHARED_AGENTS:
             continue
-        functions = AGENT_FUNCTIONS.get(path) or agent_functions(path)
+        functions = AGENT_FUNCTIONS.get(path) or agent_functions(path) + AGENT_EXTRA.get(path, ())
         if not functions:
             raise SystemExit(
                 f"mutation: {path} has no loss or target code this check recognises (top-level "

@@ -1,0 +1,116 @@
+"""Exact counters of the on- and off-policy loops (jrl/run/loops.py) with a stub agent on
+TruncationProbe-v0 (reward 1 every step): iterations, env steps, the n-step warm-up, the
+learning-starts gate at its boundary, updates, and what ``learn`` is handed, all by hand
+(tools/mutation.py's targets)."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import struct
+
+from jrl import envs
+from jrl.core.wrappers import wrap_for_training
+from jrl.parts.agent import Agent, Learned
+from jrl.parts.buffers import uniform_buffer
+from jrl.run import loops
+
+
+@struct.dataclass
+class HParams:
+    gamma: jax.Array
+
+
+@struct.dataclass
+class Stub:
+    hparams: HParams
+    learns: jax.Array  # learn calls
+    rewards: jax.Array  # sum of the rewards learn was handed
+    discounts: jax.Array  # sum of the discounts learn was handed (off-policy)
+    steps: jax.Array  # sum of the n-step lengths learn was handed (off-policy)
+
+
+def stub_agent(off_policy: bool) -> Agent:
+    def init(key, spec):
+        z = jnp.zeros((), jnp.float32)
+        return Stub(HParams(jnp.float32(0.5)), jnp.zeros((), jnp.int32), z, z, z)
+
+    def act(state, obs, key):
+        return jnp.zeros(obs.shape[:1], jnp.int32), {}
+
+    def learn(state, data, key):
+        if off_policy:
+            item = data.items
+            add = (item.reward.sum(), item.discount.sum(), item.steps.sum().astype(jnp.float32))
+        else:
+            add = (data.reward.sum(), jnp.float32(0), jnp.float32(0))
+        new = state.replace(
+            learns=state.learns + 1,
+            rewards=state.rewards + add[0],
+            discounts=state.discounts + add[1],
+            steps=state.steps + add[2],
+        )
+        return Learned(new, {"stub/learns": new.learns.astype(jnp.float32)})
+
+    return Agent(init, act, learn)
+
+
+def probe(num_envs: int, horizon: int):
+    env, params = envs.make("TruncationProbe-v0", max_episode_steps=horizon, horizon=horizon)
+    return wrap_for_training(env, num_envs), params
+
+
+def run(algorithm, iterations: int):
+    state = algorithm.init(jax.random.key(0))
+    step = jax.jit(algorithm.step)
+    metrics = []
+    for _ in range(iterations):
+        state, m = step(state)
+        metrics.append(m)
+    return state, metrics
+
+
+def test_on_policy_counts_steps_and_learns_once_per_iteration():
+    """2 envs, 3 steps an iteration, episodes of 4 steps: after 3 iterations 9 steps per env,
+    18 env steps, 3 learns of 6 rewards of 1 each; each env's episode ended at step 4 and 8,
+    so the latest return and length are 4."""
+    env, params = probe(2, 4)
+    algorithm = loops.on_policy(stub_agent(False), env, 3, params)
+    assert algorithm.env_steps_per_iteration == 6
+    state, metrics = run(algorithm, 3)
+    assert int(state.iteration) == 3 and int(state.env_steps) == 18
+    assert [int(m["train/env_steps"]) for m in metrics] == [6, 12, 18]
+    assert int(state.agent_state.learns) == 3 and float(state.agent_state.rewards) == 18.0
+    assert [float(m["stub/learns"]) for m in metrics] == [1.0, 2.0, 3.0]
+    assert float(state.last_episode_return) == 4.0 and float(state.last_episode_length) == 4.0
+    # the observation carried on is the time within the episode: 9 steps = 4 + 4 + 1
+    np.testing.assert_allclose(state.observation, [[0.25], [0.25]])
+
+
+def test_off_policy_warms_the_window_gates_learning_and_counts_updates():
+    """2 envs, 3 steps an iteration, n_step 2 (gamma 0.5 from the agent's hparams): init takes
+    n - 1 = 1 step per env (2 env steps) and stores nothing; each iteration stores 6 items of
+    reward 1 + 0.5 = 1.5, discount 0.5^2 = 0.25 and 2 steps. learning_starts 14: iterations end
+    at 8, 14, 20 env steps, so updates (2 of 4 items each) run in iterations 2 and 3 only."""
+    env, params = probe(2, 50)
+    schedule = loops.ReplaySchedule(3, 2, 14, 4, n_step=2)
+    algorithm = loops.off_policy(
+        stub_agent(True), env, uniform_buffer(64), schedule, env_params=params
+    )
+    assert algorithm.env_steps_per_iteration == 6
+    first = algorithm.init(jax.random.key(0))
+    assert int(first.env_steps) == 2 and int(first.buffer_state.size) == 0
+    assert int(first.iteration) == 0 and int(first.num_updates) == 0
+    state, metrics = run(algorithm, 3)
+    assert [int(m["train/env_steps"]) for m in metrics] == [8, 14, 20]
+    assert [int(m["train/updates"]) for m in metrics] == [0, 2, 4]
+    assert int(state.iteration) == 3 and int(state.num_updates) == 4
+    assert int(state.buffer_state.size) == 18
+    s = state.agent_state
+    assert int(s.learns) == 4
+    assert float(s.rewards) == 4 * 4 * 1.5
+    assert float(s.discounts) == 4 * 4 * 0.25
+    assert float(s.steps) == 4 * 4 * 2
+    # the metrics of the updates are their mean (learns 1, 2 then 3, 4); zero before learning
+    assert [float(m["stub/learns"]) for m in metrics] == [0.0, 1.5, 3.5]
+    # each env took 1 + 9 = 10 steps of its 50-step episode
+    np.testing.assert_allclose(state.observation, [[0.2], [0.2]])
