@@ -21,6 +21,9 @@ not test code) that names ``file:line`` for:
 from __future__ import annotations
 
 import ast
+import os
+import subprocess
+import sys
 import textwrap
 from pathlib import Path
 
@@ -268,6 +271,29 @@ def test_the_sleep_allow_list_names_functions_that_exist():
         tree = ast.parse((TESTS / file).read_text())
         names = {n.name for n in ast.walk(tree) if isinstance(n, ast.FunctionDef)}
         assert function in names, (file, function)
+
+
+def test_ray_tests_are_grouped_on_one_xdist_worker(tmp_path):
+    """Under ``-n 2`` (``--dist loadgroup`` from pyproject) the tests that take a Ray fixture
+    carry xdist's ``@ray`` group suffix, the others none: one Ray at a time (a pytest or
+    pytest-xdist upgrade once dropped the suffix silently, pytest-xdist#1386)."""
+    pytest.importorskip("xdist")
+    pick = "cli_trains or synchronous_ray or bad_actors or stuck_actor"
+    out = subprocess.run(
+        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-n", "2", "--setup-plan"]
+        + ["-v", "-k", pick, "tests/test_ray_actors.py", "tests/test_faults_sebulba.py"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=TESTS.parent,
+        env={**os.environ, "JAX_PLATFORMS": "cpu"},
+    )
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    ids = {line.split()[0] for line in out.stdout.splitlines() if line.startswith("tests/")}
+    for ray_test in ("cli_trains", "synchronous_ray", "[ray:2]"):  # Ray in the test or a child
+        assert [i for i in ids if ray_test in i and i.endswith("@ray")], (ray_test, ids)
+    others = [i for i in ids if "bad_actors" in i or "[threads]" in i]
+    assert len(others) == 6 and not any("@" in i for i in others), ids
 
 
 # --- the rules themselves, on small snippets ----------------------------------------------------
