@@ -35,7 +35,9 @@ no longer exists (a stale entry), and when a target's tests fail without any mut
 Listed mutants are not run. An entry of the equivalents file says why the mutant cannot
 change behaviour, for every input the code accepts and on every backend: a mutant that is
 equivalent only in distribution, only on one backend, or only because JAX clamps an
-out-of-range index is not equivalent and needs a test instead.
+out-of-range index is not equivalent and needs a test instead. Entries after the line ``# NOT
+PROVED`` in that file are such mutants that no test can kill until the code they name changes
+(e.g. an index into a length-1 axis that JAX clamps); every run counts them.
 
 **Rotation.** The candidates (every mutant not listed as equivalent) are split into K =
 ceil(candidates / ``--sample``) slices of equal size, each holding every target file's share
@@ -503,10 +505,19 @@ def worker(job_file: str) -> None:
 # --------------------------------------------------------------------------------- driver
 
 
-def read_equivalents() -> dict[str, str]:
+UNPROVED = "# NOT PROVED"
+"""The line of the equivalents file after which the entries are not proofs (kept until the
+code they name changes; every run names them)."""
+
+
+def read_equivalents(unproved_only: bool = False) -> dict[str, str]:
+    """The listed mutants and their reasons (those after the :data:`UNPROVED` line only, with
+    ``unproved_only``)."""
     out = {}
+    unproved = False
     for n, line in enumerate(EQUIVALENTS.read_text().splitlines(), 1):
-        if not line.strip() or line.startswith("#"):
+        unproved = unproved or line.startswith(UNPROVED)
+        if not line.strip() or line.startswith("#") or (unproved_only and not unproved):
             continue
         ident, sep, reason = line.partition("  # ")
         if not sep or not reason.strip():
@@ -827,6 +838,12 @@ def main(argv=None) -> int:
         f"{counts['equivalent']} listed as equivalent; {len(equivalents)} of the {len(mutants)} "
         f"mutants are listed as equivalent; {elapsed:.0f} s"
     )
+    unproved = read_equivalents(unproved_only=True)
+    if unproved:
+        print(
+            f"mutation: {len(unproved)} listed mutants are not proved equivalent (after "
+            f"'{UNPROVED}' in {EQUIVALENTS.name}): their code should change"
+        )
     if stale and not (a.only or a.target):
         print(f"mutation: {EQUIVALENTS.name} lists mutants that no longer exist: {stale}")
         failed = True

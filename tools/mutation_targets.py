@@ -354,6 +354,7 @@ TESTS: dict[str, list[str]] = {
         "tests/test_es.py::test_a_generation_updates_the_mean_and_counts_steps_and_sweeps_the_rate",
     ],
     "jrl/run/pbt.py": [
+        "tests/test_exact_pbt.py",
         "tests/test_pbt.py::test_the_worst_runs_copy_the_best_and_perturb_their_hyperparameters",
         "tests/test_pbt.py::test_copies_draw_from_the_whole_top_fraction_and_both_factors",
         "tests/test_pbt.py::test_lineage_lists_every_copy_with_the_hyperparameters_after_it",
