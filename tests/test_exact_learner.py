@@ -80,3 +80,32 @@ def test_minibatch_epochs_runs_every_minibatch_of_every_epoch_and_averages_metri
     (total, steps), metrics = minibatch_epochs(sgd_step, state0, data, jax.random.key(0), config)
     assert float(total) == 84.0 and int(steps) == 6
     assert float(metrics["sum"]) == 14.0 and float(metrics["step"]) == 2.5
+
+
+def test_acting_epsilon_decays_over_the_runs_updates_by_hand():
+    """DQN's acting epsilon: ``epsilon_start`` before the first update, then linear to
+    ``epsilon_end`` over ``exploration_fraction`` of ``max(num_updates, 1)`` updates: with 4
+    updates and fraction 0.5, 1 update is half way (1 -> 0.5 * (0.2 - 1) + 1 = 0.6); a run of
+    no updates counts as one, so its fraction 1.0 ends after 1 update."""
+    from jrl.agents.value.common import acting_epsilon
+
+    hp = SimpleNamespace(epsilon_start=1.0, epsilon_end=0.2, exploration_fraction=0.5)
+    eps = acting_epsilon(SimpleNamespace(num_updates=4))
+    at = lambda n: float(eps(SimpleNamespace(hparams=hp, num_updates=n)))
+    np.testing.assert_allclose([at(0), at(1), at(2), at(3)], [1.0, 0.6, 0.2, 0.2], rtol=1e-6)
+    hp.exploration_fraction = 1.0
+    eps = acting_epsilon(SimpleNamespace(num_updates=0))
+    np.testing.assert_allclose(at(1), 0.2, rtol=1e-6)
+    np.testing.assert_allclose(at(0), 1.0, rtol=1e-6)
+
+
+def test_greedy_next_actions_online_or_target_over_valid_actions():
+    from jrl.agents.value.common import greedy_next_actions
+
+    online = jnp.array([[0.0, 5.0, 1.0], [3.0, 0.0, 2.0]])
+    target = jnp.array([[4.0, 0.0, 1.0], [0.0, 0.0, 9.0]])
+    np.testing.assert_array_equal(greedy_next_actions(online, target, True), [1, 0])
+    np.testing.assert_array_equal(greedy_next_actions(online, target, False), [0, 2])
+    mask = jnp.array([[True, False, True], [False, True, True]])
+    np.testing.assert_array_equal(greedy_next_actions(online, target, True, mask), [2, 2])
+    np.testing.assert_array_equal(greedy_next_actions(online, target, False, mask), [0, 2])

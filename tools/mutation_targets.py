@@ -122,7 +122,7 @@ SHARED = {
         "population",
     ),
     "jrl/run/pbt.py": ("check_pbt", "check_loop_state", "every_iterations", "with_pbt", "lineage"),
-    "agents/value/common.py": ("update_target",),
+    "agents/value/common.py": ("update_target", "greedy_next_actions", "acting_epsilon"),
     "agents/value/r2d2.py": ("sequence_q_targets", "sequence_loss", "q_unroll", "make_r2d2"),
     "agents/multi_agent/common.py": (
         "agent_gae",
@@ -263,6 +263,9 @@ TESTS: dict[str, list[str]] = {
         "tests/test_r2d2.py::test_stored_states_restart_with_every_episode_and_replay_from_the_first",
     ],
     "agents/value/common.py": [
+        "tests/test_exact_learner.py::test_acting_epsilon_decays_over_the_runs_updates_by_hand",
+        "tests/test_exact_learner.py::test_greedy_next_actions_online_or_target_over_valid_actions",
+        "tests/test_dqn.py::test_masked_bootstrap_action",
         "tests/test_dqn.py::test_target_updates_hard_and_polyak",
         "tests/test_dqn.py::test_learn_matches_a_numpy_reference",
     ],
