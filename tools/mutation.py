@@ -815,6 +815,12 @@ def main(argv=None) -> int:
         return in_a_copy(argv)
     start = time.perf_counter()
     all_targets = targets()
+    wanted = set(a.target or ()) | {i.split(":")[0] for i in a.only or ()}
+    if wanted:  # enumerate only the files named (the stale check needs all: not run then)
+        unknown = sorted(wanted - {t.path for t in all_targets})
+        if unknown:
+            raise SystemExit(f"mutation: not a target file: {unknown}")
+        all_targets = [t for t in all_targets if t.path in wanted]
     mutants = [m for t in all_targets for m in enumerate_mutants(t)]
     if a.list:
         for m in mutants:
