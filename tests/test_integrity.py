@@ -71,7 +71,7 @@ def test_a_live_run_folder_refuses_a_second_writer(tmp_path):
         text=True,
     )
     try:
-        assert PipeLines(holder.stdout).next_line(timeout=120).strip() == "locked"
+        assert PipeLines(holder.stdout).next_line(timeout=300).strip() == "locked"
         (tmp_path / "run" / "keep.txt").write_text("mine")
         for args in (
             ["train", "ppo", "--out", "run", "--total-steps", "1024"],
@@ -101,7 +101,7 @@ def test_the_lock_of_a_killed_run_is_taken_over(tmp_path):
         text=True,
     )
     try:
-        assert PipeLines(proc.stdout).next_line(timeout=120).strip() == "locked"
+        assert PipeLines(proc.stdout).next_line(timeout=300).strip() == "locked"
     finally:
         proc.send_signal(signal.SIGKILL)
         proc.wait(timeout=60)
