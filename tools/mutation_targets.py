@@ -311,6 +311,7 @@ TESTS: dict[str, list[str]] = {
     ],
     "jrl/parts/optim.py": ["tests/test_exact_learner.py", "tests/test_optim.py"],
     "jrl/core/normalization.py": [
+        "tests/test_exact_normalization.py",
         "tests/test_wrappers.py::test_normalize_observation_statistics_and_output",
         "tests/test_wrappers.py::test_normalize_observation_unbatched_and_clip",
         "tests/test_wrappers.py::test_normalize_observation_freeze",
