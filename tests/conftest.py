@@ -411,13 +411,14 @@ class PipeLines:
         return self.text
 
 
-def wait_until(condition, timeout: float, what: str, interval: float = 0.05):
+def wait_until(condition, timeout: float, what, interval: float = 0.05):
     """``condition()``'s first true value, polled every ``interval`` seconds; fails the test
-    naming ``what`` when ``timeout`` seconds pass first."""
+    naming ``what`` (a string, or a function that returns one at the failure, to say what is
+    left) when ``timeout`` seconds pass first."""
     deadline = time.monotonic() + timeout
     while not (value := condition()):
         if time.monotonic() >= deadline:
-            pytest.fail(f"{what}: not within {timeout:g} s")
+            pytest.fail(f"{what() if callable(what) else what}: not within {timeout:g} s")
         time.sleep(interval)
     return value
 

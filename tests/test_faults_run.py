@@ -170,7 +170,7 @@ def test_a_failed_save_leaves_no_thread_behind(tmp_path):
         ck.save(2, state, {}, {"x": 2})
     ck.close()
     left = lambda: {t for t in threading.enumerate() if not t.daemon and t.is_alive()} - before
-    wait_until(lambda: not left(), 60, "the failed save's non-daemon threads ended")
+    wait_until(lambda: not left(), 60, lambda: f"threads left by the save {left()} ended")
 
 
 def test_checkpointer_refuses_an_unwritable_folder_before_training(tmp_path, monkeypatch):
