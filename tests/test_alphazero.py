@@ -39,6 +39,8 @@ from jrl.core.two_player_env import (
 )
 
 QUIET = dict(progress=False, compile_cache=False)
+LEARNING_SEED = int(os.environ.get("JRL_LEARNING_SEED", "0"))
+"""The learning tests' first seed (tests/conftest.py's JRL_LEARNING_SEED, default 0)."""
 TINY = dict(
     num_envs=4,
     num_steps=8,
@@ -481,7 +483,9 @@ def test_alphazero_against_minimax_and_random(tmp_path):
     # simulations 3 of 14 seeds kept one losing line as second player, BENCHMARKS.md "AlphaZero
     # on TicTacToe-v0"); against random at most 1% lost as second
     run = tmp_path / "run"
-    res = experiment.train("alphazero", "TicTacToe-v0", 2, out=run, total_steps=49_152, **QUIET)
+    res = experiment.train(
+        "alphazero", "TicTacToe-v0", 2, out=run, total_steps=49_152, seed=LEARNING_SEED, **QUIET
+    )
     assert res.config.num_simulations == 64
     stats = experiment.evaluate_run(run, episodes=200)
     for opponent in ("minimax", "random"):
