@@ -175,14 +175,18 @@ def test_value_based_thresholds(agent, env_id, seeds, steps, threshold, learning
 # ---------------------------------------------------------------------------
 
 
-# Measured 2026-12-01 with the test's seeds (benchmarks/learning_reach.py): mean +- std over the
-# seeds (min .. max). Each threshold is 13-17% below the mean, stricter than the issue's bounds
-# (#18: SAC and TD3 >= -250, DDPG >= -300; an untrained policy returns about -1200).
+# Thresholds from 8 seeds from 1000 (2026-12-04, BENCHMARKS.md "Learning reach"): mean +- std
+# (min .. max), the worst pair's mean and the margin to the threshold; all within the issue's
+# bounds (#18: SAC and TD3 >= -250, DDPG >= -300; an untrained policy returns about -1200). TD3's
+# preset has no schedule tied to the budget, so a run of 20k steps is the first 2/3 of the
+# measured 30k run: its figures are the measurement's returns over steps 19k-20k.
 @pytest.mark.parametrize(
     "agent,seeds,steps,threshold",
     [
         ("sac", 4, 20_000, -180),  # -154.0 +- 30.8 (-180.8 .. -101.7)
-        ("td3", 4, 30_000, -200),  # -176.3 +- 6.3 (-185.4 .. -169.9)
+        # at 20k steps (of 30k): -143.0 +- 41.0 (-212.5 .. -97.7), worst pair -202.7, margin
+        # 47.3 (the issue's bound); at 30k: -147.7 +- 22.2 (-174.1 .. -107.3)
+        ("td3", 2, 20_000, -250),
         ("ddpg", 4, 30_000, -200),  # -173.8 +- 7.3 (-182.3 .. -166.5)
     ],
 )
