@@ -228,6 +228,7 @@ TESTS: dict[str, list[str]] = {
         "tests/test_alphazero.py::test_player_returns_and_targets_by_hand"
     ],
     "agents/search/mcts.py": [
+        "tests/test_exact_search.py",
         "tests/test_alphazero.py::test_recurrent_fn_rewards_discounts_and_values_by_hand",
         "tests/test_alphazero.py::test_search_finds_the_winning_move_and_the_block",
         "tests/test_alphazero.py::test_q_transform_fixed_bounds_and_per_node_rescaling_by_hand",
@@ -334,6 +335,7 @@ TESTS: dict[str, list[str]] = {
         "tests/test_sebulba.py::test_staleness_bounds_the_policy_lag_and_a_held_learner_reaches_the_bound",
     ],
     "agents/search/arena.py": [
+        "tests/test_exact_arena.py",
         "tests/test_alphazero.py::test_perfect_play_values",
         "tests/test_alphazero.py::test_play_games_between_baselines",
     ],
