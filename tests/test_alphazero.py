@@ -474,14 +474,19 @@ def test_device_count_invariance(tmp_path):
 
 @pytest.mark.learning
 def test_alphazero_against_minimax_and_random(tmp_path):
-    """2 seeds (vmapped) of the TicTacToe-v0 preset (64 simulations) for 24 iterations (49,152
-    moves each), 100 games as first and 100 as second player against exact minimax (random
-    among its best moves) and against the random player: no loss against minimax either way,
-    and none as first player against random."""
-    # measured 2026-12-02, 10 seeds (this pair and 8 more) at 49,152 moves: exhaustively, no
-    # line of minimax's best moves beats any of them as first or as second player (with 32
-    # simulations 3 of 14 seeds kept one losing line as second player, BENCHMARKS.md "AlphaZero
-    # on TicTacToe-v0"); against random at most 1% lost as second
+    """2 seeds (vmapped; JRL_LEARNING_SEED and the next) of the TicTacToe-v0 preset (64
+    simulations) for 24 iterations (49,152 moves each), 100 games as first and 100 as second
+    player per seed against exact minimax (random among its best moves) and against the
+    random player: as first player at most 2% lost to either, as second at most 10% lost to
+    minimax; against random >= 80% won and <= 2% lost over both seeds."""
+    # measured 2026-12-04, seeds 0-7 (8 runs vmapped), 100 + 100 games each: as first player
+    # no game lost (0 of 800 against minimax, 0 of 800 against random); as second player
+    # against minimax 7 seeds lost none and seed 4 lost 3 of 100 (mean 0.004, min .. max
+    # 0 .. 0.03; on 2026-12-01 one of 10 seeds lost 4 of 100, BENCHMARKS.md "AlphaZero on
+    # TicTacToe-v0"), so one losing line can survive training: thresholds 0.02 as first
+    # (margin 0.02), 0.10 as second (margin 0.06 over the worst of 18 seeds); against random
+    # won 0.95 .. 0.965 per seed (0.958 overall), lost 0: thresholds 0.8 (margin 0.15) and
+    # 0.02 (margin 0.02)
     run = tmp_path / "run"
     res = experiment.train(
         "alphazero", "TicTacToe-v0", 2, out=run, total_steps=49_152, seed=LEARNING_SEED, **QUIET
@@ -491,8 +496,8 @@ def test_alphazero_against_minimax_and_random(tmp_path):
     for opponent in ("minimax", "random"):
         for r in stats["opponents"][opponent]["runs"]:
             assert r["as_first"]["games"] == 100 and r["as_second"]["games"] == 100
-            assert r["as_first"]["loss"] == 0.0, (opponent, r)
+            assert r["as_first"]["loss"] <= 0.02, (opponent, r)
     for r in stats["opponents"]["minimax"]["runs"]:
-        assert r["as_second"]["loss"] == 0.0, r
+        assert r["win"] == 0.0 and r["as_second"]["loss"] <= 0.1, r  # minimax is never beaten
     assert stats["opponents"]["random"]["loss"] <= 0.02
     assert stats["opponents"]["random"]["win"] >= 0.8

@@ -72,7 +72,8 @@ class AlphaZeroConfig(AgentConfig):
     TURN_BASED: ClassVar[bool] = True
     PRESETS: ClassVar[dict[str, dict]] = {
         # 64 simulations: with 32, 3 of 14 seeds (49,152 moves) kept one line they lose as
-        # second player against minimax; with 64 none of 10 (BENCHMARKS.md)
+        # second player against minimax; with 64 none of 10 on 2026-12-01 (BENCHMARKS.md) and
+        # 1 of 8 on 2026-12-04 (3 of 100 games lost as second; tests/test_alphazero.py)
         "TicTacToe-v0": {"num_simulations": 64},
         "pgx:tic_tac_toe": {"num_simulations": 64},
         # a board image: one 3x3 conv before the MLP, and Q-values scaled by the outcome's
