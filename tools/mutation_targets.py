@@ -113,6 +113,7 @@ SHARED = {
         "nbytes",
     ),
     "jrl/run/sebulba/actors.py": ("Store.publish", "Store.wait", "ActorThread._params"),
+    "jrl/run/ray_actors.py": ("RayPool.publish", "RayPool.restarts"),
     "agents/evolution/strategies.py": ("normalize_observation", "policy_action", "make_es"),
     "agents/evolution/population.py": (
         "play_members",
@@ -333,6 +334,9 @@ TESTS: dict[str, list[str]] = {
     "jrl/run/sebulba/actors.py": [
         "tests/test_exact_sebulba.py",
         "tests/test_sebulba.py::test_staleness_bounds_the_policy_lag_and_a_held_learner_reaches_the_bound",
+    ],
+    "jrl/run/ray_actors.py": [
+        "tests/test_exact_ray_pool.py",  # the Ray tests start Ray: too slow for every mutant
     ],
     "agents/search/arena.py": [
         "tests/test_exact_arena.py",
