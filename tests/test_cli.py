@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 import jrl
+from conftest import PipeLines
 from jrl.app import api as experiment
 from jrl.app import checkpoint
 
@@ -438,12 +439,16 @@ def test_two_hosts_from_flags_and_from_jrl_variables(tmp_path):
             text=True,
         ),
     ]
-    outs = []
-    for p in procs:
-        try:
-            outs.append(p.communicate(timeout=600))
-        finally:
+    # every pipe drained while both run: neither process blocks writing while the other
+    # waits for it in a collective
+    pipes = [(PipeLines(p.stdout), PipeLines(p.stderr)) for p in procs]
+    try:
+        for p in procs:
+            p.wait(timeout=600)
+    finally:
+        for p in procs:
             p.kill()
+    outs = [(out.rest(timeout=60), err.rest(timeout=60)) for out, err in pipes]
     for p, (_, err) in zip(procs, outs):
         assert p.returncode == 0, err[-3000:]
     assert "final return" in outs[0][0] and "final return" not in outs[1][0]

@@ -301,10 +301,11 @@ def test_a_lost_learner_takes_its_actors_and_its_local_ray_with_it(tmp_path, ray
             return False
         return True
 
+    left = lambda: [p for p in pids if alive(p)]
     try:
-        wait_until(lambda: not any(alive(p) for p in pids), 120, "the learner's processes ended")
+        wait_until(lambda: not left(), 120, lambda: f"the learner's processes {left()} ended")
     finally:
-        for p in [p for p in pids if alive(p)]:  # not to leak them into the rest of the suite
+        for p in left():  # not to leak them into the rest of the suite
             with contextlib.suppress(ProcessLookupError):
                 os.kill(p, signal.SIGKILL)
 
