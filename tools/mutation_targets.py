@@ -212,6 +212,7 @@ TESTS: dict[str, list[str]] = {
         "tests/test_muzero.py::test_unrolled_loss_by_hand",
     ],
     "agents/search/muzero.py": [
+        "tests/test_exact_muzero.py",
         "tests/test_muzero.py::test_value_targets_by_hand",
         "tests/test_muzero.py::test_value_targets_bootstrap_without_an_end",
         "tests/test_muzero.py::test_unrolled_loss_by_hand",
