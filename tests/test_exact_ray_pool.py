@@ -11,6 +11,10 @@ import pytest
 
 from jrl.run.ray_actors import RayPool
 
+# a schedule that never ends (a loop that does not advance) fails here, in the test, instead of
+# hanging until the suite's timeout ends the whole worker
+pytestmark = pytest.mark.timeout(30, method="signal")
+
 
 @pytest.fixture
 def pool(monkeypatch):
