@@ -830,8 +830,9 @@ def main(argv=None) -> int:
     equivalents = read_equivalents()
     stale = sorted(set(equivalents) - {m.id for m in mutants})
     chosen = choose(a, mutants, equivalents)
+    listed = len(set(equivalents) & {m.id for m in mutants})
     print(
-        f"mutation: {len(mutants)} mutants in {len(all_targets)} files, {len(equivalents)} listed "
+        f"mutation: {len(mutants)} mutants in {len(all_targets)} files, {listed} listed "
         f"as equivalent; running {len(chosen)} with {a.workers} workers",
         flush=True,
     )
@@ -841,8 +842,8 @@ def main(argv=None) -> int:
     print(
         f"mutation: {len(chosen)} mutants run: {counts['killed']} killed, {counts['survived']} "
         f"survived, {counts['timeout']} timed out twice, {counts['error']} errors, "
-        f"{counts['equivalent']} listed as equivalent; {len(equivalents)} of the {len(mutants)} "
-        f"mutants are listed as equivalent; {elapsed:.0f} s"
+        f"{counts['equivalent']} listed as equivalent; {listed} of the {len(mutants)} mutants "
+        f"{'of these files ' if wanted else ''}are listed as equivalent; {elapsed:.0f} s"
     )
     unproved = read_equivalents(unproved_only=True)
     if unproved:
