@@ -16,6 +16,7 @@ import jrl.envs
 import numpy as np
 import pytest
 
+from conftest import PipeLines
 from jrl.app import api as experiment
 from jrl.app import checkpoint
 from jrl.app import chunk_work as training
@@ -471,12 +472,14 @@ def test_signal_finishes_the_chunk_checkpoints_and_says_how_to_resume(sig, code,
         text=True,
         env=env,
     )
-    for line in proc.stderr:  # the first progress line: training has started
-        if "steps/s" in line:
-            break
-    proc.send_signal(sig)
-    err = proc.stderr.read()
-    assert proc.wait(timeout=300) == code, err
+    err = PipeLines(proc.stderr)
+    try:
+        err.wait_for("steps/s", timeout=300)  # the first progress line: training has started
+        proc.send_signal(sig)
+        err = err.rest(timeout=300)
+        assert proc.wait(timeout=300) == code, err
+    finally:
+        proc.kill()
     assert (
         f"{sig.name} received" in err
         and f"jrl train --resume {run}" in err

@@ -44,12 +44,7 @@ SLEEP_ALLOWED = {
 }
 """(file, innermost function) -> why its ``time.sleep`` is not synchronisation."""
 
-PENDING = {
-    ("test_lifecycle.py", "test_signal_finishes_the_chunk_checkpoints_and_says_how_to_resume"): (
-        "a loop over proc.stderr and a .read() of it: that file is another change's (issue 43); "
-        "read them through conftest.PipeLines, then drop this entry"
-    ),
-}
+PENDING: dict = {}
 """(file, function) -> rule breaks not fixed yet, and by whom; an entry whose function keeps
 no break fails :func:`test_pending_breaks_are_still_there` (it is dropped, not kept)."""
 
