@@ -283,12 +283,16 @@ def test_muzero_learns_cartpole(tmp_path):
 @pytest.mark.learning
 def test_muzero_plays_tictactoe(tmp_path):
     """MuZero on a two-player game (the TicTacToe-v0 preset: gamma 1, 9-step targets, 8
-    simulations, Q-values rescaled by the outcome's bounds, 16,384 moves), 2 seeds: it beats
-    the random player clearly in 100 games (half as first player) and ``jrl eval`` reports
-    the minimax games too."""
-    # measured 2026-12-02 (2 seeds; search with q_bounds (-1, 1), value_scale 0.5): vs random
-    # win 0.73 / 0.59, loss 0.19 / 0.30 (before, per-node rescaling, value_scale 0.1: win
-    # 0.63 / 0.68, loss 0.28 / 0.28; q_bounds with value_scale 0.1: win 0.475, loss 0.40)
+    simulations, Q-values rescaled by the outcome's bounds, 16,384 moves), 2 seeds
+    (JRL_LEARNING_SEED and the next): over 100 games each (half as first player) it wins
+    >= 50% against the random player and wins >= 10 points more often than it loses (the
+    random player against itself: win 0.44, loss 0.44); ``jrl eval`` reports the minimax
+    games too, none won."""
+    # measured 2026-12-04, seeds 0-7 (8 runs vmapped), 100 games each against random: win
+    # 0.62 +- 0.05 (0.55 .. 0.70), loss 0.28 +- 0.04, win - loss 0.34 +- 0.08 (0.23 .. 0.44);
+    # adjacent pairs (the test's 200 games): worst win 0.585, worst win - loss 0.26.
+    # Thresholds 0.5 (margin 0.085) and 0.10 (margin 0.16), about 2.5 standard errors of 200
+    # games each. Against minimax: win 0, loss 0.89 (0.82 as first, 0.955 as second)
     run = tmp_path / "run"
     experiment.train("muzero", "TicTacToe-v0", 2, out=run, seed=LEARNING_SEED, **QUIET)
     stats = experiment.evaluate_run(run, episodes=100)
@@ -301,7 +305,7 @@ def test_muzero_plays_tictactoe(tmp_path):
     # exact minimax is never beaten: a win here would mean the games or the report are wrong
     assert minimax["win"] == 0.0 and minimax["games"] == 200, minimax
     rand = stats["opponents"]["random"]
-    assert rand["win"] >= 0.55 and rand["win"] - rand["loss"] >= 0.25, rand
+    assert rand["win"] >= 0.5 and rand["win"] - rand["loss"] >= 0.1, rand
 
 
 @pytest.mark.learning
