@@ -30,8 +30,9 @@ mutant that times out again is reported as a *timeout*, apart from kills and sur
 check fails on a survivor that is not listed in ``tools/mutation_equivalents.txt``, on a
 repeated timeout (a hang or a large slow-down that the tests notice only by hanging: give
 them an assertion, or look at the machine), on an error (a mutant that did not compile, a
-worker that died, a killing test that fails without any mutant too), on a listed mutant that
-no longer exists (a stale entry), and when a target's tests fail without any mutant.
+worker that died or held more than 6 GiB, :data:`MEMORY_LIMIT`, a killing test that fails
+without any mutant too), on a listed mutant that no longer exists (a stale entry), and when
+a target's tests fail without any mutant.
 Listed mutants are not run. An entry of the equivalents file says why the mutant cannot
 change behaviour, for every input the code accepts and on every backend: a mutant that is
 equivalent only in distribution, only on one backend, or only because JAX clamps an
@@ -87,6 +88,10 @@ SNAPSHOT_ENV = "JRL_MUTATION_SNAPSHOT"
 workers."""
 RETRY_FACTOR = 5
 """A timed-out mutant is run once more with this many times the limit."""
+MEMORY_LIMIT = 6 * 2**30
+"""Bytes a worker may hold resident: a mutant that makes a loop run without end while it
+appends (e.g. ``j += 1`` -> ``j -= 1``) is stopped before it exhausts a shared machine's memory
+(an error, not a kill, not retried: the tests should bound it themselves)."""
 
 # --------------------------------------------------------------------------------- mutants
 
@@ -683,17 +688,30 @@ def run_workers(mutants: list[Mutant], workers: int, timeout: float, tmp: Path):
                     w["todo"] = [m for m in w["todo"] if m.id != event["done"]]
                     w["current"] = None
         for wid, w in list(running.items()):
-            if w["current"] is not None and time.monotonic() - w["since"] > timeout:
+            if w["current"] is None:
+                continue
+            over_time = time.monotonic() - w["since"] > timeout
+            over_memory = resident_bytes(w["proc"].pid) > MEMORY_LIMIT
+            if over_time or over_memory:
                 w["proc"].kill()
                 w["proc"].wait()
-                results[w["current"]] = "timeout"
-                seconds[w["current"]] = timeout
+                results[w["current"]] = "timeout" if over_time else "error: over the memory limit"
+                seconds[w["current"]] = time.monotonic() - w["since"]
                 todo = [m for m in w["todo"] if m.id != w["current"]]
                 del running[wid]
                 if todo:
                     new = launch(todo)
                     running[new["id"]] = new
     return results, seconds, broken
+
+
+def resident_bytes(pid: int) -> int:
+    """Resident memory of process ``pid`` (0 where /proc cannot tell)."""
+    try:
+        pages = int(Path(f"/proc/{pid}/statm").read_text().split()[1])
+    except (OSError, ValueError, IndexError):
+        return 0
+    return pages * os.sysconf("SC_PAGE_SIZE")
 
 
 def run_with_retry(mutants: list[Mutant], workers: int, timeout: float):
