@@ -112,6 +112,21 @@ def test_smax_masks_and_overcooked_images():
     assert env.agents == ("agent_0", "agent_1")
     obs = steps[-1].observation[OBSERVATION]
     assert obs.ndim == 4 and obs.shape[0] == 2 and obs.shape[-1] == 26
+    # the values, not only the shapes: JaxMARL's own env, reset and stepped with the same keys
+    # and actions, gives each agent the same image (as float32) and the same reward
+    raw = env.unwrapped.jaxmarl_env
+    raw_obs, st = raw.reset(jax.random.key(0))
+    assert obs.shape[1:] == raw_obs["agent_0"].shape
+    for i, a in enumerate(env.agents):
+        np.testing.assert_array_equal(steps[0].observation[OBSERVATION][i], raw_obs[a])
+    action = env.action_space(params).sample(jax.random.key(100))
+    raw_obs, st, rew, _, _ = raw.step_env(
+        jax.random.key(200), st, {a: action[i] for i, a in enumerate(env.agents)}
+    )
+    for i, a in enumerate(env.agents):
+        np.testing.assert_array_equal(steps[1].observation[OBSERVATION][i], raw_obs[a])
+        np.testing.assert_allclose(steps[1].info[AGENT_REWARD][i], rew[a], rtol=1e-6)
+    assert float(np.abs(steps[1].observation[OBSERVATION]).sum()) > 0  # not an empty image
 
 
 def test_unknown_name_lists_jaxmarl_names():
