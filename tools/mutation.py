@@ -792,7 +792,7 @@ def parse(argv):
     p.add_argument("--sample", type=int, default=SAMPLE, help="the size of a slice")
     p.add_argument("--slice", type=int, default=None, help="run this slice (default: commit's)")
     p.add_argument("--workers", type=int, default=2)
-    p.add_argument("--timeout", type=float, default=60.0, help="seconds per mutant")
+    p.add_argument("--timeout", type=float, default=120.0, help="seconds per mutant")
     p.add_argument("--json", default=None, help="write the results to this file")
     return p.parse_args(argv)
 
