@@ -253,6 +253,8 @@ TESTS: dict[str, list[str]] = {
         "tests/test_impala.py::test_recurrent_learner_corrects_for_the_lag_of_its_unrolled_policy",
     ],
     "agents/value/dqn.py": [
+        "tests/test_dqn.py::test_epsilon_greedy_per_env_draws",
+        "tests/test_dqn.py::test_act_respects_the_action_mask",
         "tests/test_dqn.py::test_double_q_target_by_hand",
         "tests/test_dqn.py::test_nstep_target_truncation_bootstraps",
         "tests/test_dqn.py::test_target_updates_hard_and_polyak",
