@@ -116,28 +116,28 @@ CONFIGS: dict[str, Config] = {
         "gymnax:Breakout-MinAtar",
         49_152,
         2,
-        (Check(0.9, "min"),),
+        (Check(0.7, "min"), Check(0.9)),
         MINATAR,
         metric="last",
         num_reports=None,
     ),
     "c51-cartpole": Config(
-        L + "test_value_based_thresholds", "c51", "CartPole-v1", 100_000, 8, (Check(450),)
+        L + "test_value_based_thresholds", "c51", "CartPole-v1", 100_000, 4, (Check(450),)
     ),
     "ddpg-pendulum": Config(
-        L + "test_continuous_pendulum_thresholds", "ddpg", "Pendulum-v1", 30_000, 4, (Check(-200),)
+        L + "test_continuous_pendulum_thresholds", "ddpg", "Pendulum-v1", 20_000, 2, (Check(-250),)
     ),
     "sac-pendulum": Config(
         L + "test_continuous_pendulum_thresholds", "sac", "Pendulum-v1", 20_000, 4, (Check(-180),)
     ),
     "dqn-cartpole": Config(
-        L + "test_value_based_thresholds", "dqn", "CartPole-v1", 100_000, 16, (Check(385),)
+        L + "test_value_based_thresholds", "dqn", "CartPole-v1", 100_000, 4, (Check(320),)
     ),
     "ppo-cartpole": Config(
-        L + "test_ppo_cartpole_475", "ppo", "CartPole-v1", 500_000, 8, (Check(475),)
+        L + "test_ppo_cartpole_475", "ppo", "CartPole-v1", 500_000, 4, (Check(475),)
     ),
     "a2c-cartpole": Config(
-        L + "test_a2c_cartpole_450", "a2c", "CartPole-v1", 500_000, 16, (Check(450),)
+        L + "test_a2c_cartpole", "a2c", "CartPole-v1", 500_000, 4, (Check(260),)
     ),
     "ppo-pendulum": Config(
         L + "test_ppo_pendulum_continuous",
@@ -148,15 +148,15 @@ CONFIGS: dict[str, Config] = {
         (Check(-190, "median"),),
     ),
     "reinforce-cartpole": Config(
-        "tests/test_reinforce.py::test_reinforce_cartpole_420",
+        "tests/test_reinforce.py::test_reinforce_cartpole_400",
         "reinforce",
         "CartPole-v1",
         500_000,
-        8,
-        (Check(420),),
+        4,
+        (Check(400),),
     ),
     "pqn-cartpole": Config(
-        "tests/test_pqn.py::test_pqn_cartpole_450", "pqn", "CartPole-v1", 131_072, 8, (Check(450),)
+        "tests/test_pqn.py::test_pqn_cartpole_450", "pqn", "CartPole-v1", 131_072, 4, (Check(450),)
     ),
     "dqn-acrobot": Config(
         L + "test_value_based_thresholds", "dqn", "Acrobot-v1", 60_000, 8, (Check(-102),)

@@ -315,20 +315,21 @@ def test_sharded_two_devices_equal_one_device():
 
 @pytest.mark.learning
 def test_pqn_cartpole_450(learning_seed):
-    """PQN, the CartPole-v1 defaults (16 envs x 64 steps, 4 epochs x 16 minibatches), 8 seeds,
+    """PQN, the CartPole-v1 defaults (16 envs x 64 steps, 4 epochs x 16 minibatches), 4 seeds,
     131,072 steps (128 iterations)."""
     res = jrl.train(
         "pqn",
         "CartPole-v1",
-        seeds=8,
+        seeds=4,
         seed=learning_seed,
         total_steps=131_072,
         progress=False,
         num_reports=4,
     )
     final = res.final_returns()
-    # measured 2026-12-01, 8 seeds (benchmarks/learning_reach.py): 500.0 +- 0.0 (every seed
-    # 500); threshold 10% below
+    # measured 2026-12-04, 8 seeds from 1000 (benchmarks/learning_reach.py, BENCHMARKS.md
+    # "Learning reach"): 500.0 +- 0.0 (every seed 500, already at half the budget; 2026-12-01,
+    # seeds 0-7: the same), the worst 4: 500, threshold 450, a margin of 50
     assert final.mean() >= 450, (final, res.summary())
 
 

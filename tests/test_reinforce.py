@@ -125,21 +125,22 @@ def test_registered_with_its_hyperparameters_and_presets():
 
 
 @pytest.mark.learning
-def test_reinforce_cartpole_420(learning_seed):
-    """8 seeds, 5e5 steps: mean final training return >= 420."""
+def test_reinforce_cartpole_400(learning_seed):
+    """4 seeds, 5e5 steps: mean final training return >= 400."""
     res = jrl.train(
         "reinforce",
         "CartPole-v1",
-        seeds=8,
+        seeds=4,
         seed=learning_seed,
         total_steps=500_000,
         progress=False,
         num_reports=4,
     )
     final = res.final_returns()
-    # measured 2026-12-01, 8 seeds (benchmarks/learning_reach.py): 466.9 +- 14.5 (442.6 ..
-    # 487.6); threshold 10% below
-    assert final.mean() >= 420, (final, res.summary())
+    # measured 2026-12-04, 8 seeds from 1000 (benchmarks/learning_reach.py, BENCHMARKS.md
+    # "Learning reach"): 464.5 +- 20.1 (436.4 .. 493.0), the worst 4: 447.0, threshold 400, a
+    # margin of 47 (2026-12-01, seeds 0-7: 466.9 +- 14.5, 442.6 .. 487.6)
+    assert final.mean() >= 400, (final, res.summary())
 
 
 @pytest.mark.learning
