@@ -32,6 +32,7 @@ import json
 import statistics
 import sys
 import tempfile
+import textwrap
 import time
 import warnings
 from pathlib import Path
@@ -128,7 +129,7 @@ CONFIGS: dict[str, Config] = {
         L + "test_continuous_pendulum_thresholds", "ddpg", "Pendulum-v1", 20_000, 2, (Check(-250),)
     ),
     "sac-pendulum": Config(
-        L + "test_continuous_pendulum_thresholds", "sac", "Pendulum-v1", 20_000, 4, (Check(-180),)
+        L + "test_continuous_pendulum_thresholds", "sac", "Pendulum-v1", 20_000, 2, (Check(-230),)
     ),
     "dqn-cartpole": Config(
         L + "test_value_based_thresholds", "dqn", "CartPole-v1", 100_000, 4, (Check(320),)
@@ -159,14 +160,14 @@ CONFIGS: dict[str, Config] = {
         "tests/test_pqn.py::test_pqn_cartpole_450", "pqn", "CartPole-v1", 131_072, 4, (Check(450),)
     ),
     "dqn-acrobot": Config(
-        L + "test_value_based_thresholds", "dqn", "Acrobot-v1", 60_000, 8, (Check(-102),)
+        L + "test_value_based_thresholds", "dqn", "Acrobot-v1", 60_000, 4, (Check(-115),)
     ),
     "ppo-lr-sweep": Config(
         L + "test_sweep_learning_rate_in_one_program",
         "ppo",
         "CartPole-v1",
         100_000,
-        8,
+        4,
         (
             Check(450, group="learning_rate=0.0025"),
             Check(30, group="learning_rate=1e-07", below=True),
@@ -369,6 +370,20 @@ def main(argv=None) -> None:
     latest = {r["name"]: r for r in runs}  # a configuration measured again: its latest run
     order = list(CONFIGS)
     runs = sorted(latest.values(), key=lambda r: order.index(r["name"]))
+    absent = [name for name in CONFIGS if name not in latest]
+    missing = (
+        "\n"
+        + textwrap.fill(
+            "Not measured here (their tests keep the thresholds written beside them): "
+            + ", ".join(absent)
+            + ".",
+            width=96,
+            break_on_hyphens=False,
+        )
+        + "\n"
+        if absent
+        else ""
+    )
     text = f"""{HEADING}
 
 What each learning test's configuration reaches on seeds the test does not run by default
@@ -384,10 +399,11 @@ the whole `jrl.train` call with compile, on 2 cores shared with other work. Repr
 
     python benchmarks/learning_reach.py --write
 
-The machine: {machine()}.
+The machine: {machine()}; other engineers' test runs shared it (1-minute load average
+8-25), so the seconds are several times those of an idle machine.
 
 {table(runs)}
-"""
+{missing}"""
     publish(HEADING, text, a.write)
 
 
