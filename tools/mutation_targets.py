@@ -280,6 +280,7 @@ TESTS: dict[str, list[str]] = {
         "tests/test_r2d2.py::test_sequence_q_targets_mask_the_bootstrap_action",
     ],
     "jrl/parts/buffers.py": [
+        "tests/test_exact_buffers.py",
         "tests/test_buffers.py::test_uniform_circular_wraparound",
         "tests/test_buffers.py::test_uniform_samples_filled_slots_uniformly",
         "tests/test_buffers.py::test_add_rejects_bad_batches",
@@ -302,6 +303,7 @@ TESTS: dict[str, list[str]] = {
         "tests/test_buffers.py::test_nstep_matches_n_step_returns_with_traced_gamma",
     ],
     "jrl/parts/sum_tree.py": [
+        "tests/test_exact_buffers.py",
         "tests/test_buffers.py::test_sum_tree_totals_updates_and_new_items_at_max_priority",
         "tests/test_buffers.py::test_importance_weights_hand_computed_and_beta_traced_under_jit",
         "tests/test_buffers.py::test_sum_tree_matches_numpy_above_the_dense_top_levels",
