@@ -268,16 +268,25 @@ def test_device_count_invariance(tmp_path, case):
 @pytest.mark.learning
 def test_muzero_learns_cartpole(tmp_path):
     """Gumbel MuZero, the CartPole-v1 preset (16 envs, 8 simulations per step, 8 updates of
-    256 sequences per iteration of 128 steps, learning rate 3e-3), 2 seeds vmapped for 32,768
-    steps: mean return of the last episodes >= 400 over the 2 seeds."""
-    # measured 2026-12-02: this pair of seeds ends at 489 and 500 (twice, the same bits); NOT
-    # robust: seeds 2 and 3 end at 242 and 258 (BENCHMARKS.md, "MuZero on CartPole-v1")
-    res = experiment.train(
-        "muzero", "CartPole-v1", 2, out=tmp_path / "run", seed=LEARNING_SEED, **QUIET
-    )
+    256 sequences per iteration of 128 steps, learning rate 3e-3), 2 seeds vmapped
+    (JRL_LEARNING_SEED and the next) for 32,768 steps: the noise-free search's return over 8
+    episodes per seed (``jrl eval``), averaged over the 2 seeds, >= 150."""
+    # measured 2026-12-04, seeds 0-15 (two programs of 8 vmapped runs). Greedy search, 8
+    # episodes (seeds 8-15): 412 +- 133, min .. max 179 .. 500 (500, 186, 488, 480, 500, 466,
+    # 500, 179); worst adjacent pair 337, worst of all 28 pairs 182 (the two low seeds
+    # together). Threshold 150: margin 32 below the worst pair, 187 below the worst adjacent
+    # one (a random policy scores ~22). The final training return (last iteration, the
+    # measure before; Gumbel-sampled actions) is noisier: 16 seeds 295 +- 141, 59 .. 500,
+    # worst adjacent pair 202, so the old threshold of 400 held for the chosen pair only. Not
+    # every seed learns CartPole within this budget (2 of 8 stay below 200 greedily);
+    # BENCHMARKS.md "MuZero on CartPole-v1" lists the settings tried
+    run = tmp_path / "run"
+    res = experiment.train("muzero", "CartPole-v1", 2, out=run, seed=LEARNING_SEED, **QUIET)
     assert res.config.num_simulations == 8 and res.config.search == "gumbel"
-    final = np.asarray(res.metrics["train/episode_return"])[:, -1]
-    assert float(final.mean()) >= 400, final
+    stats = experiment.evaluate_run(run, episodes=8)
+    returns = np.asarray(stats["returns"])
+    assert returns.shape == (2, 8) and stats["policy"] == "greedy"
+    assert float(returns.mean()) >= 150, (returns.mean(axis=1), res.summary())
 
 
 @pytest.mark.learning
