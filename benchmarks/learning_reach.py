@@ -211,7 +211,7 @@ CONFIGS: dict[str, Config] = {
         "tests/test_r2d2.py::test_r2d2_solves_memory_chain_and_feed_forward_dqn_cannot",
         "dqn",
         "MemoryChain-v0",
-        12_000,
+        24_000,
         2,
         (Check(1.0, "min"),),
         {**R2D2_MEMORY, "recurrent": "gru"},
