@@ -81,7 +81,7 @@ def test_a2c_cartpole(learning_seed):
     final = res.final_returns()
     # measured 2026-12-04, 8 seeds from 1000 (BENCHMARKS.md "Learning reach"): 407.5 +- 160.3
     # (114.8 .. 500): 2 of 8 stall below 150, the rest reach 500 (2026-12-01: seeds 0-15 all
-    # 500; of seeds 0-7 vmapped as 8, one stalls at 192). The worst 4: 315.3, threshold 260, a
+    # 500; of seeds 0-7 vmapped as 8, one stalls at 192). The worst 4: 315.1, threshold 260, a
     # margin of 55 (17%); an untrained policy returns about 22
     assert final.mean() >= 260, (final, res.summary())
 
@@ -146,8 +146,8 @@ def test_sweep_learning_rate_in_one_program(learning_seed):
 # "Learning reach"): their mean +- std (min .. max), the worst group of the test's seed count
 # (the mean of its lowest seeds) and the margin by which that group clears the threshold. The
 # value-based agents spread widely from seed to seed (a seed may collapse after solving), so a
-# mean over 4 seeds is judged with a threshold about 15% below the worst 4 seeds' mean; 16 and 8
-# seeds (2026-12-01) cost 2-4 times as long to steady the mean.
+# mean over 4 seeds is judged with a threshold about 15% below the worst 4 seeds' mean (until
+# 2026-12-04 DQN and QR-DQN ran 16 seeds, the others 8, to steady the mean).
 @pytest.mark.parametrize(
     "agent,env_id,seeds,steps,threshold",
     [
@@ -199,7 +199,7 @@ def test_value_based_thresholds(agent, env_id, seeds, steps, threshold, learning
 @pytest.mark.parametrize(
     "agent,seeds,steps,threshold",
     [
-        # -134.6 +- 34.0 (-192.0 .. -96.5), worst pair -179.1, margin 49.1 (2026-12-01, seeds
+        # -134.6 +- 34.0 (-192.0 .. -96.5), worst pair -179.1, margin 50.9 (2026-12-01, seeds
         # 0-3: -154.0 +- 30.8, -180.8 .. -101.7; its threshold -180 had a margin of 15 over the
         # worst 4 of seeds 1000-1007)
         ("sac", 2, 20_000, -230),
