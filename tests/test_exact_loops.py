@@ -114,3 +114,22 @@ def test_off_policy_warms_the_window_gates_learning_and_counts_updates():
     assert [float(m["stub/learns"]) for m in metrics] == [0.0, 1.5, 3.5]
     # each env took 1 + 9 = 10 steps of its 50-step episode
     np.testing.assert_allclose(state.observation, [[0.2], [0.2]])
+
+
+def test_counters_count_every_device_and_stay_integers():
+    """With 2 devices (this process holding one device's 2 envs) an iteration of 3 steps is
+    3 * 2 * 2 = 12 env steps, and the off-policy warm-up (n_step 2) 1 * 2 * 2 = 4; the
+    counters stay int32."""
+    env, params = probe(2, 50)
+    algorithm = loops.on_policy(stub_agent(False), env, 3, params, num_devices=2)
+    assert algorithm.env_steps_per_iteration == 12
+    state, metrics = run(algorithm, 1)
+    assert int(state.env_steps) == 12 and state.env_steps.dtype == jnp.int32
+    schedule = loops.ReplaySchedule(3, 2, 1000, 4, n_step=2)
+    algorithm = loops.off_policy(
+        stub_agent(True), env, uniform_buffer(64), schedule, env_params=params, num_devices=2
+    )
+    first = algorithm.init(jax.random.key(0))
+    assert int(first.env_steps) == 4 and first.env_steps.dtype == jnp.int32
+    state, _ = run(algorithm, 1)
+    assert int(state.env_steps) == 16 and state.env_steps.dtype == jnp.int32

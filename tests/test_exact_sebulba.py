@@ -14,6 +14,9 @@ from jrl.core.types import Transition
 from jrl.parts.nstep import NStepTransition
 from jrl.run.sebulba import actors, transfers, waits
 
+# a wait that never ends fails its test here instead of hanging the suite
+pytestmark = pytest.mark.timeout(60, method="signal")
+
 
 def test_store_hands_out_a_version_at_or_above_the_minimum(monkeypatch):
     """A wait for version v returns at once when the store holds v or newer, and waits (here:
@@ -108,3 +111,43 @@ def test_compressed_trajectory_keeps_its_extras_and_items_their_rewards():
 def test_nbytes_sums_every_leaf():
     tree = {"a": np.zeros((3, 2), np.float32), "b": [np.zeros(5, np.uint8), jnp.zeros(2)]}
     assert transfers.nbytes(tree) == 24 + 5 + 8
+
+
+class FakeCondition:
+    """A condition whose ``wait`` records its timeout and moves the fake clock on by 0.125 s
+    (an exact binary fraction), whatever the timeout; it refuses to wait more than 10 times."""
+
+    def __init__(self, clock):
+        self.clock, self.waits = clock, []
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+    def notify_all(self):
+        pass
+
+    def wait(self, timeout):
+        self.waits.append(timeout)
+        assert len(self.waits) <= 10, "the wait never ends"
+        self.clock.now += 0.125
+
+
+def test_store_polls_every_tenth_of_a_second_until_its_deadline(monkeypatch):
+    """Limit 0.25 s on a fake clock: at 0 s, 0.25 s are left (wait min(0.1, 0.25) = 0.1); at
+    0.125 s, 0.125 s (wait 0.1); at 0.25 s none: ActorTimeout, after exactly two waits."""
+    clock = SimpleNamespace(now=0.0)
+    monkeypatch.setattr(actors, "time", SimpleNamespace(monotonic=lambda: clock.now))
+    monkeypatch.setenv(waits.WAIT_ENV, "0.25")
+    store = actors.Store(threading.Event())
+    store._cond = FakeCondition(clock)
+    with pytest.raises(waits.ActorTimeout):
+        store.wait(0)
+    assert store._cond.waits == [0.1, 0.1]
+    # a version published during the wait is returned without a timeout
+    clock.now = 0.0
+    store._cond = FakeCondition(clock)
+    store._cond.wait = lambda timeout: store.publish(4, "v4")
+    assert store.wait(3) == (4, "v4")
