@@ -13,7 +13,7 @@ import pytest
 
 from jrl.agents.search import muzero
 
-K, N, L, B, D = 2, 2, 5, 2, 3  # unroll steps, td steps, sequence length, batch, latent size
+K, N, L, B, D = 2, 2, 6, 2, 3  # unroll steps, td steps, sequence length, batch, latent size
 
 
 class LinearNet:
