@@ -298,6 +298,7 @@ TESTS: dict[str, list[str]] = {
         "tests/test_buffers.py::test_memory_check_refuses_before_allocating",
     ],
     "jrl/parts/nstep.py": [
+        "tests/test_exact_buffers.py::test_nstep_window_count_stays_below_two_n",
         "tests/test_apex.py::test_trajectory_nsteps_match_explicit_loops_and_the_accumulator",
         "tests/test_buffers.py::test_nstep_hand_computed_at_episode_ends",
         "tests/test_buffers.py::test_nstep_matches_n_step_returns_with_traced_gamma",
