@@ -182,6 +182,61 @@ in addition to their loss and target code."""
 """Agent modules whose own numerical code sits in top-level functions named otherwise (Ape-X's
 exploration rates and actor-side priorities; its loss is dqn.py's): mutated instead."""
 
+AWAITING_FULL_RUN: dict[str, tuple[str, ...]] = {
+    "agents/multi_agent/common.py": ("build_multi_agent",),
+    "agents/search/alphazero.py": (
+        "_alphazero_agent",
+        "_finished_games",
+        "_search_runner",
+        "_self_play_move",
+        "_self_play_step",
+        "_stored",
+    ),
+    "agents/search/arena.py": (
+        "game_report",
+        "perfect_player",
+        "play_games",
+        "random_player",
+    ),
+    "agents/search/mcts.py": ("_one_search", "search", "search_from_roots"),
+    "agents/search/muzero.py": ("_model.recurrent_fn", "_muzero_agent", "_search_runner"),
+    "agents/value/dqn.py": ("_epsilon_greedy_act",),
+    "agents/value/r2d2.py": ("make_r2d2.learn", "q_unroll"),
+    "jrl/parts/buffers.py": (
+        "_add_rows",
+        "_prioritized_init",
+        "_prioritized_sample",
+        "_uniform_slots",
+        "_write",
+        "prioritized_buffer",
+        "uniform_buffer",
+    ),
+    "jrl/parts/nstep.py": ("_push", "nstep_accumulator"),
+    "jrl/parts/sum_tree.py": (
+        "_levels_above",
+        "_pairwise_sum",
+        "_sum_children",
+        "_tree_layout",
+        "sum_tree_from_leaves",
+        "sum_tree_size",
+        "tree_find",
+        "tree_set",
+    ),
+    "jrl/run/loops.py": (
+        "ReplayUpdates",
+        "_OffPolicyLoop",
+        "_OnPolicyLoop",
+        "_on_policy_init",
+    ),
+}
+"""Functions made targets in issue 43 whose mutants have not all been run yet (or, for
+loops.py, with known survivors: a recurrent agent, a team env's initial state and the
+priorities written back are not covered by its fast tests). The CI rotation leaves them out,
+so that a commit's slice does not fail on mutants nobody has looked at; ``--all`` and
+``--target`` run them. An entry is removed once ``python tools/mutation.py --target FILE``
+kills (or proves equivalent) every mutant of its functions. A name matches a mutant's
+function (the id's second field) and every function nested in it."""
+
 SAMPLE = 260
 """The most mutants a slice of the rotation holds (a default run, the CI check): about 1.5 CPU
 seconds a mutant, 3.5 minutes on 2 idle cores."""
