@@ -44,7 +44,10 @@ PROVED`` in that file are such mutants that no test can kill until the code they
 ceil(candidates / ``--sample``) slices of equal size, each holding every target file's share
 (stratified). A default run checks one slice: slice ``n mod K`` where ``n`` is the number of
 commits up to ``HEAD`` (``git rev-list --count HEAD``), so successive commits run successive
-slices and any K successive commits together run every mutant. Outside a git checkout slice 0
+slices and any K successive commits together run every mutant of the rotation. Functions
+listed in ``AWAITING_FULL_RUN`` (new targets whose mutants have not all been run) are
+left out of the rotation, and named by every default run, until a ``--target`` run of
+their file passes; ``--all`` and ``--target`` include them. Outside a git checkout slice 0
 is run (with a note). ``--slice I`` picks a slice; ``--all`` runs every candidate (the full
 run: about 1.5 CPU seconds a mutant, see ``--all --list``'s count).
 
