@@ -223,7 +223,7 @@ def _greedy_returns(res):
 
 @pytest.mark.learning
 @pytest.mark.parametrize("agent", ["ippo", "mappo"])
-def test_learns_the_optimal_joint_return(agent):
+def test_learns_the_optimal_joint_return(agent, learning_seed):
     """4 seeds, 20k steps on Coordination-v0: every seed's greedy team return is the optimum,
     16 (8 rounds, 2 agents paid 1 each); random valid play gets 4. The per-agent returns add up
     to the team's."""
@@ -231,6 +231,7 @@ def test_learns_the_optimal_joint_return(agent):
         agent,
         "Coordination-v0",
         seeds=4,
+        seed=learning_seed,
         total_steps=20_000,
         eval_every=20_000,
         eval_episodes=16,

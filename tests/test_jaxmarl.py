@@ -165,7 +165,7 @@ JAXMARL_IPPO_SPREAD_250K = -70.26
 
 
 @pytest.mark.learning
-def test_ippo_reaches_jaxmarl_ippo_on_mpe_simple_spread():
+def test_ippo_reaches_jaxmarl_ippo_on_mpe_simple_spread(learning_seed):
     """IPPO at JaxMARL's config and budget (16 envs x 128 steps, 250k steps, 4 seeds vmapped in
     one program): the mean team return of the last 5% of iterations is at least JaxMARL's own
     IPPO's at the same budget (see JAXMARL_IPPO_SPREAD_250K)."""
@@ -173,6 +173,7 @@ def test_ippo_reaches_jaxmarl_ippo_on_mpe_simple_spread():
         "ippo",
         "jaxmarl:MPE_simple_spread_v3",
         seeds=4,
+        seed=learning_seed,
         total_steps=250_000,
         num_reports=2,
         progress=False,

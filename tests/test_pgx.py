@@ -116,7 +116,7 @@ def test_mcts_baseline_for_games_without_perfect_play():
 
 
 @pytest.mark.learning
-def test_alphazero_connect_four_beats_random(tmp_path):
+def test_alphazero_connect_four_beats_random(tmp_path, learning_seed):
     """A smoke-sized AlphaZero run of the pgx:connect_four preset (its conv torso and
     outcome-bounded Q-values; 2 seeds vmapped, 16 iterations of 32 games x 32 moves, 16
     simulations): its networks, searching with 64 simulations, win >= 90% of 200 games
@@ -126,6 +126,7 @@ def test_alphazero_connect_four_beats_random(tmp_path):
         "alphazero",
         "pgx:connect_four",
         2,
+        seed=learning_seed,
         out=run,
         progress=False,
         num_envs=32,

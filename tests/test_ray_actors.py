@@ -361,7 +361,7 @@ KILL_TEST_THRESHOLD = 420
 
 
 @pytest.mark.learning
-def test_impala_with_two_ray_actors_gymnasium_cartpole_450(ray_session):
+def test_impala_with_two_ray_actors_gymnasium_cartpole_450(ray_session, learning_seed):
     """IMPALA (its defaults) with 2 Ray actor processes, synchronous, 2 seeds. Reach measured
     2026-12-02 at 500k steps, seeds 0 and 1: 500.0 and 500.0 (at 300k: 500.0 and 179.0, one
     seed unlearning again, as IMPALA on CartPole does under the threaded runner too)."""
@@ -371,6 +371,7 @@ def test_impala_with_two_ray_actors_gymnasium_cartpole_450(ray_session):
         "impala",
         "gymnasium:CartPole-v1",
         seeds=2,
+        seed=learning_seed,
         runner="sebulba",
         actors=RayActors(2),
         progress=False,
