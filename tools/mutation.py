@@ -87,6 +87,7 @@ from mutation_targets import AWAITING_FULL_RUN, FAST, SAMPLE, Target, targets
 REPO = Path(__file__).resolve().parent.parent
 EQUIVALENTS = Path(__file__).with_name("mutation_equivalents.txt")
 SNAPSHOT_ENV = "JRL_MUTATION_SNAPSHOT"
+COMMIT_ENV = "JRL_MUTATION_COMMIT"  # "count head" of the checkout, for the run in its copy
 """Set (to the copy's root) in the run that works in a private copy of the tree, and in its
 workers."""
 RETRY_FACTOR = 5
@@ -563,7 +564,10 @@ def slices(mutants: list[Mutant], size: int) -> list[list[Mutant]]:
 
 def this_commits_slice(k: int) -> tuple[int, str]:
     """The slice a default run checks, ``n mod k`` for the ``n``-th commit, and a note."""
-    count, head = _git("rev-list", "--count", "HEAD"), _git("rev-parse", "--short", "HEAD")
+    # the run in the private copy (no .git there) is told the checkout's commit by its parent
+    count, head = (os.environ.get(COMMIT_ENV, "").split() or [None, None])[:2]
+    if count is None:
+        count, head = _git("rev-list", "--count", "HEAD"), _git("rev-parse", "--short", "HEAD")
     if count is None or head is None:
         return 0, "not a git checkout: slice 0 (a fixed choice; --slice picks another)"
     n = int(count)
@@ -611,6 +615,9 @@ def in_a_copy(argv: list[str]) -> int:
             "PYTHONPATH": str(tree) + (os.pathsep + path if path else ""),
             "PYTHONDONTWRITEBYTECODE": "1",
         }
+        count, head = _git("rev-list", "--count", "HEAD"), _git("rev-parse", "--short", "HEAD")
+        if count is not None and head is not None:
+            env[COMMIT_ENV] = f"{count.strip()} {head.strip()}"
         print(f"mutation: working in a copy of the tree, {tree}", flush=True)
         cmd = [sys.executable, str(tree / "tools" / "mutation.py"), *argv]
         return subprocess.run(cmd, env=env).returncode
