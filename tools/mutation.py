@@ -87,9 +87,11 @@ from mutation_targets import AWAITING_FULL_RUN, FAST, SAMPLE, Target, targets
 REPO = Path(__file__).resolve().parent.parent
 EQUIVALENTS = Path(__file__).with_name("mutation_equivalents.txt")
 SNAPSHOT_ENV = "JRL_MUTATION_SNAPSHOT"
-COMMIT_ENV = "JRL_MUTATION_COMMIT"  # "count head" of the checkout, for the run in its copy
 """Set (to the copy's root) in the run that works in a private copy of the tree, and in its
 workers."""
+COMMIT_ENV = "JRL_MUTATION_COMMIT"
+"""``count head`` of the checkout's commit, given by the parent to the run in its copy (which
+has no .git) to choose the rotation's slice."""
 RETRY_FACTOR = 5
 """A timed-out mutant is run once more with this many times the limit."""
 MEMORY_LIMIT = 6 * 2**30
