@@ -6,6 +6,7 @@ tests compile once. The ``learn_reference`` fixture holds the NumPy/JAX referenc
 of one update that the agents' ``learn`` tests compare with.
 """
 
+import functools
 import importlib.metadata
 import math
 import os
@@ -45,7 +46,8 @@ jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
 _MISSING = re.compile(r"could not import '([\w.]+)'|needs ([\w.]+), not installed")
 
 
-def _requirement_closure(dist: str, extras: tuple[str, ...] = ()) -> set[str]:
+@functools.cache  # read once per session: it walks installed metadata
+def _requirement_closure(dist: str, extras: tuple[str, ...] = ()) -> frozenset[str]:
     """Normalised names of ``dist``'s requirements (with ``extras``), transitively, as far as
     they are installed; ``dist`` itself is not included."""
     from packaging.requirements import Requirement  # pytest's own dependency
@@ -67,17 +69,22 @@ def _requirement_closure(dist: str, extras: tuple[str, ...] = ()) -> set[str]:
             if key not in seen:
                 seen.add(key)
                 todo.append((req.name, tuple(req.extras)))
-    return seen
+    return frozenset(seen)
 
 
 def _normalise(name: str) -> str:
     return re.sub(r"[-_.]+", "-", name).lower()
 
 
+@functools.cache  # importlib scans every installed distribution for it
+def _packages_distributions() -> dict:
+    return importlib.metadata.packages_distributions()
+
+
 def _must_not_skip(module: str) -> str | None:
     """Why a skip for the missing ``module`` is a failure here, or None if it is a fair skip."""
     top = module.split(".")[0]
-    dists = importlib.metadata.packages_distributions().get(top, [top])
+    dists = _packages_distributions().get(top, [top])
     for dist in dists:
         try:
             importlib.metadata.distribution(dist)
