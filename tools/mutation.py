@@ -516,19 +516,11 @@ def worker(job_file: str) -> None:
 # --------------------------------------------------------------------------------- driver
 
 
-UNPROVED = "# NOT PROVED"
-"""The line of the equivalents file after which the entries are not proofs (kept until the
-code they name changes; every run names them)."""
-
-
-def read_equivalents(unproved_only: bool = False) -> dict[str, str]:
-    """The listed mutants and their reasons (those after the :data:`UNPROVED` line only, with
-    ``unproved_only``)."""
+def read_equivalents() -> dict[str, str]:
+    """The listed mutants and their reasons."""
     out = {}
-    unproved = False
     for n, line in enumerate(EQUIVALENTS.read_text().splitlines(), 1):
-        unproved = unproved or line.startswith(UNPROVED)
-        if not line.strip() or line.startswith("#") or (unproved_only and not unproved):
+        if not line.strip() or line.startswith("#"):
             continue
         ident, sep, reason = line.partition("  # ")
         if not sep or not reason.strip():
@@ -893,12 +885,6 @@ def main(argv=None) -> int:
         f"{counts['equivalent']} listed as equivalent; {listed} of the {len(mutants)} mutants "
         f"{'of these files ' if wanted else ''}are listed as equivalent; {elapsed:.0f} s"
     )
-    unproved = read_equivalents(unproved_only=True)
-    if unproved:
-        print(
-            f"mutation: {len(unproved)} listed mutants are not proved equivalent (after "
-            f"'{UNPROVED}' in {EQUIVALENTS.name}): their code should change"
-        )
     if stale and not (a.only or a.target):
         print(f"mutation: {EQUIVALENTS.name} lists mutants that no longer exist: {stale}")
         failed = True

@@ -82,7 +82,7 @@ def play_members(
 
         def body(carry, k):
             env_state, obs, alive, ret, length, moments = carry
-            action = es.member_action(genome, obs_stats, obs[None])[0]
+            (action,) = es.member_action(genome, obs_stats, obs[None])  # the batch of one
             env_state, ts = env.step(k, env_state, action, env_params)
             count, total, total_sq = moments
             obs = jnp.asarray(obs, jnp.float32)

@@ -239,7 +239,8 @@ def alphazero_targets(
     game ended within the rollout.
     """
     returns, complete = player_returns(player_rewards, done, gamma)
-    value = jnp.where(player == 0, returns[..., 0], returns[..., 1])
+    # the return of the player who moved (player is 0 or 1, returns' last axis the two players)
+    value = jnp.take_along_axis(returns, player[..., None], axis=-1).reshape(player.shape)
     return value, complete.astype(jnp.float32)
 
 

@@ -67,7 +67,7 @@ def game_recurrent_fn(env, env_params: PyTree, evaluate: Evaluate, gamma=1.0):
         )
         logits, value = evaluate(net_params, ts.observation)
         rewards = ts.info[PLAYER_REWARDS]
-        reward = jnp.where(mover == 0, rewards[:, 0], rewards[:, 1])
+        reward = jnp.take_along_axis(rewards, mover[:, None], axis=1).reshape(mover.shape)
         same = ts.info[CURRENT_PLAYER] == mover
         discount = jnp.where(ts.terminated, 0.0, jnp.where(same, 1.0, -1.0) * gamma)
         out = mctx.RecurrentFnOutput(

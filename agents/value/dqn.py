@@ -201,7 +201,7 @@ def td_loss(apply: Callable, head: Head, double_q: bool = True) -> Callable:
             batch.reward,
             batch.discount,
         )
-        q = head.q_values(taken[:, None])[:, 0]
+        q = head.q_values(taken[:, None]).reshape(batch.reward.shape)
         return jnp.mean(weights * per_item), (priority, q)
 
     return loss_fn

@@ -230,7 +230,7 @@ def make_pqn(network: networks.QNetwork, config: PQNConfig) -> Agent:
 
     def loss_fn(params, mb: _Samples):
         q = network.apply(params, mb.observation)
-        q_taken = jnp.take_along_axis(q, mb.action[:, None], axis=-1)[:, 0]
+        q_taken = jnp.take_along_axis(q, mb.action[:, None], axis=-1).reshape(mb.action.shape)
         return 0.5 * jnp.mean(jnp.square(q_taken - mb.target)), q_taken
 
     def sgd_step(state: PQNState, mb: _Samples, lr):

@@ -116,6 +116,9 @@ def player_returns(
         finished = d | finished
         return (g, finished), (g, finished)
 
-    init = (jnp.zeros_like(player_rewards[0]), jnp.zeros_like(done[0]))
+    init = (
+        jnp.zeros(player_rewards.shape[1:], player_rewards.dtype),
+        jnp.zeros(done.shape[1:], done.dtype),
+    )
     _, (returns, complete) = jax.lax.scan(back, init, (player_rewards, done), reverse=True)
     return returns, complete

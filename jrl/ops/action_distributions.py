@@ -73,7 +73,8 @@ class Categorical:
         x, log_p = jnp.asarray(x, jnp.int32), self.log_probs
         shape = jnp.broadcast_shapes(x.shape, log_p.shape[:-1])
         log_p = jnp.broadcast_to(log_p, shape + log_p.shape[-1:])
-        return jnp.take_along_axis(log_p, jnp.broadcast_to(x, shape)[..., None], axis=-1)[..., 0]
+        picked = jnp.take_along_axis(log_p, jnp.broadcast_to(x, shape)[..., None], axis=-1)
+        return picked.reshape(shape)
 
     def sample_and_log_prob(self, key: Array) -> tuple[Array, Array]:
         x = self.sample(key)
@@ -271,7 +272,8 @@ def masked_argmax(values: Array, mask: Array | None = None) -> Array:
 
 def masked_max(values: Array, mask: Array | None = None) -> Array:
     """``[...]`` largest of ``values [..., A]`` among the valid actions."""
-    return jnp.take_along_axis(values, masked_argmax(values, mask)[..., None], axis=-1)[..., 0]
+    best = masked_argmax(values, mask)
+    return jnp.take_along_axis(values, best[..., None], axis=-1).reshape(best.shape)
 
 
 def epsilon_greedy(keys: Array, values: Array, epsilon: Array, mask: Array | None = None) -> Array:

@@ -111,7 +111,9 @@ def gae_advantages(
         adv_t = delta_t + gamma * lambda_ * not_done_t * adv_tp1
         return adv_t, adv_t
 
-    _, advantages = jax.lax.scan(body, jnp.zeros_like(deltas[0]), (deltas, not_done), reverse=True)
+    _, advantages = jax.lax.scan(
+        body, jnp.zeros(deltas.shape[1:], deltas.dtype), (deltas, not_done), reverse=True
+    )
     return advantages, advantages + values
 
 
@@ -245,7 +247,9 @@ def vtrace(
         acc_t = delta_t + gamma * c_t * not_done_t * acc_tp1
         return acc_t, acc_t
 
-    _, acc = jax.lax.scan(body, jnp.zeros_like(deltas[0]), (deltas, cs, not_done), reverse=True)
+    _, acc = jax.lax.scan(
+        body, jnp.zeros(deltas.shape[1:], deltas.dtype), (deltas, cs, not_done), reverse=True
+    )
     vs = values + acc
     vs_tp1 = jnp.concatenate([vs[1:], bootstrap_values[-1:]])
     next_values = jnp.where(not_done > 0, vs_tp1, bootstrap_values)

@@ -168,13 +168,16 @@ def trajectory_nsteps(batch: Transition, gamma: float | Array, n: int) -> NStepT
     g = jnp.asarray(gamma, jnp.float32)
     steps = jnp.arange(T)[:, None] + jnp.arange(n)[None, :]  # [T, n] step s + k
     inside = steps < T
-    at = jnp.minimum(steps, T - 1)
-    ended = batch.terminated[at].astype(bool) | batch.truncated[at].astype(bool)  # [T, n, N]
+
+    def rows(x):  # x[s + k] [T, n, ...]; past the end the last row, masked out by `inside`
+        return jnp.take(x, steps, axis=0, mode="clip")
+
+    ended = rows(batch.terminated).astype(bool) | rows(batch.truncated).astype(bool)  # [T, n, N]
     ended = (ended & inside[..., None]).astype(jnp.int32)
     included = inside[..., None] & ((jnp.cumsum(ended, axis=1) - ended) == 0)
     m = included.sum(axis=1).astype(jnp.int32)  # [T, N] in 1..n
     powers = g ** jnp.arange(n + 1, dtype=jnp.float32)
-    reward = (powers[None, :n, None] * batch.reward[at] * included).sum(axis=1)
+    reward = (powers[None, :n, None] * rows(batch.reward) * included).sum(axis=1)
     last = jnp.arange(T)[:, None] + m - 1  # [T, N] step s + m - 1
     envs = jnp.arange(m.shape[1])[None, :]
     term_last = batch.terminated[last, envs].astype(bool)
