@@ -43,8 +43,9 @@ def build(**overrides):
     return env, config, jrl.agents.get("apex").build(config, env, params)
 
 
-def run(built, env, config, iterations, options, seeds=1, **kwargs):
-    keys = jax.vmap(jax.random.key)(np.arange(seeds))
+def run(built, env, config, iterations, options, seeds=1, first_seed=0, **kwargs):
+    """``sebulba.run`` of ``seeds`` runs, seeds ``first_seed, first_seed + 1, ...``."""
+    keys = jax.vmap(jax.random.key)(np.arange(first_seed, first_seed + seeds))
     return sebulba.run(
         built.agent,
         env,
@@ -367,7 +368,7 @@ def test_two_learner_devices_exit_2_before_any_run_folder(tmp_path):
 
 
 @pytest.mark.learning
-def test_apex_with_two_ray_actors_learns_cartpole(ray_session):
+def test_apex_with_two_ray_actors_learns_cartpole(ray_session, learning_seed):
     """Ape-X (its CartPole preset, 1e5 env steps) with 2 Ray actor processes, synchronous,
     seeds 0 and 1; the greedy policy's return over 10 episodes per seed. Reach measured
     2026-12-02: this test 463.1 and 442.3 (mean 452.7); threads (which a synchronous Ray run
@@ -379,7 +380,10 @@ def test_apex_with_two_ray_actors_learns_cartpole(ray_session):
     config = experiment.make_config("apex", "CartPole-v1")
     built = jrl.agents.get("apex").build(config, env, params)
     options = sebulba.SebulbaOptions(actors="ray:2")
-    result = run(built, env, config, config.num_iterations, options, seeds=2, num_reports=4)
+    result = run(
+        built, env, config, config.num_iterations, options, seeds=2,
+        first_seed=learning_seed, num_reports=4,
+    )  # fmt: skip
     assert result.iterations == config.num_iterations
     assert (result.metrics["ray/actor_restarts"] == 0).all()
     # the greedy policy's return: the training return is dominated by the episodes of the

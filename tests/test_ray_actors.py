@@ -37,8 +37,9 @@ def build(agent="ppo", **overrides):
     return env, config, jrl.agents.get(agent).build(config, env, params)
 
 
-def run(built, env, config, iterations, options, seeds=1, **kwargs):
-    keys = jax.vmap(jax.random.key)(np.arange(seeds))
+def run(built, env, config, iterations, options, seeds=1, first_seed=0, **kwargs):
+    """``sebulba.run`` of ``seeds`` runs, seeds ``first_seed, first_seed + 1, ...``."""
+    keys = jax.vmap(jax.random.key)(np.arange(first_seed, first_seed + seeds))
     return sebulba.run(
         built.agent,
         env,
@@ -317,7 +318,7 @@ def test_a_lost_learner_takes_its_actors_and_its_local_ray_with_it(tmp_path, ray
 
 
 @pytest.mark.learning
-def test_a_killed_actor_process_is_restarted_and_the_run_learns(ray_session, capfd):
+def test_a_killed_actor_process_is_restarted_and_the_run_learns(ray_session, capfd, learning_seed):
     """kill -9 of one Ray actor after the first chunk: the runner replaces it (a line on
     stderr, ``ray/actor_restarts``), the run finishes and PPO still learns CartPole (bfloat16
     on the wire). Reach measured 2026-12-02 at 150k steps with the kill, seeds 0 and 1: 500.0
@@ -340,8 +341,8 @@ def test_a_killed_actor_process_is_restarted_and_the_run_learns(ray_session, cap
     iterations = KILL_TEST_STEPS // (8 * 64)
     options = sebulba.SebulbaOptions(actors="ray:2", transfer="bfloat16")
     result = run(
-        built, env, config, iterations, options, seeds=2, num_reports=4,
-        hooks=RunHooks(on_chunk=kill_one),
+        built, env, config, iterations, options, seeds=2, first_seed=learning_seed,
+        num_reports=4, hooks=RunHooks(on_chunk=kill_one),
     )  # fmt: skip
     assert killed and result.iterations == iterations
     err = capfd.readouterr().err
