@@ -63,7 +63,7 @@ def _tree_layout(capacity: int) -> tuple[int, tuple[int, ...], tuple[int, ...]]:
 def _sum_children(rows: Array) -> Array:
     """``[..., K] -> [...]``: the sum of ``K`` siblings, pairwise (``(c0 + c1) + (c2 + c3)``,
     ...). Every parent, climbed or densely rebuilt, is this same sum of the same floats."""
-    while rows.shape[-1] > 1:
+    for _ in range(rows.shape[-1].bit_length() - 1):  # K = 2^levels siblings
         rows = rows[..., 0::2] + rows[..., 1::2]
     return rows[..., 0]
 
