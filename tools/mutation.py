@@ -36,9 +36,9 @@ a target's tests fail without any mutant.
 Listed mutants are not run. An entry of the equivalents file says why the mutant cannot
 change behaviour, for every input the code accepts and on every backend: a mutant that is
 equivalent only in distribution, only on one backend, or only because JAX clamps an
-out-of-range index is not equivalent and needs a test instead. Entries after the line ``# NOT
-PROVED`` in that file are such mutants that no test can kill until the code they name changes
-(e.g. an index into a length-1 axis that JAX clamps); every run counts them.
+out-of-range index is not equivalent and needs a test instead (where no test can tell, e.g.
+an index into a length-1 axis that JAX clamps, the code changes so that it does not read past
+the end).
 
 **Rotation.** The candidates (every mutant not listed as equivalent) are split into K =
 ceil(candidates / ``--sample``) slices of equal size, each holding every target file's share
