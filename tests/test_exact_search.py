@@ -115,3 +115,66 @@ def test_search_from_a_game_state_masks_with_the_observations_action_mask():
     np.testing.assert_allclose(np.asarray(policy).sum(-1), 1.0, rtol=1e-5)
     with pytest.raises(ValueError, match="search must be one of"):
         search("alphabeta", bandit, evaluate, None, keys, jnp.zeros((2, 1)), obs, 4)
+
+
+def test_gumbel_root_value_is_the_mean_of_value_and_one_visit_per_legal_move():
+    """Gumbel with 3 legal moves, 3 considered and 3 simulations: sequential halving's first
+    phase visits each considered move once, so the root's value is the mean of its own value
+    0.3 and the rewards 0.2, 1.0 and 0.5: (0.3 + 0.2 + 1.0 + 0.5) / 4 = 0.5 (a child's value
+    is 0: every move ends the game)."""
+    keys, prior, value, emb, legal = roots(jnp.array([0.5, 0.0, 0.3, 0.0]), LEGAL)
+    for greedy in (True, False):
+        _, _, root_value = search_from_roots(
+            "gumbel",
+            bandit,
+            None,
+            keys,
+            prior,
+            value,
+            emb,
+            legal,
+            3,
+            greedy=greedy,
+            max_num_considered_actions=3,
+        )
+        np.testing.assert_allclose(root_value, [0.5, 0.5], rtol=1e-6)
+
+
+def test_gumbel_noise_has_scale_one_the_gumbel_max_trick():
+    """Non-greedy Gumbel, 2 legal moves with prior logits ln 3 and 0, equal rewards and 2
+    simulations (each move visited once, equal Q-values): the action is the argmax of
+    logit + Gumbel noise, i.e. a draw from softmax(logits) by the Gumbel-max trick, so move 0
+    comes with probability 3 / (3 + 1) = 0.75 (noise of scale 2 would give softmax(logits / 2):
+    sqrt 3 / (sqrt 3 + 1) = 0.634). Over 4000 roots the frequency's standard deviation is
+    sqrt(0.75 * 0.25 / 4000) = 0.007: the tolerance 0.03 is over 4 of them, 0.116 is 17."""
+
+    def zero_reward(params, key, action, embedding):
+        b = action.shape[0]
+        out = mctx.RecurrentFnOutput(
+            reward=jnp.zeros((b,)),
+            discount=jnp.zeros((b,)),
+            prior_logits=jnp.zeros((b, 4)),
+            value=jnp.zeros((b,)),
+        )
+        return out, embedding
+
+    legal = jnp.array([True, True, False, False])
+    keys, prior, value, emb, legal = roots(jnp.array([np.log(3.0), 0.0, 0.0, 0.0]), legal, b=4000)
+    keys = jax.random.split(jax.random.key(11), 4000)
+    action, _, _ = jax.jit(
+        lambda k: search_from_roots(
+            "gumbel",
+            zero_reward,
+            None,
+            k,
+            prior,
+            value,
+            emb,
+            legal,
+            2,
+            max_num_considered_actions=2,
+        )
+    )(keys)
+    action = np.asarray(action)
+    assert set(action.tolist()) == {0, 1}
+    assert abs((action == 0).mean() - 0.75) < 0.03, (action == 0).mean()

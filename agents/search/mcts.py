@@ -244,7 +244,7 @@ def _one_search(
             gumbel_scale=0.0 if greedy else 1.0,
             qtransform=q_transform("gumbel", value_scale, q_bounds),
         )
-        return out.action[0], out.action_weights[0], out.search_tree.node_values[0, 0]
+        return _unbatched(out)
     out = mctx.muzero_policy(
         *args,
         invalid_actions=~legal[None],
@@ -252,11 +252,18 @@ def _one_search(
         dirichlet_alpha=dirichlet_alpha,
         qtransform=q_transform("puct", value_scale, q_bounds),
     )
-    weights = out.action_weights[0]
-    value = out.search_tree.node_values[0, 0]
+    action, weights, value = _unbatched(out)
     if greedy:
         return jnp.argmax(jnp.where(legal, weights, -1.0)).astype(jnp.int32), weights, value
-    return out.action[0], weights, value
+    return action, weights, value
+
+
+def _unbatched(out):
+    """``(action [], action weights [A], root value [])`` of a batch-of-one search's
+    output (unpacked: a batch of any other size is an error, not a silently clamped index)."""
+    (action,), (weights,) = out.action, out.action_weights
+    (value,) = out.search_tree.summary().value  # node_values[:, ROOT_INDEX]
+    return action, weights, value
 
 
 def search_from_roots(
@@ -299,7 +306,7 @@ def search_from_roots(
     def one(key, logits, v, emb, ok):
         add = lambda x: x[None]
         root = mctx.RootFnOutput(
-            prior_logits=add(jnp.where(ok, logits, -1e9)),
+            prior_logits=add(jnp.where(ok, logits, jnp.finfo(logits.dtype).min)),
             value=add(v),
             embedding=jax.tree.map(add, emb),
         )
