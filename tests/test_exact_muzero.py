@@ -8,10 +8,12 @@ from types import SimpleNamespace
 
 import jax
 import jax.numpy as jnp
+import mctx
 import numpy as np
 import pytest
 
 from jrl.agents.search import muzero
+from jrl.core import spaces
 
 K, N, L, B, D = 2, 2, 6, 2, 3  # unroll steps, td steps, sequence length, batch, latent size
 
@@ -113,3 +115,191 @@ def test_each_dynamics_step_halves_the_gradient_into_the_latent_before_it():
     np.testing.assert_allclose(
         jax.grad(lambda x: muzero._scale_gradient(x * x, 0.25))(jnp.float32(3.0)), 1.5
     )
+
+
+S = 2  # the stand-in model's support: 2S + 1 = 5 atoms
+
+
+class _DynamicsNet:
+    """A stand-in for the search model: ``g(s, a) = (s + a, reward logits (s + a) * ramp)``,
+    ``f(s) = (logits 2 s, value logits s * ramp)``."""
+
+    @staticmethod
+    def apply(params, *args, method):
+        return method(params, *args)
+
+    @staticmethod
+    def dynamics(params, latent, action):
+        new = latent + action[:, None].astype(jnp.float32)
+        return new, new[:, :1] * jnp.arange(2 * S + 1, dtype=jnp.float32)
+
+    @staticmethod
+    def predict(params, latent):
+        return 2.0 * latent, latent[:, :1] * jnp.arange(2 * S + 1, dtype=jnp.float32)
+
+    @staticmethod
+    def represent(params, obs):
+        return obs
+
+
+@pytest.mark.parametrize("sign", [1.0, -1.0])
+def test_search_model_discount_is_sign_times_gamma(sign):
+    """The search's recurrent function: the latent after the move, f's policy logits, g's
+    reward and f's value as scalars, and the discount sign * gamma (gamma = 0.5: -0.5 in a
+    two-player game, where the next node is the other player's)."""
+    config = SimpleNamespace(support_size=S, gamma=0.5)
+    _, _, recurrent_fn = muzero._model(_DynamicsNet(), config, sign)
+    latent = jnp.array([[0.5, 1.0, -1.0], [0.0, 0.25, 2.0]])
+    action = jnp.array([2, 0], jnp.int32)
+    out, new = recurrent_fn(None, jax.random.key(0), action, latent)
+    moved = np.asarray(latent) + np.array([[2.0], [0.0]])
+    np.testing.assert_array_equal(new, moved)
+    np.testing.assert_array_equal(out.discount, [sign * 0.5, sign * 0.5])
+    np.testing.assert_array_equal(out.prior_logits, 2 * moved)
+    ramp = np.arange(2 * S + 1, dtype=np.float32)
+    scalar = muzero.two_hot_to_scalar(jnp.asarray(moved[:, :1] * ramp), S)
+    np.testing.assert_array_equal(out.reward, scalar)
+    np.testing.assert_array_equal(out.value, scalar)
+
+
+def _win_with_move_2(params, key, action, latent):
+    """Every move ends the episode (discount 0); move 2 is worth 1, the others 0."""
+    out = mctx.RecurrentFnOutput(
+        reward=jnp.where(action == 2, 1.0, 0.0),
+        discount=jnp.zeros(action.shape),
+        prior_logits=jnp.zeros((action.shape[0], 3)),
+        value=jnp.zeros(action.shape),
+    )
+    return out, latent
+
+
+def _runner(considered):
+    config = SimpleNamespace(
+        search="gumbel",
+        num_simulations=8,
+        dirichlet_alpha=0.3,
+        dirichlet_fraction=0.25,
+        max_num_considered_actions=considered,
+        value_scale=0.1,
+        q_bounds=(),
+    )
+
+    def predict(params, latent):  # the prior ranks the moves 0, 1, 2 (logits 2, 1, 0)
+        return jnp.tile(jnp.array([2.0, 1.0, 0.0]), (latent.shape[0], 1)), jnp.zeros(
+            latent.shape[0]
+        )
+
+    run_search = muzero._search_runner(config, lambda p, x: x, predict, _win_with_move_2, 3)
+    return jax.jit(run_search, static_argnums=3)  # one compiled search, not op by op
+
+
+def test_search_from_the_observations_legal_moves_and_the_considered_cap():
+    """A greedy Gumbel search of 2 roots over 3 moves ranked 0, 1, 2 by the prior, move 2
+    the only one worth anything. Without an action mask every move is legal: considering
+    only the prior's best move (max_num_considered_actions = 1) it plays move 0. Considering
+    all 3, with a mask that forbids move 2 at root 0, root 0 plays move 0
+    (its improved policy gives move 2 nothing) and root 1 finds move 2."""
+    x = jnp.zeros((2, 4))
+    key = jax.random.key(0)
+    action, policy, _ = _runner(1)(None, x, key, True)
+    np.testing.assert_array_equal(action, [0, 0])
+    obs = {"observation": x, "action_mask": jnp.array([[True, True, False], [True] * 3])}
+    action, policy, _ = _runner(3)(None, obs, key, True)
+    np.testing.assert_array_equal(action, [0, 2])
+    assert policy[0, 2] == 0.0 and policy[1, 2] > 0.5
+
+
+def _linear_agent(total_steps, updates_per_iteration):
+    """The agent over stand-ins: a model whose policy logits are ``w * (1, 0, 0)`` at every
+    unroll step, with a policy target (1, -1, 0) that sums to 0, so that the loss is ``-w``
+    plus terms free of w: its gradient is -1 at every step, Adam's step is then ``lr_t / (1 +
+    eps)`` (m = g, v = g^2 after bias correction, up to ~2e-5 from float32's 1 - 0.999;
+    eps = 1e-5), and the steps give the learning rates (to rtol 1e-4). The unroll records the
+    sequences it is given."""
+    config = muzero.MuZeroConfig(
+        anneal_lr=True,
+        learning_rate=0.01,
+        max_grad_norm=10.0,
+        num_envs=1,
+        steps_per_iteration=1,
+        updates_per_iteration=updates_per_iteration,
+        total_steps=total_steps,
+        support_size=S,
+    )
+    seen = []
+
+    def unroll(params, seq):
+        seen.append(seq)
+        Kp1, B = 3, seq["reward"].shape[1]
+        logits = params["w"] * jnp.broadcast_to(jnp.array([1.0, 0.0, 0.0]), (Kp1, B, 3))
+        zeros = jnp.zeros((Kp1, B, 2 * S + 1))
+        return muzero.Unrolled(
+            logits,
+            zeros,
+            zeros[1:],
+            jnp.broadcast_to(jnp.array([1.0, -1.0, 0.0]), (Kp1, B, 3)),
+            jnp.zeros((Kp1, B)),
+            jnp.zeros((Kp1 - 1, B)),
+            jnp.ones((Kp1, B)),
+        )
+
+    network = SimpleNamespace(init=lambda key, x, a: {"w": jnp.float32(0.0)})
+    space = spaces.Box(-1.0, 1.0, (2,))
+    agent = muzero._muzero_agent(network, config, space, None, unroll)
+    return agent, config, seen
+
+
+def test_learn_steps_on_time_major_sequences_with_the_annealed_learning_rate():
+    """Replayed items ``[B = 2, L = 3]`` reach the model as ``[L, B]``. A run of 1 iteration
+    x 2 updates: the first takes learning rate 0.01, the second 0.01 * (1 - 1 / 2); with 1
+    update in the run, a second update takes 0."""
+    eps = 1e-5
+    reward = jnp.arange(6, dtype=jnp.float32).reshape(2, 3)
+    sample = SimpleNamespace(items={"reward": reward})
+    agent, config, seen = _linear_agent(total_steps=1, updates_per_iteration=2)
+    assert config.num_iterations == 1
+    state = agent.init(jax.random.key(0), None)
+    state, metrics, _ = agent.learn(state, sample, None)
+    np.testing.assert_array_equal(seen[0]["reward"], np.asarray(reward).T)
+    np.testing.assert_allclose(state.params["w"], 0.01 / (1 + eps), rtol=1e-4)
+    np.testing.assert_allclose(metrics["train/policy_loss"], 0.0, atol=1e-7)  # -w at w = 0
+    state, _, _ = agent.learn(state, sample, None)
+    assert int(state.updates) == 2
+    np.testing.assert_allclose(state.params["w"], 0.015 / (1 + eps), rtol=1e-4)
+
+    agent, _, _ = _linear_agent(total_steps=1, updates_per_iteration=1)
+    state, _, _ = agent.learn(agent.init(jax.random.key(0), None), sample, None)
+    after, _, _ = agent.learn(state, sample, None)
+    assert int(state.updates) == 1 and float(after.params["w"]) == float(state.params["w"])
+
+
+def test_act_explores_and_policy_plays_the_noise_free_searchs_move():
+    """``act`` searches with noise and keeps the policy and root value for the replay;
+    ``policy`` searches without noise and plays its move."""
+    calls = []
+
+    def run_search(params, obs, key, greedy):
+        calls.append(greedy)
+        return jnp.array([1]), jnp.array([[0.25, 0.75]]), jnp.array([0.5])
+
+    config = muzero.MuZeroConfig(support_size=S)
+    agent = muzero._muzero_agent(None, config, None, run_search, None)
+    action, extras = agent.act(SimpleNamespace(params=None), None, None)
+    np.testing.assert_array_equal(action, [1])
+    np.testing.assert_array_equal(extras["policy"], [[0.25, 0.75]])
+    np.testing.assert_array_equal(extras["root_value"], [0.5])
+    np.testing.assert_array_equal(agent.policy(None, None, None), [1])
+    assert calls == [False, True]
+
+
+def test_init_gives_the_network_a_batch_of_one_observation_and_one_action():
+    """The real network is initialised on one zero observation and one action: its
+    dynamics concatenates the two, so their batches must agree."""
+    from jrl.parts import networks
+
+    network = networks.MuZeroNetwork(3, (8,), 4, S, "relu", 1)
+    config = muzero.MuZeroConfig(support_size=S)
+    agent = muzero._muzero_agent(network, config, spaces.Box(-1.0, 1.0, (2,)), None, None)
+    state = agent.init(jax.random.key(0), None)
+    sizes = jax.tree.map(lambda x: x.shape, state.params)
+    assert int(state.updates) == 0 and jax.tree.leaves(sizes)

@@ -399,8 +399,10 @@ def _self_play_move(env, env_params, config, local, run_search, reset):
     def move(agent_state, carry, key):
         env_state, obs, moves, starter = carry
         keys = parallel.local_keys(key, local)
-        splits = jax.vmap(lambda k: jax.random.split(k, 5))(keys)  # [N, 5]
-        k_search, k_sample, k_random, k_step, k_reset = (splits[:, i] for i in range(5))
+        # [N] keys each; unpacked, so that a count of keys other than five fails
+        k_search, k_sample, k_random, k_step, k_reset = jax.vmap(
+            lambda k: tuple(jax.random.split(k, 5))
+        )(keys)
         _, policy = run_search(agent_state.params, k_search, env_state, obs, False)
         mask = obs[ACTION_MASK]
         sampled = jax.vmap(jax.random.categorical)(
@@ -408,7 +410,9 @@ def _self_play_move(env, env_params, config, local, run_search, reset):
         )
         greedy = masked_argmax(policy, mask)
         action = jnp.where(moves < config.temperature_moves, sampled, greedy)
-        uniform = jax.vmap(jax.random.categorical)(k_random, jnp.where(mask, 0.0, -jnp.inf))
+        # logits log(1) = 0 on the legal moves and log(0) = -inf on the others: no constant
+        # whose change (e.g. 0 -> 1) would move the draw only by rounding
+        uniform = jax.vmap(jax.random.categorical)(k_random, jnp.log(mask.astype(jnp.float32)))
         action = jnp.where(moves < config.random_opening_moves, uniform, action).astype(jnp.int32)
         mover = jax.vmap(env.current_player)(env_state)
         new_state, ts = jax.vmap(env.step, in_axes=(0, 0, 0, None))(
