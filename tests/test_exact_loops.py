@@ -10,8 +10,9 @@ from flax import struct
 
 from jrl import envs
 from jrl.core.wrappers import wrap_for_training
-from jrl.parts.agent import Agent, Learned
-from jrl.parts.buffers import uniform_buffer
+from jrl.core.multi_agent_env import agent_names, wrap_agents_for_training
+from jrl.parts.agent import Agent, Learned, Recurrent
+from jrl.parts.buffers import prioritized_buffer, uniform_buffer
 from jrl.run import loops
 
 
@@ -133,3 +134,81 @@ def test_counters_count_every_device_and_stay_integers():
     assert int(first.env_steps) == 4 and first.env_steps.dtype == jnp.int32
     state, _ = run(algorithm, 1)
     assert int(state.env_steps) == 16 and state.env_steps.dtype == jnp.int32
+
+
+def test_first_state_by_kind_of_agent_and_env():
+    """``init``'s state: a plain ``OnPolicyState`` for a memoryless agent on a single-agent
+    env (no per-agent returns), ``TeamOnPolicyState`` on a team env, with each of its 2
+    agents' latest return NO_EPISODE (NaN, none finished yet), ``RecurrentOnPolicyState``
+    for an agent with memory, every env at ``initial_state``."""
+    env, params = probe(2, 4)
+    state = loops.on_policy(stub_agent(False), env, 3, params).init(jax.random.key(0))
+    assert type(state) is loops.OnPolicyState
+    team, team_params = envs.make("Coordination-v0")
+    names = agent_names(team)
+    assert len(names) == 2
+    team = wrap_agents_for_training(team, 2)
+    state = loops.on_policy(stub_agent(False), team, 3, team_params).init(jax.random.key(0))
+    assert type(state) is loops.TeamOnPolicyState
+    assert state.last_agent_returns.shape == (2,) and np.all(np.isnan(state.last_agent_returns))
+    state = loops.on_policy(counting_agent(), env, 3, params).init(jax.random.key(0))
+    assert type(state) is loops.RecurrentOnPolicyState
+    np.testing.assert_array_equal(state.acting_state, [7.0, 7.0])
+
+
+def counting_agent() -> Agent:
+    """The stub with memory: its acting state counts the steps since the episode began,
+    starting from 7 (``initial_state``) so that a reset is not a zero."""
+    base = stub_agent(False)
+
+    def act(agent_state, acting_state, obs, key):
+        return jnp.zeros(obs.shape[:1], jnp.int32), {}, acting_state + 1.0
+
+    recurrent = Recurrent(lambda n: jnp.full((n,), 7.0), act)
+    return base._replace(recurrent=recurrent)
+
+
+def test_a_recurrent_agents_acting_state_carries_across_iterations():
+    """2 envs, 3 steps an iteration, episodes of 4 steps, the acting state 7 + steps since
+    the episode began (reset to 7 where an episode ends): after 3 steps 10, after 6 (an
+    episode ended at 4) 7 + 2 = 9, after 9 (ended at 8) 7 + 1 = 8."""
+    env, params = probe(2, 4)
+    algorithm = loops.on_policy(counting_agent(), env, 3, params)
+    state = algorithm.init(jax.random.key(0))
+    step = jax.jit(algorithm.step)
+    seen = []
+    for _ in range(3):
+        state, _ = step(state)
+        seen.append(np.asarray(state.acting_state).tolist())
+    assert seen == [[10.0, 10.0], [9.0, 9.0], [8.0, 8.0]]
+    assert int(state.agent_state.learns) == 3 and float(state.agent_state.rewards) == 18.0
+
+
+def test_replay_updates_write_the_learned_priorities_back():
+    """A prioritised buffer (alpha 1, eps 0) of 4 items, each entering at priority 1; learn
+    returns priority index + 1 for each sampled item (and keeps the sampled indices as its
+    state), so after one update every sampled slot i holds i + 1 in the sum tree (leaf i at
+    i), the others still 1, and the largest priority seen is the largest written. A learner
+    that returns no priorities leaves the buffer as it is."""
+    buffer = prioritized_buffer(4, alpha=1.0, beta=0.0, eps=0.0)
+    buffer_state = buffer.add(buffer.init(jnp.zeros(())), jnp.arange(4.0))
+
+    def agent(with_priorities):
+        def learn(state, sample, key):
+            p = sample.indices.astype(jnp.float32) + 1.0 if with_priorities else None
+            return Learned(sample.indices.astype(jnp.int32), {"n": jnp.float32(1)}, p)
+
+        return Agent(None, None, learn)
+
+    start = jnp.zeros((4,), jnp.int32)
+    updates = loops.ReplayUpdates(agent(True), buffer, 1, 4, None)
+    indices, new_buffer, _ = updates.learn_phase(start, buffer_state, jax.random.key(2))
+    indices = np.asarray(indices)
+    want = np.ones(4, np.float32)
+    want[indices] = indices + 1
+    np.testing.assert_array_equal(np.asarray(new_buffer.tree)[:4], want)
+    assert float(new_buffer.max_priority) == indices.max() + 1
+    updates = loops.ReplayUpdates(agent(False), buffer, 1, 4, None)
+    _, same, _ = updates.learn_phase(start, buffer_state, jax.random.key(2))
+    np.testing.assert_array_equal(same.tree, buffer_state.tree)
+    assert float(same.max_priority) == 1.0
