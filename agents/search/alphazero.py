@@ -428,7 +428,10 @@ def _self_play_move(env, env_params, config, local, run_search, reset):
             player=mover,
             rewards=rewards,
             done=done,
-            first_outcome=jnp.take_along_axis(rewards, starter[:, None], axis=1)[:, 0],
+            # reshaped, not indexed: an index past the size-1 axis would be clamped unnoticed
+            first_outcome=jnp.take_along_axis(rewards, starter[:, None], axis=1).reshape(
+                starter.shape
+            ),
             length=moves + 1,
         )
         carry = (
