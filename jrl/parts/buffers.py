@@ -224,6 +224,11 @@ def _leading_size(storage: PyTree, items: PyTree, extra_dims: int, what: str) ->
     return sizes.pop()
 
 
+_ROW_LIMIT = 2**30
+"""Capacities (rows) must lie below this: ``position + arange(B)`` and ``size + B``, each term
+below the capacity, are int32 (so the rows written are ``B <= capacity`` distinct ones)."""
+
+
 def _write(storage: PyTree, items: PyTree, rows: Array) -> PyTree:
     return jax.tree.map(
         lambda s, x: s.at[rows].set(jnp.asarray(x).astype(s.dtype), unique_indices=True),
@@ -236,6 +241,11 @@ def _add_rows(state, items: PyTree, capacity: int, what: str):
     """Write ``items`` (``[B, ...]``, ``B <= capacity``) at rows ``(position +
     arange(B)) % capacity``; returns ``(state, rows)``."""
     b = _leading_size(state.storage, items, 1, what)
+    if capacity >= _ROW_LIMIT:
+        raise ValueError(
+            f"{what}: a capacity of {capacity} rows is not below 2**30; rows are int32 and "
+            "position + B (both below the capacity) must not overflow"
+        )
     if b > capacity:
         raise ValueError(
             f"{what}: cannot add {b} items at once to a buffer of capacity "
