@@ -6,9 +6,15 @@ learning-starts gate at its boundary, updates, and what ``learn`` is handed, all
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pytest
 from flax import struct
 
 from jrl import envs
+from jrl.agents.multi_agent import ippo
+from jrl.agents.multi_agent.ippo import IPPOConfig
+from jrl.core import spaces
+from jrl.core.wrappers import TimeLimit
+from jrl.envs.coordination import TeamTruncationProbe
 from jrl.core.wrappers import wrap_for_training
 from jrl.core.multi_agent_env import agent_names, wrap_agents_for_training
 from jrl.parts.agent import Agent, Learned, Recurrent
@@ -212,3 +218,47 @@ def test_replay_updates_write_the_learned_priorities_back():
     _, same, _ = updates.learn_phase(start, buffer_state, jax.random.key(2))
     np.testing.assert_array_equal(same.tree, buffer_state.tree)
     assert float(same.max_priority) == 1.0
+
+
+class BoxTeam(TeamTruncationProbe):
+    """Two agents, each observing float32[2, 3] (a rank-2 observation: t / horizon
+    everywhere) and acting in Box(-1, 1, (2,)); each agent is paid its action's first
+    component, so the reward shows the action the env was handed."""
+
+    id = "BoxTeam-v0"
+
+    def _obs(self, time, params):
+        return jnp.full((self.num_agents, 2, 3), time / params.horizon, jnp.float32)
+
+    def step_env(self, key, state, action, params):
+        time = state + 1
+        a = self.num_agents
+        return time, self._obs(time, params), action[:, 0], jnp.zeros(a, bool), {}
+
+    def agent_observation_space(self, params=None):
+        return spaces.Box(0.0, 1.0, (2, 3), jnp.float32)
+
+    def agent_action_space(self, params=None):
+        return spaces.Box(-1.0, 1.0, (2,), jnp.float32)
+
+
+@pytest.mark.parametrize("continuous", ["normal", "tanh_normal"])
+def test_team_builder_clips_normal_actions_and_reads_rank_two_observations(continuous):
+    """build_multi_agent on a team env with rank-2 agent observations and Box actions: the
+    network flattens each agent's [2, 3] observation (obs_ndim 2: one value and one 2-D
+    action per agent), and with the (unbounded) normal policy the env clips actions to the
+    Box: action 5 pays 1; the tanh-normal policy's actions are in bounds already, so nothing
+    clips (5 pays 5)."""
+    env = TimeLimit(BoxTeam(), 20)
+    params = env.unwrapped.default_params
+    config = IPPOConfig(num_envs=2, num_steps=2, num_minibatches=1, continuous=continuous)
+    built = ippo.build(config, env, params)
+    assert built.network.obs_ndim == 2
+    obs = jnp.zeros((2, 2, 2, 3))  # [envs, agents, 2, 3]
+    dist, value = built.network.apply(
+        built.network.init(jax.random.key(0), {"observation": obs}), {"observation": obs}
+    )
+    assert value.shape == (2, 2) and dist.mode().shape == (2, 2, 2)
+    env_state, _ = built.env.reset(jax.random.key(1), params)
+    _, ts = built.env.step(jax.random.key(2), env_state, jnp.full((2, 2, 2), 5.0), params)
+    np.testing.assert_array_equal(ts.reward, 1.0 if continuous == "normal" else 5.0)
