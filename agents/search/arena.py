@@ -35,13 +35,18 @@ __all__ = [
 Player = Callable[[PyTree, PyTree, PRNGKey], jax.Array]
 
 
+def _uniform_among(key: PRNGKey, allowed: jax.Array) -> jax.Array:
+    """int32[...]: a move drawn uniformly among the allowed ones (``allowed`` bool [..., A]),
+    a categorical over the logits log 1 = 0 (allowed) and log 0 = -inf."""
+    return jax.random.categorical(key, jnp.log(allowed.astype(jnp.float32))).astype(jnp.int32)
+
+
 def random_player(env) -> Player:
     """Uniform over the legal moves."""
 
     def play(state, obs, key):
         _, mask = split_action_mask(obs)
-        logits = jnp.where(mask, 0.0, -jnp.inf)
-        return jax.random.categorical(key, logits, axis=-1).astype(jnp.int32)
+        return _uniform_among(key, mask)
 
     return play
 
@@ -49,12 +54,12 @@ def random_player(env) -> Player:
 def perfect_player(env) -> Player:
     """A best move by exact minimax (``env.perfect_play``), uniformly among the best."""
 
+    def best_moves(state):  # one game: the moves of the highest value
+        values = env.perfect_play(state)
+        return values >= values.max()
+
     def play(state, obs, key):
-        values = jax.vmap(env.perfect_play)(state)
-        best = values >= values.max(axis=-1, keepdims=True)
-        return jax.random.categorical(key, jnp.where(best, 0.0, -jnp.inf), axis=-1).astype(
-            jnp.int32
-        )
+        return _uniform_among(key, jax.vmap(best_moves)(state))
 
     return play
 
@@ -87,11 +92,19 @@ def baseline_players(env, env_params, num_simulations: int = 64) -> dict[str, Pl
 
 
 def play_games(
-    env, env_params, player_a: Player, player_b: Player, num_games: int, key: PRNGKey
+    env,
+    env_params,
+    player_a: Player,
+    player_b: Player,
+    num_games: int,
+    key: PRNGKey,
+    max_moves: int = 10_000,
 ) -> tuple[jax.Array, jax.Array]:
     """Plays ``num_games`` (even) games of ``env`` between A and B; A moves first in the
     first half and second in the second half. Returns ``(outcome [G], a_first [G] bool)``:
-    A's total reward in each game (+1 win, 0 draw, -1 loss) and whether A moved first."""
+    A's total reward in each game (+1 win, 0 draw, -1 loss) and whether A moved first.
+    Play stops after ``max_moves`` moves: a game still running then (a game that never
+    ends) has outcome NaN (:func:`game_report` counts it as unfinished)."""
     if num_games < 2 or num_games % 2:
         raise ValueError(f"num_games must be a positive even number, got {num_games}")
     k_reset, k_play = jax.random.split(key)
@@ -103,10 +116,11 @@ def play_games(
     a_id = jnp.where(a_first, first, 1 - first)
 
     def cond(carry):
-        return ~jnp.all(carry[2])
+        _, _, done, _, _, moves = carry
+        return ~jnp.all(done) & (moves < max_moves)
 
     def body(carry):
-        state, obs, done, total, key = carry
+        state, obs, done, total, key, moves = carry
         key, k_a, k_b, k_env = jax.random.split(key, 4)
         to_move = jax.vmap(env.current_player)(state)
         action = jnp.where(
@@ -116,23 +130,26 @@ def play_games(
             jax.random.split(k_env, num_games), state, action, env_params
         )
         keep = lambda old, new: jax.vmap(jnp.where)(done, old, new)
-        reward = jnp.take_along_axis(ts.info[PLAYER_REWARDS], a_id[:, None], axis=1)[:, 0]
+        reward = jnp.take_along_axis(ts.info[PLAYER_REWARDS], a_id[:, None], axis=1)
+        reward = reward.reshape(a_id.shape)
         total = total + jnp.where(done, 0.0, reward)
         state = jax.tree.map(keep, state, new_state)
         obs = jax.tree.map(keep, obs, ts.observation)
-        return state, obs, done | ts.terminated | ts.truncated, total, key
+        return state, obs, done | ts.terminated | ts.truncated, total, key, moves + 1
 
-    init = (state, ts.observation, jnp.zeros(num_games, bool), jnp.zeros(num_games), k_play)
-    _, _, _, total, _ = jax.lax.while_loop(cond, body, init)
-    return total, a_first
+    zeros = jnp.zeros(num_games)
+    init = (state, ts.observation, jnp.zeros(num_games, bool), zeros, k_play, jnp.int32(0))
+    _, _, done, total, _, _ = jax.lax.while_loop(cond, body, init)
+    return jnp.where(done, total, jnp.nan), a_first
 
 
 def game_report(outcome: Any, a_first: Any) -> dict[str, Any]:
-    """Win/draw/loss rates of A (``outcome`` > 0, == 0, < 0) overall, as first and as
-    second player, with the game counts (``outcome`` and ``a_first`` of any shape, e.g.
-    ``[runs, games]``, are pooled)."""
-    outcome = np.asarray(outcome, np.float64).reshape(-1)
-    a_first = np.asarray(a_first, bool).reshape(-1)
+    """Win/draw/loss rates of A (``outcome`` > 0, == 0, < 0) and the rate of unfinished
+    games (``outcome`` NaN, see :func:`play_games`) overall, as first and as second player,
+    with the game counts (``outcome`` and ``a_first`` of any shape, e.g. ``[runs, games]``,
+    are pooled)."""
+    outcome = np.ravel(np.asarray(outcome, np.float64))
+    a_first = np.ravel(np.asarray(a_first, bool))
 
     def rates(x):
         n = len(x)
@@ -141,6 +158,7 @@ def game_report(outcome: Any, a_first: Any) -> dict[str, Any]:
             "win": float((x > 0).mean()) if n else float("nan"),
             "draw": float((x == 0).mean()) if n else float("nan"),
             "loss": float((x < 0).mean()) if n else float("nan"),
+            "unfinished": float(np.isnan(x).mean()) if n else float("nan"),
         }
 
     return {
