@@ -46,7 +46,9 @@ def _tree_layout(capacity: int) -> tuple[int, tuple[int, ...], tuple[int, ...]]:
     k = _ARITY
     depth, nodes = 0, int(capacity)
     counts = [nodes]  # n_depth, n_{depth-1}, ..., n_0 = 1
-    while nodes > 1:
+    for _ in range(nodes.bit_length()):  # ceil(n / K) <= n / 2 for n >= 2: < log2(n) + 1 levels
+        if nodes <= 1:
+            break
         nodes = -(-nodes // k)
         counts.append(nodes)
         depth += 1
@@ -87,9 +89,9 @@ def sum_tree_from_leaves(values, capacity: int):
     lead, n = values.shape[:-1], values.shape[-1]
     if n > capacity:
         raise ValueError(f"{n} leaf values for a tree of {capacity} slots")
-    if depth == 0:
-        return values[..., :1] if n else xp.zeros(lead + (1,), values.dtype)
     leaves = xp.concatenate([values, xp.zeros(lead + (widths[depth] - n,), values.dtype)], -1)
+    if depth == 0:  # a single slot: its leaf is the root
+        return leaves
     return xp.concatenate([leaves, _levels_above(leaves, depth, widths, xp)], axis=-1)
 
 
@@ -166,7 +168,7 @@ def tree_find(tree: Array, fractions: Array, capacity: int) -> tuple[Array, Arra
     depth, offsets, _ = _tree_layout(capacity)
     batch = fractions.shape[0]
     if depth == 0:  # a single leaf, which is the root
-        total = tree[-1]
+        total = tree.reshape(())  # the tree is the one leaf
         return jnp.zeros((batch,), jnp.int32), jnp.broadcast_to(total, (batch,)), total
     rows = tree.reshape(-1, _ARITY)  # row r: K siblings
     child_rows = jnp.asarray([o // _ARITY for o in offsets[1:]], jnp.int32)  # per level
