@@ -436,7 +436,9 @@ def _prioritized_sample(
     )
     idx = jnp.clip(slot, 0, capacity - 1)
     leaf = jnp.maximum(leaf, jnp.finfo(jnp.float32).tiny)
-    n = jnp.maximum(state.size, 1).astype(jnp.float32)
+    # n is 0 only when empty, where total is 0 (weights 1) unless priorities were set on slots
+    # never filled, which update_priorities takes only for sampled (filled) slots
+    n = state.size.astype(jnp.float32)
     log_w = -jnp.asarray(beta, jnp.float32) * (jnp.log(n) + jnp.log(leaf) - jnp.log(total))
     weights = jnp.where(total > 0, jnp.exp(log_w - log_w.max()), 1.0)
     items = jax.tree.map(lambda s: s[idx], state.storage)
