@@ -465,3 +465,19 @@ def learning_seed() -> int:
 def pytest_report_header(config):
     """The learning tests' base seed in pytest's header, so a log says which seeds ran."""
     return f"learning tests' base seed ({LEARNING_SEED_VAR}): {_learning_seed()}"
+
+
+def gumbel_search_config(considered: int):
+    """The search settings of a Gumbel search stand-in (8 simulations, value_scale 0.1, no
+    fixed Q bounds) that considers at most ``considered`` moves at the root."""
+    from types import SimpleNamespace
+
+    return SimpleNamespace(
+        search="gumbel",
+        num_simulations=8,
+        dirichlet_alpha=0.3,
+        dirichlet_fraction=0.25,
+        max_num_considered_actions=considered,
+        value_scale=0.1,
+        q_bounds=(),
+    )

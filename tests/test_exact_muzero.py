@@ -14,6 +14,7 @@ import pytest
 
 from jrl.agents.search import muzero
 from jrl.core import spaces
+from conftest import gumbel_search_config
 
 K, N, L, B, D = 2, 2, 6, 2, 3  # unroll steps, td steps, sequence length, batch, latent size
 
@@ -174,15 +175,7 @@ def _win_with_move_2(params, key, action, latent):
 
 
 def _runner(considered):
-    config = SimpleNamespace(
-        search="gumbel",
-        num_simulations=8,
-        dirichlet_alpha=0.3,
-        dirichlet_fraction=0.25,
-        max_num_considered_actions=considered,
-        value_scale=0.1,
-        q_bounds=(),
-    )
+    config = gumbel_search_config(considered)
 
     def predict(params, latent):  # the prior ranks the moves 0, 1, 2 (logits 2, 1, 0)
         return jnp.tile(jnp.array([2.0, 1.0, 0.0]), (latent.shape[0], 1)), jnp.zeros(

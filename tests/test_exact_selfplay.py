@@ -18,6 +18,7 @@ from jrl.agents.search.alphazero import AlphaZeroConfig, Moves, Played, SelfPlay
 from jrl.core import spaces
 from jrl.core.two_player_env import CURRENT_PLAYER, PLAYER_REWARDS
 from jrl.core.types import TimeStep
+from conftest import gumbel_search_config
 
 A = 4
 MASK = np.array([True, True, True, False])  # move 3 is never legal
@@ -356,15 +357,7 @@ def test_gumbel_search_considers_at_most_max_num_considered_actions(considered, 
     """A greedy Gumbel search of 3 moves whose prior ranks them 0, 1, 2 (logits 2, 1, 0):
     considering only the prior's best one, it never tries move 2, the win, and plays move 0;
     considering all 3, it finds it."""
-    config = SimpleNamespace(
-        search="gumbel",
-        num_simulations=8,
-        dirichlet_alpha=0.3,
-        dirichlet_fraction=0.25,
-        max_num_considered_actions=considered,
-        value_scale=0.1,
-        q_bounds=(),
-    )
+    config = gumbel_search_config(considered)
 
     def evaluate(params, obs):
         n = obs["observation"].shape[0]
