@@ -12,12 +12,17 @@ the ``jrl`` command line); environments live in ``jrl.envs``.
 import importlib
 import importlib.util
 
+from jrl.core import parallel as _parallel
 from jrl.core import spaces
 from jrl.core.env import Environment, Wrapper
 from jrl.core.types import TimeStep, Transition
 from jrl.parts.agent import Agent, EnvSpec
 
 __version__ = "0.1.0"
+
+# before jax's CPU backend starts: enough threads that fake CPU devices cannot deadlock their
+# own collectives (see jrl.core.parallel.size_cpu_thread_pool)
+_parallel.size_cpu_thread_pool()
 
 __all__ = [
     "Agent",

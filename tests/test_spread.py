@@ -166,6 +166,81 @@ def test_use_cpu_cores_sets_the_cpu_device_count_once_before_jax_starts():
     assert "SET None" in proc.stdout and "DEVICES 1" in proc.stdout, proc.stdout
 
 
+POOL_CHECK = r"""
+import json, os, sys
+if sys.argv[1] == "cores":
+    import jax
+    from jrl.core import parallel
+    parallel.use_cpu_cores(3)
+else:
+    import jrl  # sizes XLA's CPU thread pool before jax starts
+    import jax
+    from jrl.core import parallel
+jax.devices()
+names = [open(f"/proc/self/task/{t}/comm").read().strip() for t in os.listdir("/proc/self/task")]
+print("RESULT " + json.dumps({
+    "devices": jax.device_count(),
+    "env": os.environ.get("PJRT_NPROC"),
+    "eigen_threads": names.count("tf_XLAEigen"),  # XLA's intra-op pool, one of the two it sizes
+    "after_start": parallel.size_cpu_thread_pool(8),
+}))
+"""
+
+
+@pytest.mark.parametrize(
+    "case, variables, devices, threads",
+    [
+        ("import", {"XLA_FLAGS": "--xla_force_host_platform_device_count=4"}, 4, 16),
+        ("import", {"JAX_NUM_CPU_DEVICES": "3"}, 3, 12),
+        ("cores", {}, 3, 12),  # use_cpu_cores(3), as jrl train does with one device per core
+        ("import", {}, 1, None),  # one device: no collective, nothing to size
+        # the user's own setting wins
+        (
+            "import",
+            {"XLA_FLAGS": "--xla_force_host_platform_device_count=4", "PJRT_NPROC": "5"},
+            4,
+            5,
+        ),
+    ],
+)
+def test_fake_cpu_devices_get_a_thread_pool_their_collectives_cannot_starve(
+    case, variables, devices, threads
+):
+    """XLA's CPU client has max(cores, devices) threads; with fake devices on fewer cores, a
+    collective program could wait forever for a thread (jrl.core.parallel.size_cpu_thread_pool).
+    jrl asks for 4 threads per device, where the cores do not give that many already."""
+    import json
+
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in ("XLA_FLAGS", "JAX_NUM_CPU_DEVICES", "PJRT_NPROC")
+    }
+    env.update(JAX_PLATFORMS="cpu", **variables)
+    proc = subprocess.run(
+        [sys.executable, "-c", POOL_CHECK, case],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env,
+    )
+    lines = [s for s in proc.stdout.splitlines() if s.startswith("RESULT ")]
+    assert proc.returncode == 0 and lines, proc.stderr[-2000:]
+    out = json.loads(lines[-1][len("RESULT ") :])
+    assert out["devices"] == devices
+    assert out["after_start"] is None  # jax has started and read it: left alone
+    cores = parallel.usable_cores()
+    if "PJRT_NPROC" in variables:
+        assert out["env"] == variables["PJRT_NPROC"]
+        assert out["eigen_threads"] == max(int(variables["PJRT_NPROC"]), devices)
+    elif threads is None or threads <= cores:  # the client's own count (the cores) is enough
+        assert out["env"] is None
+        assert out["eigen_threads"] == max(cores, devices)
+    else:
+        assert out["env"] == str(threads)
+        assert out["eigen_threads"] == threads
+
+
 def test_use_cpu_cores_refuses_a_count_below_one():
     with pytest.raises(ValueError, match="count must be >= 1"):
         parallel.use_cpu_cores(0)

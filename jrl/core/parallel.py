@@ -34,6 +34,7 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import os
+import re
 from typing import Any, Iterator
 
 import jax
@@ -57,6 +58,8 @@ __all__ = [
     "global_mean",
     "runs_axis",
     "runs_axis_name",
+    "cpu_device_count",
+    "size_cpu_thread_pool",
     "usable_cores",
     "use_cpu_cores",
 ]
@@ -253,8 +256,69 @@ def use_cpu_cores(count: int | None = None) -> int | None:
     if n < 1:
         raise ValueError(f"count must be >= 1, got {n}")
     if "xla_force_host_platform_device_count" in os.environ.get("XLA_FLAGS", ""):
+        size_cpu_thread_pool()
         return None
     if jax.config.jax_num_cpu_devices >= 0 or xla_bridge.backends_are_initialized():
+        size_cpu_thread_pool()
         return None
     jax.config.update("jax_num_cpu_devices", n)
+    size_cpu_thread_pool(n)
     return n
+
+
+CPU_THREADS_ENV = "PJRT_NPROC"
+"""The environment variable XLA's CPU client reads, when it starts, as the core count it sizes
+its thread pools by (:func:`size_cpu_thread_pool`)."""
+
+
+def cpu_device_count() -> int:
+    """The number of CPU devices jax's CPU backend will make, as far as the settings say before
+    it starts: ``--xla_force_host_platform_device_count`` in ``XLA_FLAGS``, else
+    ``jax_num_cpu_devices`` (``JAX_NUM_CPU_DEVICES``), else 1."""
+    flags = re.findall(
+        r"--xla_force_host_platform_device_count=(\d+)", os.environ.get("XLA_FLAGS", "")
+    )
+    if flags:
+        return int(flags[-1])
+    configured = jax.config.jax_num_cpu_devices
+    return configured if configured >= 1 else 1
+
+
+def size_cpu_thread_pool(devices: int | None = None) -> int | None:
+    """Gives XLA's CPU client ``4 * devices`` threads (``PJRT_NPROC``), so that a program on
+    several CPU devices cannot starve its own collectives; returns the count set, or None where
+    it leaves the choice alone (one device, at least ``4 * devices`` usable cores already,
+    ``PJRT_NPROC`` set already, or the backends have started and read it).
+
+    Why: the client runs every device's share of a multi-device program on one thread pool of
+    ``max(cores, devices)`` threads. Two kinds of task can hold a pool thread while waiting for
+    other pool work: the per-device launch tasks of a multi-device program (up to ``devices``
+    per Python thread launching one), which wait while their device has its maximum of
+    computations in flight, and the participants of the one collective program XLA runs at a
+    time (up to ``devices``), which wait in the all-reduce's rendezvous for the others. With
+    as many threads as devices (fake CPU devices on a machine with fewer cores), a launch task
+    that waits on a full device can take the thread the last participant needs, while the
+    computations that would free that device wait for a thread: a deadlock, seen on 2 cores
+    with 4 fake devices under load (three threads in the rendezvous, the fourth in the
+    device's in-flight semaphore, every other thread idle). ``2 * devices + 1`` threads
+    always leave one free for one launching thread; ``4 * devices`` leaves room for two
+    Python threads launching at once (a Sebulba learner beside an evaluation). The extra
+    threads idle; they cost memory (8 MiB of stack each, reserved, not touched), not time.
+
+    ``devices`` defaults to :func:`cpu_device_count`. Called by ``import jrl`` and by
+    :func:`use_cpu_cores`; a script that starts jax's backends before importing jrl sets
+    ``PJRT_NPROC`` itself.
+    """
+    from jax._src import xla_bridge  # as in use_cpu_cores
+
+    n = cpu_device_count() if devices is None else int(devices)
+    threads = 4 * n
+    if (
+        n <= 1
+        or threads <= usable_cores()  # the client's own count is enough: keep it
+        or CPU_THREADS_ENV in os.environ
+        or xla_bridge.backends_are_initialized()
+    ):
+        return None
+    os.environ[CPU_THREADS_ENV] = str(threads)
+    return threads
