@@ -123,7 +123,7 @@ CONFIGS: dict[str, Config] = {
         num_reports=None,
     ),
     "c51-cartpole": Config(
-        L + "test_value_based_thresholds", "c51", "CartPole-v1", 100_000, 4, (Check(450),)
+        L + "test_value_based_thresholds", "c51", "CartPole-v1", 100_000, 4, (Check(360),)
     ),
     "ddpg-pendulum": Config(
         L + "test_continuous_pendulum_thresholds", "ddpg", "Pendulum-v1", 20_000, 2, (Check(-250),)
@@ -211,7 +211,7 @@ CONFIGS: dict[str, Config] = {
         "tests/test_r2d2.py::test_r2d2_solves_memory_chain_and_feed_forward_dqn_cannot",
         "dqn",
         "MemoryChain-v0",
-        24_000,
+        48_000,
         2,
         (Check(1.0, "min"),),
         {**R2D2_MEMORY, "recurrent": "gru"},

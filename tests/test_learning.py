@@ -157,8 +157,10 @@ def test_sweep_learning_rate_in_one_program(learning_seed):
         # 449.3 +- 99.2 (192.9 .. 500), worst 4: 398.5, margin 58.5 (2026-12-01, seeds 0-7:
         # 492.7 +- 10.6)
         ("rainbow", "CartPole-v1", 4, 100_000, 340),
-        # 500.0 +- 0.0 (every seed 500; 2026-12-01, seeds 0-7: the same), worst 4: 500, margin 50
-        ("c51", "CartPole-v1", 4, 100_000, 450),
+        # 500.0 +- 0.0 (every seed 500; 2026-12-01, seeds 0-7: the same; 2026-12-04, seeds
+        # 2000-2015: the same), but seeds 26-29 (the test's pair 26): 500, 444.5, 500, 269.1, a
+        # worst 4 of 428.4 among 36 seeds; threshold 15% below it, margin 68.4
+        ("c51", "CartPole-v1", 4, 100_000, 360),
         # 428.3 +- 52.5 (345.8 .. 500), worst 4: 383.7, margin 63.7 (2026-12-01, seeds 0-15:
         # 447.2 +- 56.3, 318.8 .. 498.5)
         ("qrdqn", "CartPole-v1", 4, 100_000, 320),
