@@ -370,11 +370,15 @@ def test_two_learner_devices_exit_2_before_any_run_folder(tmp_path):
 @pytest.mark.learning
 def test_apex_with_two_ray_actors_learns_cartpole(ray_session, learning_seed):
     """Ape-X (its CartPole preset, 1e5 env steps) with 2 Ray actor processes, synchronous,
-    seeds 0 and 1; the greedy policy's return over 10 episodes per seed. Reach measured
-    2026-12-02: this test 463.1 and 442.3 (mean 452.7); threads (which a synchronous Ray run
-    equals), other evaluation episodes, seeds 0-3: 441.8, 469.6, 456.1, 435.2. A run whose
-    actor 0 was killed after the first quarter (fresh envs from there on) reached 500.0 and
-    314.0: the threshold is for the uninterrupted run; the restart is tested in
+    2 seeds; the greedy policy's return over 10 episodes per seed, mean of the pair >= 200.
+    Reach measured 2026-12-02: this test 463.1 and 442.3 (mean 452.7); threads (which a
+    synchronous Ray run equals), other evaluation episodes, seeds 0-3: 441.8, 469.6, 456.1,
+    435.2. 2026-12-04, 2 actor threads (BENCHMARKS.md "The learning tests on other seed
+    pairs"): seeds 26, 27: 440.0, 356.6 (as the Ray run: the former threshold 400 failed);
+    2000-2007: 500, 479.4, 234.0, 358.0, 500, 500, 481.2, 254.5; 3000-3007: 500, 453.9, 366.1,
+    498.6, 336.1, 471.6, 500, 354.3. The worst pair of these 18, 244.3, clears 200 by 44.3.
+    A run whose actor 0 was killed after the first quarter (fresh envs from there on) reached
+    500.0 and 314.0: the threshold is for the uninterrupted run; the restart is tested in
     test_ray_actors_push_what_threads_push_bfloat16_and_restarts."""
     env, params = jrl.envs.make("gymnasium:CartPole-v1")
     config = experiment.make_config("apex", "CartPole-v1")
@@ -396,4 +400,4 @@ def test_apex_with_two_ray_actors_learns_cartpole(ray_session, learning_seed):
     assert final.mean() >= APEX_THRESHOLD, final
 
 
-APEX_THRESHOLD = 400
+APEX_THRESHOLD = 200
