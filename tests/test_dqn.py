@@ -250,7 +250,14 @@ def test_prioritized_dueling_nstep_sweep_runs(tmp_path):
 
 @pytest.mark.learning
 def test_dqn_truncation_probe_nstep(learning_seed):
-    """3-step DQN on the truncation probe: Q(s, a) = 1/(1-gamma) for every state and action."""
+    """3-step DQN on the truncation probe: Q(s, a) = 1/(1-gamma) = 10 for every state and action.
+
+    The lower bound, -10%, is what tells truncation from termination (a truncated step that
+    did not bootstrap would pull the last states towards 1). The upper bound, +25%, is a bound
+    on divergence: the last states bootstrap from the final observation, which no update
+    trains, and come out high. Measured 2026-12-04 (BENCHMARKS.md "The learning tests on other
+    seed pairs"), seeds 32, 33 and 2000-2015: lowest 9.864, highest 11.284 (+12.8%, always the
+    last states); the former symmetric +-10% failed on seed 33 (11.12)."""
     gamma = 0.9
     res = jrl.train(
         "dqn",
@@ -277,7 +284,7 @@ def test_dqn_truncation_probe_nstep(learning_seed):
     for r in range(res.num_runs):
         p = jax.tree.map(lambda x: x[r], res.final_params)
         q = np.asarray(built.network.apply(p, obs))
-        np.testing.assert_allclose(q, target, rtol=0.10, err_msg=f"run {r}: {q}")
+        assert q.min() >= 0.9 * target and q.max() <= 1.25 * target, f"run {r}: {q}"
 
 
 def test_sharded_two_devices_runs(tmp_path):
