@@ -192,7 +192,9 @@ print("RESULT " + json.dumps({
     [
         ("import", {"XLA_FLAGS": "--xla_force_host_platform_device_count=4"}, 4, 16),
         ("import", {"JAX_NUM_CPU_DEVICES": "3"}, 3, 12),
-        ("cores", {}, 3, 12),  # use_cpu_cores(3), as jrl train does with one device per core
+        # use_cpu_cores(3), as jrl train does with one device per core: no collective between
+        # them, and threads beyond the cores cost speed, so the pool is left alone
+        ("cores", {}, 3, None),
         ("import", {}, 1, None),  # one device: no collective, nothing to size
         # the user's own setting wins
         (
@@ -208,7 +210,8 @@ def test_fake_cpu_devices_get_a_thread_pool_their_collectives_cannot_starve(
 ):
     """XLA's CPU client has max(cores, devices) threads; with fake devices on fewer cores, a
     collective program could wait forever for a thread (jrl.core.parallel.size_cpu_thread_pool).
-    jrl asks for 4 threads per device, where the cores do not give that many already."""
+    jrl asks for 4 threads per device, where the cores do not give that many already, for the
+    devices asked for before it is imported (not for use_cpu_cores' one device per core)."""
     import json
 
     env = {
