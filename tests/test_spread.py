@@ -105,10 +105,17 @@ print("RESULT " + json.dumps(out))
 """
 
 
-def _fake_devices_env(n: int) -> dict:
-    env = {k: v for k, v in os.environ.items() if k not in ("XLA_FLAGS", "JAX_NUM_CPU_DEVICES")}
-    env.update(JAX_PLATFORMS="cpu", XLA_FLAGS=f"--xla_force_host_platform_device_count={n}")
+def _cpu_env(**variables: str) -> dict:
+    """This process's environment for a child on jax's CPU backend, without the settings of
+    its device count and XLA's thread pool, plus ``variables``."""
+    chosen = ("XLA_FLAGS", "JAX_NUM_CPU_DEVICES", "PJRT_NPROC")
+    env = {k: v for k, v in os.environ.items() if k not in chosen}
+    env.update(JAX_PLATFORMS="cpu", **variables)
     return env
+
+
+def _fake_devices_env(n: int) -> dict:
+    return _cpu_env(XLA_FLAGS=f"--xla_force_host_platform_device_count={n}")
 
 
 def test_runs_spread_over_two_cpu_devices(tmp_path):
@@ -147,8 +154,7 @@ print("AGAIN", parallel.use_cpu_cores(2))
 
 
 def test_use_cpu_cores_sets_the_cpu_device_count_once_before_jax_starts():
-    env = {k: v for k, v in os.environ.items() if k not in ("XLA_FLAGS", "JAX_NUM_CPU_DEVICES")}
-    env["JAX_PLATFORMS"] = "cpu"
+    env = _cpu_env()
     proc = subprocess.run(
         [sys.executable, "-c", CORES_CHECK], capture_output=True, text=True, timeout=300, env=env
     )
@@ -182,7 +188,7 @@ print("RESULT " + json.dumps({
     "devices": jax.device_count(),
     "env": os.environ.get("PJRT_NPROC"),
     "eigen_threads": names.count("tf_XLAEigen"),  # XLA's intra-op pool, one of the two it sizes
-    "after_start": parallel.size_cpu_thread_pool(8),
+    "after_start": parallel.size_cpu_thread_pool(),
 }))
 """
 
@@ -214,18 +220,12 @@ def test_fake_cpu_devices_get_a_thread_pool_their_collectives_cannot_starve(
     devices asked for before it is imported (not for use_cpu_cores' one device per core)."""
     import json
 
-    env = {
-        k: v
-        for k, v in os.environ.items()
-        if k not in ("XLA_FLAGS", "JAX_NUM_CPU_DEVICES", "PJRT_NPROC")
-    }
-    env.update(JAX_PLATFORMS="cpu", **variables)
     proc = subprocess.run(
         [sys.executable, "-c", POOL_CHECK, case],
         capture_output=True,
         text=True,
         timeout=300,
-        env=env,
+        env=_cpu_env(**variables),
     )
     lines = [s for s in proc.stdout.splitlines() if s.startswith("RESULT ")]
     assert proc.returncode == 0 and lines, proc.stderr[-2000:]

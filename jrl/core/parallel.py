@@ -281,11 +281,12 @@ def cpu_device_count() -> int:
     return configured if configured >= 1 else 1
 
 
-def size_cpu_thread_pool(devices: int | None = None) -> int | None:
-    """Gives XLA's CPU client ``4 * devices`` threads (``PJRT_NPROC``), so that a program on
-    several CPU devices cannot starve its own collectives; returns the count set, or None where
-    it leaves the choice alone (one device, at least ``4 * devices`` usable cores already,
-    ``PJRT_NPROC`` set already, or the backends have started and read it).
+def size_cpu_thread_pool() -> int | None:
+    """Gives XLA's CPU client ``4 * devices`` threads (``PJRT_NPROC``), ``devices`` from
+    :func:`cpu_device_count`, so that a program on several CPU devices cannot starve its own
+    collectives; returns the count set, or None where it leaves the choice alone (one device,
+    at least ``4 * devices`` usable cores already, ``PJRT_NPROC`` set already, or the backends
+    have started and read it).
 
     Why: the client runs every device's share of a multi-device program on one thread pool of
     ``max(cores, devices)`` threads. Two kinds of task can hold a pool thread while waiting for
@@ -302,7 +303,7 @@ def size_cpu_thread_pool(devices: int | None = None) -> int | None:
     Python threads launching at once (a Sebulba learner beside an evaluation). The extra
     threads cost time where every core is busy (XLA's intra-op pool gets as many threads).
 
-    ``devices`` defaults to :func:`cpu_device_count`. Called by ``import jrl``, so it sizes
+    Called by ``import jrl``, so it sizes
     the pool for devices the settings ask for before jrl is imported (fake CPU devices in
     ``XLA_FLAGS`` or ``JAX_NUM_CPU_DEVICES``); a script that starts jax's backends before
     importing jrl sets ``PJRT_NPROC`` itself. :func:`use_cpu_cores` does not call it: the
@@ -312,7 +313,7 @@ def size_cpu_thread_pool(devices: int | None = None) -> int | None:
     """
     from jax._src import xla_bridge  # as in use_cpu_cores
 
-    n = cpu_device_count() if devices is None else int(devices)
+    n = cpu_device_count()
     threads = 4 * n
     if (
         n <= 1
