@@ -1,0 +1,179 @@
+"""Learning tests on more seeds: the measurements behind the thresholds reset after the seed-pair
+runs of 2026-12-04 (BENCHMARKS.md, "The learning tests on other seed pairs").
+
+Each check runs one test's configuration, its seeds vmapped in one call, for every
+``FIRST:COUNT`` group of seeds given, and prints each seed's number:
+
+- ``c51``: c51 on CartPole-v1, 100k steps, final training return (tests/test_learning.py);
+- ``r2d2``: DQN with a GRU on MemoryChain-v0, greedy return over 64 episodes, at each of
+  ``--steps`` (tests/test_r2d2.py; default 24k and 48k);
+- ``apex``: Ape-X's CartPole preset on gymnasium:CartPole-v1 with 2 actor threads (which a
+  synchronous run with 2 Ray actors equals), greedy return over 10 episodes (tests/test_apex.py);
+- ``impala-actors``: IMPALA on gymnasium:CartPole-v1, 500k steps, 2 actor threads, final
+  training return (tests/test_ray_actors.py);
+- ``impala``: IMPALA on CartPole-v1 (Anakin), 600k steps, final training return
+  (tests/test_impala.py);
+- ``dqn-probe``: 3-step DQN on TruncationProbe-v0, 30k steps, the lowest and highest Q over
+  the 20 states x 2 actions, target 10 (tests/test_dqn.py).
+
+Usage::
+
+    python benchmarks/seed_checks.py c51 --seeds 2000:16 26:4
+    python benchmarks/seed_checks.py r2d2 --seeds 26:2 2000:8 --steps 24000 48000
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+R2D2_MEMORY = dict(
+    core_size=16,
+    hidden_sizes=(16,),
+    num_envs=8,
+    batch_size=16,
+    buffer_size=8 * 250,
+    learning_starts=8 * 40,
+    steps_per_iteration=4,
+    updates_per_iteration=1,
+    sequence_length=16,
+    burn_in=4,
+    n_step=3,
+    learning_rate=1e-3,
+    target_update_interval=100,
+    exploration_fraction=0.3,
+    epsilon_end=0.05,
+    recurrent="gru",
+)
+
+
+def c51(first: int, count: int, steps: int | None) -> list:
+    import jrl
+
+    res = jrl.train(
+        "c51", "CartPole-v1", seeds=count, seed=first, total_steps=steps or 100_000,
+        progress=False, num_reports=4,
+    )  # fmt: skip
+    return res.final_returns().tolist()
+
+
+def r2d2(first: int, count: int, steps: int | None) -> list:
+    import jrl
+    from jrl.app import api
+
+    with tempfile.TemporaryDirectory() as out:
+        jrl.train(
+            "dqn", "MemoryChain-v0", count, out=out + "/run", seed=first,
+            total_steps=steps or 48_000, progress=False, **R2D2_MEMORY,
+        )  # fmt: skip
+        stats = api.evaluate_run(out + "/run", episodes=64)
+    return [r["mean"] for r in stats["runs"]]
+
+
+def apex(first: int, count: int, steps: int | None) -> list:
+    import jrl.agents
+    import jrl.envs
+    from jrl.app import api
+    from jrl.run import evaluation, sebulba
+
+    env, params = jrl.envs.make("gymnasium:CartPole-v1")
+    config = api.make_config("apex", "CartPole-v1")
+    built = jrl.agents.get("apex").build(config, env, params)
+    keys = jax.vmap(jax.random.key)(np.arange(first, first + count))
+    res = sebulba.run(
+        built.agent, env, built.spec, keys, config.num_iterations, config.num_steps,
+        config.num_envs, sebulba.SebulbaOptions(actor_threads=2), replay=built.replay,
+        num_reports=4,
+    )  # fmt: skip
+    returns, _ = evaluation.host_evaluator(built.agent, env, 10)(res.final_state, jax.random.key(7))
+    return returns.mean(axis=1).tolist()
+
+
+def impala_actors(first: int, count: int, steps: int | None) -> list:
+    from jrl.app import api
+
+    res = api.train(
+        "impala", "gymnasium:CartPole-v1", seeds=count, seed=first, runner="sebulba",
+        actor_threads=2, total_steps=steps or 500_000, progress=False, num_reports=4,
+    )  # fmt: skip
+    return res.final_returns().tolist()
+
+
+def impala(first: int, count: int, steps: int | None) -> list:
+    import jrl
+
+    res = jrl.train(
+        "impala", "CartPole-v1", seeds=count, seed=first, total_steps=steps or 600_000,
+        progress=False, num_reports=4,
+    )  # fmt: skip
+    return res.final_returns().tolist()
+
+
+def dqn_probe(first: int, count: int, steps: int | None) -> list:
+    import jrl
+    import jrl.envs
+    from jrl.agents.value import dqn
+
+    res = jrl.train(
+        "dqn", "TruncationProbe-v0", seeds=count, seed=first, total_steps=steps or 30_000,
+        learning_starts=1_000, n_step=3, gamma=0.9, learning_rate=5e-4,
+        updates_per_iteration=4, buffer_size=20_000, target_update_interval=100,
+        anneal_lr=True, loss="huber", progress=False, num_reports=2,
+    )  # fmt: skip
+    env, params = jrl.envs.make("TruncationProbe-v0")
+    network = dqn.build(res.config, env, params).network
+    obs = jnp.arange(20, dtype=jnp.float32)[:, None] / 20.0  # every state of an episode
+    out = []
+    for r in range(res.num_runs):
+        q = np.asarray(network.apply(jax.tree.map(lambda x: x[r], res.final_params), obs))
+        out.append(f"{q.min():.3f}..{q.max():.3f}")
+    return out
+
+
+CHECKS = {
+    "c51": c51,
+    "r2d2": r2d2,
+    "apex": apex,
+    "impala-actors": impala_actors,
+    "impala": impala,
+    "dqn-probe": dqn_probe,
+}
+
+
+def seed_group(text: str) -> tuple[int, int]:
+    first, _, count = text.partition(":")
+    try:
+        group = int(first), int(count or 1)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected FIRST:COUNT, got {text!r}") from None
+    if group[1] < 1:
+        raise argparse.ArgumentTypeError(f"COUNT must be >= 1, got {text!r}")
+    return group
+
+
+def main(argv=None) -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("check", choices=sorted(CHECKS))
+    p.add_argument("--seeds", type=seed_group, nargs="+", required=True, metavar="FIRST:COUNT")
+    p.add_argument("--steps", type=int, nargs="+", default=[None], help="env steps per seed")
+    a = p.parse_args(argv)
+    for steps in a.steps:
+        for first, count in a.seeds:
+            start = time.perf_counter()
+            values = CHECKS[a.check](first, count, steps)
+            shown = [v if isinstance(v, str) else round(float(v), 1) for v in values]
+            print(
+                f"{a.check} steps={steps or 'default'} seeds {first}..{first + count - 1}: "
+                f"{shown} ({time.perf_counter() - start:.0f} s)",
+                flush=True,
+            )
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
