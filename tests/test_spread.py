@@ -174,10 +174,12 @@ def test_use_cpu_cores_sets_the_cpu_device_count_once_before_jax_starts():
 
 POOL_CHECK = r"""
 import json, os, sys
-if sys.argv[1] == "cores":
+if sys.argv[1] in ("cores", "collective"):
     import jax
     from jrl.core import parallel
     parallel.use_cpu_cores(3)
+    if sys.argv[1] == "collective":  # jrl train --devices 2: a learner's collectives on 2
+        parallel.size_cpu_thread_pool(2)
 else:
     import jrl  # sizes XLA's CPU thread pool before jax starts
     import jax
@@ -201,6 +203,8 @@ print("RESULT " + json.dumps({
         # use_cpu_cores(3), as jrl train does with one device per core: no collective between
         # them, and threads beyond the cores cost speed, so the pool is left alone
         ("cores", {}, 3, None),
+        # ... but jrl train --devices 2 averages gradients across 2 of them: 4 threads each
+        ("collective", {}, 3, 8),
         ("import", {}, 1, None),  # one device: no collective, nothing to size
         # the user's own setting wins
         (
@@ -242,6 +246,23 @@ def test_fake_cpu_devices_get_a_thread_pool_their_collectives_cannot_starve(
     else:
         assert out["env"] == str(threads)
         assert out["eigen_threads"] == threads
+
+
+@pytest.mark.parametrize("devices, sized", [("2", [2]), ("1", []), (None, [])])
+def test_jrl_train_sizes_the_pool_for_a_learner_on_several_devices(
+    monkeypatch, tmp_path, devices, sized
+):
+    """``jrl train --devices D`` (D > 1) asks for a thread pool D devices' collectives cannot
+    starve, after making one CPU device per core; without --devices, or with 1, it does not."""
+    from jrl.app import cli
+
+    calls = []
+    monkeypatch.setattr(parallel, "use_cpu_cores", lambda: calls.append("cores"))
+    monkeypatch.setattr(parallel, "size_cpu_thread_pool", lambda d=None: calls.append(d))
+    # stopped before any training: a bad --total-steps is refused after these calls
+    args = ["train", "ppo", "--total-steps", "0", "--out", str(tmp_path / "run")]
+    code = cli.main(args + ([] if devices is None else ["--devices", devices]))
+    assert code == 2 and calls == ["cores", *sized] and not (tmp_path / "run").exists()
 
 
 def test_use_cpu_cores_refuses_a_count_below_one():

@@ -334,6 +334,9 @@ def cmd_train(args: Sequence[str]) -> int:
         # one CPU device per core, before jax starts: the runner spreads the runs over them
         # (ARCHITECTURE.md, "Runs spread over the CPU's cores")
         parallel.use_cpu_cores()
+        learner = (saved.options if saved is not None else options).devices
+        if learner is not None and learner > 1:  # their collectives must not starve the pool
+            parallel.size_cpu_thread_pool(learner)
     try:
         if multi_process:
             jrl.app.distributed.initialize(cli.coordinator, cli.num_processes, cli.process_id)

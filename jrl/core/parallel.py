@@ -281,12 +281,13 @@ def cpu_device_count() -> int:
     return configured if configured >= 1 else 1
 
 
-def size_cpu_thread_pool() -> int | None:
-    """Gives XLA's CPU client ``4 * devices`` threads (``PJRT_NPROC``), ``devices`` from
-    :func:`cpu_device_count`, so that a program on several CPU devices cannot starve its own
-    collectives; returns the count set, or None where it leaves the choice alone (one device,
-    at least ``4 * devices`` usable cores already, ``PJRT_NPROC`` set already, or the backends
-    have started and read it).
+def size_cpu_thread_pool(devices: int | None = None) -> int | None:
+    """Gives XLA's CPU client ``4 * devices`` threads (``PJRT_NPROC``), so that a program on
+    several CPU devices cannot starve its own collectives; returns the count set, or None where
+    it leaves the choice alone (one device, at least ``4 * devices`` usable cores already,
+    ``PJRT_NPROC`` set already, or the backends have started and read it). ``devices``: how
+    many devices one program's collectives span (``jrl train --devices D``), default
+    :func:`cpu_device_count` (all the CPU devices the settings ask for).
 
     Why: the client runs every device's share of a multi-device program on one thread pool of
     ``max(cores, devices)`` threads. Two kinds of task can hold a pool thread while waiting for
@@ -310,10 +311,12 @@ def size_cpu_thread_pool() -> int | None:
     threads beyond the cores are not free where the devices are busy (``jrl train`` with 4
     seeds on 2 cores, one device per core, ran at 0.6x the speed with 8 threads, measured
     2026-12-04), and its devices run independent runs, with no collective between them.
+    ``jrl train --devices D`` (a data-parallel learner, whose gradients are averaged across
+    ``D`` of those devices) calls it with ``D`` after :func:`use_cpu_cores`.
     """
     from jax._src import xla_bridge  # as in use_cpu_cores
 
-    n = cpu_device_count()
+    n = cpu_device_count() if devices is None else int(devices)
     threads = 4 * n
     if (
         n <= 1
