@@ -20,11 +20,13 @@ Usage::
 
     python benchmarks/seed_checks.py c51 --seeds 2000:16 26:4
     python benchmarks/seed_checks.py r2d2 --seeds 26:2 2000:8 --steps 24000 48000
+    python benchmarks/seed_checks.py impala --seeds 3000:32 --set ent_coef=0.01
 """
 
 from __future__ import annotations
 
 import argparse
+import ast
 import sys
 import tempfile
 import time
@@ -53,37 +55,37 @@ R2D2_MEMORY = dict(
 )
 
 
-def c51(first: int, count: int, steps: int | None) -> list:
+def c51(first: int, count: int, steps: int | None, **overrides) -> list:
     import jrl
 
     res = jrl.train(
         "c51", "CartPole-v1", seeds=count, seed=first, total_steps=steps or 100_000,
-        progress=False, num_reports=4,
+        progress=False, num_reports=4, **overrides,
     )  # fmt: skip
     return res.final_returns().tolist()
 
 
-def r2d2(first: int, count: int, steps: int | None) -> list:
+def r2d2(first: int, count: int, steps: int | None, **overrides) -> list:
     import jrl
     from jrl.app import api
 
     with tempfile.TemporaryDirectory() as out:
         jrl.train(
             "dqn", "MemoryChain-v0", count, out=out + "/run", seed=first,
-            total_steps=steps or 48_000, progress=False, **R2D2_MEMORY,
+            total_steps=steps or 48_000, progress=False, **{**R2D2_MEMORY, **overrides},
         )  # fmt: skip
         stats = api.evaluate_run(out + "/run", episodes=64)
     return [r["mean"] for r in stats["runs"]]
 
 
-def apex(first: int, count: int, steps: int | None) -> list:
+def apex(first: int, count: int, steps: int | None, **overrides) -> list:
     import jrl.agents
     import jrl.envs
     from jrl.app import api
     from jrl.run import evaluation, sebulba
 
     env, params = jrl.envs.make("gymnasium:CartPole-v1")
-    config = api.make_config("apex", "CartPole-v1")
+    config = api.make_config("apex", "CartPole-v1", **overrides)
     built = jrl.agents.get("apex").build(config, env, params)
     keys = jax.vmap(jax.random.key)(np.arange(first, first + count))
     res = sebulba.run(
@@ -95,36 +97,39 @@ def apex(first: int, count: int, steps: int | None) -> list:
     return returns.mean(axis=1).tolist()
 
 
-def impala_actors(first: int, count: int, steps: int | None) -> list:
+def impala_actors(first: int, count: int, steps: int | None, **overrides) -> list:
     from jrl.app import api
 
     res = api.train(
         "impala", "gymnasium:CartPole-v1", seeds=count, seed=first, runner="sebulba",
-        actor_threads=2, total_steps=steps or 500_000, progress=False, num_reports=4,
+        actor_threads=2, total_steps=steps or 500_000, progress=False, num_reports=4, **overrides,
     )  # fmt: skip
     return res.final_returns().tolist()
 
 
-def impala(first: int, count: int, steps: int | None) -> list:
+def impala(first: int, count: int, steps: int | None, **overrides) -> list:
     import jrl
 
     res = jrl.train(
         "impala", "CartPole-v1", seeds=count, seed=first, total_steps=steps or 600_000,
-        progress=False, num_reports=4,
+        progress=False, num_reports=4, **overrides,
     )  # fmt: skip
     return res.final_returns().tolist()
 
 
-def dqn_probe(first: int, count: int, steps: int | None) -> list:
+def dqn_probe(first: int, count: int, steps: int | None, **overrides) -> list:
     import jrl
     import jrl.envs
     from jrl.agents.value import dqn
 
-    res = jrl.train(
-        "dqn", "TruncationProbe-v0", seeds=count, seed=first, total_steps=steps or 30_000,
+    config = dict(
         learning_starts=1_000, n_step=3, gamma=0.9, learning_rate=5e-4,
         updates_per_iteration=4, buffer_size=20_000, target_update_interval=100,
-        anneal_lr=True, loss="huber", progress=False, num_reports=2,
+        anneal_lr=True, loss="huber",
+    )  # fmt: skip
+    res = jrl.train(
+        "dqn", "TruncationProbe-v0", seeds=count, seed=first, total_steps=steps or 30_000,
+        progress=False, num_reports=2, **{**config, **overrides},
     )  # fmt: skip
     env, params = jrl.envs.make("TruncationProbe-v0")
     network = dqn.build(res.config, env, params).network
@@ -157,19 +162,35 @@ def seed_group(text: str) -> tuple[int, int]:
     return group
 
 
+def setting(text: str) -> tuple[str, object]:
+    field, eq, value = text.partition("=")
+    if not eq or not field.isidentifier():
+        raise argparse.ArgumentTypeError(f"expected FIELD=VALUE, got {text!r}")
+    try:
+        return field, ast.literal_eval(value)
+    except (ValueError, SyntaxError):
+        raise argparse.ArgumentTypeError(f"{text!r}: VALUE is not a Python literal") from None
+
+
 def main(argv=None) -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("check", choices=sorted(CHECKS))
     p.add_argument("--seeds", type=seed_group, nargs="+", required=True, metavar="FIRST:COUNT")
     p.add_argument("--steps", type=int, nargs="+", default=[None], help="env steps per seed")
+    p.add_argument(
+        "--set", type=setting, nargs="+", default=[], metavar="FIELD=VALUE",
+        help="config fields changed from the test's, e.g. ent_coef=0.01 (a Python literal)",
+    )  # fmt: skip
     a = p.parse_args(argv)
+    overrides = dict(a.set)
     for steps in a.steps:
         for first, count in a.seeds:
             start = time.perf_counter()
-            values = CHECKS[a.check](first, count, steps)
+            values = CHECKS[a.check](first, count, steps, **overrides)
             shown = [v if isinstance(v, str) else round(float(v), 1) for v in values]
             print(
-                f"{a.check} steps={steps or 'default'} seeds {first}..{first + count - 1}: "
+                f"{a.check} steps={steps or 'default'} {overrides or ''} "
+                f"seeds {first}..{first + count - 1}: "
                 f"{shown} ({time.perf_counter() - start:.0f} s)",
                 flush=True,
             )

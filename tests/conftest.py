@@ -22,6 +22,7 @@ import numpy as np
 import pytest
 
 from jrl.core.types import Transition
+from timeouts import pytest_timeout_set_timer  # noqa: F401 (a hook: tests/timeouts.py)
 
 _CACHE = os.environ.setdefault(
     "JRL_TEST_COMPILE_CACHE", os.path.join(tempfile.gettempdir(), "jrl-test-jax-cache")
@@ -257,16 +258,25 @@ def env_for():
 
 RAY_FIXTURES = ("ray_session", "ray_of_its_own")
 RAY_GROUP = "ray"
+LEARNING_TIMEOUT = 2400
+"""Seconds a ``learning`` test may run (setup and teardown included) without a timeout mark of
+its own; the others have ``[tool.pytest.ini_options] timeout`` (900). The bound is there
+for hangs, so it sits far above a loaded machine's durations: the Ape-X test with 2 Ray
+actors took 530 s beside one other suite and ran past 900 s beside a suite and two more
+training jobs (2026-12-05), where the old bound ended its worker."""
 
 
 @pytest.hookimpl(wrapper=True)
 def pytest_collection_modifyitems(config, items):
     """Marks every test that takes a Ray fixture ``xdist_group("ray")`` before the other
     hooks run (xdist's reads the marks), and after them makes sure that xdist's way of
-    grouping, a ``@ray`` suffix on the test's node id, took effect (see _in_group)."""
+    grouping, a ``@ray`` suffix on the test's node id, took effect (see _in_group). A learning
+    test without a timeout mark of its own gets :data:`LEARNING_TIMEOUT`."""
     for item in items:
         if any(name in getattr(item, "fixturenames", ()) for name in RAY_FIXTURES):
             item.add_marker(pytest.mark.xdist_group(RAY_GROUP))
+        if item.get_closest_marker("learning") and not item.get_closest_marker("timeout"):
+            item.add_marker(pytest.mark.timeout(LEARNING_TIMEOUT))
     result = yield
     if getattr(config.option, "loadgroup", False):  # an xdist worker under --dist loadgroup
         for item in items:

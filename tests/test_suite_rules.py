@@ -434,3 +434,46 @@ GOOD = {
 @pytest.mark.parametrize("snippet", GOOD.values(), ids=list(GOOD))
 def test_what_the_rules_allow(snippet):
     assert violations(textwrap.dedent(snippet), "conftest.py") == []
+
+
+HANGING = """
+import threading
+
+def test_passes():
+    assert True
+
+def test_hangs():
+    threading.Event().wait()  # forever: only the timeout ends it
+"""
+
+
+def test_a_timed_out_test_in_an_xdist_worker_leaves_its_stack_in_the_output(tmp_path):
+    """The suite's timeout (tests/timeouts.py, pytest-timeout's thread method through
+    faulthandler) ends a hung test's xdist worker and writes the word Timeout and the hung
+    test's stack where the run's output shows it (pytest-timeout's own dump went to the
+    worker's terminal writer, which xdist does not show: a worker just went "node down")."""
+    (tmp_path / "test_child.py").write_text(HANGING)
+    env = {**os.environ, "PYTHONPATH": str(TESTS)}  # the plugin module, for the child only
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", "-n", "1", "-p", "timeouts", "-p", "no:cacheprovider",
+         "-o", "timeout=3", "-o", "timeout_method=thread", "test_child.py"],
+        capture_output=True, text=True, timeout=300, cwd=tmp_path, env=env,
+    )  # fmt: skip
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 1, out[-3000:]
+    assert "Timeout (0:00:03)!" in out, out[-3000:]
+    assert 'test_child.py", line 8 in test_hangs' in out, out[-3000:]
+    assert "1 failed, 1 passed" in out, out[-3000:]
+
+
+def test_learning_tests_are_bounded_by_the_longer_timeout(request):
+    """Every selected learning test without a timeout mark of its own gets conftest's
+    LEARNING_TIMEOUT; other tests keep the ini's bound (no mark)."""
+    from conftest import LEARNING_TIMEOUT
+
+    assert request.node.get_closest_marker("timeout") is None
+    learning = [i for i in request.session.items if i.get_closest_marker("learning")]
+    for item in learning:
+        assert item.get_closest_marker("timeout").args == (LEARNING_TIMEOUT,), item.nodeid
+    if not learning:
+        pytest.skip("no learning test is selected in this run (-m 'not learning')")

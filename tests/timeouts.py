@@ -1,0 +1,31 @@
+"""pytest-timeout's ``thread`` method, made to leave its evidence where xdist shows it.
+
+The suite bounds every test (``[tool.pytest.ini_options] timeout``, method ``thread``: a test
+hung in compiled code never returns to Python, where the ``signal`` method would act).
+pytest-timeout's own thread method writes its stack dump to the terminal writer and calls
+``os._exit(1)``; in an xdist worker that writer is not the run's output, so a timed-out test
+showed only "node down: Not properly terminated", with neither the test's stack nor the
+word "Timeout" anywhere.
+
+Here the timer is faulthandler's (``dump_traceback_later(exit=True)``): a C thread that needs
+no GIL, dumps every thread's Python stack ("Timeout (0:15:00)!", then the test's frames) to
+the stderr pytest kept for crash reports (its faulthandler plugin's copy of the original
+stderr, which an xdist worker shares with the controller), then ends the process with
+status 1, as pytest-timeout does. Where that plugin is off, pytest-timeout's own timer runs.
+"""
+
+import faulthandler
+
+import pytest
+from _pytest.faulthandler import fault_handler_stderr_fd_key  # the fd pytest keeps for crashes
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_timeout_set_timer(item, settings):
+    if settings.method != "thread" or fault_handler_stderr_fd_key not in item.config.stash:
+        return None  # pytest-timeout's own timer
+    faulthandler.dump_traceback_later(
+        settings.timeout, exit=True, file=item.config.stash[fault_handler_stderr_fd_key]
+    )
+    item.cancel_timeout = faulthandler.cancel_dump_traceback_later  # pytest-timeout calls it
+    return True
