@@ -58,6 +58,13 @@ def test_normalize():
     np.testing.assert_allclose(z, (np.array([1, 2, 3, 4]) - 2.5) / math.sqrt(1.25), rtol=1e-5)
 
 
+def test_normalize_with_a_std_floor_divides_by_the_larger():
+    x = jnp.array([1.0, 3.0])  # mean 2, std 1
+    np.testing.assert_allclose(losses.normalize(x, std_floor=4.0), [-0.25, 0.25], rtol=1e-6)
+    np.testing.assert_allclose(losses.normalize(x, std_floor=0.5), [-1.0, 1.0], rtol=1e-6)
+    np.testing.assert_allclose(losses.normalize(x, std_floor=jnp.float32(1.0)), [-1, 1], rtol=1e-6)
+
+
 def test_normalize_guards_a_zero_spread_with_eps():
     """The eps of the denominator: a constant input normalises to zeros, and a spread of eps
     itself halves the normalised values ((x - mean) / (std + eps) with std = eps)."""

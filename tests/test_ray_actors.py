@@ -362,16 +362,15 @@ KILL_TEST_THRESHOLD = 420
 
 
 @pytest.mark.learning
-def test_impala_with_two_ray_actors_gymnasium_cartpole_200(ray_session, learning_seed):
+def test_impala_with_two_ray_actors_gymnasium_cartpole_300(ray_session, learning_seed):
     """IMPALA (its defaults) with 2 Ray actor processes, synchronous, 2 seeds, 500k steps: the
-    mean final training return of the pair is at least 200.
+    mean final training return of the pair is at least 300.
 
-    A synchronous Ray run equals 2 actor threads (seeds 26, 27: 9.3 and 500.0 both ways), so
-    the threshold is set from threaded runs, 2026-12-04 (BENCHMARKS.md "The learning tests on
-    other seed pairs"): 20 seeds (0, 1, 26, 27, 2000-2007, 3000-3007), 18 at 500, seed 2002 at
-    282.5 and seed 26 at 9.3 (its policy collapsed; IMPALA on CartPole unlearns and relearns
-    along the way). The worst pair, 254.7, clears 200 by 54.7; the former 450 failed on pair
-    26. Seeds 0 and 1 (2026-12-02): 500.0 and 500.0 (at 300k: 500.0 and 179.0)."""
+    A synchronous Ray run equals 2 actor threads (seeds 26, 27: the same numbers both ways),
+    so the threshold is set from threaded runs (BENCHMARKS.md "IMPALA's advantage floor"),
+    2026-12-05, with the advantage floor: 20 seeds (0, 1, 26, 27, 2000-2007, 3000-3007), 18 at
+    452.7 .. 500, seed 1 at 483.3 and seed 0 at 244.1; worst pair 363.7 (0, 1), margin 63.7.
+    Without the floor seed 26 collapsed to 9.3 and the worst pair was 254.7 (threshold 200)."""
     from jrl.run.ray_actors import RayActors
 
     result = experiment.train(
@@ -386,7 +385,7 @@ def test_impala_with_two_ray_actors_gymnasium_cartpole_200(ray_session, learning
         num_reports=4,
     )
     final = result.final_returns()
-    assert final.mean() >= 200, final
+    assert final.mean() >= 300, final
 
 
 IMPALA_STEPS = 500_000

@@ -169,11 +169,18 @@ class ActorCriticConfig(RolloutConfig):
 
     HPARAMS: ClassVar[type] = ActorCriticHParams
     ACTION_SPACES: ClassVar[tuple[type, ...]] = (spaces.Discrete, spaces.MultiDiscrete, spaces.Box)
+    ADDED_FIELDS: ClassVar[dict[str, Any]] = {"advantage_std_floor": 0.0}  # 2026-12-05
 
     vf_coef: float = 0.5
     """Value loss coefficient (sweepable)."""
     normalize_advantages: bool = True
     """Normalise advantages per minibatch."""
+    advantage_std_floor: float = 0.0
+    """With ``normalize_advantages``: the advantages are divided by
+    ``max(std, advantage_std_floor * mean(|value target|))`` instead of their std alone, so
+    that where the critic predicts the returns almost exactly (every CartPole episode
+    truncated at 500) their float noise is not blown up to unit scale; 0 (the default): the
+    std alone. Relative to the value targets' scale, so no reward scale is assumed."""
     continuous: str = "normal"
     """Distribution for Box actions: 'normal' (env clips actions) or 'tanh_normal'."""
     init_log_std: float = 0.0
@@ -204,6 +211,10 @@ class ActorCriticConfig(RolloutConfig):
                 f"recurrent must be 'none', 'lstm' or 'gru', got {self.recurrent!r}",
             ),
             (self.core_size > 0, f"core_size must be positive, got {self.core_size}"),
+            (
+                self.advantage_std_floor >= 0,
+                f"advantage_std_floor must be >= 0, got {self.advantage_std_floor}",
+            ),
         ]
 
     def _minibatch_check(self) -> Check:
@@ -346,10 +357,14 @@ def _with_learner_outputs(batch: Transition, dist, values: jax.Array) -> Transit
 
 def _normalized(mb: Minibatch, config: ActorCriticConfig) -> Minibatch:
     """``mb`` with its advantages normalised over the whole minibatch, on every device, when
-    ``config.normalize_advantages``."""
-    if config.normalize_advantages:
-        return mb.replace(advantage=normalize(mb.advantage))
-    return mb
+    ``config.normalize_advantages`` (their std floored at ``advantage_std_floor`` times the
+    mean absolute value target, where that is positive)."""
+    if not config.normalize_advantages:
+        return mb
+    floor = None
+    if config.advantage_std_floor > 0:
+        floor = config.advantage_std_floor * parallel.global_mean(jnp.abs(mb.target))
+    return mb.replace(advantage=normalize(mb.advantage, std_floor=floor))
 
 
 def _sgd_step(loss, tx, config: ActorCriticConfig):

@@ -518,7 +518,8 @@ class RunSpec:
     @classmethod
     def from_record(cls, record: dict[str, Any], where: Path) -> "RunSpec":
         """Parses a ``config.json`` record (``where`` names it in errors); fields an agent's
-        config no longer has (its ``RETIRED_FIELDS``) are ignored."""
+        config no longer has (its ``RETIRED_FIELDS``) are ignored, and fields added since the
+        record was written (its ``ADDED_FIELDS``) get the values older runs ran with."""
         if not isinstance(record, dict) or not {"agent", "env_id", "config"} <= set(record):
             raise CheckpointError(f"{where} is not a jrl run record (no agent, env_id and config)")
         run = record.get("run")
@@ -532,7 +533,8 @@ class RunSpec:
                 f"{where} has run format {run.get('format_version')}, newer than this jrl "
                 f"({__version__}) reads; upgrade jrl"
             )
-        retired = jrl.agents.get(record["agent"]).config_cls.RETIRED_FIELDS
-        fields = {k: v for k, v in record["config"].items() if k not in retired}
+        config_cls = jrl.agents.get(record["agent"]).config_cls
+        fields = {k: v for k, v in record["config"].items() if k not in config_cls.RETIRED_FIELDS}
+        fields = {**config_cls.ADDED_FIELDS, **fields}
         config = make_config(record["agent"], record["env_id"], **fields)
         return cls(record["agent"], record["env_id"], config, RunOptions.from_record(run))

@@ -13,11 +13,16 @@ from jrl.core import parallel
 __all__ = ["clipped_surrogate_loss", "policy_gradient_loss", "value_loss", "normalize"]
 
 
-def normalize(x: jax.Array, eps: float = 1e-8) -> jax.Array:
+def normalize(
+    x: jax.Array, eps: float = 1e-8, std_floor: jax.Array | float | None = None
+) -> jax.Array:
     """``(x - mean(x)) / (std(x) + eps)`` over all elements, on every device
-    of the active device axis (:mod:`jrl.core.parallel`; one device otherwise)."""
+    of the active device axis (:mod:`jrl.core.parallel`; one device otherwise); with
+    ``std_floor`` (``[]``), ``std(x)`` is replaced by ``max(std(x), std_floor)``."""
     mean = parallel.global_mean(x)
     std = jnp.sqrt(parallel.global_mean(jnp.square(x - mean)))
+    if std_floor is not None:
+        std = jnp.maximum(std, std_floor)
     return (x - mean) / (std + eps)
 
 

@@ -225,6 +225,10 @@ class AgentConfig:
     its field names are the config fields that can be swept in one compiled program."""
     RETIRED_FIELDS: ClassVar[tuple[str, ...]] = ()
     """Fields older versions of this config had; ignored when an old run record is read."""
+    ADDED_FIELDS: ClassVar[dict[str, Any]] = {}
+    """Fields added after runs were written, with the value that computes what those runs
+    computed; an old run record without the field gets it (not today's default), so an old
+    run resumes, evaluates and renders as it ran."""
     ACTION_SPACES: ClassVar[tuple[type, ...] | None] = None
     """The action space classes (``jrl.core.spaces``) the agent can act in; None: not declared
     (the agent's ``build`` decides). ``jrl.agents.check_action_space`` refuses an env whose
