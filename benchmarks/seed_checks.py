@@ -102,7 +102,8 @@ def impala_actors(first: int, count: int, steps: int | None, **overrides) -> lis
 
     res = api.train(
         "impala", "gymnasium:CartPole-v1", seeds=count, seed=first, runner="sebulba",
-        actor_threads=2, total_steps=steps or 500_000, progress=False, num_reports=4, **overrides,
+        total_steps=steps or 500_000, progress=False, num_reports=4,
+        **{"actor_threads": 2, **overrides},
     )  # fmt: skip
     return res.final_returns().tolist()
 
