@@ -358,12 +358,10 @@ def _with_learner_outputs(batch: Transition, dist, values: jax.Array) -> Transit
 def _normalized(mb: Minibatch, config: ActorCriticConfig) -> Minibatch:
     """``mb`` with its advantages normalised over the whole minibatch, on every device, when
     ``config.normalize_advantages`` (their std floored at ``advantage_std_floor`` times the
-    mean absolute value target, where that is positive)."""
+    mean absolute value target: with the floor 0, ``max(std, 0)`` is the std, to the bit)."""
     if not config.normalize_advantages:
         return mb
-    floor = None
-    if config.advantage_std_floor > 0:
-        floor = config.advantage_std_floor * parallel.global_mean(jnp.abs(mb.target))
+    floor = config.advantage_std_floor * parallel.global_mean(jnp.abs(mb.target))  # 0: std alone
     return mb.replace(advantage=normalize(mb.advantage, std_floor=floor))
 
 
