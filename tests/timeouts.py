@@ -17,15 +17,18 @@ status 1, as pytest-timeout does. Where that plugin is off, pytest-timeout's own
 import faulthandler
 
 import pytest
-from _pytest.faulthandler import fault_handler_stderr_fd_key  # the fd pytest keeps for crashes
+
+try:  # the fd pytest keeps for crash reports (a private name: without it, pytest-timeout's timer)
+    from _pytest.faulthandler import fault_handler_stderr_fd_key
+except ImportError:
+    fault_handler_stderr_fd_key = None
 
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_timeout_set_timer(item, settings):
-    if settings.method != "thread" or fault_handler_stderr_fd_key not in item.config.stash:
+    key = fault_handler_stderr_fd_key
+    if settings.method != "thread" or key is None or key not in item.config.stash:
         return None  # pytest-timeout's own timer
-    faulthandler.dump_traceback_later(
-        settings.timeout, exit=True, file=item.config.stash[fault_handler_stderr_fd_key]
-    )
+    faulthandler.dump_traceback_later(settings.timeout, exit=True, file=item.config.stash[key])
     item.cancel_timeout = faulthandler.cancel_dump_traceback_later  # pytest-timeout calls it
     return True
