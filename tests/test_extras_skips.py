@@ -2,7 +2,8 @@
 ``pytest_runtest_makereport`` / ``pytest_make_collect_report`` hooks).
 
 Each case runs pytest in a subprocess on a small test file beside a copy of this suite's
-conftest.py, and reads the outcome from its summary line.
+conftest.py (and tests/timeouts.py, which it imports), and reads the outcome from its
+summary line.
 """
 
 import os
@@ -43,7 +44,8 @@ CASES = {
 
 
 def _outcome(tmp_path: Path, case: str, require: bool) -> str:
-    shutil.copy(Path(__file__).with_name("conftest.py"), tmp_path / "conftest.py")
+    for helper in ("conftest.py", "timeouts.py"):  # the suite's conftest and what it imports
+        shutil.copy(Path(__file__).with_name(helper), tmp_path / helper)
     (tmp_path / f"test_{case}.py").write_text(CASES[case])
     env = {k: v for k, v in os.environ.items() if k != "JRL_REQUIRE_EXTRAS"}
     if require:
