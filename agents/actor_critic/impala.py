@@ -99,11 +99,11 @@ class IMPALAConfig(GAEConfig):
     """The clip of the importance ratios that weigh the policy-gradient advantages
     (sweepable)."""
     advantage_std_floor: float = 0.01
-    """The family's field (:class:`~jrl.agents.actor_critic.common.ActorCriticConfig`), on
-    here: IMPALA's loss has no trust region, and once the critic predicts CartPole's
-    truncated returns almost exactly, advantages normalised by their std alone are float
-    noise at unit scale, whose updates walked policies into collapse (BENCHMARKS.md "IMPALA's
-    advantage floor")."""
+    """The advantages are divided by max(std, this x mean |value target|) (0: by their std
+    alone). On for IMPALA, whose loss has no trust region: once the critic predicts
+    CartPole's truncated returns almost exactly, advantages divided by their std alone are
+    float noise at unit scale, and their updates walked policies into collapse
+    (BENCHMARKS.md "IMPALA's advantage floor")."""
 
     def checks(self) -> list[Check]:
         return super().checks() + [
