@@ -22,7 +22,7 @@ import numpy as np
 import pytest
 
 from jrl.core.types import Transition
-from timeouts import pytest_timeout_set_timer  # noqa: F401 (a hook: tests/timeouts.py)
+from timeouts import loud_sigterm, pytest_timeout_set_timer  # noqa: F401 (a hook)
 
 _CACHE = os.environ.setdefault(
     "JRL_TEST_COMPILE_CACHE", os.path.join(tempfile.gettempdir(), "jrl-test-jax-cache")
@@ -308,8 +308,8 @@ def _in_group(item, group: str) -> None:
 class _LocalRay:
     """The session's local Ray: started on demand, shut down for a test that starts its own."""
 
-    def __init__(self, ray):
-        self.ray = ray
+    def __init__(self, ray, config):
+        self.ray, self.config = ray, config
 
     def up(self):
         if not self.ray.is_initialized():
@@ -320,6 +320,7 @@ class _LocalRay:
                 log_to_driver=False,
                 logging_level="ERROR",
             )
+            loud_sigterm(self.config)  # Ray's SIGTERM handler exits without a word
         return self.ray
 
     def down(self):
@@ -328,8 +329,8 @@ class _LocalRay:
 
 
 @pytest.fixture(scope="session")
-def _local_ray():
-    local = _LocalRay(pytest.importorskip("ray"))
+def _local_ray(pytestconfig):
+    local = _LocalRay(pytest.importorskip("ray"), pytestconfig)
     yield local
     local.down()
 

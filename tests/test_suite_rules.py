@@ -466,6 +466,34 @@ def test_a_timed_out_test_in_an_xdist_worker_leaves_its_stack_in_the_output(tmp_
     assert "1 failed, 1 passed" in out, out[-3000:]
 
 
+TERMINATED = """
+import os, signal, sys
+import timeouts
+
+def test_terminated(request):
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(signum))  # as ray.init's
+    timeouts.loud_sigterm(request.config)
+    os.kill(os.getpid(), signal.SIGTERM)
+"""
+
+
+def test_a_sigterm_to_a_worker_holding_ray_leaves_its_stack_in_the_output(tmp_path):
+    """A worker with Ray's quiet SIGTERM handler (sys.exit), wrapped by tests/timeouts.py's
+    loud_sigterm as conftest wraps it after ray.init: a SIGTERM writes a line and the stacks
+    where the run's output shows them, then Ray's handler still ends the worker."""
+    (tmp_path / "test_child.py").write_text(TERMINATED)
+    env = {**os.environ, "PYTHONPATH": str(TESTS)}  # the plugin module, for the child only
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", "-n", "1", "-p", "timeouts", "-p", "no:cacheprovider",
+         "test_child.py"],
+        capture_output=True, text=True, timeout=300, cwd=tmp_path, env=env,
+    )  # fmt: skip
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0, out[-3000:]
+    assert "SIGTERM to pid" in out and "a test worker holding Ray" in out, out[-3000:]
+    assert 'test_child.py", line 8 in test_terminated' in out, out[-3000:]
+
+
 def test_learning_tests_are_bounded_by_the_longer_timeout(request):
     """Every selected learning test without a timeout mark of its own gets conftest's
     LEARNING_TIMEOUT; other tests keep the ini's bound (no mark)."""
