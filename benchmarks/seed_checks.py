@@ -35,24 +35,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-R2D2_MEMORY = dict(
-    core_size=16,
-    hidden_sizes=(16,),
-    num_envs=8,
-    batch_size=16,
-    buffer_size=8 * 250,
-    learning_starts=8 * 40,
-    steps_per_iteration=4,
-    updates_per_iteration=1,
-    sequence_length=16,
-    burn_in=4,
-    n_step=3,
-    learning_rate=1e-3,
-    target_update_interval=100,
-    exploration_fraction=0.3,
-    epsilon_end=0.05,
-    recurrent="gru",
-)
+from learning_reach import R2D2_MEMORY as _MEMORY_CHAIN  # a sibling script: one copy
+
+R2D2_MEMORY = {**_MEMORY_CHAIN, "recurrent": "gru"}
 
 
 def c51(first: int, count: int, steps: int | None, **overrides) -> list:

@@ -440,7 +440,7 @@ HANGING = """
 import threading
 
 def test_passes():
-    assert True
+    assert threading.current_thread() is threading.main_thread()  # xdist runs tests there
 
 def test_hangs():
     threading.Event().wait()  # forever: only the timeout ends it
