@@ -239,12 +239,12 @@ def test_a_signal_during_a_save_reaches_the_terminal_not_the_save_log(tmp_path):
         f"""
         import os, signal
         from pathlib import Path
-        from jrl.app import checkpoint, stopping
+        from jrl.app import checkpoint_io, stopping
 
         log = Path({str(tmp_path / "save-errors.log")!r})
         with stopping.StopRequest(quiet=False) as stop:
             try:
-                with checkpoint._quiet_stderr(log):
+                with checkpoint_io.quiet_stderr(log):
                     os.kill(os.getpid(), signal.SIGINT)
                     for _ in range(1000):  # the handler runs between bytecodes
                         if stop.reason:

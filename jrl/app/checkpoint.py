@@ -27,7 +27,8 @@ is refused), the tree of leaves (paths, shapes, dtypes; a checkpoint of a
 different agent, env or config shows up here with the leaves that differ),
 and a sha256 of every array against the one written at save time (a corrupt
 or truncated file is refused). Every refusal is a :class:`CheckpointError`
-with a message naming what differs.
+with a message naming what differs. The file-level pieces (the manifest, the bound on a
+save, the capture of a failed save's output) are in :mod:`jrl.app.checkpoint_io`.
 
 Multi-process runs are not checkpointed: the arrays must be addressable from
 this process (single-host runs on any number of local devices are).
@@ -35,15 +36,8 @@ this process (single-host runs on any number of local devices are).
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
-import logging
-import math
-import os
-import sys
-import tempfile
-import time
 from pathlib import Path
 from typing import Any
 
@@ -53,9 +47,19 @@ import numpy as np
 
 from jrl import __version__
 from jrl.app import checkpoint_formats as formats
+from jrl.app.checkpoint_io import (
+    MANIFEST,
+    SAVE_LOG,
+    CheckpointError,
+    check_files,
+    check_writable,
+    file_digest,
+    quiet_orbax,
+    quiet_stderr,
+    save_timeout,
+)
 from jrl.core.types import PyTree, is_key
 from jrl.util import files
-from jrl.util.bounds import seconds_from_env
 
 __all__ = [
     "FORMAT_VERSION",
@@ -79,44 +83,6 @@ several devices (a run spread over the CPU cores) may be written in pieces, one 
 device, that loading joins (the record's ``pieces``)."""
 
 CHECKPOINT_DIR = "checkpoints"
-MANIFEST = (
-    "files.sha256.json"  # size and sha256 of every file of a committed step, checked before reading
-)
-
-
-def _file_digest(path: Path) -> list:
-    return [path.stat().st_size, hashlib.sha256(path.read_bytes()).hexdigest()]
-
-
-def _check_files(path: Path, fallback: str) -> None:
-    """Compares the files of a step with its manifest (when it has one: a kill between the
-    commit and the manifest leaves none, and the array checksum still guards the data)."""
-    manifest_file = path / MANIFEST
-    if not manifest_file.is_file():
-        return
-    try:
-        manifest = json.loads(manifest_file.read_text())
-    except ValueError:
-        raise CheckpointError(
-            f"checkpoint {path} is corrupt: {MANIFEST} is not valid JSON{fallback}"
-        ) from None
-    for name, (size, digest) in manifest.items():
-        f = path / name
-        if not f.is_file():
-            raise CheckpointError(f"checkpoint {path} is incomplete: {name} is missing{fallback}")
-        if f.stat().st_size != size:
-            raise CheckpointError(
-                f"checkpoint {path} is corrupt: {name} has {f.stat().st_size} bytes, "
-                f"{size} were written{fallback}"
-            )
-        if _file_digest(f)[1] != digest:
-            raise CheckpointError(
-                f"checkpoint {path} is corrupt: {name} differs from what was written{fallback}"
-            )
-
-
-class CheckpointError(ValueError):
-    """A checkpoint that cannot be used: missing, newer format, different run, or corrupt."""
 
 
 def _key_impl(x):
@@ -218,80 +184,6 @@ class Checkpoint:
         self.state, self.history, self.meta, self.step, self.path = state, history, meta, step, path
 
 
-SAVE_LOG = "save-errors.log"
-"""Where the stderr of a failed save goes (orbax and tensorstore print hundreds of lines of
-tracebacks from their threads for one I/O error)."""
-
-
-@contextlib.contextmanager
-def _quiet_stderr(log: Path):
-    """Captures what is written to file descriptor 2 (threads and C++ included) during the
-    block: replayed on stderr when the block succeeds, written to ``log`` (best effort: the
-    disk may be full) when it raises."""
-    sys.stderr.flush()
-    saved = os.dup(2)
-    with tempfile.TemporaryFile() as capture:
-        os.dup2(capture.fileno(), 2)
-        try:
-            yield
-        except BaseException:
-            _until_quiet(capture)  # the failed writes' threads go on reporting for a while
-            sys.stderr.flush()
-            os.dup2(saved, 2)
-            capture.seek(0)
-            try:
-                log.write_bytes(capture.read())
-            except OSError:
-                pass
-            raise
-        finally:
-            sys.stderr.flush()
-            os.dup2(saved, 2)
-            os.close(saved)
-        capture.seek(0)
-        text = capture.read()
-        if text:
-            os.write(2, text)
-
-
-def _until_quiet(capture, quiet_for: float = 0.5, at_most: float = 10.0) -> None:
-    """Waits until nothing was written to ``capture`` for ``quiet_for`` seconds (``at_most``
-    in all)."""
-    start, size, since = time.monotonic(), -1, time.monotonic()
-    while time.monotonic() - start < at_most:
-        now = os.fstat(capture.fileno()).st_size
-        if now != size:
-            size, since = now, time.monotonic()
-        elif time.monotonic() - since >= quiet_for:
-            return
-        time.sleep(0.05)
-
-
-def _quiet_orbax():
-    logging.getLogger("absl").setLevel(logging.WARNING)
-
-
-SAVE_TIMEOUT_ENV = "JRL_CHECKPOINT_TIMEOUT"
-"""Environment variable: seconds a checkpoint's save may take before it counts as failed
-(default :data:`SAVE_TIMEOUT`)."""
-SAVE_TIMEOUT = 600
-"""Default bound, in seconds, on one checkpoint save (orbax's waits for its writer threads)."""
-
-
-def save_timeout() -> int:
-    """Whole seconds one save may take: ``$JRL_CHECKPOINT_TIMEOUT``, else :data:`SAVE_TIMEOUT`."""
-    return max(1, math.ceil(seconds_from_env(SAVE_TIMEOUT_ENV, SAVE_TIMEOUT)))
-
-
-def check_writable(directory: Path) -> None:
-    """Raises ``OSError`` (e.g. ``PermissionError``) when no file can be created in
-    ``directory``: a folder that exists but refuses writes (permissions, ``chattr +i``, a
-    read-only mount) is found before a run trains, not at its first checkpoint."""
-    fd, probe = tempfile.mkstemp(prefix=".jrl-write-probe-", dir=directory)
-    os.close(fd)
-    os.unlink(probe)
-
-
 class Checkpointer:
     """Writes checkpoints of one run into ``run_dir/checkpoints``, keeping the last ``keep``."""
 
@@ -311,7 +203,7 @@ class Checkpointer:
         if self._manager_ is None:
             import orbax.checkpoint as ocp  # made at the first use: see above
 
-            _quiet_orbax()
+            quiet_orbax()
             # orbax's default numpy handler deep-copies every array before writing it (a guard
             # against the caller changing it during an asynchronous save). ``save`` waits until
             # the write is committed and its arrays are views of immutable jax buffers, so that
@@ -374,14 +266,12 @@ class Checkpointer:
         if int(step) in manager.all_steps():  # e.g. a resumed run stopping where it started
             manager.delete(int(step))
         args = ocp.args.Composite(arrays=ocp.args.PyTreeSave(flat), meta=ocp.args.JsonSave(record))
-        with _quiet_stderr(self.directory / SAVE_LOG):
+        with quiet_stderr(self.directory / SAVE_LOG):
             manager.save(int(step), args=args, force=True)
             manager.wait_until_finished()
         path = self.directory / str(int(step))
         manifest = {
-            str(f.relative_to(path)): _file_digest(f)
-            for f in sorted(path.rglob("*"))
-            if f.is_file()
+            str(f.relative_to(path)): file_digest(f) for f in sorted(path.rglob("*")) if f.is_file()
         }
         files.write_atomic(path / MANIFEST, json.dumps(manifest, indent=0))
         return path
@@ -394,7 +284,7 @@ class Checkpointer:
     def close(self) -> None:
         if self._manager_ is None:  # never used
             return
-        with _quiet_stderr(self.directory / SAVE_LOG):  # a failed save's threads report here too
+        with quiet_stderr(self.directory / SAVE_LOG):  # a failed save's threads report here too
             self._manager.wait_until_finished()
             self._manager.close()
 
@@ -424,7 +314,7 @@ def load(
     names the other checkpoints and ``step_flag``, the option that picks one.
     """
 
-    _quiet_orbax()
+    quiet_orbax()
     run_dir = Path(run_dir)
     available = steps(run_dir)
     if not available:
@@ -445,7 +335,7 @@ def load(
             f"checkpoint {path} has format version {version}, newer than this jrl "
             f"({__version__}) reads (up to {FORMAT_VERSION}); upgrade jrl to load it"
         )
-    _check_files(path, fallback)
+    check_files(path, fallback)
     expected, saved = leaf_specs(like), meta.get("leaves", [])
     as_now, trees = saved, {}
     if version <= 2:
