@@ -119,10 +119,10 @@ def test_a_ray_address_where_nothing_listens_fails_at_once_with_one_line(tmp_pat
 
 NO_RAY = """
 import sys
-from jrl.run import ray_actors
-ray_actors.INIT_TIMEOUT_S = 3.0
+from jrl.run import ray_session
+ray_session.INIT_TIMEOUT_S = 3.0
 try:
-    ray_actors._RaySession.start(sys.argv[1], 2)
+    ray_session.RaySession.start(sys.argv[1], 2)
 except ConnectionError as e:
     print(e, flush=True)
 """

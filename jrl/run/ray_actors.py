@@ -25,17 +25,11 @@ actor processes (``jrl[ray]``):
   A learner that dies takes its actors with it (Ray ends the actors a driver owns). When
   Ray's head goes away (its GCS killed), Ray ends the learner's process itself after about a
   minute without it; the last checkpoint is what remains.
-- **Ray itself.** With ``ray_address`` the run joins that cluster (``ray.init(address=...)``;
-  the machines need jrl installed); otherwise it starts a small local Ray (one CPU per actor,
-  no dashboard) and shuts it down at the end. A Ray already initialised in the process (a
-  test's, a notebook's) is used and left running. An address is checked first
-  (:func:`check_address`: its form, its host name, a TCP connect within
-  :data:`CONNECT_TIMEOUT_S`); joining or starting Ray that takes over :data:`INIT_TIMEOUT_S`
-  fails (a port that answers but is no Ray head's GCS, ...).
-- **A local Ray ends with its learner.** The processes of a local Ray this module started
-  (GCS, raylet, the agents the raylet starts, the actor workers) are watched by a small
-  watchdog process (:data:`WATCHDOG`): when the learner's process ends, even by ``kill -9``,
-  it ends exactly those processes (terminate, then kill after :data:`WATCHDOG_GRACE_S`).
+- **Ray itself.** With ``ray_address`` the run joins that cluster, otherwise it starts a small
+  local Ray that ends with the learner, even when the learner is killed
+  (:mod:`jrl.run.ray_session`). A Ray already initialised in the process (a test's, a
+  notebook's) is used and left running; an address is checked first (:func:`check_address`:
+  its form, its host name, a TCP connect within :data:`CONNECT_TIMEOUT_S`).
 - **Plugins.** Each actor process imports the run's plugins (``--import``,
   ``$JRL_PLUGINS``: :mod:`jrl.run.plugins`) before it builds its envs, as the learner's process
   did, so envs and agents registered by a plugin work in Ray actors too.
@@ -48,27 +42,23 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import logging
 import os
 import socket
-import subprocess
 import sys
-import threading
 import time
 import uuid
-import warnings
 from typing import Any
 
 import jax
 
 from jrl.run import plugins as jrl_plugins
+from jrl.run import ray_session  # the module, not its names: it imports jrl.run.sebulba too
 from jrl.run.sebulba.acting import Item, PushActing, act_fn, prepare_fn
 from jrl.run.sebulba.transfers import expand
 from jrl.run.sebulba.waits import WAIT_ENV, ActorError, ActorTimeout, seconds, wait_limit
 
 __all__ = [
     "CONNECT_TIMEOUT_S",
-    "INIT_TIMEOUT_S",
     "MAX_RESTARTS",
     "RayActors",
     "RayPool",
@@ -82,19 +72,10 @@ MAX_RESTARTS = 5
 NAME_PREFIX = "jrl-actor-"
 """Ray actor names: ``jrl-actor-<run>-<index>``, ``-restart<k>`` appended for the k-th
 replacement (``ray.util.list_named_actors`` finds them)."""
-OBJECT_STORE_BYTES = 256 * 2**20
-"""A local Ray's object store: trajectories and parameters of small envs need little."""
 CONNECT_TIMEOUT_S = 10.0
 """Seconds :func:`check_address` waits for a TCP connection to ``--ray-address``."""
-INIT_TIMEOUT_S = 120.0
-"""Seconds ``ray.init`` may take to join a cluster or start a local Ray before the run stops
-(Ray itself retries an address that answers but is no GCS without end)."""
 CLOSE_TIMEOUT_S = 10.0
 """Seconds the end of a run waits for its actors to close their envs before killing them."""
-WATCHDOG_INTERVAL_S = 0.5
-"""How often the watchdog of a local Ray looks for new processes of that Ray."""
-WATCHDOG_GRACE_S = 3.0
-"""Seconds the watchdog gives a local Ray's processes to end after SIGTERM, before SIGKILL."""
 
 ADDRESS_FORMS = "HOST:PORT (e.g. 10.0.0.1:6379), ray://HOST:PORT or auto"
 
@@ -262,7 +243,7 @@ class RayPool:
                     break
                 except RayActorError as e:
                     if getattr(e, "actor_init_failed", False):  # a restart would fail again
-                        self._fail(f"ray actor {a} could not start: {_last_line(e)}", e)
+                        self._fail(f"ray actor {a} could not start: {ray_session.last_line(e)}", e)
                         return None, 0.0
                     if not self._restart(a, e):  # the process died: replace it, ask again
                         return None, 0.0
@@ -349,7 +330,9 @@ def ray_pool(
 
     opts = runner.options
     count = opts.ray_actors
-    session = None if ray.is_initialized() else _RaySession.start(opts.ray_address, count)
+    session = (
+        None if ray.is_initialized() else ray_session.RaySession.start(opts.ray_address, count)
+    )
     remote = ray.remote(num_cpus=1)(_EnvActor)
     make_actor = _ActorMaker(
         remote, runner, agent, host_env, seeds, num_envs, template, first, total_envs, replay
@@ -406,179 +389,6 @@ class _ActorMaker:
             self.modules,
             self.wait_s,
         )
-
-
-class _RaySession:
-    """A Ray this process joined (``address``) or started (``""``: a local Ray for ``count``
-    actors), and :meth:`close` to shut it down.
-
-    ``ray.init`` runs in a helper thread (:meth:`start` gives up after :data:`INIT_TIMEOUT_S`
-    seconds) that lives until :meth:`close`: Ray ties its local processes to the thread that
-    started them (``PR_SET_PDEATHSIG``), and in a helper thread Ray installs no SIGTERM
-    handler of its own, so SIGTERM still stops the run with a checkpoint. A local Ray also has
-    a watchdog (:data:`WATCHDOG`) that ends its processes with this one."""
-
-    def __init__(self, address: str, count: int):
-        self.address, self.count = address, count
-        self.ready, self.release = threading.Event(), threading.Event()
-        self.failed: BaseException | None = None
-        self.watchdog: subprocess.Popen | None = None
-
-    @classmethod
-    def start(cls, address: str, count: int) -> "_RaySession":
-        """Joins or starts Ray: ``ConnectionError`` for a user's address where no Ray answers
-        in time, :class:`~jrl.run.sebulba.ActorError` for other failures. The address itself
-        was checked by :func:`jrl.run.sebulba.options.check_options` before the run started."""
-        session = cls(address, count)
-        before = _children()
-        # Ray warns that a helper thread sets no SIGTERM handler: that is the point
-        worker_log = logging.getLogger("ray._private.worker")
-        level = worker_log.level
-        worker_log.setLevel(logging.ERROR)
-        try:
-            thread = threading.Thread(target=session._run, name="jrl-ray", daemon=True)
-            thread.start()
-            answered = session.ready.wait(INIT_TIMEOUT_S)
-        finally:
-            worker_log.setLevel(level)
-        if not answered:
-            if address:
-                raise ConnectionError(
-                    f"--ray-address {address}: no Ray answered there within "
-                    f"{seconds(INIT_TIMEOUT_S)}; is it the GCS port of a Ray head "
-                    "(ray start --head --port PORT)?"
-                )
-            raise ActorTimeout(f"a local Ray did not start within {seconds(INIT_TIMEOUT_S)}")
-        if session.failed is not None:
-            e, where = session.failed, address or "a local Ray"
-            raise ActorError(f"could not start Ray actors on {where}: {_last_line(e)}") from e
-        if not address:
-            session.watchdog = _start_watchdog([p for p in _children() if p not in before])
-        return session
-
-    def _run(self) -> None:
-        """The helper thread: ``ray.init``, then wait for :meth:`close`."""
-        import ray  # Ray is an optional extra (jrl[ray]): imported only for Ray actors
-
-        if self.address:
-            kwargs: dict[str, Any] = {"address": self.address}
-        else:
-            kwargs = {
-                "address": "local",  # a new Ray of its own, even beside a running one
-                "num_cpus": max(2, self.count),
-                "include_dashboard": False,
-                "object_store_memory": OBJECT_STORE_BYTES,
-            }
-        try:
-            ray.init(**kwargs, log_to_driver=False, logging_level="ERROR")
-        except BaseException as e:  # reported by start()
-            self.failed = e
-            self.ready.set()
-            return
-        self.ready.set()
-        self.release.wait()
-
-    def close(self) -> None:
-        """Shuts Ray down, lets the helper thread end, and has the watchdog end what is left
-        of a local Ray (waiting for it a bounded time)."""
-        import ray  # Ray is an optional extra (jrl[ray]): imported only for Ray actors
-
-        try:
-            ray.shutdown()
-        finally:
-            self.release.set()
-            if self.watchdog is not None:
-                with contextlib.suppress(OSError):
-                    self.watchdog.stdin.close()
-                with contextlib.suppress(subprocess.TimeoutExpired):
-                    self.watchdog.wait(timeout=2 * WATCHDOG_GRACE_S + 5)
-
-
-def _children() -> set[int]:
-    """The process ids of this process's children."""
-    import psutil  # Ray's dependency (importing ray puts its own copy on the path)
-
-    return {child.pid for child in psutil.Process().children()}
-
-
-WATCHDOG = r'''
-"""jrl's watchdog of a local Ray. argv: interval, grace, the process ids the learner started
-for its Ray. It follows their descendants (the raylet's agents and workers) until its stdin,
-a pipe from the learner, closes (the learner shut Ray down, exited, or was killed), then ends
-every one of them still running: SIGTERM, SIGKILL after `grace` seconds."""
-import os
-import select
-import sys
-
-try:
-    import psutil
-except ImportError:  # Ray's own copy, which importing ray puts on the path
-    import ray  # noqa: F401
-    import psutil
-
-interval, grace = float(sys.argv[1]), float(sys.argv[2])
-tracked = {}
-for pid in sys.argv[3:]:
-    try:
-        tracked[int(pid)] = psutil.Process(int(pid))
-    except psutil.Error:  # already gone
-        pass
-
-
-def follow():
-    for proc in list(tracked.values()):
-        try:
-            children = proc.children(recursive=True)
-        except psutil.Error:  # it ended
-            continue
-        for child in children:
-            known = tracked.get(child.pid)
-            if known is None or not known.is_running():  # new, or a reused process id
-                tracked[child.pid] = child
-
-
-while True:
-    follow()
-    ready, _, _ = select.select([0], [], [], interval)
-    if ready and not os.read(0, 1):  # end of file: the learner's end of the pipe closed
-        break
-follow()
-alive = [proc for proc in tracked.values() if proc.is_running()]
-for proc in alive:
-    try:
-        proc.terminate()
-    except psutil.Error:
-        pass
-_, alive = psutil.wait_procs(alive, timeout=grace)
-for proc in alive:
-    try:
-        proc.kill()
-    except psutil.Error:
-        pass
-'''
-"""The watchdog's program (``python -c``: no jrl or JAX to import). It runs in a session of
-its own, so a Ctrl-C for the learner's terminal does not end it first."""
-
-
-def _start_watchdog(pids: list[int]) -> subprocess.Popen:
-    """The watchdog (:data:`WATCHDOG`) of the local Ray processes ``pids``: this process holds
-    the write end of its stdin, which closes however this process ends."""
-    command = [sys.executable, "-c", WATCHDOG, str(WATCHDOG_INTERVAL_S), str(WATCHDOG_GRACE_S)]
-    with warnings.catch_warnings():  # JAX warns on any fork; this one execs at once
-        warnings.simplefilter("ignore", RuntimeWarning)
-        return subprocess.Popen(
-            command + [str(pid) for pid in pids],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-            start_new_session=True,
-        )
-
-
-def _last_line(e: BaseException) -> str:
-    """The last line of an error's text (Ray's errors carry the remote traceback)."""
-    lines = [line.strip() for line in str(e).splitlines() if line.strip()]
-    return lines[-1] if lines else type(e).__name__
 
 
 def pids(prefix: str = NAME_PREFIX) -> dict[str, int]:
