@@ -185,6 +185,8 @@ class ChunkWork:
         self.history, self.reports, self.evals = start.history, start.reports, start.evals
         self.done, self.t0, self.diverged = start.iteration, None, {}
         self.save_error: CheckpointWriteError | None = None
+        self.stop_reason: str | None = None  # why the chunks stopped early (a signal's name)
+        self.stopped_by: int | None = None  # the process whose signal stopped a multi-process run
         self.last_checkpoint = start.iteration if start.resuming else None
         seeds, sweep = spec.run_seeds, spec.run_sweep
         self.runs = [
@@ -264,6 +266,11 @@ class ChunkWork:
         finally:
             self._stall = None
 
+    def paused(self):
+        """A block in which the process may rightly idle (a checkpoint written to a slow disk,
+        a wait for the other processes of the run): the stall watch does not count it."""
+        return self._stall.paused() if self._stall is not None else contextlib.nullcontext()
+
     def _compile_checks(self) -> None:
         """The per-chunk checks and evaluations see one device's view of the states, [R, ...],
         on this process's first device (split over the CPU cores where the runs are spread
@@ -319,9 +326,8 @@ class ChunkWork:
         if self.start.later:  # resumed from an older checkpoint: now the later ones go
             self.checkpointer.delete(self.start.later)
             self.start.later = []
-        paused = self._stall.paused() if self._stall is not None else contextlib.nullcontext()
         try:
-            with paused:  # a slow disk may rightly idle the process
+            with self.paused():  # a slow disk may rightly idle the process
                 path = self.checkpointer.save(done, states, self.history, meta)
         except Exception as e:  # orbax and tensorstore wrap I/O errors in many types
             raise CheckpointWriteError(

@@ -26,7 +26,7 @@ import numpy as np
 
 import jrl.agents
 import jrl.envs
-from jrl.app import checkpoint, run_folder, sinks
+from jrl.app import checkpoint, peers, run_folder, sinks
 from jrl.app.checkpoint import CheckpointError
 from jrl.app.chunk_work import (
     HOST_ENVS,
@@ -138,7 +138,7 @@ def execute(
             work.close(e)
             raise
         work.close(None)
-        return _finish(work, result, stop.reason)  # a signal still only asks to stop
+        return _finish(work, result, work.stop_reason)  # a signal still only asks to stop
 
 
 def _prepare_folder(spec: RunSpec, out_path: Path, start: Start) -> None:
@@ -199,11 +199,26 @@ def _run(work: "ChunkWork", stop: StopRequest) -> anakin.RunResult:
     spec = work.spec
     num_iterations, limit = spec.config.num_iterations, spec.options.stop_at_steps
 
+    # several processes stop after the same chunk or not at all (jrl.app.peers)
+    vote = (
+        peers.StopVote(peers.coordination(), jax.process_index())
+        if jax.process_count() > 1
+        else None
+    )
+
     def should_stop() -> bool:  # polled before each chunk
         if work.t0 is None:
             work.t0 = time.perf_counter()  # compile done, the first chunk starts
         at_limit = limit is not None and work.done * work.per_iter >= limit
-        if stop.reason is not None or (at_limit and work.done < num_iterations):
+        reason = stop.reason  # read once: a signal after this counts at the next chunk
+        if vote is not None:
+            with work.paused():  # the others may still be compiling, or writing outputs
+                decision = vote.decide(reason)
+            reason, work.stopped_by = decision if decision is not None else (None, None)
+            if reason is not None:
+                stop.adopt(reason)  # its grace bound and second-signal abort apply here too
+        if reason is not None or (at_limit and work.done < num_iterations):
+            work.stop_reason = reason
             stop.acknowledge()  # no chunk runs after this: a signal's grace bound is met
             return True
         return False
@@ -340,11 +355,14 @@ def _finish(work: "ChunkWork", res: anakin.RunResult, reason: str | None) -> Tra
             if reason
             else f"stop_at_steps={spec.options.stop_at_steps} reached"
         )
-        where = (
-            f"; checkpoint {saved}. Resume with: {run_folder.resume_command(out_path)}"
-            if out_path is not None
-            else "; no run folder was given, so nothing was saved"
-        )
+        if reason and work.stopped_by is not None:  # several processes: whose signal it was
+            why = f"{reason} received by process {work.stopped_by}"
+        if jax.process_count() > 1 and saved is None:
+            where = "; multi-process runs write no checkpoints yet, so it cannot be resumed"
+        elif out_path is not None:
+            where = f"; checkpoint {saved}. Resume with: {run_folder.resume_command(out_path)}"
+        else:
+            where = "; no run folder was given, so nothing was saved"
         steps = f"{done * per_iter:,}/{num_iterations * per_iter:,}"
         raise TrainingInterrupted(
             f"{why}: stopped after {steps} env steps per run{where}", result, reason, saved
