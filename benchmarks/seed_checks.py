@@ -14,13 +14,16 @@ Each check runs one test's configuration, its seeds vmapped in one call, for eve
 - ``impala``: IMPALA on CartPole-v1 (Anakin), 600k steps, final training return
   (tests/test_impala.py);
 - ``dqn-probe``: 3-step DQN on TruncationProbe-v0, 30k steps, the lowest and highest Q over
-  the 20 states x 2 actions, target 10 (tests/test_dqn.py).
+  the 20 states x 2 actions, target 10 (tests/test_dqn.py);
+- ``cma-es``: separable CMA-ES's Pendulum-v1 preset, the mean's greedy return over 20
+  episodes (tests/test_es.py).
 
 Usage::
 
     python benchmarks/seed_checks.py c51 --seeds 2000:16 26:4
     python benchmarks/seed_checks.py r2d2 --seeds 26:2 2000:8 --steps 24000 48000
     python benchmarks/seed_checks.py impala --seeds 3000:32 --set ent_coef=0.01
+    python benchmarks/seed_checks.py cma-es --seeds 0:32 32:32 --set sigma_init=1.0
 """
 
 from __future__ import annotations
@@ -127,8 +130,29 @@ def dqn_probe(first: int, count: int, steps: int | None, **overrides) -> list:
     return out
 
 
+def cma_es(first: int, count: int, steps: int | None, **overrides) -> list:
+    import jrl
+    import jrl.envs
+    from jrl.run import evaluation
+
+    res = jrl.train(
+        "cma_es", "Pendulum-v1", seeds=count, seed=first, progress=False, num_reports=2,
+        **({"total_steps": steps} if steps else {}), **overrides,
+    )  # fmt: skip
+    env, params = jrl.envs.make("Pendulum-v1")
+    built = jrl.agents.get("cma_es").build(res.config, env, params)
+    out = []
+    for r in range(res.num_runs):  # the test's statistic: the mean's greedy return, 20 episodes
+        p = jax.tree.map(lambda x: x[r], res.final_params)
+        policy = lambda obs, key, p=p: built.agent.policy(p, obs, key)
+        ret, _ = evaluation.episode_returns(policy, env, jax.random.key(r), 20, params)
+        out.append(float(np.mean(ret)))
+    return out
+
+
 CHECKS = {
     "c51": c51,
+    "cma-es": cma_es,
     "r2d2": r2d2,
     "apex": apex,
     "impala-actors": impala_actors,
