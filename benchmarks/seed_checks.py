@@ -16,7 +16,9 @@ Each check runs one test's configuration, its seeds vmapped in one call, for eve
 - ``dqn-probe``: 3-step DQN on TruncationProbe-v0, 30k steps, the lowest and highest Q over
   the 20 states x 2 actions, target 10 (tests/test_dqn.py);
 - ``cma-es``: separable CMA-ES's Pendulum-v1 preset, the mean's greedy return over 20
-  episodes (tests/test_es.py).
+  episodes (tests/test_es.py);
+- ``muzero``: MuZero's CartPole-v1 preset, ``jrl eval`` of the noise-free search, 8 episodes
+  per seed (tests/test_muzero.py).
 
 Usage::
 
@@ -150,9 +152,23 @@ def cma_es(first: int, count: int, steps: int | None, **overrides) -> list:
     return out
 
 
+def muzero(first: int, count: int, steps: int | None, **overrides) -> list:
+    import jrl
+    from jrl.app import api
+
+    with tempfile.TemporaryDirectory() as out:  # `jrl eval` of the noise-free search, 8 episodes
+        jrl.train(
+            "muzero", "CartPole-v1", count, out=out + "/run", seed=first, progress=False,
+            **({"total_steps": steps} if steps else {}), **overrides,
+        )  # fmt: skip
+        stats = api.evaluate_run(out + "/run", episodes=8)
+    return np.asarray(stats["returns"]).mean(axis=1).tolist()
+
+
 CHECKS = {
     "c51": c51,
     "cma-es": cma_es,
+    "muzero": muzero,
     "r2d2": r2d2,
     "apex": apex,
     "impala-actors": impala_actors,
