@@ -462,7 +462,8 @@ def test_two_hosts_from_flags_and_from_jrl_variables(tmp_path):
 
 def test_initialize_reads_the_jrl_variables(monkeypatch):
     """`jrl.app.distributed.initialize()` takes what is not given from JRL_COORDINATOR,
-    JRL_NUM_PROCESSES and JRL_PROCESS_ID (explicit arguments win), and refuses a partial set."""
+    JRL_NUM_PROCESSES and JRL_PROCESS_ID (explicit arguments win), and refuses a partial set;
+    the heartbeat bound on a dead peer comes from peer_timeout or JRL_PEER_TIMEOUT."""
     import types
 
     import jrl.app.distributed
@@ -487,6 +488,18 @@ def test_initialize_reads_the_jrl_variables(monkeypatch):
     jrl.app.distributed.initialize("127.0.0.1:999", 2, 0)  # explicit arguments win
     assert calls[-1][1]["coordinator_address"] == "127.0.0.1:999"
     assert calls[-1][1]["num_processes"] == 2
+    assert calls[-1][1]["heartbeat_timeout_seconds"] == 100  # jax's default, the bound on a
+    monkeypatch.setenv("JRL_PEER_TIMEOUT", "7.5")  # dead peer, unless $JRL_PEER_TIMEOUT says
+    jrl.app.distributed.initialize("127.0.0.1:999", 2, 0)
+    assert calls[-1][1]["heartbeat_timeout_seconds"] == 8  # whole seconds, rounded up
+    jrl.app.distributed.initialize("127.0.0.1:999", 2, 0, peer_timeout=3)
+    assert calls[-1][1]["heartbeat_timeout_seconds"] == 3
+    with pytest.raises(ValueError, match="peer_timeout must be positive"):
+        jrl.app.distributed.initialize("127.0.0.1:999", 2, 0, peer_timeout=0)
+    monkeypatch.setenv("JRL_PEER_TIMEOUT", "soon")
+    with pytest.raises(ValueError, match="JRL_PEER_TIMEOUT"):
+        jrl.app.distributed.initialize("127.0.0.1:999", 2, 0)
+    monkeypatch.delenv("JRL_PEER_TIMEOUT")
     monkeypatch.delenv("JRL_PROCESS_ID")
     with pytest.raises(ValueError, match="needs all of"):
         jrl.app.distributed.initialize()

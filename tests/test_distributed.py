@@ -260,3 +260,61 @@ def test_a_sigterm_to_one_process_stops_every_process_after_the_same_chunk(tmp_p
     assert int(float(last["train/env_steps"])) == int(steps[0].replace(",", ""))
     assert "Traceback" not in texts[0] + texts[1]
     assert not (tmp_path / "run1").exists()  # process 1 writes no folder
+
+
+@pytest.mark.parametrize("killed", [1, 0], ids=["a-peer", "the-coordinator"])
+def test_a_process_killed_mid_run_ends_the_others_within_the_peer_bound(tmp_path, killed):
+    """kill -9 of one process of a 2-process run: the other is not left waiting in a
+    collective. With JRL_PEER_TIMEOUT=10, jax's coordination service finds a dead process 1
+    within 10 s of its last heartbeat and ends process 0; a dead process 0 (which hosts the
+    service) ends process 1 at once. The survivor's wait is bounded at 60 s, which jax's
+    default of 100 s would exceed. (It ends by abort, with jax's report: not yet one line.)"""
+    from conftest import wait_until
+
+    address = f"127.0.0.1:{_free_port()}"
+    common = ["train", "ppo", "--env", "CartPole-v1", "--num-envs", "4", "--num-steps", "128"]
+    common += ["--total-steps", str(4 * 128 * 2000), "--num-reports", "2000", "--quiet"]
+    common += ["--coordinator", address, "--num-processes", "2"]
+    env = {**os.environ, "JAX_PLATFORMS": "cpu", "JRL_PEER_TIMEOUT": "10"}
+    procs, logs = [], [tmp_path / f"p{pid}.err" for pid in range(2)]
+    for pid in range(2):
+        with open(logs[pid], "w") as err:  # files, not pipes: see two_processes
+            procs.append(
+                subprocess.Popen(
+                    [sys.executable, "-m", "jrl.app.cli", *common, "--process-id", str(pid)]
+                    + ["--out", f"run{pid}"],
+                    cwd=tmp_path,
+                    stdout=subprocess.DEVNULL,
+                    stderr=err,
+                    env=env,
+                )
+            )
+    csv = tmp_path / "run0" / "metrics.csv"
+    survivor = procs[1 - killed]
+    try:
+        wait_until(
+            lambda: (
+                csv.is_file()
+                and len(csv.read_text().splitlines()) >= 3
+                or any(p.poll() is not None for p in procs)
+            ),
+            600,
+            "process 0 writing its second report",
+        )
+        assert all(p.poll() is None for p in procs), [f.read_text()[-2000:] for f in logs]
+        procs[killed].kill()
+        procs[killed].wait(timeout=60)
+        try:
+            survivor.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            pytest.fail(
+                f"process {1 - killed} outlived the killed process {killed} by 60 s: "
+                + logs[1 - killed].read_text()[-2000:]
+            )
+    finally:
+        for p in procs:
+            p.kill()
+            p.wait(timeout=60)
+    assert survivor.returncode != 0
+    if killed == 1:  # found by the missed heartbeats, not by some other failure
+        assert "Task 1 heartbeat timeout" in logs[0].read_text(), logs[0].read_text()[-2000:]

@@ -10,21 +10,34 @@ every process holds them, and only process 0 writes the run folder
 On CPU the cross-process collectives use gloo. On TPU pods and SLURM/Open
 MPI clusters jax detects the coordinator itself: call ``initialize()``
 without arguments.
+
+A process that dies (``kill -9``, a lost machine) is found by the heartbeat of
+jax's coordination service: the others end within :data:`PEER_TIMEOUT`
+seconds (``$JRL_PEER_TIMEOUT``) of its last heartbeat, none waits in a
+collective for it. When the dead process is process 0, which hosts the
+service, the others end at once.
 """
 
 from __future__ import annotations
 
+import math
 import os
 import socket
 import time
 
 import jax
 
-__all__ = ["initialize", "is_main_process", "process_count", "process_index"]
+from jrl.util.bounds import seconds_from_env
+
+__all__ = ["PEER_TIMEOUT", "initialize", "is_main_process", "process_count", "process_index"]
 
 ENV_COORDINATOR = "JRL_COORDINATOR"
 ENV_NUM_PROCESSES = "JRL_NUM_PROCESSES"
 ENV_PROCESS_ID = "JRL_PROCESS_ID"
+PEER_TIMEOUT_ENV = "JRL_PEER_TIMEOUT"
+"""Environment variable: seconds without a heartbeat after which a process counts as dead."""
+PEER_TIMEOUT = 100.0
+"""Default of :data:`PEER_TIMEOUT_ENV` (jax's own default heartbeat timeout)."""
 
 
 def _check_reachable(address: str, process_id: int, timeout: float) -> None:
@@ -55,15 +68,18 @@ def initialize(
     *,
     timeout: float = 60.0,
     cpu_collectives: str = "gloo",
+    peer_timeout: float | None = None,
 ) -> None:
     """Joins this process to a multi-process jax run.
 
     Arguments default to the environment variables ``JRL_COORDINATOR``
     (``host:port`` of process 0), ``JRL_NUM_PROCESSES`` and
     ``JRL_PROCESS_ID``; with none of them set, jax's own cluster detection
-    is used (TPU pods, SLURM, Open MPI). Raises ``ValueError`` for
-    inconsistent arguments and ``ConnectionError`` when the coordinator
-    cannot be reached within ``timeout`` seconds.
+    is used (TPU pods, SLURM, Open MPI). ``peer_timeout``: seconds without
+    a heartbeat after which a peer counts as dead and this process ends
+    (default ``$JRL_PEER_TIMEOUT``, else :data:`PEER_TIMEOUT`). Raises
+    ``ValueError`` for inconsistent arguments and ``ConnectionError`` when
+    the coordinator cannot be reached within ``timeout`` seconds.
     """
     coordinator_address = coordinator_address or os.environ.get(ENV_COORDINATOR)
     if num_processes is None and os.environ.get(ENV_NUM_PROCESSES):
@@ -82,12 +98,17 @@ def initialize(
         if not 0 <= process_id < num_processes:
             raise ValueError(f"process id must lie in [0, {num_processes}), got {process_id}")
         _check_reachable(coordinator_address, process_id, timeout)
+    if peer_timeout is None:
+        peer_timeout = seconds_from_env(PEER_TIMEOUT_ENV, PEER_TIMEOUT)
+    if not peer_timeout > 0:
+        raise ValueError(f"peer_timeout must be positive seconds, got {peer_timeout}")
     jax.config.update("jax_cpu_collectives_implementation", cpu_collectives)
     jax.distributed.initialize(
         coordinator_address=coordinator_address,
         num_processes=num_processes,
         process_id=process_id,
         initialization_timeout=int(max(timeout, 1)),
+        heartbeat_timeout_seconds=max(1, math.ceil(peer_timeout)),
     )
 
 
