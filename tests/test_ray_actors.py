@@ -321,8 +321,12 @@ def test_a_lost_learner_takes_its_actors_and_its_local_ray_with_it(tmp_path, ray
 def test_a_killed_actor_process_is_restarted_and_the_run_learns(ray_session, capfd, learning_seed):
     """kill -9 of one Ray actor after the first chunk: the runner replaces it (a line on
     stderr, ``ray/actor_restarts``), the run finishes and PPO still learns CartPole (bfloat16
-    on the wire). Reach measured 2026-12-02 at 150k steps with the kill, seeds 0 and 1: 500.0
-    and 475.0 (mean 487.5)."""
+    on the wire). Reach measured 2026-12-05 at 150k steps with the kill (the test with its
+    threshold lifted, JRL_LEARNING_SEED = 38, 40, ..., 60, 2000, ..., 2006: 32 seeds; with the
+    kill a seed still gives the same run, seed 38 269.5 twice): 29 at 500.0, seed 38 269.5,
+    seed 57 320.0, seed 58 240.5. Worst adjacent pair (57, 58): 280.25. Threshold 250, margin
+    30 (a random policy scores ~22). It was 420, set from seeds 0 and 1 alone (500.0, 475.0),
+    until seed pair 38 failed it (mean 384.75) beside a loaded suite."""
     from jrl.run import ray_actors
 
     env, config, built = build(
@@ -358,7 +362,7 @@ def test_a_killed_actor_process_is_restarted_and_the_run_learns(ray_session, cap
 
 
 KILL_TEST_STEPS = 150_000
-KILL_TEST_THRESHOLD = 420
+KILL_TEST_THRESHOLD = 250
 
 
 @pytest.mark.learning
