@@ -14,6 +14,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import wait_until
 
 WORKER = str(Path(__file__).with_name("dist_worker.py"))
 
@@ -207,38 +208,9 @@ def test_a_sigterm_to_one_process_stops_every_process_after_the_same_chunk(tmp_p
     chunk boundary, jrl.app.peers) and exit 143, each saying whose signal it was and at how
     many env steps; before the vote process 1 left alone and process 0 waited for it in the
     next chunk's collective until jax's heartbeat aborted it."""
-    from conftest import wait_until
-
-    address = f"127.0.0.1:{_free_port()}"
-    per_report = 4 * 128  # one report, and one chunk, per iteration of 4 envs x 128 steps
-    common = ["train", "ppo", "--env", "CartPole-v1", "--num-envs", "4", "--num-steps", "128"]
-    common += ["--total-steps", str(per_report * 2000), "--num-reports", "2000", "--quiet"]
-    common += ["--coordinator", address, "--num-processes", "2"]
-    procs, logs = [], [tmp_path / f"p{pid}.err" for pid in range(2)]
-    for pid in range(2):
-        with open(logs[pid], "w") as err:  # files, not pipes: see two_processes
-            procs.append(
-                subprocess.Popen(
-                    [sys.executable, "-m", "jrl.app.cli", *common, "--process-id", str(pid)]
-                    + ["--out", f"run{pid}"],
-                    cwd=tmp_path,
-                    stdout=subprocess.DEVNULL,
-                    stderr=err,
-                    env={**os.environ, "JAX_PLATFORMS": "cpu"},
-                )
-            )
-    csv = tmp_path / "run0" / "metrics.csv"
+    procs, logs, csv = _long_cli_run_on_two_processes(tmp_path, {})
     try:
-        wait_until(
-            lambda: (
-                csv.is_file()
-                and len(csv.read_text().splitlines()) >= 3
-                or any(p.poll() is not None for p in procs)
-            ),
-            600,
-            "process 0 writing its second report",
-        )
-        assert all(p.poll() is None for p in procs), [f.read_text()[-2000:] for f in logs]
+        _wait_for_two_reports(procs, logs, csv)
         procs[1].send_signal(signal.SIGTERM)
         for p in procs:  # both, each bounded (not _wait_all: a first exit of 143 is no failure)
             p.wait(timeout=600)
@@ -270,39 +242,10 @@ def test_a_process_killed_mid_run_ends_the_others_within_the_peer_bound(tmp_path
     within 10 s of its last heartbeat and ends process 0; a dead process 0 (which hosts the
     service) ends process 1 at once. The survivor's wait is bounded at 60 s, which jax's
     default of 100 s would exceed. (It ends by abort, with jax's report: not yet one line.)"""
-    from conftest import wait_until
-
-    address = f"127.0.0.1:{_free_port()}"
-    common = ["train", "ppo", "--env", "CartPole-v1", "--num-envs", "4", "--num-steps", "128"]
-    common += ["--total-steps", str(4 * 128 * 2000), "--num-reports", "2000", "--quiet"]
-    common += ["--coordinator", address, "--num-processes", "2"]
-    env = {**os.environ, "JAX_PLATFORMS": "cpu", "JRL_PEER_TIMEOUT": "10"}
-    procs, logs = [], [tmp_path / f"p{pid}.err" for pid in range(2)]
-    for pid in range(2):
-        with open(logs[pid], "w") as err:  # files, not pipes: see two_processes
-            procs.append(
-                subprocess.Popen(
-                    [sys.executable, "-m", "jrl.app.cli", *common, "--process-id", str(pid)]
-                    + ["--out", f"run{pid}"],
-                    cwd=tmp_path,
-                    stdout=subprocess.DEVNULL,
-                    stderr=err,
-                    env=env,
-                )
-            )
-    csv = tmp_path / "run0" / "metrics.csv"
+    procs, logs, csv = _long_cli_run_on_two_processes(tmp_path, {"JRL_PEER_TIMEOUT": "10"})
     survivor = procs[1 - killed]
     try:
-        wait_until(
-            lambda: (
-                csv.is_file()
-                and len(csv.read_text().splitlines()) >= 3
-                or any(p.poll() is not None for p in procs)
-            ),
-            600,
-            "process 0 writing its second report",
-        )
-        assert all(p.poll() is None for p in procs), [f.read_text()[-2000:] for f in logs]
+        _wait_for_two_reports(procs, logs, csv)
         procs[killed].kill()
         procs[killed].wait(timeout=60)
         try:
@@ -319,3 +262,43 @@ def test_a_process_killed_mid_run_ends_the_others_within_the_peer_bound(tmp_path
     assert survivor.returncode != 0
     if killed == 1:  # found by the missed heartbeats, not by some other failure
         assert "Task 1 heartbeat timeout" in logs[0].read_text(), logs[0].read_text()[-2000:]
+
+
+def _long_cli_run_on_two_processes(tmp_path, env):
+    """``jrl train ppo`` on CartPole as processes 0 and 1 of one run (CLI, 127.0.0.1), long
+    enough (2,000 chunks of one iteration) to be stopped or killed mid-run; ``env`` is added to
+    their environment. Returns ``(procs, stderr log files, process 0's metrics.csv)``."""
+    address = f"127.0.0.1:{_free_port()}"
+    per_report = 4 * 128  # one report, and one chunk, per iteration of 4 envs x 128 steps
+    common = ["train", "ppo", "--env", "CartPole-v1", "--num-envs", "4", "--num-steps", "128"]
+    common += ["--total-steps", str(per_report * 2000), "--num-reports", "2000", "--quiet"]
+    common += ["--coordinator", address, "--num-processes", "2"]
+    procs, logs = [], [tmp_path / f"p{pid}.err" for pid in range(2)]
+    for pid in range(2):
+        with open(logs[pid], "w") as err:  # files, not pipes: see two_processes
+            procs.append(
+                subprocess.Popen(
+                    [sys.executable, "-m", "jrl.app.cli", *common, "--process-id", str(pid)]
+                    + ["--out", f"run{pid}"],
+                    cwd=tmp_path,
+                    stdout=subprocess.DEVNULL,
+                    stderr=err,
+                    env={**os.environ, "JAX_PLATFORMS": "cpu", **env},
+                )
+            )
+    return procs, logs, tmp_path / "run0" / "metrics.csv"
+
+
+def _wait_for_two_reports(procs, logs, csv):
+    """Waits (bounded) until process 0 has written two reports to ``csv``; fails the test if
+    a process ended first."""
+    wait_until(
+        lambda: (
+            csv.is_file()
+            and len(csv.read_text().splitlines()) >= 3
+            or any(p.poll() is not None for p in procs)
+        ),
+        600,
+        "process 0 writing its second report",
+    )
+    assert all(p.poll() is None for p in procs), [f.read_text()[-2000:] for f in logs]

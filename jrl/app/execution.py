@@ -215,8 +215,6 @@ def _run(work: "ChunkWork", stop: StopRequest) -> anakin.RunResult:
             with work.paused():  # the others may still be compiling, or writing outputs
                 decision = vote.decide(reason)
             reason, work.stopped_by = decision if decision is not None else (None, None)
-            if reason is not None:
-                stop.adopt(reason)  # its grace bound and second-signal abort apply here too
         if reason is not None or (at_limit and work.done < num_iterations):
             work.stop_reason = reason
             stop.acknowledge()  # no chunk runs after this: a signal's grace bound is met
@@ -350,13 +348,12 @@ def _finish(work: "ChunkWork", res: anakin.RunResult, reason: str | None) -> Tra
     if work.save_error is not None:
         raise work.save_error
     if done < num_iterations:
+        by = f" by process {work.stopped_by}" if work.stopped_by is not None else ""
         why = (
-            f"{reason} received"
+            f"{reason} received{by}"  # by: several processes, whose signal it was
             if reason
             else f"stop_at_steps={spec.options.stop_at_steps} reached"
         )
-        if reason and work.stopped_by is not None:  # several processes: whose signal it was
-            why = f"{reason} received by process {work.stopped_by}"
         if jax.process_count() > 1 and saved is None:
             where = "; multi-process runs write no checkpoints yet, so it cannot be resumed"
         elif out_path is not None:

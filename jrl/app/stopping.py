@@ -104,13 +104,6 @@ class StopRequest:
         if first:  # the next Ctrl-C raises KeyboardInterrupt where the main thread is
             signal.signal(signal.SIGINT, signal.default_int_handler)
 
-    def adopt(self, reason: str) -> None:
-        """Takes a stop that another process of the run asked for (their common decision,
-        :class:`jrl.app.peers.StopVote`) as this process's, unless a signal came first."""
-        with self._lock:
-            if self.reason is None:
-                self.reason = reason
-
     def acknowledge(self) -> None:
         """The loop has stopped running chunks: the grace bound no longer applies."""
         self._stopped.set()
