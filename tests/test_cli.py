@@ -499,6 +499,8 @@ def test_initialize_reads_the_jrl_variables(monkeypatch):
     monkeypatch.setenv("JRL_PEER_TIMEOUT", "soon")
     with pytest.raises(ValueError, match="JRL_PEER_TIMEOUT"):
         jrl.app.distributed.initialize("127.0.0.1:999", 2, 0)
+    with pytest.raises(ValueError, match="JRL_PEER_TIMEOUT"):  # before process 1's probe of
+        jrl.app.distributed.initialize("127.0.0.1:1", 2, 1, timeout=30)  # a closed port
     monkeypatch.delenv("JRL_PEER_TIMEOUT")
     monkeypatch.delenv("JRL_PROCESS_ID")
     with pytest.raises(ValueError, match="needs all of"):

@@ -81,6 +81,10 @@ def initialize(
     ``ValueError`` for inconsistent arguments and ``ConnectionError`` when
     the coordinator cannot be reached within ``timeout`` seconds.
     """
+    if peer_timeout is None:  # bad input is refused before any wait
+        peer_timeout = seconds_from_env(PEER_TIMEOUT_ENV, PEER_TIMEOUT)
+    if not peer_timeout > 0:
+        raise ValueError(f"peer_timeout must be positive seconds, got {peer_timeout}")
     coordinator_address = coordinator_address or os.environ.get(ENV_COORDINATOR)
     if num_processes is None and os.environ.get(ENV_NUM_PROCESSES):
         num_processes = int(os.environ[ENV_NUM_PROCESSES])
@@ -98,10 +102,6 @@ def initialize(
         if not 0 <= process_id < num_processes:
             raise ValueError(f"process id must lie in [0, {num_processes}), got {process_id}")
         _check_reachable(coordinator_address, process_id, timeout)
-    if peer_timeout is None:
-        peer_timeout = seconds_from_env(PEER_TIMEOUT_ENV, PEER_TIMEOUT)
-    if not peer_timeout > 0:
-        raise ValueError(f"peer_timeout must be positive seconds, got {peer_timeout}")
     jax.config.update("jax_cpu_collectives_implementation", cpu_collectives)
     jax.distributed.initialize(
         coordinator_address=coordinator_address,
