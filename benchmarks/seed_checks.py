@@ -18,7 +18,9 @@ Each check runs one test's configuration, its seeds vmapped in one call, for eve
 - ``cma-es``: separable CMA-ES's Pendulum-v1 preset, the mean's greedy return over 20
   episodes (tests/test_es.py);
 - ``muzero``: MuZero's CartPole-v1 preset, ``jrl eval`` of the noise-free search, 8 episodes
-  per seed (tests/test_muzero.py).
+  per seed (tests/test_muzero.py);
+- ``ray-kill``: PPO with 2 Ray actors on gymnasium:CartPole-v1, 150k steps, actor 0 killed
+  after the first chunk, final training return (tests/test_ray_actors.py; needs jrl[ray]).
 
 Usage::
 
@@ -165,8 +167,45 @@ def muzero(first: int, count: int, steps: int | None, **overrides) -> list:
     return np.asarray(stats["returns"]).mean(axis=1).tolist()
 
 
+def ray_kill(first: int, count: int, steps: int | None, **overrides) -> list:
+    import os
+    import signal
+
+    import jrl.agents
+    import jrl.envs
+    from jrl.app import api
+    from jrl.run import ray_actors, sebulba
+    from jrl.run.anakin import RunHooks
+
+    env, params = jrl.envs.make("gymnasium:CartPole-v1")
+    config = api.make_config("ppo", "CartPole-v1", **{**RAY_KILL, **overrides})
+    built = jrl.agents.get("ppo").build(config, env, params)
+    killed = []
+
+    def kill_one(states, done, metrics):  # actor 0, after the first chunk, as the test does
+        if not killed:
+            killed.append(sorted(ray_actors.pids().items())[0][1])
+            os.kill(killed[0], signal.SIGKILL)
+
+    keys = jax.vmap(jax.random.key)(np.arange(first, first + count))
+    res = sebulba.run(
+        built.agent, env, built.spec, keys, (steps or 150_000) // (8 * 64), config.num_steps,
+        config.num_envs, sebulba.SebulbaOptions(actors="ray:2", transfer="bfloat16"),
+        num_reports=4, hooks=RunHooks(on_chunk=kill_one),
+    )  # fmt: skip
+    return res.metrics["train/episode_return"][:, -1].tolist()
+
+
+RAY_KILL = dict(
+    num_envs=8, num_steps=64, learning_rate=1e-3, num_minibatches=4, num_epochs=4,
+    hidden_sizes=(64, 64),
+)  # fmt: skip
+"""tests/test_ray_actors.py's kill test: PPO on gymnasium:CartPole-v1, 2 Ray actors."""
+
+
 CHECKS = {
     "c51": c51,
+    "ray-kill": ray_kill,
     "cma-es": cma_es,
     "muzero": muzero,
     "r2d2": r2d2,

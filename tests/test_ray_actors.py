@@ -326,7 +326,8 @@ def test_a_killed_actor_process_is_restarted_and_the_run_learns(ray_session, cap
     kill a seed still gives the same run, seed 38 269.5 twice): 29 at 500.0, seed 38 269.5,
     seed 57 320.0, seed 58 240.5. Worst adjacent pair (57, 58): 280.25. Threshold 250, margin
     30 (a random policy scores ~22). It was 420, set from seeds 0 and 1 alone (500.0, 475.0),
-    until seed pair 38 failed it (mean 384.75) beside a loaded suite."""
+    until seed pair 38 failed it (mean 384.75) beside a loaded suite. Reproduce:
+    `python benchmarks/seed_checks.py ray-kill --seeds 38:2 40:2 ...`."""
     from jrl.run import ray_actors
 
     env, config, built = build(
