@@ -19,6 +19,14 @@ Each check runs one test's configuration, its seeds vmapped in one call, for eve
   episodes (tests/test_es.py);
 - ``muzero``: MuZero's CartPole-v1 preset, ``jrl eval`` of the noise-free search, 8 episodes
   per seed (tests/test_muzero.py);
+- ``ippo-coordination``, ``mappo-coordination``: Coordination-v0, 20k steps, greedy team
+  return over 16 episodes, optimum 16 (tests/test_ippo.py);
+- ``ippo-probe``: IPPO on TeamTruncationProbe-v0, 60k steps, the lowest and highest value
+  over 20 steps x 2 agents, target 10 (tests/test_ippo.py);
+- ``muzero-probe``: MuZero on TruncationProbe-v0, 8,192 steps, the lowest and highest value
+  of the 20 states, target 10 (tests/test_muzero.py);
+- ``jaxmarl-spread``: IPPO on jaxmarl:MPE_simple_spread_v3, 250k steps, the team return of
+  the last 5% of iterations (tests/test_jaxmarl.py; needs jrl[jaxmarl]);
 - ``ray-kill``: PPO with 2 Ray actors on gymnasium:CartPole-v1, 150k steps, actor 0 killed
   after the first chunk, final training return (tests/test_ray_actors.py; needs jrl[ray]).
 
@@ -34,6 +42,7 @@ from __future__ import annotations
 
 import argparse
 import ast
+import functools
 import sys
 import tempfile
 import time
@@ -196,6 +205,79 @@ def ray_kill(first: int, count: int, steps: int | None, **overrides) -> list:
     return res.metrics["train/episode_return"][:, -1].tolist()
 
 
+def coordination(agent: str, first: int, count: int, steps: int | None, **overrides) -> list:
+    import jrl
+
+    res = jrl.train(
+        agent, "Coordination-v0", seeds=count, seed=first, total_steps=steps or 20_000,
+        eval_every=steps or 20_000, eval_episodes=16, num_reports=2, progress=False,
+        compile_cache=False, **overrides,
+    )  # fmt: skip
+    return np.asarray(res.evals[-1]["returns"]).tolist()
+
+
+def ippo_probe(first: int, count: int, steps: int | None, **overrides) -> list:
+    import jrl
+    import jrl.envs
+    from jrl.agents.multi_agent import ippo
+    from jrl.core.multi_agent_env import GLOBAL_STATE
+    from jrl.core.types import OBSERVATION
+
+    res = jrl.train(
+        "ippo", "TeamTruncationProbe-v0", seeds=count, seed=first, total_steps=steps or 60_000,
+        gamma=0.9, ent_coef=0.0, num_reports=2, progress=False, compile_cache=False,
+        **overrides,
+    )  # fmt: skip
+    built = ippo.build(res.config, *jrl.envs.make("TeamTruncationProbe-v0"))
+    t = jnp.arange(20, dtype=jnp.float32)[:, None, None] / 20.0
+    obs = {OBSERVATION: jnp.broadcast_to(t, (20, 2, 1)), GLOBAL_STATE: jnp.zeros((20, 2))}
+    out = []
+    for r in range(res.num_runs):  # every agent's value at every step, target 10
+        v = built.network.apply(
+            jax.tree.map(lambda x: x[r], res.final_params), obs, method=built.network.value
+        )
+        out.append(f"{float(v.min()):.3f}..{float(v.max()):.3f}")
+    return out
+
+
+def muzero_probe(first: int, count: int, steps: int | None, **overrides) -> list:
+    import jrl
+    import jrl.envs
+    from jrl.agents.search import muzero as muzero_agent
+    from jrl.ops.return_distributions import two_hot_to_scalar
+
+    config = dict(
+        gamma=0.9, num_simulations=2, learning_starts=512, updates_per_iteration=8,
+        learning_rate=3e-3, hidden_sizes=(32,), latent_size=16, support_size=5, td_steps=3,
+        unroll_steps=3,
+    )  # fmt: skip
+    res = jrl.train(
+        "muzero", "TruncationProbe-v0", count, seed=first, total_steps=steps or 8192,
+        progress=False, compile_cache=False, **{**config, **overrides},
+    )  # fmt: skip
+    net = muzero_agent.build(res.config, *jrl.envs.make("TruncationProbe-v0")).network
+    obs = jnp.arange(20, dtype=jnp.float32)[:, None] / 20.0
+    out = []
+    for r in range(res.num_runs):  # the value of each of the 20 states, target 10
+        params = jax.tree.map(lambda x: x[r], res.final_params)
+        latent = net.apply(params, obs, method=net.represent)
+        _, logits = net.apply(params, latent, method=net.predict)
+        v = two_hot_to_scalar(logits, res.config.support_size)
+        out.append(f"{float(v.min()):.2f}..{float(v.max()):.2f}")
+    return out
+
+
+def jaxmarl_spread(first: int, count: int, steps: int | None, **overrides) -> list:
+    import jrl
+
+    res = jrl.train(
+        "ippo", "jaxmarl:MPE_simple_spread_v3", seeds=count, seed=first,
+        total_steps=steps or 250_000, num_reports=2, progress=False, **overrides,
+    )  # fmt: skip
+    team = np.asarray(res.metrics["train/episode_return"])  # the last 5% of iterations
+    return team[:, -(team.shape[1] // 20) :].mean(axis=1).tolist()
+
+
 RAY_KILL = dict(
     num_envs=8, num_steps=64, learning_rate=1e-3, num_minibatches=4, num_epochs=4,
     hidden_sizes=(64, 64),
@@ -205,6 +287,11 @@ RAY_KILL = dict(
 
 CHECKS = {
     "c51": c51,
+    "ippo-coordination": functools.partial(coordination, "ippo"),
+    "mappo-coordination": functools.partial(coordination, "mappo"),
+    "ippo-probe": ippo_probe,
+    "muzero-probe": muzero_probe,
+    "jaxmarl-spread": jaxmarl_spread,
     "ray-kill": ray_kill,
     "cma-es": cma_es,
     "muzero": muzero,
