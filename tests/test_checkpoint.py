@@ -228,3 +228,22 @@ def test_a_format_2_prioritised_buffer_loads_with_its_tree_rebuilt(tmp_path, mon
     if old.tree.shape != now.tree.shape:
         with pytest.raises(checkpoint.CheckpointError, match="different train state"):
             checkpoint.load(tmp_path / "new", like)
+
+
+def test_the_blocks_of_a_multi_process_checkpoint_are_checked_one_by_one():
+    """A leaf written block by block (by the processes holding them, format 5) is checked by
+    each block's digest when read whole: a changed value, or a part no block covers, is
+    refused."""
+    a = np.arange(24, dtype=np.float32).reshape(4, 3, 2)
+    blocks = {}
+    for d in range(4):  # one block per device along the leading axis, as an Anakin run's
+        index = (slice(d, d + 1), slice(None), slice(None))
+        key = checkpoint._block_key(index, a.shape)
+        blocks[key] = checkpoint._digest([a[index]])
+    assert sorted(blocks) == [f"{d}:{d + 1},0:3,0:2" for d in range(4)]
+    assert checkpoint._block_index("1:2,0:3,0:2") == (slice(1, 2), slice(0, 3), slice(0, 2))
+    assert checkpoint._check_blocks(a, blocks)
+    changed = a.copy()
+    changed[2, 1, 0] += 1
+    assert not checkpoint._check_blocks(changed, blocks)
+    assert not checkpoint._check_blocks(a, {k: v for k, v in blocks.items() if k[0] != "3"})

@@ -414,8 +414,9 @@ def _free_port():
 
 def test_two_hosts_from_flags_and_from_jrl_variables(tmp_path):
     """Process 0 from --coordinator/--num-processes/--process-id, process 1 from
-    --multihost and the JRL_* variables: one learner over both processes' devices, and only
-    process 0 writes its run folder (process 1 writes nothing and prints no summary)."""
+    --multihost and the JRL_* variables: one learner over both processes' devices, one run
+    folder, which process 0 writes (process 1 takes part in its checkpoint and prints no
+    summary)."""
     address = f"127.0.0.1:{_free_port()}"
     common = ["train", "ppo", "--num-envs", "4", "--total-steps", "2048", "--num-reports", "2"]
     env = {**os.environ, "JAX_PLATFORMS": "cpu", "MPLBACKEND": "Agg"}
@@ -423,7 +424,7 @@ def test_two_hosts_from_flags_and_from_jrl_variables(tmp_path):
     variables = {"JRL_COORDINATOR": address, "JRL_NUM_PROCESSES": "2", "JRL_PROCESS_ID": "1"}
     procs = [
         subprocess.Popen(
-            JRL + common + flags + ["--out", "p0", "--quiet"],
+            JRL + common + flags + ["--out", "run", "--quiet"],
             cwd=tmp_path,
             env=env,
             stdout=subprocess.PIPE,
@@ -431,7 +432,7 @@ def test_two_hosts_from_flags_and_from_jrl_variables(tmp_path):
             text=True,
         ),
         subprocess.Popen(
-            JRL + common + ["--multihost", "--out", "p1"],
+            JRL + common + ["--multihost", "--out", "run"],
             cwd=tmp_path,
             env={**env, **variables},
             stdout=subprocess.PIPE,
@@ -453,11 +454,11 @@ def test_two_hosts_from_flags_and_from_jrl_variables(tmp_path):
         assert p.returncode == 0, err[-3000:]
     assert "final return" in outs[0][0] and "final return" not in outs[1][0]
     assert "steps/s" not in outs[1][1]  # no progress line from process 1 either
-    spec = experiment.read_spec(tmp_path / "p0")
+    spec = experiment.read_spec(tmp_path / "run")
     assert spec.options.devices == 2  # one CPU device per process
     for name in experiment.RUN_FILES:
-        assert (tmp_path / "p0" / name).is_file(), name
-    assert not (tmp_path / "p1").exists()
+        assert (tmp_path / "run" / name).is_file(), name
+    assert experiment.checkpoint.steps(tmp_path / "run") == [spec.config.num_iterations]
 
 
 def test_initialize_reads_the_jrl_variables(monkeypatch):

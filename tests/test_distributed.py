@@ -5,7 +5,6 @@ in a fresh interpreter (tests/dist_worker.py).
 """
 
 import os
-import signal
 import socket
 import subprocess
 import sys
@@ -14,7 +13,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import wait_until
 
 WORKER = str(Path(__file__).with_name("dist_worker.py"))
 
@@ -201,104 +199,3 @@ def test_cli_devices_flag_errors(tmp_path):
         cwd=tmp_path,
     )
     assert out.returncode == 2 and "devices requested but only" in out.stderr
-
-
-def test_a_sigterm_to_one_process_stops_every_process_after_the_same_chunk(tmp_path):
-    """SIGTERM to process 1 alone: both processes stop after the same chunk (their vote at the
-    chunk boundary, jrl.app.peers) and exit 143, each saying whose signal it was and at how
-    many env steps; before the vote process 1 left alone and process 0 waited for it in the
-    next chunk's collective until jax's heartbeat aborted it."""
-    procs, logs, csv = _long_cli_run_on_two_processes(tmp_path, {})
-    try:
-        _wait_for_two_reports(procs, logs, csv)
-        procs[1].send_signal(signal.SIGTERM)
-        for p in procs:  # both, each bounded (not _wait_all: a first exit of 143 is no failure)
-            p.wait(timeout=600)
-    finally:
-        for p in procs:
-            p.kill()
-            p.wait(timeout=60)
-    texts = [f.read_text() for f in logs]
-    assert [p.returncode for p in procs] == [143, 143], [t[-3000:] for t in texts]
-    steps = []
-    for text in texts:
-        line = text.strip().splitlines()[-1]
-        assert line.startswith("jrl: SIGTERM received by process 1: stopped after "), line
-        assert line.endswith("multi-process runs write no checkpoints yet, so it cannot be resumed")
-        steps.append(line.split("stopped after ")[1].split("/")[0])
-    assert steps[0] == steps[1]  # the same chunk in both
-    rows = csv.read_text().splitlines()
-    header = rows[0].split(",")
-    last = dict(zip(header, rows[-1].split(",")))
-    assert int(float(last["train/env_steps"])) == int(steps[0].replace(",", ""))
-    assert "Traceback" not in texts[0] + texts[1]
-    assert not (tmp_path / "run1").exists()  # process 1 writes no folder
-
-
-@pytest.mark.parametrize("killed", [1, 0], ids=["a-peer", "the-coordinator"])
-def test_a_process_killed_mid_run_ends_the_others_within_the_peer_bound(tmp_path, killed):
-    """kill -9 of one process of a 2-process run: the other is not left waiting in a
-    collective. With JRL_PEER_TIMEOUT=10, jax's coordination service finds a dead process 1
-    within 10 s of its last heartbeat and ends process 0; a dead process 0 (which hosts the
-    service) ends process 1 at once. The survivor's wait is bounded at 60 s, which jax's
-    default of 100 s would exceed. (It ends by abort, with jax's report: not yet one line.)"""
-    procs, logs, csv = _long_cli_run_on_two_processes(tmp_path, {"JRL_PEER_TIMEOUT": "10"})
-    survivor = procs[1 - killed]
-    try:
-        _wait_for_two_reports(procs, logs, csv)
-        procs[killed].kill()
-        procs[killed].wait(timeout=60)
-        try:
-            survivor.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            pytest.fail(
-                f"process {1 - killed} outlived the killed process {killed} by 60 s: "
-                + logs[1 - killed].read_text()[-2000:]
-            )
-    finally:
-        for p in procs:
-            p.kill()
-            p.wait(timeout=60)
-    assert survivor.returncode != 0
-    if killed == 1:  # found by the missed heartbeats, not by some other failure
-        assert "Task 1 heartbeat timeout" in logs[0].read_text(), logs[0].read_text()[-2000:]
-
-
-def _long_cli_run_on_two_processes(tmp_path, env):
-    """``jrl train ppo`` on CartPole as processes 0 and 1 of one run (CLI, 127.0.0.1), long
-    enough (2,000 chunks of one iteration) to be stopped or killed mid-run; ``env`` is added to
-    their environment. Returns ``(procs, stderr log files, process 0's metrics.csv)``."""
-    address = f"127.0.0.1:{_free_port()}"
-    per_report = 4 * 128  # one report, and one chunk, per iteration of 4 envs x 128 steps
-    common = ["train", "ppo", "--env", "CartPole-v1", "--num-envs", "4", "--num-steps", "128"]
-    common += ["--total-steps", str(per_report * 2000), "--num-reports", "2000", "--quiet"]
-    common += ["--coordinator", address, "--num-processes", "2"]
-    procs, logs = [], [tmp_path / f"p{pid}.err" for pid in range(2)]
-    for pid in range(2):
-        with open(logs[pid], "w") as err:  # files, not pipes: see two_processes
-            procs.append(
-                subprocess.Popen(
-                    [sys.executable, "-m", "jrl.app.cli", *common, "--process-id", str(pid)]
-                    + ["--out", f"run{pid}"],
-                    cwd=tmp_path,
-                    stdout=subprocess.DEVNULL,
-                    stderr=err,
-                    env={**os.environ, "JAX_PLATFORMS": "cpu", **env},
-                )
-            )
-    return procs, logs, tmp_path / "run0" / "metrics.csv"
-
-
-def _wait_for_two_reports(procs, logs, csv):
-    """Waits (bounded) until process 0 has written two reports to ``csv``; fails the test if
-    a process ended first."""
-    wait_until(
-        lambda: (
-            csv.is_file()
-            and len(csv.read_text().splitlines()) >= 3
-            or any(p.poll() is not None for p in procs)
-        ),
-        600,
-        "process 0 writing its second report",
-    )
-    assert all(p.poll() is None for p in procs), [f.read_text()[-2000:] for f in logs]

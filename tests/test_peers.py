@@ -1,6 +1,7 @@
-"""The processes' vote at a chunk boundary (jrl.app.peers.StopVote), on a fake of jax's
+"""The processes' vote at a chunk boundary (jrl.app.peers.StopVote) and their exchanges
+(jrl.app.peers.Peers: gather, agreement), on a fake of jax's
 coordination client: a dict for the key-value store, a threading barrier for its barriers.
-The real client is exercised by tests/test_distributed.py's two-process SIGTERM test."""
+The real client is exercised by tests/test_pod.py's runs of two processes."""
 
 import threading
 
@@ -90,3 +91,78 @@ def test_a_peer_that_does_not_reach_the_boundary_is_an_error_naming_the_bound(mo
 def test_without_jax_distributed_there_is_no_client():
     with pytest.raises(peers.PeerError, match="jax.distributed is not initialised"):
         peers.coordination()
+
+
+def _in_processes(n, body):
+    """``body(peers, p)`` in one thread per process, each with its own ``Peers`` on one
+    shared fake client; returns each process's result or raised exception."""
+    client, out = FakeClient(n), [None] * n
+
+    def process(p):
+        try:
+            out[p] = body(peers.Peers(client, p, n, timeout=10.0), p)
+        except Exception as e:
+            out[p] = e
+
+    threads = [threading.Thread(target=process, args=(p,)) for p in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    assert not any(t.is_alive() for t in threads)
+    return out
+
+
+def test_gather_gives_every_process_every_value_in_process_order():
+    def body(group, p):
+        return [group.gather("a", f"v{p}"), group.gather("b", str(10 * p))]
+
+    out = _in_processes(3, body)
+    assert out == [[["v0", "v1", "v2"], ["0", "10", "20"]]] * 3
+
+
+def test_an_agreement_stops_every_process_when_one_fails():
+    """Process 1 fails inside the block: it raises its own error, the others a PeerError
+    naming it; a block where nobody fails lets every process go on."""
+
+    def body(group, p):
+        with group.agreement("start the run"):
+            pass
+        with group.agreement("start the run"):
+            if p == 1:
+                raise FileExistsError("folder x is taken\nmore detail")
+        return "went on"
+
+    out = _in_processes(3, body)
+    assert isinstance(out[1], FileExistsError)
+    for p in (0, 2):
+        assert isinstance(out[p], peers.PeerError) and out[p].process == 1
+        assert str(out[p]) == "process 1 could not start the run: folder x is taken"
+
+
+def test_an_agreement_names_the_lowest_failing_process():
+    def body(group, p):
+        with group.agreement("resume the run"):
+            if p > 0:
+                raise ValueError(f"bad {p}")
+
+    out = _in_processes(3, body)
+    assert str(out[0]) == "process 1 could not resume the run: bad 1"
+    assert [str(e) for e in out[1:]] == ["bad 1", "bad 2"]
+
+
+def test_a_process_that_does_not_come_is_an_error_naming_what_waited(monkeypatch):
+    group = peers.Peers(FakeClient(2), 0, 2, timeout=0.2)
+    with pytest.raises(peers.PeerError) as e:
+        group.gather("the digests of checkpoint 4", "x")
+    assert str(e.value).startswith(
+        "the processes did not all reach the digests of checkpoint 4 within 0.2 s "
+        "($JRL_BOUNDARY_TIMEOUT): DEADLINE_EXCEEDED"
+    )
+
+
+def test_a_single_process_run_has_no_group_and_its_agreements_just_run():
+    assert peers.group() is None
+    with pytest.raises(KeyError):  # the block's own error, untouched
+        with peers.agreement("start the run"):
+            raise KeyError("x")

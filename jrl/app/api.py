@@ -19,6 +19,7 @@ execution itself is :mod:`jrl.app.execution`.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 from pathlib import Path
@@ -29,7 +30,7 @@ import numpy as np
 
 import jrl.agents
 import jrl.envs
-from jrl.app import checkpoint, compile_cache, run_folder
+from jrl.app import checkpoint, compile_cache, peers, run_folder
 from jrl.app import execution as training
 from jrl.app.checkpoint import CheckpointError
 from jrl.app.chunk_work import make_evaluator
@@ -206,13 +207,38 @@ def train(
         opts = dataclasses.replace(opts, devices=jax.device_count())
     if opts.devices is not None:  # too many devices: refused before any folder is looked at
         anakin.make_mesh(opts.devices)
-    spec = _checked_spec(agent, env, opts, overrides)
-    if out is None or jax.process_index() != 0:  # only process 0 writes the run folder
+    return _train_into(_checked_spec(agent, env, opts, overrides), _common_folder(out))
+
+
+def _train_into(spec: RunSpec, out_path: Path | None) -> TrainResult:
+    """:func:`train`'s run of ``spec`` into ``out_path`` (None: no run folder)."""
+    if out_path is None:
         return training.execute(spec, None)
-    out_path = Path(out)
-    with run_folder.RunLock(out_path, quiet=not opts.progress):
-        run_folder.check_out_dir(out_path, spec.options.overwrite)
+    with contextlib.ExitStack() as held:  # process 0 holds the run folder's lock
+        with peers.agreement("start the run"):  # the others stop too when process 0 refuses
+            if jax.process_index() == 0:
+                held.enter_context(run_folder.RunLock(out_path, quiet=not spec.options.progress))
+                run_folder.check_out_dir(out_path, spec.options.overwrite)
         return training.execute(spec, out_path)
+
+
+def _common_folder(out: str | os.PathLike | None) -> Path | None:
+    """The run folder, the same one in every process of a multi-process run (process 0 writes
+    its files and every process its own blocks of the checkpoints): a ``ValueError`` when the
+    processes were given different ones."""
+    group = peers.group()
+    if out is None and group is None:
+        return None
+    given = "" if out is None else os.path.abspath(out)
+    folders = [given] if group is None else group.gather("the run folder", given)
+    for p, folder in enumerate(folders):
+        if folder != folders[0]:
+            names = [f or "no folder" for f in (folders[0], folder)]
+            raise ValueError(
+                f"every process of a run writes one run folder, on a filesystem they share: "
+                f"process 0 was given {names[0]}, process {p} {names[1]}"
+            )
+    return Path(out) if out is not None else None
 
 
 def _train_options(
@@ -276,8 +302,6 @@ def resume(
     }
     opts = dataclasses.replace(spec.options, **invocation)
     _start(opts)
-    if jax.process_count() > 1:
-        raise CheckpointError("multi-process runs write no checkpoints, so they cannot be resumed")
     opts.validate()
     recorded = {k: kwargs[k] for k in kwargs if k in RECORDED}
     diffs = spec.resume_differences(agent, env, recorded, overrides)
@@ -287,7 +311,11 @@ def resume(
             + "; ".join(diffs)
         )
     spec = dataclasses.replace(spec, options=opts)
-    with run_folder.RunLock(run_dir, quiet=not opts.progress):  # resume is single-process
+    _common_folder(run_dir)  # every process of a multi-process run resumes the same folder
+    with contextlib.ExitStack() as held:  # process 0 holds the run folder's lock
+        with peers.agreement("resume the run"):
+            if jax.process_index() == 0:
+                held.enter_context(run_folder.RunLock(run_dir, quiet=not opts.progress))
         return training.execute(spec, run_dir, step, resuming=True)
 
 

@@ -30,8 +30,17 @@ or truncated file is refused). Every refusal is a :class:`CheckpointError`
 with a message naming what differs. The file-level pieces (the manifest, the bound on a
 save, the capture of a failed save's output) are in :mod:`jrl.app.checkpoint_io`.
 
-Multi-process runs are not checkpointed: the arrays must be addressable from
-this process (single-host runs on any number of local devices are).
+In a multi-process run (:mod:`jrl.app.distributed`) every process takes part in
+each save and load. A leaf spread over the processes' devices (an Anakin run's
+``[D, R, ...]`` state) is written by orbax's multi-host checkpointing: each
+process writes the blocks its own devices hold, and process 0 commits the step
+once all have written. Each block gets its own sha256 (the record's ``blocks``,
+gathered from every process through :mod:`jrl.app.peers`); the other leaves (the
+same in every process) and the histories are written by process 0 and covered by
+``sha256`` as before. A run resuming on its own layout reads only its own blocks
+(``load``'s ``sharding``); any other reader (``jrl eval``, one process) reads
+whole arrays and checks every block. The run folder must be on a filesystem that
+every process sees.
 """
 
 from __future__ import annotations
@@ -73,14 +82,16 @@ __all__ = [
     "leaf_specs",
 ]
 
-FORMAT_VERSION = 4
+FORMAT_VERSION = 5
 """Bumped whenever the layout or the meaning of a checkpoint changes. Format 2: the
 agent-contract names (``num_updates`` for every agent's update counter; an agent's
 hyperparameters only its own) and a run fingerprint in the record. Format 3: an 8-ary
 sum tree in the prioritised buffers. Formats 1-2 are read through
 :mod:`jrl.app.checkpoint_formats`. Format 4: a leaf split along its leading axis over
 several devices (a run spread over the CPU cores) may be written in pieces, one per
-device, that loading joins (the record's ``pieces``)."""
+device, that loading joins (the record's ``pieces``). Format 5: the record's ``processes``;
+in a multi-process run the leaves spread over the processes are written block by block by
+the processes that hold them, each block with its own digest (the record's ``blocks``)."""
 
 CHECKPOINT_DIR = "checkpoints"
 
@@ -100,16 +111,52 @@ def to_host(tree: PyTree) -> list[np.ndarray]:
 
 
 def _stored_leaves(tree: PyTree) -> list:
-    """The leaves of ``tree`` as a checkpoint stores them (typed PRNG keys as their key data);
-    a state spread over processes is refused."""
-    leaves = jax.tree.leaves(tree)
-    for x in leaves:
-        if isinstance(x, jax.Array) and not x.is_fully_addressable:
-            raise CheckpointError(
-                "checkpoints of multi-process runs are not supported: the train state is "
-                "spread over processes"
-            )
-    return [jax.random.key_data(x) if is_key(x) else x for x in leaves]
+    """The leaves of ``tree`` as a checkpoint stores them (typed PRNG keys as their key data)."""
+    return [jax.random.key_data(x) if is_key(x) else x for x in jax.tree.leaves(tree)]
+
+
+def _spread(x) -> bool:
+    """A leaf whose blocks live on several processes (a multi-process run's sharded state)."""
+    return isinstance(x, jax.Array) and not x.is_fully_addressable
+
+
+def _block_key(index: tuple, shape: tuple) -> str:
+    """A block's place in its array, ``"0:2,0:3"`` (start:stop per axis), from a shard's
+    index (a tuple of slices)."""
+    return ",".join("%d:%d" % sl.indices(n)[:2] for sl, n in zip(index, shape))
+
+
+def _block_index(key: str) -> tuple:
+    """The inverse of :func:`_block_key`: the slices of a block."""
+    if not key:
+        return ()
+    return tuple(slice(*map(int, part.split(":"))) for part in key.split(","))
+
+
+def _block_digests(x: jax.Array) -> dict[str, str]:
+    """sha256 of each block of ``x`` that this process holds (replicas hashed once)."""
+    out = {}
+    for shard in x.addressable_shards:
+        key = _block_key(shard.index, x.shape)
+        if key not in out:
+            out[key] = _digest([np.asarray(shard.data)])
+    return out
+
+
+def _gather_blocks(spread: dict[str, jax.Array], step: int) -> dict[str, dict[str, str]]:
+    """Leaf name -> block -> sha256 of the spread leaves, over the blocks of every process
+    (each process hashes its own; :mod:`jrl.app.peers` gathers them)."""
+    if not spread:
+        return {}
+    from jrl.app import peers  # multi-process runs only
+
+    group = peers.group()
+    mine = {name: _block_digests(x) for name, x in spread.items()}
+    blocks: dict[str, dict[str, str]] = {name: {} for name in spread}
+    for posted in group.gather(f"the digests of checkpoint {step}", json.dumps(mine)):
+        for name, digests in json.loads(posted).items():
+            blocks[name].update(digests)
+    return blocks
 
 
 def leaf_specs(tree: PyTree) -> list[list]:
@@ -238,7 +285,9 @@ class Checkpointer:
         import orbax.checkpoint as ocp  # imported by the manager, made on first use
 
         manager = self._manager
-        arrays = [_host_pieces(x) for x in _stored_leaves(state)]
+        leaves = _stored_leaves(state)
+        spread = {f"s{i:05d}": x for i, x in enumerate(leaves) if _spread(x)}
+        arrays = [x if _spread(x) else _host_pieces(x) for x in leaves]
         names = sorted(history)
         hist = [np.asarray(history[n]) for n in names]
         record = dict(
@@ -246,13 +295,17 @@ class Checkpointer:
             format_version=FORMAT_VERSION,
             jrl_version=__version__,
             step=int(step),
+            processes=jax.process_count(),
             leaves=leaf_specs(state),
             history_names=names,
-            sha256=_digest(arrays + hist),
+            sha256=_digest([a for a in arrays if not _spread(a)] + hist),
+            blocks=_gather_blocks(spread, step),
         )
         flat, record["pieces"] = {}, {}
         for i, a in enumerate(arrays):
-            if isinstance(a, list):  # blocks along the leading axis (format 4)
+            if _spread(a):  # written by the processes that hold its blocks (orbax multi-host)
+                flat[f"s{i:05d}"] = a
+            elif isinstance(a, list):  # blocks along the leading axis (format 4)
                 record["pieces"][f"s{i:05d}"] = len(a)
                 flat.update({f"s{i:05d}p{j}": p for j, p in enumerate(a)})
             else:
@@ -270,6 +323,8 @@ class Checkpointer:
             manager.save(int(step), args=args, force=True)
             manager.wait_until_finished()
         path = self.directory / str(int(step))
+        if jax.process_index() != 0:  # one writer of the manifest: process 0, which committed
+            return path
         manifest = {
             str(f.relative_to(path)): file_digest(f) for f in sorted(path.rglob("*")) if f.is_file()
         }
@@ -303,19 +358,57 @@ def steps(run_dir: str | Path) -> list[int]:
 
 
 def load(
-    run_dir: str | Path, like: PyTree, step: int | None = None, step_flag: str = "--resume-step"
+    run_dir: str | Path,
+    like: PyTree,
+    step: int | None = None,
+    step_flag: str = "--resume-step",
+    sharding: jax.sharding.Sharding | None = None,
 ) -> Checkpoint:
     """Loads the checkpoint at ``step`` (default: the latest) of ``run_dir``.
 
     ``like`` is the expected train state (arrays or ``ShapeDtypeStruct``s,
     e.g. from ``jax.eval_shape``): its tree structure is rebuilt, typed keys
     re-wrapped, and its leaf shapes and dtypes must match the checkpoint's.
-    Raises :class:`CheckpointError` (see the module docstring); its message
-    names the other checkpoints and ``step_flag``, the option that picks one.
+    ``sharding``: a multi-process run resuming on the processes and devices
+    that wrote the checkpoint reads the leaves written block by block as
+    global arrays with this sharding, each process only its own blocks;
+    without it every leaf is read whole, as numpy. Raises
+    :class:`CheckpointError` (see the module docstring); its message names
+    the other checkpoints and ``step_flag``, the option that picks one.
     """
 
     quiet_orbax()
-    run_dir = Path(run_dir)
+    step, path, fallback = _chosen_step(Path(run_dir), step, step_flag)
+    meta = _read_meta(path, fallback)
+    version = meta.get("format_version")
+    if not isinstance(version, int) or version > FORMAT_VERSION:
+        raise CheckpointError(
+            f"checkpoint {path} has format version {version}, newer than this jrl "
+            f"({__version__}) reads (up to {FORMAT_VERSION}); upgrade jrl to load it"
+        )
+    check_files(path, fallback)
+    saved = meta.get("leaves", [])
+    order, trees = _saved_order(path, version, saved, leaf_specs(like))
+    arrays, hist = _read_arrays(path, meta, saved, fallback, sharding)
+    for i, size in trees.items():
+        try:
+            arrays[i] = formats.rebuild_sum_tree(arrays[i], size)
+        except ValueError as e:  # no buffer has such a tree
+            raise CheckpointError(str(e)) from None
+    arrays = [arrays[i] for i in order]
+    like_leaves, treedef = jax.tree.flatten(like)
+    leaves = [
+        jax.random.wrap_key_data(a if _spread(a) else jnp.asarray(a), impl=_key_impl(x))
+        if is_key(x)
+        else a
+        for a, x in zip(arrays, like_leaves)
+    ]
+    return Checkpoint(jax.tree.unflatten(treedef, leaves), hist, meta, int(step), path)
+
+
+def _chosen_step(run_dir: Path, step: int | None, step_flag: str) -> tuple[int, Path, str]:
+    """``(step, its folder, the note on the other checkpoints for error messages)``: ``step``
+    or the latest one; :class:`CheckpointError` when there is none, or not that one."""
     available = steps(run_dir)
     if not available:
         raise CheckpointError(f"{run_dir} has no checkpoint (looked in {run_dir / CHECKPOINT_DIR})")
@@ -328,15 +421,15 @@ def load(
     path = run_dir.absolute() / CHECKPOINT_DIR / str(int(step))
     others = [s for s in available if s != step]
     fallback = f"; other checkpoints: {others} (choose one with {step_flag})" if others else ""
-    meta = _read_meta(path, fallback)
-    version = meta.get("format_version")
-    if not isinstance(version, int) or version > FORMAT_VERSION:
-        raise CheckpointError(
-            f"checkpoint {path} has format version {version}, newer than this jrl "
-            f"({__version__}) reads (up to {FORMAT_VERSION}); upgrade jrl to load it"
-        )
-    check_files(path, fallback)
-    expected, saved = leaf_specs(like), meta.get("leaves", [])
+    return int(step), path, fallback
+
+
+def _saved_order(
+    path: Path, version: int, saved: list[list], expected: list[list]
+) -> tuple[list[int], dict[int, int]]:
+    """For each expected leaf, the index of the saved leaf that holds it, and the format-2
+    sum trees to rebuild (leaf index -> size); :class:`CheckpointError` naming the leaves that
+    differ when the checkpoint holds another train state."""
     as_now, trees = saved, {}
     if version <= 2:
         as_now, trees = formats.binary_sum_trees(saved, expected)
@@ -348,24 +441,54 @@ def load(
             f"checkpoint {path} holds a different train state (another agent, env or "
             f"config?): {_describe_differences(as_now, expected)}"
         )
-    arrays, hist = _read_arrays(path, meta, saved, fallback)
-    for i, size in trees.items():
-        try:
-            arrays[i] = formats.rebuild_sum_tree(arrays[i], size)
-        except ValueError as e:  # no buffer has such a tree
-            raise CheckpointError(str(e)) from None
-    arrays = [arrays[i] for i in order]
-    like_leaves, treedef = jax.tree.flatten(like)
-    leaves = [
-        jax.random.wrap_key_data(jnp.asarray(a), impl=_key_impl(x)) if is_key(x) else a
-        for a, x in zip(arrays, like_leaves)
-    ]
-    return Checkpoint(jax.tree.unflatten(treedef, leaves), hist, meta, int(step), path)
+    return order, trees
 
 
-def _read_arrays(path: Path, meta: dict[str, Any], saved: list[list], fallback: str):
+def _restore_args(meta: dict[str, Any], saved: list[list], sharding) -> dict[str, Any]:
+    """orbax's restore arguments for every array the checkpoint wrote: numpy, except the
+    blocks-written leaves with ``sharding`` (global arrays, each process its own blocks)."""
+    import orbax.checkpoint as ocp  # as in _read_arrays: only when a checkpoint is read
+
+    empty, pieces, blocks = meta.get("empty", {}), meta.get("pieces", {}), meta.get("blocks", {})
+    as_numpy = ocp.RestoreArgs(restore_type=np.ndarray)
+    out = {}
+    for i, (_, shape, dtype) in enumerate(saved):
+        name = f"s{i:05d}"
+        if name in empty:
+            continue
+        if name in blocks and sharding is not None:
+            out[name] = ocp.ArrayRestoreArgs(
+                sharding=sharding, global_shape=tuple(shape), dtype=np.dtype(dtype)
+            )
+        elif name in pieces:
+            out.update({f"{name}p{j}": as_numpy for j in range(pieces[name])})
+        else:
+            out[name] = as_numpy
+    histories = (f"h{i:05d}" for i in range(len(meta["history_names"])))
+    out.update({name: as_numpy for name in histories if name not in empty})
+    return out
+
+
+def _check_blocks(a, digests: dict[str, str]) -> bool:
+    """Whether the blocks of leaf ``a`` that this process holds (all of them for a numpy
+    array) match their digests."""
+    if isinstance(a, jax.Array):
+        held = {_block_key(s.index, a.shape): s.data for s in a.addressable_shards}
+        if not set(held) <= set(digests):
+            return False
+        return all(_digest([np.asarray(x)]) == digests[k] for k, x in held.items())
+    covered = np.zeros(a.shape, bool)
+    for key, digest in digests.items():
+        index = _block_index(key)
+        if _digest([np.asarray(a[index])]) != digest:
+            return False
+        covered[index] = True
+    return bool(covered.all())
+
+
+def _read_arrays(path: Path, meta: dict[str, Any], saved: list[list], fallback: str, sharding=None):
     """The state leaves (in the saved order) and metric histories of the checkpoint at
-    ``path``, checked against the shapes, dtypes and checksum of its record."""
+    ``path``, checked against the shapes, dtypes and checksums of its record."""
     # orbax takes about 0.2 s to import: only when a checkpoint is read (not by `jrl --help`)
     import orbax.checkpoint as ocp
 
@@ -374,7 +497,8 @@ def _read_arrays(path: Path, meta: dict[str, Any], saved: list[list], fallback: 
     try:
         reader = ocp.PyTreeCheckpointer()
         try:
-            restored = reader.restore(path / "arrays")
+            args = ocp.args.PyTreeRestore(restore_args=_restore_args(meta, saved, sharding))
+            restored = reader.restore(path / "arrays", args=args)
         finally:
             reader.close()
     except Exception as e:  # orbax/tensorstore raise many types for unreadable data
@@ -391,7 +515,8 @@ def _read_arrays(path: Path, meta: dict[str, Any], saved: list[list], fallback: 
             return np.concatenate(
                 [np.asarray(restored[f"{name}p{j}"]) for j in range(pieces[name])]
             )
-        return np.asarray(restored[name])
+        x = restored[name]
+        return x if isinstance(x, jax.Array) and not x.is_fully_addressable else np.asarray(x)
 
     try:
         arrays = [read(f"s{i:05d}") for i in range(n_state)]
@@ -401,12 +526,20 @@ def _read_arrays(path: Path, meta: dict[str, Any], saved: list[list], fallback: 
             f"checkpoint {path} is incomplete: array {e} is missing{fallback}"
         ) from None
     for a, (p, shape, dtype) in zip(arrays, saved):
-        if list(a.shape) != shape or a.dtype.name != dtype:
+        if list(a.shape) != shape or np.dtype(a.dtype).name != dtype:
             raise CheckpointError(
-                f"checkpoint {path} is corrupt: {p} reads as {a.dtype.name}{list(a.shape)}, "
-                f"written as {dtype}{shape}{fallback}"
+                f"checkpoint {path} is corrupt: {p} reads as {np.dtype(a.dtype).name}"
+                f"{list(a.shape)}, written as {dtype}{shape}{fallback}"
             )
-    if _digest(arrays + hist) != meta.get("sha256"):
+    blocks = meta.get("blocks", {})
+    for i, (a, (p, _, _)) in enumerate(zip(arrays, saved)):
+        if f"s{i:05d}" in blocks and not _check_blocks(a, blocks[f"s{i:05d}"]):
+            raise CheckpointError(
+                f"checkpoint {path} is corrupt: the blocks of {p} do not match the checksums "
+                f"written with them{fallback}"
+            )
+    whole = [a for i, a in enumerate(arrays) if f"s{i:05d}" not in blocks]
+    if _digest(whole + hist) != meta.get("sha256"):
         raise CheckpointError(
             f"checkpoint {path} is corrupt: its arrays do not match the checksum written "
             f"with them{fallback}"

@@ -15,6 +15,7 @@ import base64
 import contextlib
 import dataclasses
 import errno
+import json
 import sys
 import time
 from pathlib import Path
@@ -24,7 +25,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jrl.app import checkpoint, run_folder, sinks
+from jrl.app import checkpoint, peers, run_folder, sinks
 from jrl.app.result import Progress, sweep_groups
 from jrl.app.run_options import RunSpec
 from jrl.app.stopping import StallWatch
@@ -200,8 +201,10 @@ class ChunkWork:
         self.sinks = self.checkpointer = self.progress = None
         self._stall: StallWatch | None = None
         self.host_envs: dict[int, Any] = {}  # sebulba: iteration -> encoded host envs
-        writer = jax.process_index() == 0
-        if spec.options.progress and writer:
+        # process 0 writes the run folder (its metrics, evaluations and final outputs); every
+        # process takes part in its checkpoints
+        self.writer = jax.process_index() == 0
+        if spec.options.progress and self.writer:
             # PBT's runs change their hyperparameters: no groups by the values they started from
             population = spec.options.pbt is not None
             groups = [] if population else sweep_groups(spec.run_sweep, len(seeds))
@@ -211,30 +214,32 @@ class ChunkWork:
 
     def open_outputs(self) -> None:
         """Opens the checkpointer (first: a checkpoint folder that refuses writes ends the run
-        before anything else in the folder changes) and the metric sinks of the run folder."""
+        before anything else in the folder changes) and, in process 0, the metric sinks of the
+        run folder."""
         spec, out, start = self.spec, self.out_path, self.start
         if out is None:
             return
-        if jax.process_count() == 1:
-            try:
-                self.checkpointer = checkpoint.Checkpointer(out, spec.options.keep_checkpoints)
-            except OSError as e:
-                where = out / checkpoint.CHECKPOINT_DIR
-                raise CheckpointWriteError(
-                    f"cannot write checkpoints in {where} ({_io_reason(e)}); nothing was "
-                    f"trained. {_remedy(e, where).capitalize()}, then "
-                    + (
-                        f"resume with: {run_folder.resume_command(out)}"
-                        if start.resuming
-                        else "train again"
-                    )
-                ) from e
-        else:  # the state is spread over processes: see jrl.app.checkpoint
-            print(
-                "jrl: note: checkpoints are not written in multi-process runs (the run cannot "
-                "be resumed)",
-                file=sys.stderr,
+        record = out / "config.json"
+        if not self.writer and not record.is_file():
+            raise FileNotFoundError(
+                f"process {jax.process_index()} does not see {record}, which "
+                "process 0 wrote: the run folder must be on a filesystem every process shares"
             )
+        try:
+            self.checkpointer = checkpoint.Checkpointer(out, spec.options.keep_checkpoints)
+        except OSError as e:
+            where = out / checkpoint.CHECKPOINT_DIR
+            raise CheckpointWriteError(
+                f"cannot write checkpoints in {where} ({_io_reason(e)}); nothing was "
+                f"trained. {_remedy(e, where).capitalize()}, then "
+                + (
+                    f"resume with: {run_folder.resume_command(out)}"
+                    if start.resuming
+                    else "train again"
+                )
+            ) from e
+        if not self.writer:
+            return
         self.sinks = sinks.make_sinks(
             ["csv", *spec.options.log],
             out,
@@ -301,6 +306,18 @@ class ChunkWork:
         """Sebulba's ``on_snapshots``: the host envs after ``iteration`` (only the latest kept)."""
         self.host_envs = {iteration: encode_host_envs(snapshots)}
 
+    def _host_envs_at(self, done: int) -> list | None:
+        """The encoded host envs after iteration ``done`` of every actor: in a multi-process
+        run each process's actors in process order (global actor ``p * A + a``), gathered from
+        every process; None when any could not be saved."""
+        mine = self.host_envs.get(done)
+        group = peers.group()
+        if group is None:
+            return mine
+        posted = group.gather(f"the host envs of iteration {done}", json.dumps(mine))
+        every = [json.loads(text) for text in posted]
+        return None if any(e is None for e in every) else [thread for e in every for thread in e]
+
     def elapsed(self) -> float:
         """Run seconds so far, earlier calls of a resumed run included."""
         now = 0.0 if self.t0 is None else time.perf_counter() - self.t0
@@ -322,7 +339,7 @@ class ChunkWork:
             "fingerprint": spec.fingerprint(),
         }
         if is_sebulba(spec):  # the host envs after the same iteration, when they could be saved
-            meta[HOST_ENVS] = self.host_envs.get(done)
+            meta[HOST_ENVS] = self._host_envs_at(done)
         if self.start.later:  # resumed from an older checkpoint: now the later ones go
             self.checkpointer.delete(self.start.later)
             self.start.later = []
@@ -355,12 +372,14 @@ class ChunkWork:
             )
         self.reports.append(done)
         self.done = done
-        try:
-            evaluated = None if self.evaluator is None else self._evaluate(view, prev, done)
+        try:  # process 0 evaluates (the parameters are the same in every process) and writes
+            due = self.evaluator is not None and self.writer
+            evaluated = self._evaluate(view, prev, done) if due else None
             if self.sinks is not None:
                 sinks.write_records(self.sinks, self._records(metrics, prev, done, evaluated))
         except Exception:  # e.g. a failing sink: keep this good chunk's state before stopping
-            if self.checkpointer is not None:
+            # (not in a multi-process run: a save is collective, and the others go on)
+            if self.checkpointer is not None and jax.process_count() == 1:
                 self.save(done, states, self.elapsed())
             raise
         every = self.spec.options.checkpoint_every

@@ -31,6 +31,7 @@ from typing import Annotated, Sequence
 import jax
 
 import jrl.app.distributed
+import jrl.app.peers
 from jrl import __version__
 from jrl.app.cli_commands import (
     CLIError,
@@ -354,6 +355,8 @@ def cmd_train(args: Sequence[str]) -> int:
         raise CLIError(str(e)) from e
     except OSError as e:  # e.g. a full disk while writing logs or a checkpoint (one was kept)
         return _error(e, cli.debug, code=1)
+    except jrl.app.peers.PeerError as e:  # another process failed, or did not come
+        return _error(e, cli.debug, code=1)
     return _print_result(result)
 
 
@@ -369,6 +372,9 @@ def _train_or_resume(agent: str, cli: CLIOptions, options, overrides: dict):
             cli.resume, step=cli.resume_step, agent=agent, env=cli.env, **kw, **overrides
         )
     out = cli.out or default_run_folder(agent, cli.env, options.seed, options.seeds)
+    group = jrl.app.peers.group()
+    if cli.out is None and group is not None:  # process 0 picks the folder every process uses
+        out = group.gather("the default run folder", out)[0]
     options = dataclasses.replace(options, sweep=_parse_sweep(cli.sweep))
     if cli.pbt:
         from jrl.run.pbt import PBT  # with tyro: not imported by `jrl --help`
@@ -380,7 +386,7 @@ def _train_or_resume(agent: str, cli: CLIOptions, options, overrides: dict):
             agent, cli.env, options.seeds, out=out, options=options, **overrides
         )
     finally:
-        if cli.out is None:
+        if cli.out is None and jax.process_index() == 0:
             _point_latest(Path(out))
 
 
@@ -425,7 +431,7 @@ def _print_result(result) -> int:
         return 0
     names = ["learning_curve.png", "metrics.csv", "config.json", "params.msgpack", "checkpoints"]
     out = Path(result.out_dir)
-    # what this run wrote (a multi-process run writes no checkpoints)
+    # what this run wrote
     made = [n + ("/" if n == "checkpoints" else "") for n in names if (out / n).exists()]
     print(f"run folder: {out} ({', '.join(made)})")
     return 0

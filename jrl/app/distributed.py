@@ -4,8 +4,10 @@ Call :func:`initialize` in every process before anything else touches jax;
 then ``jax.devices()`` lists the devices of all processes, and the Anakin
 runner's mesh (``jrl.run.anakin.make_mesh()``) spans them. Each process
 steps the envs of its own devices; metrics are all-reduced on device, so
-every process holds them, and only process 0 writes the run folder
-(:func:`is_main_process`).
+every process holds them, and only process 0 writes the run folder's files
+(:func:`is_main_process`). Every process writes its own devices' blocks of
+each checkpoint (:mod:`jrl.app.checkpoint`) into the same run folder, which
+must be on a filesystem they share.
 
 On CPU the cross-process collectives use gloo. On TPU pods and SLURM/Open
 MPI clusters jax detects the coordinator itself: call ``initialize()``

@@ -23,6 +23,8 @@ from typing import Any
 
 import jax
 import numpy as np
+from jax.sharding import NamedSharding
+from jax.sharding import PartitionSpec as P
 
 import jrl.agents
 import jrl.envs
@@ -42,6 +44,7 @@ from jrl.app.result import TrainResult
 from jrl.app.run_options import RunSpec
 from jrl.app.stopping import StopRequest
 from jrl.envs.host import host_env_of
+from jrl.core.parallel import AXIS
 from jrl.run import anakin, pbt, sebulba
 
 __all__ = [
@@ -82,8 +85,17 @@ def load_start(spec: RunSpec, built, out_path: Path, step: int | None, mesh, cor
     """The checkpoint to resume from, loaded and checked against the run record (a
     checkpoint of another run is refused). A checkpoint at the last iteration gives a
     ``Start`` with ``complete`` set (only the final outputs may be missing)."""
-    ck = checkpoint.load(out_path, abstract_states(spec, built), step)
+    processes = jax.process_count()
+    # a multi-process run reads only its own blocks of the state spread over the processes
+    sharding = NamedSharding(mesh, P(AXIS)) if processes > 1 and mesh is not None else None
+    ck = checkpoint.load(out_path, abstract_states(spec, built), step, sharding=sharding)
     run_folder.check_checkpoint_run(ck.meta, spec, ck.path)
+    if ck.meta.get("processes", 1) != processes:
+        raise CheckpointError(
+            f"checkpoint {ck.path} was written by {ck.meta.get('processes', 1)} process(es) and "
+            f"this run has {processes}: resume it on {ck.meta.get('processes', 1)} (resuming on "
+            "another number of processes is not supported yet)"
+        )
     return Start(
         ck.step,
         {k: np.asarray(v) for k, v in ck.history.items()},
@@ -121,18 +133,25 @@ def execute(
     if mesh is None and not on_host:
         cores = anakin.spread_mesh(len(spec.run_seeds), built.algorithm)
     stop = StopRequest(quiet=jax.process_index() != 0)
+    writer = jax.process_index() == 0  # process 0 writes the run folder
     with stop:  # from here on a signal only asks to stop: the checkpoint and outputs are written
-        # everything that can refuse comes before the folder changes
-        start = load_start(spec, built, out_path, resume_step, mesh, cores) if resuming else Start()
+        # everything that can refuse comes before the folder changes; in a multi-process run
+        # every process loads and checks, and all stop when one refuses (jrl.app.peers)
+        with peers.agreement("start the run"):
+            start = (
+                load_start(spec, built, out_path, resume_step, mesh, cores) if resuming else Start()
+            )
+            if not start.complete:
+                if not on_host:  # a Sebulba learner holds no envs or buffers
+                    anakin.check_memory(built.algorithm, spec.keys(), mesh)
+                if out_path is not None and writer:
+                    _prepare_folder(spec, out_path, start)
         if start.complete:
             return _complete(spec, built, out_path, start)
-        if not on_host:  # a Sebulba learner holds no envs or buffers
-            anakin.check_memory(built.algorithm, spec.keys(), mesh)
-        if out_path is not None:
-            _prepare_folder(spec, out_path, start)
         work = ChunkWork(spec, built, out_path, start, mesh, cores)
         try:
-            work.open_outputs()
+            with peers.agreement("open the run folder"):
+                work.open_outputs()
             result = _run(work, stop)
         except BaseException as e:
             work.close(e)
@@ -187,6 +206,8 @@ def _complete(spec: RunSpec, built, out_path: Path, start: Start) -> TrainResult
         )
     state = one_view(spec, start.state)
     result = _result(spec, start.history, state, 0.0, start.prior_seconds, start.evals)
+    if jax.process_index() != 0:  # process 0 writes the run folder
+        return result
     result.save(out_path, start.reports, write_metrics=False)
     print(
         f"jrl: {out_path} had finished training; wrote its missing {', '.join(missing)}",
@@ -309,7 +330,14 @@ def _run_sebulba(work: "ChunkWork", hparams, hooks) -> anakin.RunResult:
     except sebulba.ActorError as e:
         res = getattr(e, "result", None)
         saved = ""
-        if res is not None and work.checkpointer is not None and res.iterations > start.iteration:
+        # one process's actor failed: its peers go on, so a (collective) save is not possible
+        alone = jax.process_count() == 1
+        if (
+            res is not None
+            and work.checkpointer is not None
+            and res.iterations > start.iteration
+            and alone
+        ):
             if work.last_checkpoint != res.iterations:
                 work.save(res.iterations, res.final_state, start.prior_seconds + res.run_seconds)
             saved = (
@@ -335,7 +363,7 @@ def _finish(work: "ChunkWork", res: anakin.RunResult, reason: str | None) -> Tra
     result = _result(
         spec, work.history, res.final_state, res.compile_seconds, run_seconds, work.evals
     )
-    if out_path is not None:
+    if out_path is not None and work.writer:
         try:
             result.save(out_path, work.reports, write_metrics=False)
             if spec.options.pbt is not None:
@@ -354,10 +382,13 @@ def _finish(work: "ChunkWork", res: anakin.RunResult, reason: str | None) -> Tra
             if reason
             else f"stop_at_steps={spec.options.stop_at_steps} reached"
         )
-        if jax.process_count() > 1 and saved is None:
-            where = "; multi-process runs write no checkpoints yet, so it cannot be resumed"
-        elif out_path is not None:
+        if out_path is not None:
             where = f"; checkpoint {saved}. Resume with: {run_folder.resume_command(out_path)}"
+            if jax.process_count() > 1:
+                where += (
+                    " on every process (with the same --coordinator, --num-processes and "
+                    "--process-id, or --multihost)"
+                )
         else:
             where = "; no run folder was given, so nothing was saved"
         steps = f"{done * per_iter:,}/{num_iterations * per_iter:,}"

@@ -13,7 +13,7 @@ from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from jrl.core import parallel
-from jrl.core.types import PyTree
+from jrl.core.types import PyTree, is_key
 from jrl.run.algorithm import Algorithm
 
 __all__ = [
@@ -74,7 +74,23 @@ def place(states: PyTree, mesh: Mesh | None = None, spread: Mesh | None = None) 
     sharding = (
         NamedSharding(mesh, P(parallel.AXIS)) if mesh is not None else spread_sharding(spread)
     )
-    return jax.tree.map(lambda x: jax.device_put(x, sharding), states)
+    return jax.tree.map(lambda x: _put(x, sharding), states)
+
+
+def _put(x, sharding: NamedSharding):
+    """``x`` (a host array, or a jax array) placed with ``sharding``; on a mesh over several
+    processes each process places its own blocks of ``x``, which every process holds whole."""
+    if isinstance(x, jax.Array) and x.sharding.is_equivalent_to(sharding, x.ndim):
+        return x
+    if isinstance(x, jax.Array) and not x.is_fully_addressable:  # laid out otherwise
+        return jax.jit(lambda y: y, out_shardings=sharding)(x)
+    if sharding.is_fully_addressable:
+        return jax.device_put(x, sharding)
+    if is_key(x):
+        data = _put(jax.random.key_data(x), sharding)
+        return jax.random.wrap_key_data(data, impl=jax.random.key_impl(x))
+    host = np.asarray(x)
+    return jax.make_array_from_callback(host.shape, sharding, lambda index: host[index])
 
 
 def first_device(tree: PyTree) -> PyTree:

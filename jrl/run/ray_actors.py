@@ -384,7 +384,7 @@ class _ActorMaker:
             self.runner.num_steps,
             self.runner.options.transfer,
             self.template,
-            snapshots[a] if snapshots is not None and deaths == 0 else None,
+            snapshots[self.first + a] if snapshots is not None and deaths == 0 else None,
             self.replay,
             self.modules,
             self.wait_s,

@@ -55,11 +55,12 @@ def run(
         algorithm's hook (``with_hparams(state, values)`` of one agent state).
       initial_state, start_iteration: a resumed run's states and the updates they have done.
       hooks: as for :func:`jrl.run.anakin.run`; ``on_chunk`` gets :class:`SebulbaState`\\ s.
-      env_snapshots: per actor thread, per run, the host envs' saved state to restore (exact
-        resume in push mode); None: fresh envs.
+      env_snapshots: per actor, per run, the host envs' saved state to restore (exact
+        resume in push mode), indexed by global actor (in a multi-process run, process p's
+        actors are ``p * A .. p * A + A - 1``); None: fresh envs.
       on_snapshots: ``on_snapshots(iteration, snapshots)`` receives the host envs' snapshots
-        (per thread, per run) taken at every chunk end, on the learner thread, after that
-        iteration is learned.
+        of this process's actors (per actor, per run) taken at every chunk end, on the
+        learner thread, after that iteration is learned.
       replay: an agent's :class:`~jrl.run.builders.ActorReplay` (Ape-X): actors push replay items
         with priorities into a buffer the learner states hold, instead of trajectories.
     """

@@ -1,0 +1,243 @@
+"""Multi-process runs through the CLI (``jrl train --coordinator ... --num-processes 2``), each
+process a subprocess with 2 fake CPU devices, on 127.0.0.1: a signal to one process stops all
+of them after the same chunk with one checkpoint, which every process wrote its own blocks of;
+the run resumes from it bit for bit; one process evaluates the folder; a killed process does
+not leave the other waiting; and a refusal in one process stops every process."""
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import wait_until
+
+# 2 devices per process; XLA's CPU collectives wait longer than their 40 s default for a
+# device thread that a loaded 2-core machine deschedules (as in tests/dist_worker.py)
+FAKE_DEVICES = {
+    "JAX_PLATFORMS": "cpu",
+    "XLA_FLAGS": "--xla_force_host_platform_device_count=2 "
+    "--xla_cpu_collective_call_terminate_timeout_seconds=600",
+}
+PER_ITER = 8 * 32  # env steps per iteration (8 envs, 2 per device, x 32 steps): one chunk each
+RESUME_HINT = (
+    "on every process (with the same --coordinator, --num-processes and --process-id, or "
+    "--multihost)"
+)
+
+
+def _free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _train(out: str, iterations: int = 2000, runner: tuple = ()) -> list[str]:
+    """``jrl train ppo`` on CartPole with one chunk and one report per iteration."""
+    env = "gymnasium:CartPole-v1" if runner else "CartPole-v1"
+    args = ["train", "ppo", "--env", env, "--num-envs", "8", "--num-steps", "32"]
+    args += ["--total-steps", str(PER_ITER * iterations), "--num-reports", str(iterations)]
+    return args + ["--quiet", "--out", out, *runner]
+
+
+def _launch(tmp_path: Path, args: list[str], tag: str, env: dict | None = None, n: int = 2):
+    """``jrl ARGS`` as processes 0 .. n-1 of one run, in ``tmp_path``; their stderr goes to
+    files (``TAG0.err`` ...), not pipes: a process blocked on a full pipe would stall its peer."""
+    address = f"127.0.0.1:{_free_port()}"
+    procs, logs = [], [tmp_path / f"{tag}{pid}.err" for pid in range(n)]
+    for pid in range(n):
+        flags = ["--coordinator", address, "--num-processes", str(n), "--process-id", str(pid)]
+        with open(logs[pid], "w") as err:
+            procs.append(
+                subprocess.Popen(
+                    [sys.executable, "-m", "jrl.app.cli", *args, *flags],
+                    cwd=tmp_path,
+                    stdout=subprocess.DEVNULL,
+                    stderr=err,
+                    env={**os.environ, **FAKE_DEVICES, **(env or {})},
+                )
+            )
+    return procs, logs
+
+
+def _wait(procs, logs, timeout: float = 600) -> list[str]:
+    """Waits for each process (bounded), kills any left, and returns their stderr."""
+    try:
+        for p in procs:
+            p.wait(timeout=timeout)
+    finally:
+        _kill(procs)
+    return [f.read_text() for f in logs]
+
+
+def _kill(procs) -> None:
+    for p in procs:
+        p.kill()
+        p.wait(timeout=60)
+
+
+def _run(tmp_path: Path, args: list[str], tag: str, codes=(0, 0)) -> list[str]:
+    procs, logs = _launch(tmp_path, args, tag)
+    texts = _wait(procs, logs)
+    assert [p.returncode for p in procs] == list(codes), [t[-3000:] for t in texts]
+    return texts
+
+
+def _wait_for_two_reports(procs, logs, csv: Path):
+    """Waits (bounded) until process 0 has written two reports to ``csv``; fails the test if
+    a process ended first."""
+    wait_until(
+        lambda: (
+            csv.is_file()
+            and len(csv.read_text().splitlines()) >= 3
+            or any(p.poll() is not None for p in procs)
+        ),
+        600,
+        "process 0 writing its second report",
+    )
+    assert all(p.poll() is None for p in procs), [f.read_text()[-2000:] for f in logs]
+
+
+def _last_line(text: str) -> str:
+    return text.strip().splitlines()[-1]
+
+
+def test_a_sigterm_to_one_process_stops_every_process_with_one_checkpoint_that_resumes_exactly(
+    tmp_path,
+):
+    """SIGTERM to process 1 alone: both processes stop after the same chunk (their vote at the
+    chunk boundary, jrl.app.peers), write one checkpoint together (each process its own
+    devices' blocks of the state), and exit 143, each saying whose signal it was. Resumed on
+    the same 2 processes x 2 devices, the run ends bit for bit as an uninterrupted run does
+    (parameters and metrics.csv), and one process evaluates the folder."""
+    procs, logs = _launch(tmp_path, _train("run"), "stop")
+    try:
+        _wait_for_two_reports(procs, logs, tmp_path / "run" / "metrics.csv")
+        procs[1].send_signal(signal.SIGTERM)
+    except BaseException:
+        _kill(procs)  # they would run 2,000 chunks
+        raise
+    texts = _wait(procs, logs)
+    assert [p.returncode for p in procs] == [143, 143], [t[-3000:] for t in texts]
+    lines = [_last_line(t) for t in texts]
+    assert lines[0] == lines[1], lines  # the same chunk, the same checkpoint
+    head, _, tail = lines[0].partition(" env steps per run; checkpoint ")
+    assert head.startswith("jrl: SIGTERM received by process 1: stopped after "), lines[0]
+    done = int(head.rsplit(" ", 1)[-1].split("/")[0].replace(",", ""))
+    iteration = done // PER_ITER
+    saved = tmp_path / "run" / "checkpoints" / str(iteration)
+    assert tail == f"{saved}. Resume with: jrl train --resume run {RESUME_HINT}", lines[0]
+    assert "Traceback" not in texts[0] + texts[1]
+    meta = json.loads((saved / "meta" / "metadata").read_text())
+    assert meta["processes"] == 2 and meta["iterations"] == iteration
+    # every leaf of the [4 devices, ...] state was written in blocks, one per device
+    assert {len(b) for b in meta["blocks"].values()} == {4}
+    assert len(meta["blocks"]) == len(meta["leaves"])
+    rows = (tmp_path / "run" / "metrics.csv").read_text().splitlines()
+    last = dict(zip(rows[0].split(","), rows[-1].split(",")))
+    assert int(float(last["train/env_steps"])) == done
+
+    target = ["--stop-at-steps", str(done + 2 * PER_ITER)]  # two chunks past the stop
+    _run(tmp_path, _train("whole") + target, "whole")
+    _run(tmp_path, ["train", "--resume", "run", "--quiet", *target], "resume")
+    for name in ("params.msgpack", "metrics.csv"):
+        assert (tmp_path / "run" / name).read_bytes() == (tmp_path / "whole" / name).read_bytes()
+
+    # one process (no --coordinator) evaluates the folder the two processes wrote
+    out = subprocess.run(
+        [sys.executable, "-m", "jrl.app.cli", "eval", "run", "--episodes", "2"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={**os.environ, "JAX_PLATFORMS": "cpu"},
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    report = json.loads((tmp_path / "run" / "eval.json").read_text())
+    assert report["checkpoint_iteration"] == iteration + 2
+    assert report["episodes_per_run"] == 2 and len(report["returns"][0]) == 2
+
+
+def test_the_sebulba_runner_over_two_processes_resumes_exactly(tmp_path):
+    """The Sebulba runner, one actor thread per process stepping its 4 gymnasium envs: a run
+    stopped at a step count resumes on the same 2 processes with each actor's host envs as
+    they were (gathered from both processes into the checkpoint) and ends with the parameters
+    of the uninterrupted run, bit for bit."""
+    sebulba = ("--runner", "sebulba", "--actor-threads", "1", "--max-staleness", "0")
+    run, whole = _train("run", 8, sebulba), _train("whole", 8, sebulba)
+    texts = _run(tmp_path, run + ["--stop-at-steps", str(4 * PER_ITER)], "stop")
+    assert "checkpoint" in _last_line(texts[1]), texts[1][-2000:]
+    meta = json.loads((tmp_path / "run" / "checkpoints" / "4" / "meta" / "metadata").read_text())
+    assert len(meta["host_envs"]) == 2  # process 0's actor, then process 1's
+    _run(tmp_path, ["train", "--resume", "run", "--quiet"], "resume")
+    _run(tmp_path, whole, "whole")
+    params = [(tmp_path / r / "params.msgpack").read_bytes() for r in ("run", "whole")]
+    assert params[0] == params[1]
+
+
+def test_a_refusal_in_one_process_stops_every_process_with_one_line(tmp_path):
+    """Process 0 refuses the run folder (it holds a metrics.csv but no run record): process 1
+    does not go on to train and wait for it in a collective, it ends too, naming process 0's
+    reason. Processes
+    given different run folders are refused in every process."""
+    (tmp_path / "taken").mkdir()
+    (tmp_path / "taken" / "metrics.csv").write_text("not a run's")
+    texts = _run(tmp_path, _train("taken", 4), "refuse", codes=(2, 1))
+    first = _last_line(texts[0])
+    assert first.startswith("jrl: error: ") and "refusing to write or delete there" in first
+    reason = first.removeprefix("jrl: error: ")
+    assert _last_line(texts[1]) == f"jrl: error: process 0 could not start the run: {reason}"
+
+    procs, logs = [], []
+    address = f"127.0.0.1:{_free_port()}"
+    for pid, out in enumerate(["a", "b"]):
+        args = _train(out, 4) + ["--coordinator", address, "--num-processes", "2"]
+        logs.append(tmp_path / f"apart{pid}.err")
+        with open(logs[-1], "w") as err:
+            procs.append(
+                subprocess.Popen(
+                    [sys.executable, "-m", "jrl.app.cli", *args, "--process-id", str(pid)],
+                    cwd=tmp_path,
+                    stdout=subprocess.DEVNULL,
+                    stderr=err,
+                    env={**os.environ, **FAKE_DEVICES},
+                )
+            )
+    texts = _wait(procs, logs)
+    assert [p.returncode for p in procs] == [2, 2], [t[-2000:] for t in texts]
+    for text in texts:
+        assert _last_line(text) == (
+            "jrl: error: every process of a run writes one run folder, on a filesystem they "
+            f"share: process 0 was given {tmp_path / 'a'}, process 1 {tmp_path / 'b'}"
+        )
+    assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()
+
+
+@pytest.mark.parametrize("killed", [1, 0], ids=["a-peer", "the-coordinator"])
+def test_a_process_killed_mid_run_ends_the_others_within_the_peer_bound(tmp_path, killed):
+    """kill -9 of one process of a 2-process run: the other is not left waiting in a
+    collective. With JRL_PEER_TIMEOUT=10, jax's coordination service finds a dead process 1
+    within 10 s of its last heartbeat and ends process 0; a dead process 0 (which hosts the
+    service) ends process 1 at once. The survivor's wait is bounded at 60 s, which jax's
+    default of 100 s would exceed. (It ends by abort, with jax's report: not yet one line.)"""
+    procs, logs = _launch(tmp_path, _train("run"), "kill", {"JRL_PEER_TIMEOUT": "10"})
+    survivor = procs[1 - killed]
+    try:
+        _wait_for_two_reports(procs, logs, tmp_path / "run" / "metrics.csv")
+        procs[killed].kill()
+        procs[killed].wait(timeout=60)
+        try:
+            survivor.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            pytest.fail(
+                f"process {1 - killed} outlived the killed process {killed} by 60 s: "
+                + logs[1 - killed].read_text()[-2000:]
+            )
+    finally:
+        _kill(procs)
+    assert survivor.returncode != 0
+    if killed == 1:  # found by the missed heartbeats, not by some other failure
+        assert "heartbeat" in logs[0].read_text(), logs[0].read_text()[-2000:]
