@@ -302,14 +302,20 @@ def test_foreign_or_missing_records_are_described_as_such(tmp_path):
         experiment.read_spec(tmp_path / "nothing")
 
 
-def test_devices_1_is_no_change_on_resume(tmp_path):
+def test_devices_1_is_no_change_on_resume_and_another_count_moves_the_run(tmp_path):
+    """--devices 1 on a one-device run is the run as it was (no device axis, nothing moved);
+    --devices 2 moves its state onto 2 devices (jrl.app.reshard), and says so."""
     run = tmp_path / "run"
     with pytest.raises(experiment.TrainingInterrupted):
         experiment.train("ppo", "CartPole-v1", out=run, stop_at_steps=1024, **QUIET, **SMALL)
-    out = cli("train", "--resume", run, "--devices", "1", "--quiet", cwd=tmp_path)
+    out = cli("train", "--resume", run, "--devices", "1", "--stop-at-steps", 2048, cwd=tmp_path)
     assert out.returncode == 0, out.stderr
-    out = cli("train", "--resume", run, "--devices", "2", cwd=tmp_path)
-    assert out.returncode == 2 and "--devices cannot change" in out.stderr
+    assert "jrl: note: resuming on" not in out.stderr
+    assert experiment.checkpoint.record(run)["run"]["devices"] is None
+    out = cli("train", "--resume", run, "--devices", "2", "--quiet", cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    assert "jrl: note: resuming on 2 device(s) a run checkpointed on 1" in out.stderr
+    assert experiment.checkpoint.record(run)["run"]["devices"] == 2
 
 
 def test_resuming_a_swept_run_with_its_own_sweep(tmp_path):

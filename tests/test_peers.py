@@ -166,3 +166,30 @@ def test_a_single_process_run_has_no_group_and_its_agreements_just_run():
     with pytest.raises(KeyError):  # the block's own error, untouched
         with peers.agreement("start the run"):
             raise KeyError("x")
+
+
+def test_the_host_metrics_of_every_process_combine_into_the_runs():
+    """Each process counts the transfers of its own actors (Sebulba); the run's metrics sum
+    the bytes and restarts, average the policy lag, take the maximum of its maximum, and keep
+    one version's size."""
+    from jrl.app.chunk_work import combine_host_metrics
+
+    p0 = {
+        "sebulba/trajectory_bytes": [[100.0]],
+        "sebulba/bytes_per_s": [[10.0]],
+        "sebulba/params_bytes": [[7.0]],
+        "sebulba/policy_lag": [[1.0]],
+        "sebulba/policy_lag_max": [[1.0]],
+        "ray/actor_restarts": [[0.0]],
+    }
+    p1 = {**p0, "sebulba/policy_lag": [[2.0]], "sebulba/policy_lag_max": [[3.0]]}
+    p1["ray/actor_restarts"] = [[1.0]]
+    out = {k: v.tolist() for k, v in combine_host_metrics([p0, p1]).items()}
+    assert out == {
+        "sebulba/trajectory_bytes": [[200.0]],
+        "sebulba/bytes_per_s": [[20.0]],
+        "sebulba/params_bytes": [[7.0]],
+        "sebulba/policy_lag": [[1.5]],
+        "sebulba/policy_lag_max": [[3.0]],
+        "ray/actor_restarts": [[1.0]],
+    }

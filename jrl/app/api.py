@@ -37,7 +37,14 @@ from jrl.app.chunk_work import make_evaluator
 from jrl.app.execution import NonFiniteError, TrainingInterrupted
 from jrl.app.result import RETURN_KEY, TrainResult, sweep_groups
 from jrl.app.run_folder import RUN_FILES, read_spec
-from jrl.app.run_options import OPTION_NAMES, RECORDED, RunOptions, RunSpec, make_config
+from jrl.app.run_options import (
+    LAYOUT,
+    OPTION_NAMES,
+    RECORDED,
+    RunOptions,
+    RunSpec,
+    make_config,
+)
 from jrl.core.multi_agent_env import is_multi_agent
 from jrl.core.two_player_env import is_two_player
 from jrl.envs.host import host_env_of
@@ -290,6 +297,12 @@ def resume(
     and config fields, when given, must equal the saved ones (a
     :class:`~jrl.app.checkpoint.CheckpointError` names what differs). Nothing in
     the folder changes before the checkpoint has loaded and checked.
+
+    ``devices`` may differ: an Anakin run resumes on the device count of its
+    checkpoint by default (in a multi-process run: every device of every
+    process), and on another one when given, its state moved onto it
+    (:mod:`jrl.app.reshard`; then equal to the uninterrupted run up to float
+    rounding, not bit for bit).
     """
     run_dir = Path(run_dir)
     spec = read_spec(run_dir)
@@ -302,8 +315,11 @@ def resume(
     }
     opts = dataclasses.replace(spec.options, **invocation)
     _start(opts)
+    record = checkpoint.record(run_dir, step)  # its layout, which the resume starts from
+    devices = _resumed_devices(run_dir, spec, kwargs.get("devices"), record)
+    opts = dataclasses.replace(opts, devices=devices, **_resumed_actors(run_dir, spec, record))
     opts.validate()
-    recorded = {k: kwargs[k] for k in kwargs if k in RECORDED}
+    recorded = {k: kwargs[k] for k in kwargs if k in RECORDED and k not in LAYOUT}
     diffs = spec.resume_differences(agent, env, recorded, overrides)
     if diffs:
         raise CheckpointError(
@@ -317,6 +333,54 @@ def resume(
             if jax.process_index() == 0:
                 held.enter_context(run_folder.RunLock(run_dir, quiet=not opts.progress))
         return training.execute(spec, run_dir, step, resuming=True)
+
+
+def _resumed_devices(
+    run_dir: Path, spec: RunSpec, given: int | None, record: dict | None
+) -> int | None:
+    """The device count a resume runs on: ``given``; else every device of a multi-process
+    run; else the count its checkpoint (``record``) was written on (a resharded run's may
+    differ from the folder's record), which this process must have."""
+    saved = (record or {}).get("run", {}).get("devices", spec.options.devices)
+    if given is not None:  # 1 and None (no device axis) are one device: no change
+        return saved if int(given) == (saved or 1) else int(given)
+    if jax.process_count() > 1:
+        return jax.device_count()
+    if saved is not None and saved > jax.device_count():
+        raise CheckpointError(
+            f"{run_dir}'s checkpoint was written on {saved} devices and this process has "
+            f"{jax.device_count()}: resume with --devices N (N <= {jax.device_count()}, "
+            "dividing num_envs) to move its state onto N devices"
+        )
+    return saved
+
+
+def _resumed_actors(run_dir: Path, spec: RunSpec, record: dict | None) -> dict[str, Any]:
+    """A Sebulba run resumed on another number of processes keeps its actors (each with its
+    envs and their saved host envs, by global index) and spreads them anew: P x A actors
+    on P' processes are A' = P x A / P' per process. The options that say so (none when
+    the count is the same)."""
+    before, now = (record or {}).get("processes", 1), jax.process_count()
+    if spec.options.runner != "sebulba" or before == now:
+        return {}
+    saved = spec.options
+    if record and isinstance(record.get("run"), dict):  # the layout it was checkpointed on
+        saved = RunSpec.from_record({k: record.get(k) for k in RUN_PARTS}, run_dir).options
+    per = saved.sebulba().num_actors
+    total = per * before
+    if total % now:
+        raise CheckpointError(
+            f"{run_dir} was checkpointed with {total} actors ({before} processes x {per}), "
+            f"which cannot divide among {now} processes: resume on a number of processes that "
+            f"divides {total}"
+        )
+    if saved.sebulba().ray_actors:
+        return {"actors": f"ray:{total // now}", "actor_threads": saved.actor_threads}
+    return {"actor_threads": total // now}
+
+
+RUN_PARTS = ("agent", "env_id", "config", "run")
+"""The parts of a checkpoint's record that describe its run (:meth:`RunSpec.from_record`)."""
 
 
 @dataclasses.dataclass

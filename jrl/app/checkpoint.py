@@ -56,6 +56,7 @@ import numpy as np
 
 from jrl import __version__
 from jrl.app import checkpoint_formats as formats
+from jrl.app import reshard as resharding
 from jrl.app.checkpoint_io import (
     MANIFEST,
     SAVE_LOG,
@@ -80,6 +81,7 @@ __all__ = [
     "steps",
     "load",
     "leaf_specs",
+    "record",
 ]
 
 FORMAT_VERSION = 5
@@ -357,12 +359,23 @@ def steps(run_dir: str | Path) -> list[int]:
     )
 
 
+def record(run_dir: str | Path, step: int | None = None) -> dict[str, Any] | None:
+    """The JSON record of the checkpoint at ``step`` (default: the latest) of ``run_dir``, read
+    without its arrays; None when there is none or it is unreadable (:func:`load` says why)."""
+    try:
+        _, path, _ = _chosen_step(Path(run_dir), step, "")
+        return _read_meta(path, "")
+    except CheckpointError:
+        return None
+
+
 def load(
     run_dir: str | Path,
     like: PyTree,
     step: int | None = None,
     step_flag: str = "--resume-step",
     sharding: jax.sharding.Sharding | None = None,
+    devices: tuple[int | None, set[int]] | None = None,
 ) -> Checkpoint:
     """Loads the checkpoint at ``step`` (default: the latest) of ``run_dir``.
 
@@ -372,7 +385,10 @@ def load(
     ``sharding``: a multi-process run resuming on the processes and devices
     that wrote the checkpoint reads the leaves written block by block as
     global arrays with this sharding, each process only its own blocks;
-    without it every leaf is read whole, as numpy. Raises
+    without it every leaf is read whole, as numpy. ``devices``: ``(D, buffer
+    leaves)`` of an Anakin run's ``like``; a checkpoint written on another
+    device count is moved onto D (:mod:`jrl.app.reshard`; the record's
+    ``run.devices`` says which it was written on). Raises
     :class:`CheckpointError` (see the module docstring); its message names
     the other checkpoints and ``step_flag``, the option that picks one.
     """
@@ -387,15 +403,21 @@ def load(
             f"({__version__}) reads (up to {FORMAT_VERSION}); upgrade jrl to load it"
         )
     check_files(path, fallback)
-    saved = meta.get("leaves", [])
-    order, trees = _saved_order(path, version, saved, leaf_specs(like))
-    arrays, hist = _read_arrays(path, meta, saved, fallback, sharding)
-    for i, size in trees.items():
-        try:
-            arrays[i] = formats.rebuild_sum_tree(arrays[i], size)
-        except ValueError as e:  # no buffer has such a tree
-            raise CheckpointError(str(e)) from None
-    arrays = [arrays[i] for i in order]
+    saved, expected = meta.get("leaves", []), leaf_specs(like)
+    before = (meta.get("run") or {}).get("devices")
+    if devices is not None and before != devices[0] and saved != expected and version >= 3:
+        arrays, hist = _read_arrays(path, meta, saved, fallback)  # whole, to split anew
+        move = (before, devices[0])
+        arrays = resharding.reshard(saved, expected, arrays, move, devices[1], where=path)
+    else:
+        order, trees = _saved_order(path, version, saved, expected)
+        arrays, hist = _read_arrays(path, meta, saved, fallback, sharding)
+        for i, size in trees.items():
+            try:
+                arrays[i] = formats.rebuild_sum_tree(arrays[i], size)
+            except ValueError as e:  # no buffer has such a tree
+                raise CheckpointError(str(e)) from None
+        arrays = [arrays[i] for i in order]
     like_leaves, treedef = jax.tree.flatten(like)
     leaves = [
         jax.random.wrap_key_data(a if _spread(a) else jnp.asarray(a), impl=_key_impl(x))

@@ -168,6 +168,29 @@ def _remedy(e: BaseException, where: Path | None = None) -> str:
     return "fix the cause"
 
 
+HOST_METRICS = ("sebulba/", "ray/")
+"""Prefixes of the metrics a process counts for its own actors (see
+:meth:`ChunkWork._of_every_process`)."""
+
+
+def combine_host_metrics(posted: list[dict[str, Any]]) -> dict[str, np.ndarray]:
+    """Every process's host metrics (name -> ``[c, R]`` values, in process order) as the
+    run's: bytes and restarts summed, ``sebulba/policy_lag`` averaged, ``*_max`` the maximum,
+    ``sebulba/params_bytes`` (one version's size) process 0's."""
+    out = {}
+    for k in posted[0]:
+        every = np.stack([np.asarray(p[k], np.float64) for p in posted])  # [P, c, R]
+        if k == "sebulba/params_bytes":
+            out[k] = every[0]
+        elif k == "sebulba/policy_lag":
+            out[k] = every.mean(axis=0)
+        elif k.endswith("_max"):
+            out[k] = every.max(axis=0)
+        else:
+            out[k] = every.sum(axis=0)
+    return out
+
+
 class ChunkWork:
     """The host's work after each chunk (``anakin.run``'s ``on_chunk``): checks, history,
     sinks, periodic evaluation and checkpoints, with the state they keep between chunks.
@@ -358,6 +381,7 @@ class ChunkWork:
 
     def __call__(self, states, done: int, metrics: dict[str, np.ndarray]) -> None:
         prev, per_iter = self.done, self.per_iter
+        metrics = self._of_every_process(metrics, done)
         if self.mesh is not None:  # [D, R, ...]: device 0's slice
             view = jax.device_put(anakin.first_device(states), self.local)
         elif is_sebulba(self.spec) and (self.spec.options.devices or 1) > 1:
@@ -385,6 +409,23 @@ class ChunkWork:
         every = self.spec.options.checkpoint_every
         if self.checkpointer is not None and passed(prev * per_iter, done * per_iter, every):
             self.save(done, states, self.elapsed())
+
+    def _of_every_process(self, metrics: dict[str, np.ndarray], done: int) -> dict:
+        """The Sebulba runner's host metrics (``sebulba/*``, ``ray/*``: each process counts
+        its own actors' transfers) combined over the processes of a multi-process run: bytes
+        and restarts summed, the policy lag averaged (its maximum the maximum), a version's
+        size as it is. The learner's metrics are the global batch's already."""
+        group = peers.group()
+        host = sorted(k for k in metrics if k.startswith(HOST_METRICS))
+        if group is None or not host:
+            return metrics
+        mine = json.dumps({k: np.asarray(metrics[k], np.float64).tolist() for k in host})
+        posted = [json.loads(t) for t in group.gather(f"the metrics of iteration {done}", mine)]
+        combined = combine_host_metrics(posted)
+        return {
+            **metrics,
+            **{k: v.astype(np.asarray(metrics[k]).dtype) for k, v in combined.items()},
+        }
 
     def _records(self, metrics, prev: int, done: int, evaluated) -> list[sinks.Record]:
         """The sink records of iterations ``prev + 1 .. done`` (``metrics``: name -> ``[n, R]``)

@@ -17,7 +17,8 @@ parameter that turns NaN/inf stops training with exit code 3; an I/O error
 while training (a full disk) with 1, after checkpointing the last good chunk. Ctrl-C or
 SIGTERM finish the current chunk, write a checkpoint and exit with 130 or
 143, printing how to resume; a second one aborts at once, and every wait is bounded
-(:mod:`jrl.app.stopping`).
+(:mod:`jrl.app.stopping`). A multi-process ``jrl train`` whose peer dies ends with one line
+and exit code 75 (:mod:`jrl.app.supervisor`); it resumes from its last complete checkpoint.
 """
 
 import argparse
@@ -32,6 +33,7 @@ import jax
 
 import jrl.app.distributed
 import jrl.app.peers
+from jrl.app import supervisor
 from jrl import __version__
 from jrl.app.cli_commands import (
     CLIError,
@@ -290,7 +292,8 @@ def _check_resume_flags(cli: CLIOptions, options, saved, given: set[str]) -> Non
             raise CLIError("--resume-step goes with --resume RUN_DIR")
         return
     flags = {name: f"--{name.replace('_', '-')}" for name in RECORDED}  # sweep: checked below
-    asked = [name for name in RECORDED if name != "sweep" and flags[name] in given]
+    # --devices may change: the state moves onto the new device count (jrl.app.reshard)
+    asked = [name for name in RECORDED if name not in ("sweep", "devices") and flags[name] in given]
     for name in options.normalized().changed_from(saved.options, asked):
         value = getattr(saved.options, name)
         raise CLIError(f"{flags[name]} cannot change when resuming (the run has {value!r})")
@@ -331,17 +334,27 @@ def cmd_train(args: Sequence[str]) -> int:
     multi_process = cli.multihost or any(
         v is not None for v in (cli.num_processes, cli.coordinator, cli.process_id)
     )
+    if multi_process and not supervisor.supervised():  # one line if a peer dies, not a dump
+        return supervisor.supervise(["train", *args])
     if (saved.options if saved is not None else options).runner == "anakin" and not multi_process:
         # one CPU device per core, before jax starts: the runner spreads the runs over them
         # (ARCHITECTURE.md, "Runs spread over the CPU's cores")
         parallel.use_cpu_cores()
         learner = (saved.options if saved is not None else options).devices
+        if "--devices" in given:  # a resume may move its state onto another device count
+            learner = options.devices
         if learner is not None and learner > 1:  # their collectives must not starve the pool
             parallel.size_cpu_thread_pool(learner)
     try:
         if multi_process:
             jrl.app.distributed.initialize(cli.coordinator, cli.num_processes, cli.process_id)
-        result = _train_or_resume(agent, cli, options, overrides)
+        devices = options.devices if "--devices" in given else None
+        try:
+            result = _train_or_resume(agent, cli, options, overrides, devices)
+        except (jax.errors.JaxRuntimeError, jrl.app.peers.PeerError):
+            if multi_process:  # a collective failed: a peer may have died (see the function)
+                jrl.app.distributed.await_peer_verdict()
+            raise
     except experiment.TrainingInterrupted as e:
         print(f"jrl: {e}", file=sys.stderr)
         return e.exit_code
@@ -360,14 +373,19 @@ def cmd_train(args: Sequence[str]) -> int:
     return _print_result(result)
 
 
-def _train_or_resume(agent: str, cli: CLIOptions, options, overrides: dict):
-    """``jrl train``'s run: ``resume`` with ``--resume``, else ``train`` into ``--out`` (by
-    default a new folder under runs/, which runs/latest then points at)."""
+def _train_or_resume(
+    agent: str, cli: CLIOptions, options, overrides: dict, devices: int | None = None
+):
+    """``jrl train``'s run: ``resume`` with ``--resume`` (on ``devices`` when given), else
+    ``train`` into ``--out`` (by default a new folder under runs/, which runs/latest then
+    points at)."""
     from jrl.app import api as experiment  # the training stack, as in _train_args
 
     if cli.resume is not None:
         invocation = ("progress", "compile_cache", "keep_checkpoints", "stop_at_steps")
         kw = {k: getattr(options, k) for k in invocation}
+        if devices is not None:
+            kw["devices"] = devices
         return experiment.resume(
             cli.resume, step=cli.resume_step, agent=agent, env=cli.env, **kw, **overrides
         )

@@ -31,7 +31,14 @@ import jax
 
 from jrl.util.bounds import seconds_from_env
 
-__all__ = ["PEER_TIMEOUT", "initialize", "is_main_process", "process_count", "process_index"]
+__all__ = [
+    "PEER_TIMEOUT",
+    "await_peer_verdict",
+    "initialize",
+    "is_main_process",
+    "process_count",
+    "process_index",
+]
 
 ENV_COORDINATOR = "JRL_COORDINATOR"
 ENV_NUM_PROCESSES = "JRL_NUM_PROCESSES"
@@ -112,6 +119,17 @@ def initialize(
         initialization_timeout=int(max(timeout, 1)),
         heartbeat_timeout_seconds=max(1, math.ceil(peer_timeout)),
     )
+
+
+def await_peer_verdict() -> None:
+    """Waits, bounded, for the coordination service to end this process after a collective
+    failed (a peer that died breaks the collectives before its missed heartbeats are
+    judged): jax's runtime then aborts this process, and a multi-process ``jrl train``
+    reports the lost peer in one line (:mod:`jrl.app.supervisor`) rather than the
+    collective's traceback. Returns when no verdict came within the heartbeat bound (plus
+    a margin): the failure was something else, and the caller raises it. jax offers no
+    event to wait on, so this sleeps."""
+    time.sleep(seconds_from_env(PEER_TIMEOUT_ENV, PEER_TIMEOUT) + 5.0)
 
 
 def process_index() -> int:

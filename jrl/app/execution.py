@@ -28,7 +28,7 @@ from jax.sharding import PartitionSpec as P
 
 import jrl.agents
 import jrl.envs
-from jrl.app import checkpoint, peers, run_folder, sinks
+from jrl.app import checkpoint, peers, reshard, run_folder, sinks
 from jrl.app.checkpoint import CheckpointError
 from jrl.app.chunk_work import (
     HOST_ENVS,
@@ -85,16 +85,22 @@ def load_start(spec: RunSpec, built, out_path: Path, step: int | None, mesh, cor
     """The checkpoint to resume from, loaded and checked against the run record (a
     checkpoint of another run is refused). A checkpoint at the last iteration gives a
     ``Start`` with ``complete`` set (only the final outputs may be missing)."""
-    processes = jax.process_count()
-    # a multi-process run reads only its own blocks of the state spread over the processes
+    processes, like = jax.process_count(), abstract_states(spec, built)
+    # a multi-process run reads only its own blocks of the state spread over the processes;
+    # an Anakin state checkpointed on another device count is moved onto this one
     sharding = NamedSharding(mesh, P(AXIS)) if processes > 1 and mesh is not None else None
-    ck = checkpoint.load(out_path, abstract_states(spec, built), step, sharding=sharding)
+    devices = None
+    if not is_sebulba(spec):
+        devices = (spec.options.devices, reshard.buffer_leaves(like))
+    ck = checkpoint.load(out_path, like, step, sharding=sharding, devices=devices)
     run_folder.check_checkpoint_run(ck.meta, spec, ck.path)
-    if ck.meta.get("processes", 1) != processes:
-        raise CheckpointError(
-            f"checkpoint {ck.path} was written by {ck.meta.get('processes', 1)} process(es) and "
-            f"this run has {processes}: resume it on {ck.meta.get('processes', 1)} (resuming on "
-            "another number of processes is not supported yet)"
+    before = ck.meta["run"].get("devices")
+    if devices is not None and before != spec.options.devices and jax.process_index() == 0:
+        print(
+            f"jrl: note: resuming on {spec.options.devices or 1} device(s) a run checkpointed on "
+            f"{before or 1}: its envs are split anew over the devices, so it goes on as the "
+            "uninterrupted run would up to float rounding (not bit for bit)",
+            file=sys.stderr,
         )
     return Start(
         ck.step,
@@ -301,6 +307,12 @@ def _run_sebulba(work: "ChunkWork", hparams, hooks) -> anakin.RunResult:
     snapshots = None
     if start.resuming:
         snapshots = decode_host_envs(start.host_envs)
+        actors = jax.process_count() * spec.options.sebulba().num_actors
+        if snapshots is not None and len(snapshots) != actors:  # by global actor index
+            raise CheckpointError(
+                f"the checkpoint holds the host envs of {len(snapshots)} actors and this run "
+                f"has {actors}: resume with as many actors in all"
+            )
         if snapshots is None and jax.process_index() == 0:
             print(
                 f"jrl: note: {spec.env_id}'s envs could not be saved with the checkpoint: the "

@@ -19,6 +19,7 @@ import numpy as np
 from flax import serialization
 
 import jrl
+from jrl.app.supervisor import STDERR_TTY_ENV
 from jrl.run import anakin
 from jrl.util import files
 
@@ -294,7 +295,9 @@ class Progress:
         self.groups = groups or []  # (label, run indices) of a sweep: one return per value
         self.population = population
         self.stream = stream or sys.stderr
-        self.tty = hasattr(self.stream, "isatty") and self.stream.isatty()
+        self.tty = (hasattr(self.stream, "isatty") and self.stream.isatty()) or (
+            self.stream is sys.stderr and os.environ.get(STDERR_TTY_ENV) == "1"
+        )  # a multi-process run's stderr passes through its parent (jrl.app.supervisor)
         self._learning_from: tuple[int, float] | None = None  # (iteration, elapsed) after
         # which every iteration learns: the ETA's baseline
 

@@ -32,7 +32,7 @@ from typing import Any
 
 from jrl.app import checkpoint
 from jrl.app.checkpoint import CheckpointError
-from jrl.app.run_options import RunSpec
+from jrl.app.run_options import LAYOUT, RunSpec
 from jrl.run import plugins
 from jrl.util import files
 
@@ -208,7 +208,7 @@ def check_checkpoint_run(meta: dict[str, Any], spec: RunSpec, path: Path) -> Non
         )
     except (CheckpointError, TypeError, ValueError, KeyError) as e:
         raise CheckpointError(f"checkpoint {path} has an unreadable run record ({e})") from None
-    diffs = saved.differences(spec)
+    diffs = saved.differences(spec, ignore=LAYOUT)  # a resharded run's checkpoints differ there
     if diffs:
         shown = "; ".join(diffs[:4]) + (f" (and {len(diffs) - 4} more)" if len(diffs) > 4 else "")
         raise CheckpointError(

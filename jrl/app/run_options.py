@@ -39,6 +39,7 @@ from jrl.run.sebulba import SebulbaOptions
 from jrl.util.names import closest
 
 __all__ = [
+    "LAYOUT",
     "OPTION_NAMES",
     "RECORDED",
     "RESERVED_NAMES",
@@ -307,6 +308,12 @@ SEBULBA_OPTIONS = (
 )
 """The sebulba runner's options (recorded under ``"sebulba"`` for its runs only)."""
 
+LAYOUT = ("devices", "actor_threads", "actors")
+"""Recorded options that say where a run ran, not what it computes: a checkpoint written on
+one device count resumes on another (:mod:`jrl.app.reshard`), and a Sebulba run's actors
+spread anew over another number of processes, so they may differ between a run folder's
+record and its checkpoints."""
+
 RECORDED = (
     "seeds",
     "seed",
@@ -452,8 +459,9 @@ class RunSpec:
         text = json.dumps(self.identity(), sort_keys=True, default=str)
         return hashlib.sha256(text.encode()).hexdigest()
 
-    def differences(self, other: "RunSpec") -> list[str]:
-        """``"field: here X, there Y"`` for every part of :meth:`identity` that differs."""
+    def differences(self, other: "RunSpec", ignore: tuple[str, ...] = ()) -> list[str]:
+        """``"field: here X, there Y"`` for every part of :meth:`identity` that differs (but
+        the recorded options in ``ignore``, e.g. :data:`LAYOUT`)."""
         out = []
         for part in ("agent", "env_id"):
             if getattr(self, part) != getattr(other, part):
@@ -463,7 +471,11 @@ class RunSpec:
             if mine.get(name) != theirs.get(name):
                 out.append(f"{name}: {mine.get(name)!r} vs {theirs.get(name)!r}")
         mine, theirs = self.options.recorded(), other.options.recorded()
-        out += [f"{k}: {mine[k]!r} vs {theirs[k]!r}" for k in RECORDED if mine[k] != theirs[k]]
+        out += [
+            f"{k}: {mine[k]!r} vs {theirs[k]!r}"
+            for k in RECORDED
+            if mine[k] != theirs[k] and k not in ignore
+        ]
         return out
 
     def check_sweep(self, overrides: dict[str, Any]) -> None:

@@ -11,6 +11,11 @@ signal end the process in bounded time:
   checkpoint (the last complete one is kept);
 * a second signal: the process exits within a few seconds, without a checkpoint.
 
+A process started by :mod:`jrl.app.supervisor` (a multi-process ``jrl train``) also gets the
+signals sent to its parent, forwarded as bytes on a pipe (``$JRL_CONTROL_FD``). The watcher
+counts the two sources apart: a signal that reached both processes asks once, and a second
+one from either source aborts.
+
 :class:`StallWatch` ends a run whose process uses no CPU for ``$JRL_STALL_SECONDS``
 (default :data:`STALL_SECONDS`) while a program runs on the CPU backend: on the CPU,
 compiling, stepping and the host's work all use it, so a process that sits idle is
@@ -26,6 +31,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import select
 import signal
 import socket
 import threading
@@ -67,6 +73,18 @@ def _exit_now(err_fd: int, message: str, code: int) -> None:
     os._exit(code)
 
 
+def _control_fd() -> int | None:
+    """The pipe on which a parent forwards its signals (``$JRL_CONTROL_FD``), when open."""
+    text = os.environ.get("JRL_CONTROL_FD", "")
+    if not text.isdigit():
+        return None
+    try:
+        os.fstat(int(text))
+    except OSError:
+        return None
+    return int(text)
+
+
 class StopRequest:
     """SIGINT/SIGTERM handlers (main thread only) that ask the loop to stop after the
     current chunk; see the module docstring for the bounds. ``reason`` is the first signal's
@@ -83,6 +101,7 @@ class StopRequest:
         self._err = 2
         self._wakeup: tuple[socket.socket, socket.socket] | None = None
         self._old_wakeup = -1
+        self._control = _control_fd()  # signals forwarded by a parent (jrl.app.supervisor)
 
     def _note(self, signum: int) -> bool:
         """Records the stop request of a signal; True for the first one (whose message it
@@ -110,25 +129,29 @@ class StopRequest:
 
     def _watch(self, reader: socket.socket) -> None:
         """The watcher thread: bounds the time from each signal to the end of the process.
-        It sees every signal (the wakeup descriptor), so it alone counts them."""
-        first_at, count = None, 0
+        It sees every signal (the wakeup descriptor) and every forwarded one (the control
+        pipe), so it alone counts them, each source apart."""
+        first_at, counts = None, {}
+        sources = [reader.fileno()] + ([self._control] if self._control is not None else [])
         while not self._exited.is_set():
             try:
-                data = reader.recv(64)
-            except TimeoutError:
-                data = b""
-            except OSError:  # closed by __exit__
+                ready, _, _ = select.select(sources, [], [], 0.5)
+                got = [(fd, os.read(fd, 64)) for fd in ready]
+            except (OSError, ValueError):  # closed by __exit__
                 return
-            for signum in data:
-                if signum not in (signal.SIGINT, signal.SIGTERM):
-                    continue
-                count += 1
-                self._note(signum)
-                if count == 1:
-                    first_at = time.monotonic()
-                else:
-                    self._second(signum)
-                    return
+            for fd, data in got:
+                if not data:  # the parent has gone: nothing more comes from it
+                    sources.remove(fd)
+                for signum in data:
+                    if signum not in (signal.SIGINT, signal.SIGTERM):
+                        continue
+                    counts[fd] = counts.get(fd, 0) + 1
+                    self._note(signum)
+                    if first_at is None:
+                        first_at = time.monotonic()
+                    if counts[fd] == 2:
+                        self._second(signum)
+                        return
             if first_at is not None and not self._stopped.is_set():
                 if self.grace > 0 and time.monotonic() - first_at > self.grace:
                     _exit_now(
