@@ -23,6 +23,11 @@ class FakeClient:
             assert key not in self.store, f"{key} posted twice"
             self.store[key] = value
 
+    def key_value_delete(self, key):  # jax's: the key and every key under key/
+        with self.lock:
+            for k in [k for k in self.store if k == key or k.startswith(key + "/")]:
+                del self.store[k]
+
     def key_value_dir_get(self, prefix):
         with self.lock:
             return [(k, v) for k, v in sorted(self.store.items()) if k.startswith(prefix)]
@@ -119,6 +124,28 @@ def test_gather_gives_every_process_every_value_in_process_order():
 
     out = _in_processes(3, body)
     assert out == [[["v0", "v1", "v2"], ["0", "10", "20"]]] * 3
+
+
+def test_the_store_keeps_only_the_last_calls_posts():
+    """A run gathers every chunk: process 0 deletes each call's posts at the next call, when
+    every process has read them, so the coordination service's store does not grow."""
+    client = FakeClient(2)
+    out = [None, None]
+
+    def process(p):
+        group = peers.Peers(client, p, 2, timeout=10.0)
+        out[p] = [group.gather("the metrics of iteration", f"{p}-{k}") for k in range(5)]
+
+    threads = [threading.Thread(target=process, args=(p,)) for p in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    assert out[0] == out[1] == [[f"0-{k}", f"1-{k}"] for k in range(5)]
+    assert sorted(client.store) == [
+        "jrl/peers/4-the_metrics_of_iteration/0",
+        "jrl/peers/4-the_metrics_of_iteration/1",
+    ]
 
 
 def test_an_agreement_stops_every_process_when_one_fails():

@@ -209,7 +209,8 @@ def test_a_four_process_run_resumes_on_two_processes_and_on_one(tmp_path):
     devices, and (a copy of it) on one process with --devices 2: its state is moved onto the
     new device count (the envs split anew, jrl.app.reshard), and both end with the
     parameters of an uninterrupted one-process run on 2 devices up to float rounding (a run
-    on D devices computes the one-device result up to rounding)."""
+    on D devices computes the one-device result up to rounding). One process evaluates the
+    moved run."""
     stop = ["--stop-at-steps", str(4 * PER_ITER)]
     _run(tmp_path, _train("run", 8) + stop, "four", codes=(0,) * 4)
     shutil.copytree(tmp_path / "run", tmp_path / "alone")
@@ -232,6 +233,8 @@ def test_a_four_process_run_resumes_on_two_processes_and_on_one(tmp_path):
         json.loads((tmp_path / "run" / "summary.json").read_text())["env_steps_per_run"]
         == 8 * PER_ITER
     )
+    # its checkpoints are on 4 devices now, its record says 8: evaluation follows the checkpoint
+    _alone(tmp_path, ["eval", "run", "--episodes", "2"])
 
 
 def test_a_refusal_in_one_process_stops_every_process_with_one_line(tmp_path):
@@ -267,7 +270,7 @@ def test_a_refusal_in_one_process_stops_every_process_with_one_line(tmp_path):
     for text in texts:
         assert _last_line(text) == (
             "jrl: error: every process of a run writes one run folder, on a filesystem they "
-            f"share: process 0 was given {tmp_path / 'a'}, process 1 {tmp_path / 'b'}"
+            "share: process 0 was given a, process 1 b"
         )
     assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()
 

@@ -51,18 +51,20 @@ def test_a_peers_death_notice_becomes_one_line_and_exit_75(tmp_path):
         import os, sys
         sys.stderr.write("[ppo] 10% ")  # an unfinished progress line passes at once
         sys.stderr.flush()
-        sys.stderr.write("\\rjrl: a line of its own\\n")
-        sys.stderr.write({NATIVE_DEATH!r})
+        sys.stderr.write("\\rjrl: a line of its own\\n[ppo] 20% ")
+        sys.stderr.flush()
+        sys.stderr.write("\\r" + {NATIVE_DEATH!r})  # the runtime's log after a progress line
         sys.stderr.flush()
         os.abort()
     """
     code, err = _finish(_supervise(tmp_path, child))
     assert code == 75, err
     lines = err.strip().splitlines()  # text mode: the \r reads as a line break
-    assert lines[:2] == ["[ppo] 10% ", "jrl: a line of its own"]
-    assert lines[2:] == [
+    assert lines[:3] == ["[ppo] 10% ", "jrl: a line of its own", "[ppo] 20% "]
+    assert lines[3:] == [
         "jrl: error: process 1 of this run stopped sending heartbeats, so this process ends "
-        "too; it had written no checkpoint: train again (--checkpoint-every writes them)"
+        "too; it had written no checkpoint: train again with --overwrite, or into another "
+        "--out (--checkpoint-every writes checkpoints as it goes)"
     ]
 
 

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import json
 import os
 from pathlib import Path
 from typing import Any
@@ -236,7 +237,8 @@ def _common_folder(out: str | os.PathLike | None) -> Path | None:
     group = peers.group()
     if out is None and group is None:
         return None
-    given = "" if out is None else os.path.abspath(out)
+    # as given, not made absolute: hosts may start in different working directories
+    given = "" if out is None else os.path.normpath(out)
     folders = [given] if group is None else group.gather("the run folder", given)
     for p, folder in enumerate(folders):
         if folder != folders[0]:
@@ -305,34 +307,51 @@ def resume(
     rounding, not bit for bit).
     """
     run_dir = Path(run_dir)
-    spec = read_spec(run_dir)
-    given, overrides = _split_options(dict(kwargs), None)
-    if given.overwrite:
-        raise TypeError("resume continues the run in its own folder: overwrite does not apply")
-    invocation = {
-        k: getattr(given, k)
-        for k in ("progress", "compile_cache", "keep_checkpoints", "stop_at_steps")
-    }
-    opts = dataclasses.replace(spec.options, **invocation)
-    _start(opts)
-    record = checkpoint.record(run_dir, step)  # its layout, which the resume starts from
-    devices = _resumed_devices(run_dir, spec, kwargs.get("devices"), record)
-    opts = dataclasses.replace(opts, devices=devices, **_resumed_actors(run_dir, spec, record))
-    opts.validate()
-    recorded = {k: kwargs[k] for k in kwargs if k in RECORDED and k not in LAYOUT}
-    diffs = spec.resume_differences(agent, env, recorded, overrides)
-    if diffs:
-        raise CheckpointError(
-            f"{run_dir} holds a different run; --resume continues the saved one: "
-            + "; ".join(diffs)
-        )
-    spec = dataclasses.replace(spec, options=opts)
     _common_folder(run_dir)  # every process of a multi-process run resumes the same folder
+    # every process reads the folder; one that cannot stops them all (a folder a host does
+    # not see), and all take the checkpoint process 0 chose (a shared filesystem may lag)
+    with peers.agreement("read the run folder"):
+        spec = read_spec(run_dir)
+        given, overrides = _split_options(dict(kwargs), None)
+        if given.overwrite:
+            raise TypeError("resume continues the run in its own folder: overwrite does not apply")
+        step = _common_step(run_dir, step)
+        invocation = {
+            k: getattr(given, k)
+            for k in ("progress", "compile_cache", "keep_checkpoints", "stop_at_steps")
+        }
+        opts = dataclasses.replace(spec.options, **invocation)
+        _start(opts)
+        record = checkpoint.record(run_dir, step)  # its layout, which the resume starts from
+        devices = _resumed_devices(run_dir, spec, kwargs.get("devices"), record)
+        opts = dataclasses.replace(opts, devices=devices, **_resumed_actors(run_dir, spec, record))
+        opts.validate()
+        recorded = {k: kwargs[k] for k in kwargs if k in RECORDED and k not in LAYOUT}
+        diffs = spec.resume_differences(agent, env, recorded, overrides)
+        if diffs:
+            raise CheckpointError(
+                f"{run_dir} holds a different run; --resume continues the saved one: "
+                + "; ".join(diffs)
+            )
+    spec = dataclasses.replace(spec, options=opts)
     with contextlib.ExitStack() as held:  # process 0 holds the run folder's lock
         with peers.agreement("resume the run"):
             if jax.process_index() == 0:
                 held.enter_context(run_folder.RunLock(run_dir, quiet=not opts.progress))
         return training.execute(spec, run_dir, step, resuming=True)
+
+
+def _common_step(run_dir: Path, step: int | None) -> int | None:
+    """The checkpoint to resume: ``step``, or the latest one; in a multi-process run the one
+    process 0 sees (every process reads the same one, though a shared filesystem may show a
+    new step to one host before another)."""
+    group = peers.group()
+    if group is None:
+        return step
+    if step is None:
+        step = (checkpoint.steps(run_dir) or [None])[-1]
+    chosen = group.gather("the checkpoint to resume", json.dumps(step))[0]
+    return json.loads(chosen)
 
 
 def _resumed_devices(
@@ -358,14 +377,16 @@ def _resumed_devices(
 def _resumed_actors(run_dir: Path, spec: RunSpec, record: dict | None) -> dict[str, Any]:
     """A Sebulba run resumed on another number of processes keeps its actors (each with its
     envs and their saved host envs, by global index) and spreads them anew: P x A actors
-    on P' processes are A' = P x A / P' per process. The options that say so (none when
-    the count is the same)."""
+    on P' processes are A' = P x A / P' per process. The options that say so (on the same
+    count, the checkpoint's own)."""
     before, now = (record or {}).get("processes", 1), jax.process_count()
-    if spec.options.runner != "sebulba" or before == now:
+    if spec.options.runner != "sebulba":
         return {}
     saved = spec.options
     if record and isinstance(record.get("run"), dict):  # the layout it was checkpointed on
         saved = RunSpec.from_record({k: record.get(k) for k in RUN_PARTS}, run_dir).options
+    if before == now:  # as the checkpoint ran (an earlier resume may have spread them anew)
+        return {"actors": saved.actors, "actor_threads": saved.actor_threads}
     per = saved.sebulba().num_actors
     total = per * before
     if total % now:
@@ -425,6 +446,10 @@ def load_run(run_dir: str | os.PathLike, step: int | None = None) -> LoadedRun:
     """Loads a run folder's checkpoint (default: the latest) for evaluation or rendering."""
     run_dir = Path(run_dir)
     spec = run_folder.read_spec(run_dir)
+    # the device count of the checkpoint (a run resumed on another count differs from its record)
+    devices = (checkpoint.record(run_dir, step) or {}).get("run", {}).get("devices")
+    if devices != spec.options.devices and spec.options.runner == "anakin":
+        spec = dataclasses.replace(spec, options=dataclasses.replace(spec.options, devices=devices))
     build = jrl.agents.get(spec.agent).build
     env_obj, env_params = jrl.envs.make(spec.env_id, **spec.options.env_overrides)
     built = build(spec.config, env_obj, env_params, num_devices=spec.options.devices or 1)

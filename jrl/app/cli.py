@@ -25,6 +25,7 @@ import argparse
 import dataclasses
 import os
 import sys
+import traceback
 import typing
 from pathlib import Path
 from typing import Annotated, Sequence
@@ -351,8 +352,8 @@ def cmd_train(args: Sequence[str]) -> int:
         devices = options.devices if "--devices" in given else None
         try:
             result = _train_or_resume(agent, cli, options, overrides, devices)
-        except (jax.errors.JaxRuntimeError, jrl.app.peers.PeerError):
-            if multi_process:  # a collective failed: a peer may have died (see the function)
+        except (jax.errors.JaxRuntimeError, jrl.app.peers.PeerError) as e:
+            if multi_process and _peer_may_have_died(e):  # see await_peer_verdict
                 jrl.app.distributed.await_peer_verdict()
             raise
     except experiment.TrainingInterrupted as e:
@@ -361,16 +362,28 @@ def cmd_train(args: Sequence[str]) -> int:
     except experiment.NonFiniteError as e:
         return _error(e, cli.debug, code=3)
     except experiment.ActorError as e:  # a host env (or an actor) failed: every thread stopped
+        _LEFT_ALONE.append(multi_process)  # this process's own failure (see _exit)
         return _error(e, cli.debug, code=1)
     except USER_ERRORS as e:
         if cli.debug:
             raise
         raise CLIError(str(e)) from e
     except OSError as e:  # e.g. a full disk while writing logs or a checkpoint (one was kept)
+        _LEFT_ALONE.append(multi_process)
         return _error(e, cli.debug, code=1)
     except jrl.app.peers.PeerError as e:  # another process failed, or did not come
         return _error(e, cli.debug, code=1)
     return _print_result(result)
+
+
+def _peer_may_have_died(e: BaseException) -> bool:
+    """Whether a failure of a multi-process run may be a peer's death that the coordination
+    service has not judged yet: a collective or the key-value store lost its connection (not
+    a refusal another process reported, nor an error of the program itself)."""
+    if isinstance(e, jrl.app.peers.PeerError):
+        return e.process is None
+    text = str(e)
+    return any(s in text for s in ("Gloo", "Connection", "Socket", "UNAVAILABLE", "DEADLINE"))
 
 
 def _train_or_resume(
@@ -501,5 +514,32 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _fail(str(e.args[0]) if isinstance(e, KeyError) and e.args else str(e))
 
 
+_LEFT_ALONE: list[bool] = []
+"""Set when this process of a multi-process run failed on its own (its actors, a write):
+the others go on, see :func:`_exit`."""
+
+
+def _exit(code: int) -> None:
+    """Ends the process with ``code``. The trainer of a multi-process run that failed on its
+    own (its actors, a write; or an unexpected error), while the others go on, leaves at
+    once: jax's exit would wait at its shutdown barrier for the others, which wait in the
+    next collective for this process, both for minutes. Leaving ends its heartbeats, so the
+    others end within $JRL_PEER_TIMEOUT with one line (jrl.app.supervisor). A failure every
+    process shares (a refusal, an agreement) exits as usual, all together."""
+    if supervisor.supervised() and any(_LEFT_ALONE):
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+    sys.exit(code)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    try:
+        _code = main()
+    except Exception:  # an unexpected error: its traceback, then the same exit as any failure
+        if not supervisor.supervised():
+            raise
+        traceback.print_exc()
+        _LEFT_ALONE.append(True)
+        _code = 1
+    _exit(_code)

@@ -147,13 +147,15 @@ def execute(
             start = (
                 load_start(spec, built, out_path, resume_step, mesh, cores) if resuming else Start()
             )
-            if not start.complete:
+            if start.complete:  # decided before process 0 writes what is missing
+                missing = _missing_outputs(spec, out_path, start)
+            else:
                 if not on_host:  # a Sebulba learner holds no envs or buffers
                     anakin.check_memory(built.algorithm, spec.keys(), mesh)
                 if out_path is not None and writer:
                     _prepare_folder(spec, out_path, start)
         if start.complete:
-            return _complete(spec, built, out_path, start)
+            return _complete(spec, out_path, start, missing)
         work = ChunkWork(spec, built, out_path, start, mesh, cores)
         try:
             with peers.agreement("open the run folder"):
@@ -200,16 +202,21 @@ def _result(
     )
 
 
-def _complete(spec: RunSpec, built, out_path: Path, start: Start) -> TrainResult:
-    """A resume of a run whose last checkpoint is its last iteration: writes the final
-    outputs that are missing (a kill after the final checkpoint), or refuses when all are
-    there."""
+def _missing_outputs(spec: RunSpec, out_path: Path, start: Start) -> list[str]:
+    """The final outputs a run whose last checkpoint is its last iteration lacks (a kill
+    after the final checkpoint); refuses a run that has them all."""
     missing = [f for f in run_folder.FINAL_FILES if not (out_path / f).is_file()]
     if not missing:
         raise CheckpointError(
             f"{out_path} is already complete ({start.iteration}/{spec.config.num_iterations} "
             f"iterations); evaluate it with `jrl eval {out_path}`"
         )
+    return missing
+
+
+def _complete(spec: RunSpec, out_path: Path, start: Start, missing: list[str]) -> TrainResult:
+    """A resume of a run whose last checkpoint is its last iteration: writes the final
+    outputs that are ``missing``."""
     state = one_view(spec, start.state)
     result = _result(spec, start.history, state, 0.0, start.prior_seconds, start.evals)
     if jax.process_index() != 0:  # process 0 writes the run folder

@@ -163,17 +163,27 @@ class Peers:
             timeout = seconds_from_env(BOUNDARY_TIMEOUT_ENV, BOUNDARY_TIMEOUT)
         self.client, self.process_id, self.count = client, int(process_id), int(count)
         self.timeout_ms, self.prefix, self.calls = max(1, int(timeout * 1000)), prefix, 0
+        self._previous: str | None = None  # the keys of the last call, deleted at the next
 
     def _exchange(self, what: str, value: str | None) -> dict[int, str]:
         """Posts ``value`` (unless None), meets the others, and returns every post of this call
-        by process index."""
+        by process index. The call's number and ``what`` name its keys and barrier, so calls
+        made in another order by another process wait for each other in vain, naming what."""
         n, self.calls = self.calls, self.calls + 1
-        posts = f"{self.prefix}/{n}/"
+        name = f"{n}-{'_'.join(what.split())}"
+        posts = f"{self.prefix}/{name}/"
         try:
             if value is not None:
                 self.client.key_value_set(posts + str(self.process_id), value)
-            self.client.wait_at_barrier(f"{self.prefix}/barrier/{n}", self.timeout_ms)
+            self.client.wait_at_barrier(f"{self.prefix}/barrier/{name}", self.timeout_ms)
             got = self.client.key_value_dir_get(posts)
+            # every process has read the previous call's posts before it came to this
+            # barrier: process 0 deletes them (the store would grow by a call per chunk)
+            if self.process_id == 0 and self._previous is not None:
+                delete = getattr(self.client, "key_value_delete", None)
+                if delete is not None:
+                    delete(self._previous.rstrip("/"))
+            self._previous = posts
         except Exception as e:  # jax raises its runtime's error type; the text says what
             raise PeerError(
                 f"the processes did not all reach {what} within {self.timeout_ms / 1000:g} s "
@@ -199,8 +209,8 @@ class Peers:
         ``what`` = ``"start the run"``)."""
         try:
             yield
-        except Exception as e:
-            self._exchange(what, _first_line(e))
+        except BaseException as e:  # Ctrl-C too: the others must not wait for this process
+            self._exchange(what, _first_line(e) if str(e).strip() else type(e).__name__)
             raise
         failed = self._exchange(what, None)
         if failed:

@@ -114,7 +114,8 @@ def _move(blocks: np.ndarray, want: tuple[int, ...], buffer: bool, onto: str) ->
     devices) when it cannot move."""
     count, per, per2 = want[0], blocks.shape[1:], want[1:]
     if per == per2:  # the same on every device
-        if any(not np.array_equal(b, blocks[0]) for b in blocks[1:]):
+        first = np.ascontiguousarray(blocks[0]).tobytes()  # bytes: NaN (a diverged run) is NaN
+        if any(np.ascontiguousarray(b).tobytes() != first for b in blocks[1:]):
             raise ValueError(
                 f"differs from device to device, so it has no one value to give {onto}"
             )

@@ -14,7 +14,8 @@ signal end the process in bounded time:
 A process started by :mod:`jrl.app.supervisor` (a multi-process ``jrl train``) also gets the
 signals sent to its parent, forwarded as bytes on a pipe (``$JRL_CONTROL_FD``). The watcher
 counts the two sources apart: a signal that reached both processes asks once, and a second
-one from either source aborts.
+one from the same source aborts (the parent also sends the signal itself from its second
+one on, so two signals to the parent abort too).
 
 :class:`StallWatch` ends a run whose process uses no CPU for ``$JRL_STALL_SECONDS``
 (default :data:`STALL_SECONDS`) while a program runs on the CPU backend: on the CPU,
@@ -31,7 +32,7 @@ from __future__ import annotations
 
 import contextlib
 import os
-import select
+import selectors
 import signal
 import socket
 import threading
@@ -119,9 +120,10 @@ class StopRequest:
         return True
 
     def _handle(self, signum, frame):
-        first = self._note(signum)
-        if first:  # the next Ctrl-C raises KeyboardInterrupt where the main thread is
-            signal.signal(signal.SIGINT, signal.default_int_handler)
+        self._note(signum)
+        # the next Ctrl-C raises KeyboardInterrupt where the main thread is (after this one,
+        # even when the same request came first from a parent's pipe)
+        signal.signal(signal.SIGINT, signal.default_int_handler)
 
     def acknowledge(self) -> None:
         """The loop has stopped running chunks: the grace bound no longer applies."""
@@ -131,17 +133,25 @@ class StopRequest:
         """The watcher thread: bounds the time from each signal to the end of the process.
         It sees every signal (the wakeup descriptor) and every forwarded one (the control
         pipe), so it alone counts them, each source apart."""
+        sources = selectors.DefaultSelector()  # any descriptor number (select() stops at 1024)
+        try:
+            sources.register(reader.fileno(), selectors.EVENT_READ)
+            if self._control is not None:
+                sources.register(self._control, selectors.EVENT_READ)
+            self._watch_sources(sources)
+        finally:
+            sources.close()
+
+    def _watch_sources(self, sources: selectors.BaseSelector) -> None:
         first_at, counts = None, {}
-        sources = [reader.fileno()] + ([self._control] if self._control is not None else [])
         while not self._exited.is_set():
             try:
-                ready, _, _ = select.select(sources, [], [], 0.5)
-                got = [(fd, os.read(fd, 64)) for fd in ready]
+                got = [(k.fd, os.read(k.fd, 64)) for k, _ in sources.select(0.5)]
             except (OSError, ValueError):  # closed by __exit__
                 return
             for fd, data in got:
-                if not data:  # the parent has gone: nothing more comes from it
-                    sources.remove(fd)
+                if not data:  # closed: nothing more comes from it (the parent has gone)
+                    sources.unregister(fd)
                 for signum in data:
                     if signum not in (signal.SIGINT, signal.SIGTERM):
                         continue

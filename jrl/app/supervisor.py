@@ -17,11 +17,12 @@ process and stays as its parent:
   otherwise the held log is printed as it was and the child's exit code passed on
   (``128 + N`` for a signal N). A held log whose child goes on for :data:`HOLD_SECONDS`
   was no death notice: it is printed and passing through resumes;
-- SIGINT and SIGTERM sent to this process reach the child as requests on a pipe
+- SIGINT and SIGTERM sent to this process reach the child as a request on a pipe
   (``$JRL_CONTROL_FD``, which :class:`jrl.app.stopping.StopRequest` reads beside its
-  signals), never as signals: a signal that reaches both processes (a terminal's Ctrl-C, a
-  scheduler signalling every process of a job) then asks the child once, and a second
-  signal of either kind aborts, as without a parent;
+  signals), not as a signal: a signal that reaches both processes (a terminal's Ctrl-C, a
+  scheduler signalling every process of a job) then asks the child once, and a second one
+  aborts, as without a parent. From the second signal on, the child also gets the signal
+  itself (it may be starting or ending, outside the block that reads the pipe);
 - the child gets SIGKILL when this process dies (Linux ``PR_SET_PDEATHSIG``), so a
   ``kill -9`` of the process the user started ends the training too.
 """
@@ -95,9 +96,14 @@ def supervise(argv: Sequence[str], command: Sequence[str] | None = None) -> int:
     )
     os.close(read_end)
 
+    received = []
+
     def forward(signum, frame):
+        received.append(signum)
         try:
             os.write(write_end, bytes([signum]))
+            if len(received) > 1:  # the child may not be reading the pipe (starting, ending)
+                os.kill(child.pid, signum)
         except OSError:  # the child has gone
             pass
 
@@ -120,7 +126,8 @@ class _Relay:
         self.line, self.shown = b"", 0  # the unfinished line, and how much of it was shown
 
     def run(self, stream: BinaryIO, child: subprocess.Popen) -> bytes:
-        """Until the child's stderr closes; returns what is still held then."""
+        """Until the child's stderr closes, or the child has ended and nothing more comes (a
+        process it started may hold its stderr open); returns what is still held then."""
         fd = stream.fileno()
         while True:
             ready, _, _ = select.select([fd], [], [], 0.5)
@@ -129,6 +136,8 @@ class _Relay:
                 if not data:
                     break
                 self._take(data)
+            elif child.poll() is not None:
+                break
             waited = self.holding_since is not None and time.monotonic() - self.holding_since
             if waited and waited > HOLD_SECONDS and child.poll() is None:
                 self._release()  # no death notice: the child goes on
@@ -142,10 +151,17 @@ class _Relay:
         while b"\n" in self.line:
             full, self.line = self.line.split(b"\n", 1)
             self._finish_line(full + b"\n")
-        if self.holding_since is None and self.line and not self._may_be_native(self.line):
+        if self.holding_since is None and self.line and not self._may_be_native(self._tail()):
             self.out.write(self.line[self.shown :])  # e.g. a progress line redrawn with \r
             self.shown = len(self.line)
+            cut = self.line.rfind(b"\r") + 1  # what a redraw left behind is shown: dropped
+            self.line, self.shown = self.line[cut:], self.shown - cut
         self.out.flush()
+
+    def _tail(self) -> bytes:
+        """The unfinished line after its last carriage return (what a native log line would
+        start, after a progress line that a \r ended)."""
+        return self.line[self.line.rfind(b"\r") + 1 :]
 
     @staticmethod
     def _may_be_native(start: bytes) -> bool:
@@ -154,10 +170,12 @@ class _Relay:
         return match is not None and match.end() == min(len(start), 5)
 
     def _finish_line(self, full: bytes) -> None:
-        if self.holding_since is None and self.shown == 0 and _ERROR_LINE.match(full):
-            self.holding_since = time.monotonic()
-        if self.holding_since is not None and self.shown == 0:
-            self.held.append(full)
+        start = full.rfind(b"\r", 0, len(full) - 1) + 1  # a native line after a progress line
+        if self.holding_since is None and start >= self.shown and _ERROR_LINE.match(full, start):
+            self.out.write(full[self.shown : start])
+            self.holding_since, self.shown = time.monotonic(), start
+        if self.holding_since is not None:
+            self.held.append(full[self.shown :])
         else:
             self.out.write(full[self.shown :])
         self.shown = 0
@@ -206,7 +224,10 @@ def _outcome(code: int, held: bytes, argv: list[str]) -> int:
             "(with the same --coordinator, --num-processes and --process-id, or --multihost)"
         )
     else:
-        how = "it had written no checkpoint: train again (--checkpoint-every writes them)"
+        how = (
+            "it had written no checkpoint: train again with --overwrite, or into another "
+            "--out (--checkpoint-every writes checkpoints as it goes)"
+        )
     print(f"jrl: error: {lost}, so this process ends too; {how}", file=sys.stderr, flush=True)
     return EXIT_PEER_LOST
 
