@@ -12,6 +12,7 @@ import math
 import os
 import queue
 import re
+import socket
 import tempfile
 import threading
 import time
@@ -428,6 +429,14 @@ class PipeLines:
             if line == "":
                 self._fail("the pipe did not end", timeout)
         return self.text
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on now (a coordinator's, in the
+    multi-process tests)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
 
 def wait_until(condition, timeout: float, what, interval: float = 0.05):

@@ -2,7 +2,6 @@
 
 import json
 import os
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -14,7 +13,7 @@ import numpy as np
 import pytest
 
 import jrl
-from conftest import PipeLines
+from conftest import PipeLines, free_port
 from jrl.app import api as experiment
 from jrl.app import checkpoint
 
@@ -406,18 +405,12 @@ def test_sweep_parse_errors(item, message, tmp_path):
 # ------------------------------------------------------------------------------ multi-host
 
 
-def _free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def test_two_hosts_from_flags_and_from_jrl_variables(tmp_path):
     """Process 0 from --coordinator/--num-processes/--process-id, process 1 from
     --multihost and the JRL_* variables: one learner over both processes' devices, one run
     folder, which process 0 writes (process 1 takes part in its checkpoint and prints no
     summary)."""
-    address = f"127.0.0.1:{_free_port()}"
+    address = f"127.0.0.1:{free_port()}"
     common = ["train", "ppo", "--num-envs", "4", "--total-steps", "2048", "--num-reports", "2"]
     env = {**os.environ, "JAX_PLATFORMS": "cpu", "MPLBACKEND": "Agg"}
     flags = ["--coordinator", address, "--num-processes", "2", "--process-id", "0"]

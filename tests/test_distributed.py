@@ -5,7 +5,6 @@ in a fresh interpreter (tests/dist_worker.py).
 """
 
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -13,6 +12,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import free_port
 
 WORKER = str(Path(__file__).with_name("dist_worker.py"))
 
@@ -52,16 +52,10 @@ def test_device_count_invariance(agent, tmp_path):
     assert max(float(np.abs(x[0] - x[1]).max()) for x in results["plain"]) > 1e-3
 
 
-def _free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def two_processes(tmp_path, agent, *extra):
     """Runs the worker as processes 0 and 1 of a jax.distributed run on 127.0.0.1 (their
     results in ``p0.npz``, ``p1.npz``)."""
-    address = f"127.0.0.1:{_free_port()}"
+    address = f"127.0.0.1:{free_port()}"
     procs = []
     for pid in range(2):
         cmd = [
@@ -180,7 +174,7 @@ def test_bad_device_requests():
 def test_unreachable_coordinator_is_a_clear_error():
     import jrl.app.distributed
 
-    port = _free_port()  # nothing listens there
+    port = free_port()  # nothing listens there
     with pytest.raises(ConnectionError, match="unreachable"):
         jrl.app.distributed.initialize(f"127.0.0.1:{port}", 2, 1, timeout=1.0)
     with pytest.raises(ValueError, match="needs all of"):

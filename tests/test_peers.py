@@ -41,16 +41,16 @@ class FakeClient:
             raise RuntimeError(f"DEADLINE_EXCEEDED: Barrier timed out. Id: {barrier_id}") from None
 
 
-def _decide_all(client, wishes_per_boundary, timeout=10.0):
-    """Every process's decisions: ``wishes_per_boundary[k][p]`` is process p's wish at
-    boundary k; each process runs in its own thread, as the processes do."""
-    n = len(wishes_per_boundary[0])
-    out = [[] for _ in range(n)]
+def _in_processes(n, body, client=None):
+    """``body(peers, p)`` in one thread per process, each with its own ``Peers`` on one
+    shared fake client; returns each process's result or raised exception."""
+    client, out = client or FakeClient(n), [None] * n
 
     def process(p):
-        vote = peers.StopVote(client, p, timeout=timeout)
-        for wishes in wishes_per_boundary:
-            out[p].append(vote.decide(wishes[p]))
+        try:
+            out[p] = body(peers.Peers(client, p, n, timeout=10.0), p)
+        except Exception as e:
+            out[p] = e
 
     threads = [threading.Thread(target=process, args=(p,)) for p in range(n)]
     for t in threads:
@@ -59,6 +59,17 @@ def _decide_all(client, wishes_per_boundary, timeout=10.0):
         t.join(30)
     assert not any(t.is_alive() for t in threads)
     return out
+
+
+def _decide_all(client, wishes_per_boundary):
+    """Every process's decisions: ``wishes_per_boundary[k][p]`` is process p's wish at
+    boundary k; each process runs in its own thread, as the processes do."""
+
+    def body(group, p):
+        vote = peers.StopVote(group)
+        return [vote.decide(wishes[p]) for wishes in wishes_per_boundary]
+
+    return _in_processes(len(wishes_per_boundary[0]), body, client)
 
 
 def test_every_process_takes_the_same_decision_at_each_boundary():
@@ -83,8 +94,8 @@ def test_a_wish_counts_only_at_its_own_boundary():
 
 def test_a_peer_that_does_not_reach_the_boundary_is_an_error_naming_the_bound(monkeypatch):
     monkeypatch.setenv(peers.BOUNDARY_TIMEOUT_ENV, "0.2")
-    vote = peers.StopVote(FakeClient(2), 0)  # its peer never comes
-    assert vote.timeout_ms == 200
+    vote = peers.StopVote(peers.Peers(FakeClient(2), 0, 2))  # its peer never comes
+    assert vote.peers.timeout_ms == 200
     with pytest.raises(peers.PeerError) as e:
         vote.decide("SIGTERM")
     assert str(e.value).startswith(
@@ -96,26 +107,6 @@ def test_a_peer_that_does_not_reach_the_boundary_is_an_error_naming_the_bound(mo
 def test_without_jax_distributed_there_is_no_client():
     with pytest.raises(peers.PeerError, match="jax.distributed is not initialised"):
         peers.coordination()
-
-
-def _in_processes(n, body):
-    """``body(peers, p)`` in one thread per process, each with its own ``Peers`` on one
-    shared fake client; returns each process's result or raised exception."""
-    client, out = FakeClient(n), [None] * n
-
-    def process(p):
-        try:
-            out[p] = body(peers.Peers(client, p, n, timeout=10.0), p)
-        except Exception as e:
-            out[p] = e
-
-    threads = [threading.Thread(target=process, args=(p,)) for p in range(n)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(30)
-    assert not any(t.is_alive() for t in threads)
-    return out
 
 
 def test_gather_gives_every_process_every_value_in_process_order():
@@ -130,17 +121,11 @@ def test_the_store_keeps_only_the_last_calls_posts():
     """A run gathers every chunk: process 0 deletes each call's posts at the next call, when
     every process has read them, so the coordination service's store does not grow."""
     client = FakeClient(2)
-    out = [None, None]
 
-    def process(p):
-        group = peers.Peers(client, p, 2, timeout=10.0)
-        out[p] = [group.gather("the metrics of iteration", f"{p}-{k}") for k in range(5)]
+    def body(group, p):
+        return [group.gather("the metrics of iteration", f"{p}-{k}") for k in range(5)]
 
-    threads = [threading.Thread(target=process, args=(p,)) for p in range(2)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(30)
+    out = _in_processes(2, body, client)
     assert out[0] == out[1] == [[f"0-{k}", f"1-{k}"] for k in range(5)]
     assert sorted(client.store) == [
         "jrl/peers/4-the_metrics_of_iteration/0",

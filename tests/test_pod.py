@@ -8,7 +8,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -16,7 +15,7 @@ from pathlib import Path
 import jax
 import numpy as np
 import pytest
-from conftest import wait_until
+from conftest import free_port, wait_until
 from jrl.app import api as experiment
 
 # 2 devices per process; XLA's CPU collectives wait longer than their 40 s default for a
@@ -33,12 +32,6 @@ RESUME_HINT = (
 )
 
 
-def _free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _train(out: str, iterations: int = 2000, runner: tuple = ()) -> list[str]:
     """``jrl train ppo`` on CartPole with one chunk and one report per iteration."""
     env = "gymnasium:CartPole-v1" if runner else "CartPole-v1"
@@ -50,7 +43,7 @@ def _train(out: str, iterations: int = 2000, runner: tuple = ()) -> list[str]:
 def _launch(tmp_path: Path, args: list[str], tag: str, env: dict | None = None, n: int = 2):
     """``jrl ARGS`` as processes 0 .. n-1 of one run, in ``tmp_path``; their stderr goes to
     files (``TAG0.err`` ...), not pipes: a process blocked on a full pipe would stall its peer."""
-    address = f"127.0.0.1:{_free_port()}"
+    address = f"127.0.0.1:{free_port()}"
     procs, logs = [], [tmp_path / f"{tag}{pid}.err" for pid in range(n)]
     for pid in range(n):
         flags = ["--coordinator", address, "--num-processes", str(n), "--process-id", str(pid)]
@@ -251,7 +244,7 @@ def test_a_refusal_in_one_process_stops_every_process_with_one_line(tmp_path):
     assert _last_line(texts[1]) == f"jrl: error: process 0 could not start the run: {reason}"
 
     procs, logs = [], []
-    address = f"127.0.0.1:{_free_port()}"
+    address = f"127.0.0.1:{free_port()}"
     for pid, out in enumerate(["a", "b"]):
         args = _train(out, 4) + ["--coordinator", address, "--num-processes", "2"]
         logs.append(tmp_path / f"apart{pid}.err")

@@ -22,8 +22,9 @@ F1205 09:17:30.924074   23702 client.h:80] Terminating process because the JAX d
 """.lstrip()  # noqa: E501  (jax 0.10's text, line for line)
 
 
-def _supervise(tmp_path, child: str, argv=("train", "--out", "run"), hold=None, **popen):
-    """Runs ``supervise(argv)`` in a subprocess, with ``child`` (Python source) as the child."""
+def _supervise(tmp_path, child: str, hold=None, **popen):
+    """Runs ``supervise`` of a run into ``run`` in a subprocess, with ``child`` (Python
+    source) as the child."""
     child_file = tmp_path / "child.py"
     child_file.write_text(textwrap.dedent(child))
     code = textwrap.dedent(
@@ -33,7 +34,7 @@ def _supervise(tmp_path, child: str, argv=("train", "--out", "run"), hold=None, 
         hold = {hold!r}
         if hold is not None:
             supervisor.HOLD_SECONDS = hold
-        sys.exit(supervisor.supervise({list(argv)!r}, [sys.executable, {str(child_file)!r}]))
+        sys.exit(supervisor.supervise(["train"], "run", [sys.executable, {str(child_file)!r}]))
         """
     )
     return subprocess.Popen(
@@ -79,7 +80,7 @@ def test_the_death_of_process_0_and_a_run_with_checkpoints(tmp_path):
         sys.stderr.flush()
         os.abort()
     """
-    code, err = _finish(_supervise(tmp_path, child, argv=("train", "--resume", "run")))
+    code, err = _finish(_supervise(tmp_path, child))
     assert code == 75, err
     assert err.strip() == (
         "jrl: error: the connection to process 0 of this run (which coordinates it) closed, so "

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import json
 import os
 from pathlib import Path
 from typing import Any
@@ -350,8 +349,7 @@ def _common_step(run_dir: Path, step: int | None) -> int | None:
         return step
     if step is None:
         step = (checkpoint.steps(run_dir) or [None])[-1]
-    chosen = group.gather("the checkpoint to resume", json.dumps(step))[0]
-    return json.loads(chosen)
+    return group.gather("the checkpoint to resume", step)[0]
 
 
 def _resumed_devices(

@@ -155,8 +155,8 @@ def _gather_blocks(spread: dict[str, jax.Array], step: int) -> dict[str, dict[st
     group = peers.group()
     mine = {name: _block_digests(x) for name, x in spread.items()}
     blocks: dict[str, dict[str, str]] = {name: {} for name in spread}
-    for posted in group.gather(f"the digests of checkpoint {step}", json.dumps(mine)):
-        for name, digests in json.loads(posted).items():
+    for posted in group.gather(f"the digests of checkpoint {step}", mine):
+        for name, digests in posted.items():
             blocks[name].update(digests)
     return blocks
 

@@ -15,7 +15,6 @@ import base64
 import contextlib
 import dataclasses
 import errno
-import json
 import sys
 import time
 from pathlib import Path
@@ -337,8 +336,7 @@ class ChunkWork:
         group = peers.group()
         if group is None:
             return mine
-        posted = group.gather(f"the host envs of iteration {done}", json.dumps(mine))
-        every = [json.loads(text) for text in posted]
+        every = group.gather(f"the host envs of iteration {done}", mine)
         return None if any(e is None for e in every) else [thread for e in every for thread in e]
 
     def elapsed(self) -> float:
@@ -419,9 +417,8 @@ class ChunkWork:
         host = sorted(k for k in metrics if k.startswith(HOST_METRICS))
         if group is None or not host:
             return metrics
-        mine = json.dumps({k: np.asarray(metrics[k], np.float64).tolist() for k in host})
-        posted = [json.loads(t) for t in group.gather(f"the metrics of iteration {done}", mine)]
-        combined = combine_host_metrics(posted)
+        mine = {k: np.asarray(metrics[k], np.float64).tolist() for k in host}
+        combined = combine_host_metrics(group.gather(f"the metrics of iteration {done}", mine))
         return {
             **metrics,
             **{k: v.astype(np.asarray(metrics[k]).dtype) for k, v in combined.items()},

@@ -336,7 +336,7 @@ def cmd_train(args: Sequence[str]) -> int:
         v is not None for v in (cli.num_processes, cli.coordinator, cli.process_id)
     )
     if multi_process and not supervisor.supervised():  # one line if a peer dies, not a dump
-        return supervisor.supervise(["train", *args])
+        return supervisor.supervise(["train", *args], folder=cli.resume or cli.out)
     if (saved.options if saved is not None else options).runner == "anakin" and not multi_process:
         # one CPU device per core, before jax starts: the runner spreads the runs over them
         # (ARCHITECTURE.md, "Runs spread over the CPU's cores")

@@ -234,11 +234,8 @@ def _run(work: "ChunkWork", stop: StopRequest) -> anakin.RunResult:
     num_iterations, limit = spec.config.num_iterations, spec.options.stop_at_steps
 
     # several processes stop after the same chunk or not at all (jrl.app.peers)
-    vote = (
-        peers.StopVote(peers.coordination(), jax.process_index())
-        if jax.process_count() > 1
-        else None
-    )
+    group = peers.group()
+    vote = peers.StopVote(group) if group is not None else None
 
     def should_stop() -> bool:  # polled before each chunk
         if work.t0 is None:
@@ -404,10 +401,7 @@ def _finish(work: "ChunkWork", res: anakin.RunResult, reason: str | None) -> Tra
         if out_path is not None:
             where = f"; checkpoint {saved}. Resume with: {run_folder.resume_command(out_path)}"
             if jax.process_count() > 1:
-                where += (
-                    " on every process (with the same --coordinator, --num-processes and "
-                    "--process-id, or --multihost)"
-                )
+                where += f" {run_folder.ON_EVERY_PROCESS}"
         else:
             where = "; no run folder was given, so nothing was saved"
         steps = f"{done * per_iter:,}/{num_iterations * per_iter:,}"

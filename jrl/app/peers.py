@@ -26,6 +26,7 @@ processes within its timeout, ``heartbeat_timeout_seconds`` of :func:`jax.distri
 from __future__ import annotations
 
 import contextlib
+import json
 from collections.abc import Iterator
 from typing import Any, Protocol
 
@@ -86,27 +87,10 @@ def coordination() -> Any:
 
 class StopVote:
     """The processes' common decision, before each chunk, whether to stop (see the module
-    docstring).
+    docstring), made through the run's :class:`Peers`."""
 
-    Args:
-      client: the coordination service's client (:func:`coordination`).
-      process_id: this process's index.
-      timeout: seconds to wait at a boundary for the others (``None``: ``$JRL_BOUNDARY_TIMEOUT``,
-        else :data:`BOUNDARY_TIMEOUT`).
-      prefix: the keys' and barriers' namespace in the store.
-    """
-
-    def __init__(
-        self,
-        client: KeyValueClient,
-        process_id: int,
-        timeout: float | None = None,
-        prefix: str = "jrl",
-    ):
-        if timeout is None:
-            timeout = seconds_from_env(BOUNDARY_TIMEOUT_ENV, BOUNDARY_TIMEOUT)
-        self.client, self.process_id, self.prefix = client, int(process_id), prefix
-        self.timeout_ms = max(1, int(timeout * 1000))
+    def __init__(self, peers: "Peers"):
+        self.peers = peers
         self.boundaries = 0  # boundaries passed: each process passes the same ones in order
 
     def decide(self, local_reason: str | None) -> tuple[str, int] | None:
@@ -115,22 +99,11 @@ class StopVote:
         go on. ``local_reason`` is this process's own wish (``None``: none). Raises
         :class:`PeerError` when the others do not reach the boundary within the timeout."""
         k, self.boundaries = self.boundaries, self.boundaries + 1
-        posts = f"{self.prefix}/stop/{k}/"
-        try:
-            if local_reason is not None:
-                self.client.key_value_set(posts + str(self.process_id), str(local_reason))
-            self.client.wait_at_barrier(f"{self.prefix}/boundary/{k}", self.timeout_ms)
-            votes = self.client.key_value_dir_get(posts)
-        except Exception as e:  # jax raises its runtime's error type; the text says what
-            raise PeerError(
-                f"the processes did not all reach chunk boundary {k} within "
-                f"{self.timeout_ms / 1000:g} s (${BOUNDARY_TIMEOUT_ENV}): "
-                f"{str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__}"
-            ) from e
-        if not votes:
+        wishes = self.peers.exchange(f"chunk boundary {k}", local_reason)
+        if not wishes:
             return None
-        process, reason = min((int(key.rstrip("/").rsplit("/", 1)[-1]), v) for key, v in votes)
-        return reason, process
+        process = min(wishes)
+        return wishes[process], process
 
 
 def _first_line(e: BaseException) -> str:
@@ -165,7 +138,7 @@ class Peers:
         self.timeout_ms, self.prefix, self.calls = max(1, int(timeout * 1000)), prefix, 0
         self._previous: str | None = None  # the keys of the last call, deleted at the next
 
-    def _exchange(self, what: str, value: str | None) -> dict[int, str]:
+    def exchange(self, what: str, value: str | None) -> dict[int, str]:
         """Posts ``value`` (unless None), meets the others, and returns every post of this call
         by process index. The call's number and ``what`` name its keys and barrier, so calls
         made in another order by another process wait for each other in vain, naming what."""
@@ -191,14 +164,15 @@ class Peers:
             ) from e
         return {int(key.rstrip("/").rsplit("/", 1)[-1]): v for key, v in got}
 
-    def gather(self, what: str, value: str) -> list[str]:
-        """Every process's ``value``, in process order (the same list in every process).
-        ``what`` names the exchange in the error when a process does not come."""
-        got = self._exchange(what, value)
+    def gather(self, what: str, value: Any) -> list[Any]:
+        """Every process's ``value`` (anything JSON holds), in process order (the same list in
+        every process). ``what`` names the exchange in the error when a process does not
+        come."""
+        got = self.exchange(what, json.dumps(value))
         missing = [p for p in range(self.count) if p not in got]
         if missing:
             raise PeerError(f"process {missing[0]} posted nothing for {what}")
-        return [got[p] for p in range(self.count)]
+        return [json.loads(got[p]) for p in range(self.count)]
 
     @contextlib.contextmanager
     def agreement(self, what: str) -> Iterator[None]:
@@ -210,9 +184,9 @@ class Peers:
         try:
             yield
         except BaseException as e:  # Ctrl-C too: the others must not wait for this process
-            self._exchange(what, _first_line(e) if str(e).strip() else type(e).__name__)
+            self.exchange(what, _first_line(e))
             raise
-        failed = self._exchange(what, None)
+        failed = self.exchange(what, None)
         if failed:
             process = min(failed)
             raise PeerError(f"process {process} could not {what}: {failed[process]}", process)

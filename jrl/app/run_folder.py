@@ -143,6 +143,13 @@ def _describe(owner: dict[str, Any]) -> str:
     return text
 
 
+ON_EVERY_PROCESS = (
+    "on every process (with the same --coordinator, --num-processes and --process-id, or "
+    "--multihost)"
+)
+"""How a multi-process run is resumed: :func:`resume_command`'s command, in every process."""
+
+
 def resume_command(out: str | os.PathLike) -> str:
     """``jrl train --resume OUT``, with ``OUT`` quoted for a POSIX shell where it needs to be
     (a path with spaces or quotes)."""

@@ -33,12 +33,10 @@ import ctypes
 import os
 import re
 import select
-import shlex
 import signal
 import subprocess
 import sys
 import time
-from pathlib import Path
 from typing import BinaryIO, Sequence
 
 __all__ = [
@@ -80,9 +78,13 @@ def _die_with_parent() -> None:  # in the child, between fork and exec
         ctypes.CDLL(None).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
 
 
-def supervise(argv: Sequence[str], command: Sequence[str] | None = None) -> int:
+def supervise(
+    argv: Sequence[str], folder: str | None = None, command: Sequence[str] | None = None
+) -> int:
     """Runs ``jrl ARGV`` (or ``command``, for tests) as a child (see the module docstring)
-    and returns the exit code this process should end with."""
+    and returns the exit code this process should end with. ``folder``: the run folder it
+    trains into (``--out``, ``--resume``), named in the line on a lost peer; None when
+    process 0 chooses it."""
     read_end, write_end = os.pipe()
     env = {**os.environ, SUPERVISED_ENV: "1", CONTROL_FD_ENV: str(read_end)}
     if sys.stderr.isatty():
@@ -115,7 +117,7 @@ def supervise(argv: Sequence[str], command: Sequence[str] | None = None) -> int:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
         os.close(write_end)
-    return _outcome(code, held, list(argv))
+    return _outcome(code, held, folder)
 
 
 class _Relay:
@@ -185,17 +187,6 @@ class _Relay:
         self.held, self.holding_since = [], None
 
 
-def _run_folder(argv: list[str]) -> str:
-    """The run folder the command trains into (``--resume`` or ``--out``), else ``RUN``."""
-    for flag in ("--resume", "--out"):
-        for i, arg in enumerate(argv):
-            if arg == flag and i + 1 < len(argv):
-                return argv[i + 1]
-            if arg.startswith(flag + "="):
-                return arg.split("=", 1)[1]
-    return "RUN"
-
-
 def _lost(log: str) -> str | None:
     """What the held log says was lost, or None when it is no peer's death."""
     peer = _PEER.search(log)
@@ -208,20 +199,22 @@ def _lost(log: str) -> str | None:
     return None
 
 
-def _outcome(code: int, held: bytes, argv: list[str]) -> int:
+def _outcome(code: int, held: bytes, folder: str | None) -> int:
     lost = _lost(held.decode(errors="replace")) if code in (-signal.SIGABRT, 134) else None
     if lost is None:
         sys.stderr.buffer.write(held)
         sys.stderr.flush()
         return code if code >= 0 else 128 - code
-    folder = _run_folder(argv)
-    resume = f"jrl train --resume {shlex.quote(folder)}"
-    steps = _steps(Path(folder)) if folder != "RUN" else []
-    if steps or folder == "RUN":
+    # jax, orbax: only on this failure path
+    from jrl.app import checkpoint, run_folder
+
+    steps = checkpoint.steps(folder) if folder is not None else []
+    if steps or folder is None:
         at = f" (iteration {steps[-1]})" if steps else ""
+        resume = run_folder.resume_command(folder or "RUN")
         how = (
-            f"resume from its last complete checkpoint{at} with `{resume}` on every process "
-            "(with the same --coordinator, --num-processes and --process-id, or --multihost)"
+            f"resume from its last complete checkpoint{at} with `{resume}` "
+            f"{run_folder.ON_EVERY_PROCESS}"
         )
     else:
         how = (
@@ -230,9 +223,3 @@ def _outcome(code: int, held: bytes, argv: list[str]) -> int:
         )
     print(f"jrl: error: {lost}, so this process ends too; {how}", file=sys.stderr, flush=True)
     return EXIT_PEER_LOST
-
-
-def _steps(folder: Path) -> list[int]:
-    from jrl.app import checkpoint  # jax, orbax: only on this failure path
-
-    return checkpoint.steps(folder)
