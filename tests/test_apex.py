@@ -284,7 +284,7 @@ def test_ray_actors_push_what_threads_push_bfloat16_and_restarts(ray_session, ca
     rays = run(built, env, config, 4, sebulba.SebulbaOptions(actors="ray:2"))
     assert max_diff(threads.final_state, rays.final_state) <= 1e-6
     assert (rays.metrics["ray/actor_restarts"] == 0).all()
-    assert set(threads.metrics) | {"ray/actor_restarts"} == set(rays.metrics)
+    assert set(threads.metrics) | {"ray/actor_restarts", "ray/bytes_per_step"} == set(rays.metrics)
     bf16 = sebulba.SebulbaOptions(actor_threads=2, transfer="bfloat16")
     half = run(built, env, config, 4, bf16)
     assert (

@@ -182,8 +182,8 @@ def test_a_single_process_run_has_no_group_and_its_agreements_just_run():
 
 def test_the_host_metrics_of_every_process_combine_into_the_runs():
     """Each process counts the transfers of its own actors (Sebulba); the run's metrics sum
-    the bytes and restarts, average the policy lag, take the maximum of its maximum, and keep
-    one version's size."""
+    the bytes, calls and restarts, average the means (policy lag, bytes per step, batch size,
+    wait), take the maximum of its maximum, and keep one version's size."""
     from jrl.app.chunk_work import combine_host_metrics
 
     p0 = {
@@ -193,8 +193,13 @@ def test_the_host_metrics_of_every_process_combine_into_the_runs():
         "sebulba/policy_lag": [[1.0]],
         "sebulba/policy_lag_max": [[1.0]],
         "ray/actor_restarts": [[0.0]],
+        "ray/bytes_per_step": [[50.0]],
+        "inference/calls": [[16.0]],
+        "inference/batch_size": [[2.0]],
+        "inference/wait_ms": [[0.5]],
     }
     p1 = {**p0, "sebulba/policy_lag": [[2.0]], "sebulba/policy_lag_max": [[3.0]]}
+    p1.update({"ray/bytes_per_step": [[70.0]], "inference/batch_size": [[1.0]]})
     p1["ray/actor_restarts"] = [[1.0]]
     out = {k: v.tolist() for k, v in combine_host_metrics([p0, p1]).items()}
     assert out == {
@@ -204,4 +209,8 @@ def test_the_host_metrics_of_every_process_combine_into_the_runs():
         "sebulba/policy_lag": [[1.5]],
         "sebulba/policy_lag_max": [[3.0]],
         "ray/actor_restarts": [[1.0]],
+        "ray/bytes_per_step": [[60.0]],
+        "inference/calls": [[32.0]],
+        "inference/batch_size": [[1.5]],
+        "inference/wait_ms": [[0.5]],
     }

@@ -138,7 +138,7 @@ def test_synchronous_ray_actors_equal_actor_threads_and_resume_their_checkpoint(
     np.testing.assert_array_equal(m["sebulba/policy_lag_max"], 0)
     wire = m["sebulba/trajectory_bytes"] + 2 * m["sebulba/params_bytes"]  # 2 actors pull
     assert wire[0, -1] > 0
-    assert set(threads.metrics) | {"ray/actor_restarts"} == set(m)
+    assert set(threads.metrics) | {"ray/actor_restarts", "ray/bytes_per_step"} == set(m)
 
 
 def test_the_ray_actors_of_a_later_process_act_as_that_process_share_of_threads(ray_session):

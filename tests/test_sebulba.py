@@ -545,10 +545,14 @@ def test_a_crashing_env_stops_every_thread_with_its_error(tmp_path):
 
 
 @pytest.mark.learning
-@pytest.mark.parametrize("transfer", ["float32", "bfloat16"])
-def test_ppo_sebulba_gymnasium_cartpole_300(transfer, learning_seed):
+@pytest.mark.parametrize(
+    "transfer, inference", [("float32", "actor"), ("bfloat16", "actor"), ("float32", "learner")]
+)
+def test_ppo_sebulba_gymnasium_cartpole_300(transfer, inference, learning_seed):
     """PPO under synchronous Sebulba on Gymnasium's CartPole, 2 seeds, with and without
-    bfloat16 transfers (learning is unaffected): the mean final training return >= 300 (a
+    bfloat16 transfers (learning is unaffected), and with central inference (SEED RL's, at the
+    same threshold; a synchronous run equals actor-side to float rounding, tests/
+    test_central_inference.py): the mean final training return >= 300 (a
     random policy scores ~22). Reach measured 2026-12-04 at 200k steps, float32: seeds 100-107
     all 500.0; seeds 22 and 23 500.0 and 212.9 (seed 23's greedy policy 206.4 over 20
     episodes: it has not solved CartPole yet), so the worst pair of the 10 seeds has mean 356,
@@ -561,6 +565,7 @@ def test_ppo_sebulba_gymnasium_cartpole_300(transfer, learning_seed):
         seed=learning_seed,
         runner="sebulba",
         transfer=transfer,
+        inference=inference,
         progress=False,
         total_steps=200_000,
         num_envs=8,
@@ -573,9 +578,11 @@ def test_ppo_sebulba_gymnasium_cartpole_300(transfer, learning_seed):
 
 
 @pytest.mark.learning
-def test_impala_sebulba_gymnasium_cartpole_450(learning_seed):
+@pytest.mark.parametrize("inference", ["actor", "learner"])
+def test_impala_sebulba_gymnasium_cartpole_450(inference, learning_seed):
     """IMPALA (its defaults) under synchronous Sebulba on Gymnasium's CartPole, 2 seeds, 500k
-    steps: the pair's mean final training return >= 450. Measured 2026-12-05 with the advantage
+    steps, actor-side or central inference (the same threshold): the pair's mean final training
+    return >= 450. Measured 2026-12-05 with the advantage
     floor (BENCHMARKS.md "IMPALA's advantage floor"; `benchmarks/seed_checks.py impala-actors
     --set actor_threads=1 --seeds 2000:8 0:2`): seeds 0-1 and 2000-2007 end at 457.6 .. 500,
     worst pair 469.6 (margin 19.6). 2026-12-02, without it: 500.0 and 499.2."""
@@ -585,6 +592,7 @@ def test_impala_sebulba_gymnasium_cartpole_450(learning_seed):
         seeds=2,
         seed=learning_seed,
         runner="sebulba",
+        inference=inference,
         progress=False,
         total_steps=500_000,
         num_reports=4,

@@ -137,7 +137,7 @@ def check_runner(spec: RunSpec, env) -> None:
         )
     options = spec.options.sebulba()
     replay = False
-    if options.pull_batch:  # refused for an agent whose actors push replay items (apex)
+    if options.pull_batch or options.inference == "learner":  # refused for apex's replay
         built = jrl.agents.get(spec.agent).build(spec.config, env, env.default_params)
         replay = built.replay is not None
     sebulba.check_options(options, host, spec.config.num_envs, len(spec.run_seeds), replay)

@@ -172,16 +172,26 @@ HOST_METRICS = ("sebulba/", "ray/")
 :meth:`ChunkWork._of_every_process`)."""
 
 
+AVERAGED = (
+    "sebulba/policy_lag",
+    "ray/bytes_per_step",
+    "inference/batch_size",
+    "inference/wait_ms",
+)
+"""Host metrics that are means (per trajectory, env step, call or request), not totals."""
+
+
 def combine_host_metrics(posted: list[dict[str, Any]]) -> dict[str, np.ndarray]:
     """Every process's host metrics (name -> ``[c, R]`` values, in process order) as the
-    run's: bytes and restarts summed, ``sebulba/policy_lag`` averaged, ``*_max`` the maximum,
-    ``sebulba/params_bytes`` (one version's size) process 0's."""
+    run's: bytes, calls and restarts summed, the means of :data:`AVERAGED` averaged (each
+    process has the same share of the envs), ``*_max`` the maximum, ``sebulba/params_bytes``
+    (one version's size) process 0's."""
     out = {}
     for k in posted[0]:
         every = np.stack([np.asarray(p[k], np.float64) for p in posted])  # [P, c, R]
         if k == "sebulba/params_bytes":
             out[k] = every[0]
-        elif k == "sebulba/policy_lag":
+        elif k in AVERAGED:
             out[k] = every.mean(axis=0)
         elif k.endswith("_max"):
             out[k] = every.max(axis=0)

@@ -137,6 +137,13 @@ class RunOptions:
     run (and ended with it if the run is killed). Checked before anything is written: a host
     name that does not resolve, or nothing accepting a connection within 10 s, stops the run
     (exit 2), as does an address where no Ray answers within 2 minutes."""
+    inference: typing.Literal["actor", "learner"] = "actor"
+    """sebulba: where the policy acts: actor (on each actor's device) or learner (SEED RL: the
+    actor threads or Ray processes only step envs; the learner's first device acts for all of
+    them in batches, and no trajectory or parameter crosses between processes)."""
+    inference_wait_ms: float = 2.0
+    """sebulba with --inference learner: the longest a batch of observations waits for the
+    other env workers' before the policy acts on it (it acts at once when all have sent)."""
     keys: Annotated[str, _Hidden] = "per_seed"
     """How run keys derive from the seeds: "per_seed" (run i uses key(seed + i)) or "split"
     (split(key(seed), seeds)[i]: run folders written before per-seed keys)."""
@@ -226,6 +233,7 @@ class RunOptions:
         values["env_overrides"], values["log"] = dict(self.env_overrides), tuple(self.log)
         values["plugins"] = tuple(str(m) for m in self.plugins)
         values["actors"] = str(values["actors"])  # RayActors(n) -> "ray:n"
+        values["inference_wait_ms"] = float(values["inference_wait_ms"])
         return RunOptions(**values)
 
     def record(self) -> dict[str, Any]:
@@ -242,12 +250,20 @@ class RunOptions:
             if name == "runner":  # absent for anakin: older records are unchanged
                 if value != "anakin":
                     out["runner"] = value
-                    out["sebulba"] = {n: getattr(self, n) for n in SEBULBA_OPTIONS}
+                    out["sebulba"] = self._sebulba_record()
                 continue
             if name == "sweep":
                 value = {k: list(v) for k, v in value.items()}
             out[_RECORD_KEYS.get(name, name)] = list(value) if name in ("log", "plugins") else value
         return out
+
+    def _sebulba_record(self) -> dict[str, Any]:
+        default = RunOptions()
+        return {
+            n: getattr(self, n)
+            for n in SEBULBA_OPTIONS
+            if n not in NEWER_SEBULBA or getattr(self, n) != getattr(default, n)
+        }
 
     @classmethod
     def from_record(cls, run: dict[str, Any]) -> "RunOptions":
@@ -305,8 +321,14 @@ SEBULBA_OPTIONS = (
     "actor_devices",
     "actors",
     "ray_address",
+    "inference",
+    "inference_wait_ms",
 )
-"""The sebulba runner's options (recorded under ``"sebulba"`` for its runs only)."""
+"""The sebulba runner's options (recorded under ``"sebulba"`` for its runs only; those of
+:data:`NEWER_SEBULBA` only where they differ from the default)."""
+NEWER_SEBULBA = ("inference", "inference_wait_ms")
+"""Sebulba options added after runs were recorded without them: recorded only when not at
+their defaults, so the records (and fingerprints) of older runs stay what they were."""
 
 LAYOUT = ("devices", "actor_threads", "actors")
 """Recorded options that say where a run ran, not what it computes: a checkpoint written on

@@ -51,10 +51,11 @@ from typing import Any
 
 import jax
 
+from jrl.core.types import EPISODE_DONE
 from jrl.run import plugins as jrl_plugins
 from jrl.run import ray_session  # the module, not its names: it imports jrl.run.sebulba too
-from jrl.run.sebulba.acting import Item, PushActing, act_fn, prepare_fn
-from jrl.run.sebulba.transfers import expand
+from jrl.run.sebulba.acting import Item, LocalEnvs, PushActing, act_fn, prepare_fn
+from jrl.run.sebulba.transfers import expand, nbytes
 from jrl.run.sebulba.waits import WAIT_ENV, ActorError, ActorTimeout, seconds, wait_limit
 
 __all__ = [
@@ -146,9 +147,9 @@ class _EnvActor:
     ):
         jrl_plugins.load(plugins)  # the run's envs and agents, registered as in the learner
         self.wait_s = wait_s
-        batches = [host_env.make_batch(per_actor, seed + index * per_actor) for seed in seeds]
+        envs = LocalEnvs.make(host_env, seeds, per_actor, index)
         act, prepare = act_fn(agent, replay), prepare_fn(replay)
-        self.acting = PushActing(batches, index, act, num_steps, transfer, prepare)
+        self.acting = PushActing(envs, index, act, num_steps, transfer, prepare)
         self.acting.reset(snapshots)
         self.expand = None
         if transfer != "float32":
@@ -190,6 +191,8 @@ class RayPool:
         self.next_j = runner.start
         self.version, self.ref = -1, None
         self._error: ActorError | None = None
+        self.params_bytes, self.sent = 0, [-1] * count  # the version each actor was sent last
+        self.wire = [0, 0]  # bytes between the processes, env steps of every run
 
     @property
     def restarts(self) -> int:
@@ -201,6 +204,7 @@ class RayPool:
         import ray  # Ray is an optional extra (jrl[ray]): imported only for Ray actors
 
         self.version, self.ref = version, ray.put(published)
+        self.params_bytes = nbytes(published)
         opts = self.runner.options
         ahead = min(opts.max_staleness, opts.queue_size)
         while self.next_j < self.runner.num_iterations and self.next_j <= version + ahead:
@@ -209,6 +213,9 @@ class RayPool:
             self.next_j += 1
 
     def _request(self, a: int, j: int):
+        if self.sent[a] != self.version:  # the actor fetches this version once
+            self.sent[a] = self.version
+            self.wire[0] += self.params_bytes
         snapshot = bool(self.runner.snapshot_due(j + 1))
         return self.handles[a].rollout.remote(j, self.version, [self.ref], snapshot)
 
@@ -240,6 +247,7 @@ class RayPool:
                             return None, 0.0
                     items.append(ray.get(ref, timeout=limit))
                     self.pending[a].pop(0)
+                    self._count(items[-1])
                     break
                 except RayActorError as e:
                     if getattr(e, "actor_init_failed", False):  # a restart would fail again
@@ -256,6 +264,11 @@ class RayPool:
                     return None, 0.0
         return items, time.perf_counter() - t0
 
+    def _count(self, item: Item) -> None:
+        snaps = sum(len(s or b"") for s in item.snapshots or [])
+        self.wire[0] += nbytes(item.batch) + nbytes(item.episodes) + snaps
+        self.wire[1] += int(item.episodes[EPISODE_DONE].size)
+
     def _restart(self, a: int, e: Exception) -> bool:
         self.deaths[a] += 1
         if self.deaths[a] > MAX_RESTARTS:
@@ -270,6 +283,7 @@ class RayPool:
         except Exception as e2:  # Ray could not place a new actor
             self._fail(f"ray actor {a} died and could not be replaced: {e2}", e2)
             return False
+        self.sent[a] = -1  # the new process fetches the parameters again
         self.pending[a] = [(j, self._request(a, j)) for j, _ in self.pending[a]]
         print(
             f"jrl: ray actor {a} died; restarted it with fresh envs "
@@ -288,7 +302,13 @@ class RayPool:
         return self._error or ActorError("a ray actor stopped without a result")
 
     def metrics(self) -> dict[str, float]:
-        return {"ray/actor_restarts": float(self.restarts)}
+        """``ray/actor_restarts`` and ``ray/bytes_per_step``: trajectories (or replay items),
+        snapshots and parameters between the processes so far, per env step of every run."""
+        moved, steps = self.wire
+        return {
+            "ray/actor_restarts": float(self.restarts),
+            "ray/bytes_per_step": moved / steps if steps else 0.0,
+        }
 
     def close(self) -> None:
         """Asks every actor to close its envs (all together, for at most

@@ -12,6 +12,11 @@ halves apart, the same agent in both runners:
   (``queue_size``). With ``actors="ray:N"`` the actors are N Ray processes instead
   (:mod:`jrl.run.ray_actors`); both run :class:`PushActing`, and the learner drives either
   through the same small interface (:class:`ThreadActors`).
+- **Central inference** (``inference="learner"``, SEED RL: :mod:`jrl.run.sebulba.inference`):
+  the actors only step envs and an inference thread acts for all of them on the learner's
+  first device, in batches of fixed shape (so a synchronous run does not depend on the
+  batching); trajectories are written in the learner's process, and with Ray processes
+  (:mod:`jrl.run.ray_workers`) only actions, observations and step results cross.
 - **Learner.** Iteration ``j`` takes trajectory ``j`` from every actor's queue, joins them along
   the env axis (``[R, T, N]``) and calls the agent's ``learn`` (vmapped over runs;
   ``shard_map``ped over the learner devices, each taking its share of the envs, exactly as the
@@ -50,7 +55,8 @@ and the errors that stop a run), :mod:`~jrl.run.sebulba.transfers` (bfloat16 com
 byte counts), :mod:`~jrl.run.sebulba.acting` (the acting half the actor threads and the Ray
 actor processes share), :mod:`~jrl.run.sebulba.options` (:class:`SebulbaOptions` and the
 checks), :mod:`~jrl.run.sebulba.state` (the learner's train states),
-:mod:`~jrl.run.sebulba.actors` (the actor threads), :mod:`~jrl.run.sebulba.learner` (the
+:mod:`~jrl.run.sebulba.actors` (the actor threads), :mod:`~jrl.run.sebulba.inference`
+(central inference), :mod:`~jrl.run.sebulba.learner` (the
 learner loop) and :mod:`~jrl.run.sebulba.runner` (:func:`run`, :func:`collect`). This package
 re-exports their public names.
 """
@@ -58,10 +64,11 @@ re-exports their public names.
 from __future__ import annotations
 
 from jrl.run.reports import RunHooks
-from jrl.run.sebulba.acting import Item, PushActing, act_fn, make_item, prepare_fn
+from jrl.run.sebulba.acting import Item, LocalEnvs, PushActing, act_fn, make_item, prepare_fn
 from jrl.run.sebulba.actors import Runner, ThreadActors, actor_threads
 from jrl.run.sebulba.learner import published
 from jrl.run.sebulba.options import (
+    INFERENCE,
     TRANSFERS,
     SebulbaOptions,
     check_agent,
@@ -84,8 +91,10 @@ from jrl.run.sebulba.waits import (
 __all__ = [
     "ActorError",
     "ActorTimeout",
+    "INFERENCE",
     "Item",
     "JOIN_S",
+    "LocalEnvs",
     "PushActing",
     "RunHooks",
     "Runner",

@@ -17,7 +17,7 @@ from jrl.core.types import EPISODE_DONE, EPISODE_LENGTH, EPISODE_RETURN, Transit
 from jrl.parts.agent import Agent
 from jrl.run.sebulba.transfers import compress, compress_items, compress_trajectory
 
-__all__ = ["Item", "PushActing", "act_fn", "make_item", "prepare_fn"]
+__all__ = ["Item", "LocalEnvs", "PushActing", "act_fn", "act_one", "make_item", "prepare_fn"]
 
 
 @dataclasses.dataclass
@@ -31,11 +31,12 @@ class Item:
     snapshots: list[bytes | None] | None = None  # per run, after the trajectory (push mode)
 
 
-def act_fn(agent: Agent, replay=None):
-    """``act(agent_state [R], obs [R, n], act_keys [R], j, thread, t)``, jitted: each run's key
-    folds in the iteration, the thread and the step. With ``replay`` the actors act with
-    ``replay.act``, which also takes each env's index among the run's envs (thread ``a``'s env
-    ``i`` is ``a * n + i``)."""
+def act_one(agent: Agent, replay=None):
+    """``one(agent_state, obs [n], act_key, j, a, t)``: one run's actions on actor ``a``'s envs
+    at step ``t`` of trajectory ``j``, the run's act key folded with ``j``, ``a`` and ``t`` (the
+    same in actor threads, Ray actors and central inference, :mod:`jrl.run.sebulba.inference`).
+    With ``replay`` it acts with ``replay.act``, which also takes each env's index among the
+    run's envs (actor ``a``'s env ``i`` is ``a * n + i``)."""
 
     def one(agent_state, obs, key, j, a, t):
         key = jax.random.fold_in(jax.random.fold_in(jax.random.fold_in(key, j), a), t)
@@ -44,7 +45,13 @@ def act_fn(agent: Agent, replay=None):
         n = jax.tree.leaves(obs)[0].shape[0]
         return replay.act(agent_state, obs, key, a * n + jnp.arange(n, dtype=jnp.int32))
 
-    return jax.jit(jax.vmap(one, in_axes=(0, 0, 0, None, None, None)))
+    return one
+
+
+def act_fn(agent: Agent, replay=None):
+    """``act(agent_state [R], obs [R, n], act_keys [R], j, thread, t)``, jitted: :func:`act_one`
+    of every run."""
+    return jax.jit(jax.vmap(act_one(agent, replay), in_axes=(0, 0, 0, None, None, None)))
 
 
 def prepare_fn(replay):
@@ -72,35 +79,81 @@ def make_item(version: int, batch: Transition, episodes: dict, t0: float, transf
     )
 
 
-class PushActing:
-    """One actor's share of every run's host envs in push mode (one ``HostBatch`` per run) and
-    their current observations: the acting half of the Sebulba loop, shared by the actor
-    threads and the Ray actor processes (:mod:`jrl.run.ray_actors`). With ``prepare`` (from
-    :func:`prepare_fn`) a trajectory leaves as replay items and their priorities, computed
-    here with the parameters it was acted with (Ape-X)."""
+class LocalEnvs:
+    """One actor's share of every run's host envs, stepped in this process: one ``HostBatch``
+    per run (``batches``). :class:`jrl.run.ray_workers.RayEnvs` is the same interface over
+    envs in a Ray process."""
 
-    def __init__(
-        self,
-        batches: list,
-        index: int,
-        act: Callable,
-        num_steps: int,
-        transfer: str,
-        prepare: Callable | None = None,
-    ):
-        self.batches, self.index, self.act = batches, index, act
-        self.num_steps, self.transfer, self.prepare = num_steps, transfer, prepare
-        self.obs: np.ndarray | None = None  # [R, n, ...]
+    def __init__(self, batches: list):
+        self.batches = batches
 
-    def reset(self, snapshots: list | None = None) -> None:
-        """Fresh episodes, or (``snapshots``: per run, saved bytes or None) the saved ones."""
+    @classmethod
+    def make(cls, host_env, seeds: list[int], per_actor: int, index: int, pull_batch=None):
+        """Actor ``index``'s envs: ``per_actor`` of every run, run ``r``'s env ``i`` seeded
+        ``seeds[r] + index * per_actor + i`` (those already made are closed when one fails)."""
+        made = cls([])
+        try:
+            for seed in seeds:
+                made.batches.append(
+                    host_env.make_batch(per_actor, seed + index * per_actor, pull_batch)
+                )
+        except BaseException:
+            made.close()
+            raise
+        return made
+
+    def reset(self, snapshots: list | None = None) -> np.ndarray:
+        """Fresh episodes, or (``snapshots``: per run, saved bytes or None) the saved ones;
+        returns the observations ``[R, n, ...]``."""
         obs = np.stack([b.reset() for b in self.batches])
         if snapshots is not None:
             for b, data in zip(self.batches, snapshots):
                 if data is not None:
                     b.restore(data)
             obs = np.stack([b.last_observation() for b in self.batches])
-        self.obs = obs
+        return obs
+
+    def step(self, actions) -> list:
+        """Steps every run's envs with its actions ``[R, n, ...]``: a ``HostStep`` per run."""
+        return [b.step(actions[i]) for i, b in enumerate(self.batches)]
+
+    def snapshots(self) -> list:
+        """Per run, the host envs' saved state (None where they cannot be saved)."""
+        return [b.snapshot() for b in self.batches]
+
+    def close(self) -> None:
+        for b in self.batches:
+            try:
+                b.close()
+            except Exception:  # closing after a crash: the original error is what matters
+                pass
+
+
+class PushActing:
+    """One actor's share of every run's host envs in push mode (:class:`LocalEnvs`, or a Ray
+    process's :class:`jrl.run.ray_workers.RayEnvs`) and their current observations: the acting
+    half of the Sebulba loop, shared by the actor threads, the Ray actor processes
+    (:mod:`jrl.run.ray_actors`) and central inference's env workers (its ``act`` then the
+    inference server, :mod:`jrl.run.sebulba.inference`). With ``prepare`` (from
+    :func:`prepare_fn`) a trajectory leaves as replay items and their priorities, computed
+    here with the parameters it was acted with (Ape-X)."""
+
+    def __init__(
+        self,
+        envs,
+        index: int,
+        act: Callable,
+        num_steps: int,
+        transfer: str,
+        prepare: Callable | None = None,
+    ):
+        self.envs, self.index, self.act = envs, index, act
+        self.num_steps, self.transfer, self.prepare = num_steps, transfer, prepare
+        self.obs: np.ndarray | None = None  # [R, n, ...]
+
+    def reset(self, snapshots: list | None = None) -> None:
+        """Fresh episodes, or (``snapshots``: per run, saved bytes or None) the saved ones."""
+        self.obs = self.envs.reset(snapshots)
 
     def rollout(
         self, j: int, version: int, agent_state, act_keys, stopping: Callable[[], bool]
@@ -113,7 +166,7 @@ class PushActing:
             action, info = jax.device_get(
                 self.act(agent_state, obs, act_keys, j, self.index, t)
             )  # one transfer back per step
-            host = [b.step(action[i]) for i, b in enumerate(self.batches)]
+            host = self.envs.step(action)
             traj.add(t, obs, action, info, host)
             obs = (
                 np.stack([s.observation for s in host])
@@ -138,14 +191,10 @@ class PushActing:
 
     def snapshots(self) -> list:
         """Per run, the host envs' saved state (None where they cannot be saved)."""
-        return [b.snapshot() for b in self.batches]
+        return self.envs.snapshots()
 
     def close(self) -> None:
-        for b in self.batches:
-            try:
-                b.close()
-            except Exception:  # closing after a crash: the original error is what matters
-                pass
+        self.envs.close()
 
 
 class _Trajectory:

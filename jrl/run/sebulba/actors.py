@@ -15,10 +15,18 @@ import jax
 import numpy as np
 
 from jrl.core.types import EPISODE_DONE, EPISODE_LENGTH, EPISODE_RETURN, Transition
-from jrl.run.sebulba.acting import Item, PushActing, make_item
-from jrl.run.sebulba.waits import JOIN_S, WAIT_ENV, ActorError, ActorTimeout, seconds, wait_limit
+from jrl.run.sebulba.acting import Item, LocalEnvs, PushActing, make_item
+from jrl.run.sebulba.waits import (
+    JOIN_S,
+    WAIT_ENV,
+    ActorError,
+    ActorTimeout,
+    Stopping,
+    seconds,
+    wait_limit,
+)
 
-__all__ = ["ActorThread", "Runner", "Store", "ThreadActors", "actor_threads"]
+__all__ = ["ActorThread", "Runner", "Store", "ThreadActors", "actor_threads", "thread_pool"]
 
 
 class Store:
@@ -72,11 +80,14 @@ class Runner:
 
 
 class ActorThread(threading.Thread):
-    """One actor thread (see the module docstring)."""
+    """One actor thread (see the module docstring) with its host envs (:class:`LocalEnvs`, or a
+    Ray process's, :class:`jrl.run.ray_workers.RayEnvs`) and the device it acts on (None:
+    ``runner.act`` is central inference, :mod:`jrl.run.sebulba.inference`, which places the
+    parameters itself)."""
 
-    def __init__(self, index: int, runner: Runner, batches: list, device):
+    def __init__(self, index: int, runner: Runner, envs, device):
         super().__init__(name=f"jrl-sebulba-actor-{index}", daemon=True)
-        self.index, self.runner, self.batches, self.device = index, runner, batches, device
+        self.index, self.runner, self.envs, self.device = index, runner, envs, device
         self.out: queue.Queue = queue.Queue(maxsize=runner.options.queue_size)
         self.error: BaseException | None = None
 
@@ -86,6 +97,8 @@ class ActorThread(threading.Thread):
                 self._pull()
             else:
                 self._push()
+        except Stopping:  # central inference ended with the run: nothing to report
+            pass
         except BaseException as e:  # reported by the learner, which stops everything
             self.error = e
             self.runner.stop.set()
@@ -98,6 +111,8 @@ class ActorThread(threading.Thread):
         if got is None:
             return None
         version, (agent_state, act_keys) = got
+        if self.device is None:  # central inference places them once for every actor
+            return version, agent_state, act_keys
         agent_state = jax.device_put(agent_state, self.device)  # the transfer (maybe bfloat16)
         if self.runner.expand is not None:
             agent_state = self.runner.expand(agent_state)
@@ -122,9 +137,7 @@ class ActorThread(threading.Thread):
 
     def _push(self) -> None:
         r = self.runner
-        envs = PushActing(
-            self.batches, self.index, r.act, r.num_steps, r.options.transfer, r.prepare
-        )
+        envs = PushActing(self.envs, self.index, r.act, r.num_steps, r.options.transfer, r.prepare)
         envs.reset(None if r.env_snapshots is None else r.env_snapshots[self.index])
         for j in range(r.start, r.num_iterations):
             got = self._params(j)
@@ -140,7 +153,7 @@ class ActorThread(threading.Thread):
 
     def _pull(self) -> None:
         """EnvPool's async mode (one run): act on the ready envs, keep each env's own order."""
-        r, pool = self.runner, self.batches[0]
+        r, pool = self.runner, self.envs.batches[0]
         pool.reset()
         j = r.start
         got = self._params(j)
@@ -309,20 +322,30 @@ def actor_threads(
     """The actor threads (not started), each with its share of ``num_envs`` host envs of every
     run (env ``i`` of thread ``a`` in run ``r`` seeded ``seeds[r] + (first + a) * n + i``, and
     acting as actor ``first + a``: ``first`` > 0 in the later processes of a multi-process run)
-    and a device in turn. On exit every thread is stopped (queues drained, so none blocks on a
-    full one) and joined, and the envs are closed."""
+    and a device in turn, as :func:`thread_pool`."""
     opts = runner.options
     per_thread = num_envs // opts.actor_threads
+
+    def make(index: int) -> LocalEnvs:
+        return LocalEnvs.make(host_env, seeds, per_thread, index, opts.pull_batch or None)
+
+    with thread_pool(runner, make, opts.actor_threads, devices, first) as pool:
+        yield pool
+
+
+@contextlib.contextmanager
+def thread_pool(runner: Runner, make_envs: Callable, count: int, devices, first: int = 0):
+    """``count`` actor threads (not started) as a :class:`ThreadActors`: thread ``a`` acts as
+    actor ``first + a`` on ``make_envs(first + a)`` and device ``devices[a % len(devices)]``
+    (``devices`` None: central inference). On exit every thread is stopped (queues drained, so
+    none blocks on a full one) and joined, and the envs are closed."""
     actors, made, failing = [], [], False
     try:
-        for a in range(opts.actor_threads):
-            index = first + a
-            batches = [
-                host_env.make_batch(per_thread, seed + index * per_thread, opts.pull_batch or None)
-                for seed in seeds
-            ]
-            made += batches
-            actors.append(ActorThread(index, runner, batches, devices[a % len(devices)]))
+        for a in range(count):
+            envs = make_envs(first + a)
+            made.append(envs)
+            device = None if devices is None else devices[a % len(devices)]
+            actors.append(ActorThread(first + a, runner, envs, device))
         yield ThreadActors(runner, actors)
     except BaseException:
         failing = True
@@ -338,11 +361,9 @@ def actor_threads(
             if actor.is_alive():
                 actor.join(timeout=max(deadline - time.monotonic(), 0.0))
         stuck = [actor.index for actor in actors if actor.is_alive()]
-        for b in made:
-            try:
-                b.close()
-            except Exception:  # closing after a crash: the original error is what matters
-                pass
+        for envs in made:
+            with contextlib.suppress(Exception):  # after a crash the original error matters
+                envs.close()
         if stuck and not failing:  # (a stuck thread under another error: that error is raised)
             raise ActorTimeout(
                 f"actor thread {stuck[0]} did not stop within {seconds(limit)} of the end of "

@@ -214,6 +214,8 @@ class _Learner:
         self.t_start: float | None = None
         self.compile_seconds, self.first = 0.0, True
         self.timings = {"learner_wait_s": 0.0, "learner_s": 0.0, "actor_s": 0.0}
+        # the copies of each version sent to actors (central inference keeps it at the learner)
+        self.copies = 0 if runner.options.inference == "learner" else pool.count
 
     def publish(self, version: int, states) -> int:
         """Makes ``states`` version ``version`` for the actors; returns the bytes sent."""
@@ -263,9 +265,9 @@ class _Learner:
             "sebulba/policy_lag_max": float(max(lags)),
             "sebulba/trajectory_bytes": float(traj_bytes),
             "sebulba/params_bytes": float(self.params_bytes),
-            # trajectories in, the new version out to every actor, per second of this
-            # iteration (the first one's seconds include compiling the update)
-            "sebulba/bytes_per_s": float(traj_bytes + self.params_bytes * self.pool.count)
+            # trajectories in, the new version out to every actor (none with central
+            # inference), per second of this iteration (the first one's include compiling)
+            "sebulba/bytes_per_s": float(traj_bytes + self.params_bytes * self.copies)
             / max(now - self.t_last, 1e-9),
             **self.pool.metrics(),
         }

@@ -17,6 +17,7 @@ from jrl.run import ray_actors
 from jrl.run.sebulba.waits import wait_limit
 
 __all__ = [
+    "INFERENCE",
     "TRANSFERS",
     "SebulbaOptions",
     "check_agent",
@@ -26,6 +27,10 @@ __all__ = [
 ]
 
 TRANSFERS = ("float32", "bfloat16")
+INFERENCE = ("actor", "learner")
+"""Where the policy acts: on each actor's device (``actor``) or batched for every env worker on
+the learner's first device (``learner``: SEED RL's central inference,
+:mod:`jrl.run.sebulba.inference`)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -42,6 +47,8 @@ class SebulbaOptions:
     actors: str = "threads"  # or "ray:N": N Ray actor processes (jrl.run.ray_actors)
     ray_address: str = ""  # with ray:N, the cluster to join ("": a local Ray for the run)
     plugins: tuple[str, ...] = ()  # modules Ray actor processes import first (jrl.run.plugins)
+    inference: str = "actor"  # or "learner": env workers only step envs (SEED RL)
+    inference_wait_ms: float = 2.0  # learner inference: the longest a batch waits for more
 
     @property
     def ray_actors(self) -> int:
@@ -70,10 +77,20 @@ class SebulbaOptions:
             ),
             (self.learner_devices >= 1, f"devices must be >= 1, got {self.learner_devices}"),
             (self.actor_devices >= 0, f"actor_devices must be >= 0, got {self.actor_devices}"),
+            (
+                self.inference in INFERENCE,
+                f"inference must be one of {INFERENCE}, got {self.inference!r}",
+            ),
+            (
+                self.inference_wait_ms >= 0,
+                f"inference_wait_ms must be >= 0, got {self.inference_wait_ms}",
+            ),
         ]
         for ok, message in checks:
             if not ok:
                 raise ValueError(message)
+        if self.inference == "learner":
+            _check_central_options(self)
         if self.ray_actors:
             _check_ray_options(self)
         elif self.ray_address:
@@ -139,6 +156,11 @@ def check_options(
     before the run folder is made, :func:`run` before it starts."""
     options.validate(num_envs)
     wait_limit()
+    if replay and options.inference == "learner":
+        raise ValueError(
+            "an agent learning from its actors' replay (apex) computes priorities where it "
+            "acts: drop --inference learner"
+        )
     if replay and (options.learner_devices > 1 or options.pull_batch):
         raise ValueError(
             "an agent learning from its actors' replay (apex) has one learner device and "
@@ -174,6 +196,18 @@ def parse_actors(text: str) -> int:
     raise ValueError(
         f"actors must be 'threads' or 'ray:N' with N >= 1 Ray actor processes, got {text!r}"
     )
+
+
+def _check_central_options(options: SebulbaOptions) -> None:
+    """``ValueError`` for what central inference does not combine with."""
+    refused = [
+        (options.pull_batch != 0, "--pull-batch (EnvPool's pull mode acts on its own thread)"),
+        (options.actor_devices != 0, "--actor-devices (it acts on the learner's first device)"),
+        (options.transfer != "float32", "--transfer bfloat16 (no parameters leave the learner)"),
+    ]
+    for bad, what in refused:
+        if bad:
+            raise ValueError(f"--inference learner does not take {what}")
 
 
 def _check_ray_options(options: SebulbaOptions) -> None:

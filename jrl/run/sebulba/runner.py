@@ -16,6 +16,7 @@ from jrl.run.placement import make_mesh
 from jrl.run.reports import RunHooks, RunResult
 from jrl.run.sebulba.acting import Item, act_fn, prepare_fn
 from jrl.run.sebulba.actors import Runner, actor_threads
+from jrl.run.sebulba.inference import central_pool
 from jrl.run.sebulba.learner import learn_fn, learner_loop, published
 from jrl.run.sebulba.options import SebulbaOptions, check_options
 from jrl.run.sebulba.state import SebulbaState, init_states
@@ -117,7 +118,9 @@ def _runner(agent, options, num_steps, num_iterations, start, lengths, snapshots
 
 def _actor_pool(runner: Runner, agent, host_env, states, num_envs: int, replay):
     """This process's actors (not started), as a context manager: Ray actor processes
-    (``jrl[ray]``) or threads, which act on their own process's devices. In a multi-process
+    (``jrl[ray]``) or threads, which act on their own process's devices, or with
+    ``inference="learner"`` env workers (threads or Ray processes) for which the learner's
+    first device acts (:mod:`jrl.run.sebulba.inference`). In a multi-process
     run they take the envs and act keys of actors ``first .. first + A - 1`` of a one-process
     run with processes x A actors (this process's share of the envs, in process order)."""
     options, processes = runner.options, jax.process_count()
@@ -126,6 +129,8 @@ def _actor_pool(runner: Runner, agent, host_env, states, num_envs: int, replay):
     actor_devs = devices[L : L + options.actor_devices] or devices[:1]
     local_envs, first = num_envs // processes, jax.process_index() * options.num_actors
     seeds = np.asarray(jax.device_get(states.env_seed)).tolist()
+    if options.inference == "learner":  # SEED RL: the learner's first device acts for all
+        return central_pool(runner, agent, host_env, seeds, local_envs, devices[0], first)
     if options.ray_actors:
         template = jax.tree.map(lambda x: np.zeros((), x.dtype), states.agent_state)
         return ray_actors.ray_pool(

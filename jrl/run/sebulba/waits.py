@@ -10,7 +10,16 @@ from __future__ import annotations
 
 from jrl.util.bounds import seconds_from_env
 
-__all__ = ["ActorError", "ActorTimeout", "JOIN_S", "WAIT_ENV", "WAIT_S", "seconds", "wait_limit"]
+__all__ = [
+    "ActorError",
+    "ActorTimeout",
+    "JOIN_S",
+    "Stopping",
+    "WAIT_ENV",
+    "WAIT_S",
+    "seconds",
+    "wait_limit",
+]
 
 WAIT_S = 600.0
 """Seconds any wait between actors and learner may last before the run stops (generous: the
@@ -29,6 +38,11 @@ class ActorError(RuntimeError):
 class ActorTimeout(ActorError):
     """A wait between actors and learner exceeded :func:`wait_limit` (the message says what
     was waited for); every thread was stopped."""
+
+
+class Stopping(Exception):
+    """Raised in an actor waiting on central inference when the run stops: the actor ends
+    without an error of its own."""
 
 
 def wait_limit() -> float:
