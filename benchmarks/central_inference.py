@@ -144,6 +144,13 @@ def main() -> None:
         "episode flags up), the same per step at any count, and pays one round trip per step "
         "of every process instead of one per trajectory.",
     ]
+    if device.platform == "cpu":
+        text += [
+            "",
+            "No GPU was lent when this was measured: on a GPU machine the same command puts "
+            "the learner and the inference server on the GPU while the env processes stay on "
+            "CPUs.",
+        ]
     common.publish(HEADING, "\n".join(text) + "\n", args.write and not args.quick)
 
 

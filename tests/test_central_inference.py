@@ -205,7 +205,8 @@ def test_a_central_run_folder_stops_resumes_exactly_and_records_the_mode(tmp_pat
         (["--transfer", "bfloat16"], "--inference learner does not take --transfer bfloat16"),
         (["--pull-batch", "2"], "--inference learner does not take --pull-batch"),
         (["--actor-devices", "1"], "--inference learner does not take --actor-devices"),
-        (["--inference-wait-ms", "-1"], "inference_wait_ms must be >= 0"),
+        (["--inference-wait-ms", "-1"], r"inference_wait_ms must be in [0, 10000]"),
+        (["--inference-wait-ms", "inf"], r"inference_wait_ms must be in [0, 10000]"),
     ],
 )
 def test_what_central_inference_cannot_take_is_refused_before_any_folder(
@@ -219,13 +220,18 @@ def test_what_central_inference_cannot_take_is_refused_before_any_folder(
     assert not any(tmp_path.iterdir())
 
 
-def test_apex_and_the_anakin_runner_refuse_central_inference(tmp_path, monkeypatch, capsys):
+def test_apex_the_anakin_runner_and_actor_side_runs_refuse_central_inference_options(
+    tmp_path, monkeypatch, capsys
+):
     monkeypatch.chdir(tmp_path)
     apex = ["train", "apex", "--env", "gymnasium:CartPole-v1", "--runner", "sebulba"]
     assert cli.main([*apex, "--inference", "learner"]) == 2
     assert "(apex) computes priorities where it acts" in capsys.readouterr().err
     assert cli.main(["train", "ppo", "--inference", "learner"]) == 2
     assert "--inference is an option of the sebulba runner" in capsys.readouterr().err
+    ppo = ["train", "ppo", "--env", "gymnasium:CartPole-v1", "--runner", "sebulba"]
+    assert cli.main([*ppo, "--inference-wait-ms", "5"]) == 2
+    assert "--inference-wait-ms is for central inference" in capsys.readouterr().err
     assert not any(tmp_path.iterdir())
 
 
@@ -327,9 +333,10 @@ def test_ray_env_workers_equal_threads_move_no_trajectory_and_fail_with_their_er
 
 
 def test_a_ray_env_worker_lost_or_stuck_ends_the_run_with_one_line_naming_it(monkeypatch):
-    """RayEnvs maps Ray's failures to the run's errors: a worker process that died (no
-    replacement with central inference: resume), an env that raised, a step that did not come
-    back within the wait bound. (No Ray started: ``ray.get`` stands in.)"""
+    """RayEnvs maps Ray's failures to the run's errors: a worker that could not start, a worker
+    process that died (no replacement with central inference: resume), a step that did not
+    come back within the wait bound, and a stop while it waits. (No Ray started: ``ray.wait``
+    and ``ray.get`` stand in.)"""
     ray = pytest.importorskip("ray")
     from ray import exceptions
 
@@ -339,7 +346,10 @@ def test_a_ray_env_worker_lost_or_stuck_ends_the_run_with_one_line_naming_it(mon
         def __getattr__(self, name):
             return type("Method", (), {"remote": staticmethod(lambda *args: name)})
 
-    envs = ray_workers.RayEnvs(Handle(), 3)
+    stop = threading.Event()
+    envs = ray_workers.RayEnvs(Handle(), 3, stop)
+    answered = lambda refs, **kw: (refs, [])
+    monkeypatch.setattr(ray, "wait", answered)
 
     def fails_with(error):
         def get(ref, timeout=None):
@@ -347,14 +357,19 @@ def test_a_ray_env_worker_lost_or_stuck_ends_the_run_with_one_line_naming_it(mon
 
         monkeypatch.setattr(ray, "get", get)
 
-    monkeypatch.setenv(sebulba.WAIT_ENV, "7")
-    fails_with(exceptions.GetTimeoutError("late"))
-    with pytest.raises(
-        sebulba.ActorTimeout, match="ray env worker 3 did not answer a step within 7 s"
-    ):
-        envs.step(np.zeros((1, 2), np.int32))
+    fails_with(exceptions.RayActorError(actor_init_failed=True, error_msg="no module stuck_env"))
+    with pytest.raises(sebulba.ActorError, match="ray env worker 3 could not start: .*stuck_env"):
+        envs.reset(None)
     fails_with(exceptions.RayActorError())
     with pytest.raises(sebulba.ActorError, match="ray env worker 3 died .*resume it from its last"):
         envs.reset(None)
     monkeypatch.setattr(ray, "get", lambda ref, timeout=None: [None, b"abc"])
     assert envs.snapshots() == [None, b"abc"] and envs.wire == (3, 0)
+
+    monkeypatch.setattr(ray, "wait", lambda refs, **kw: ([], refs))  # never answers
+    monkeypatch.setenv(sebulba.WAIT_ENV, "0.3")
+    with pytest.raises(sebulba.ActorTimeout, match="ray env worker 3 did not answer a step within"):
+        envs.step(np.zeros((1, 2), np.int32))
+    stop.set()
+    with pytest.raises(sebulba.waits.Stopping):
+        envs.step(np.zeros((1, 2), np.int32))

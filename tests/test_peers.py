@@ -5,6 +5,8 @@ The real client is exercised by tests/test_pod.py's runs of two processes."""
 
 import threading
 
+import numpy as np
+
 import pytest
 from jrl.app import peers
 
@@ -200,8 +202,9 @@ def test_the_host_metrics_of_every_process_combine_into_the_runs():
     }
     p1 = {**p0, "sebulba/policy_lag": [[2.0]], "sebulba/policy_lag_max": [[3.0]]}
     p1.update({"ray/bytes_per_step": [[70.0]], "inference/batch_size": [[1.0]]})
+    p1.update({"inference/calls": [[48.0]], "inference/wait_ms": [[0.1]]})
     p1["ray/actor_restarts"] = [[1.0]]
-    out = {k: v.tolist() for k, v in combine_host_metrics([p0, p1]).items()}
+    out = {k: np.round(v, 9).tolist() for k, v in combine_host_metrics([p0, p1]).items()}
     assert out == {
         "sebulba/trajectory_bytes": [[200.0]],
         "sebulba/bytes_per_s": [[20.0]],
@@ -210,7 +213,7 @@ def test_the_host_metrics_of_every_process_combine_into_the_runs():
         "sebulba/policy_lag_max": [[3.0]],
         "ray/actor_restarts": [[1.0]],
         "ray/bytes_per_step": [[60.0]],
-        "inference/calls": [[32.0]],
-        "inference/batch_size": [[1.5]],
-        "inference/wait_ms": [[0.5]],
+        "inference/calls": [[64.0]],
+        "inference/batch_size": [[1.25]],  # (16 x 2 + 48 x 1) / 64 calls
+        "inference/wait_ms": [[0.26]],  # (32 x 0.5 + 48 x 0.1) / 80 requests
     }

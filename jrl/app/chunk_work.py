@@ -167,30 +167,33 @@ def _remedy(e: BaseException, where: Path | None = None) -> str:
     return "fix the cause"
 
 
-HOST_METRICS = ("sebulba/", "ray/")
+HOST_METRICS = ("sebulba/", "ray/", "inference/")
 """Prefixes of the metrics a process counts for its own actors (see
 :meth:`ChunkWork._of_every_process`)."""
 
 
-AVERAGED = (
-    "sebulba/policy_lag",
-    "ray/bytes_per_step",
-    "inference/batch_size",
-    "inference/wait_ms",
-)
-"""Host metrics that are means (per trajectory, env step, call or request), not totals."""
+AVERAGED = ("sebulba/policy_lag", "ray/bytes_per_step")
+"""Host metrics that are means over equal shares (each process's trajectories and env
+steps), not totals."""
+PER_CALL = {"inference/batch_size": "inference/calls", "inference/wait_ms": "inference/rows"}
+"""Means over a process's inference calls (or requests, ``rows`` = calls x batch size): the
+run's mean weighs each process's by its count."""
 
 
 def combine_host_metrics(posted: list[dict[str, Any]]) -> dict[str, np.ndarray]:
     """Every process's host metrics (name -> ``[c, R]`` values, in process order) as the
     run's: bytes, calls and restarts summed, the means of :data:`AVERAGED` averaged (each
-    process has the same share of the envs), ``*_max`` the maximum, ``sebulba/params_bytes``
-    (one version's size) process 0's."""
+    process has the same share of the envs), those of :data:`PER_CALL` weighted by each
+    process's calls or requests, ``*_max`` the maximum, ``sebulba/params_bytes`` (one
+    version's size) process 0's."""
     out = {}
     for k in posted[0]:
         every = np.stack([np.asarray(p[k], np.float64) for p in posted])  # [P, c, R]
         if k == "sebulba/params_bytes":
             out[k] = every[0]
+        elif k in PER_CALL:
+            weights = _weights(posted, PER_CALL[k])  # [P, c, R]
+            out[k] = (every * weights).sum(axis=0) / np.maximum(weights.sum(axis=0), 1e-12)
         elif k in AVERAGED:
             out[k] = every.mean(axis=0)
         elif k.endswith("_max"):
@@ -198,6 +201,14 @@ def combine_host_metrics(posted: list[dict[str, Any]]) -> dict[str, np.ndarray]:
         else:
             out[k] = every.sum(axis=0)
     return out
+
+
+def _weights(posted: list[dict[str, Any]], count: str) -> np.ndarray:
+    """Each process's ``inference/calls`` (or, for ``inference/rows``, calls x batch size)."""
+    calls = np.stack([np.asarray(p["inference/calls"], np.float64) for p in posted])
+    if count == "inference/calls":
+        return calls
+    return calls * np.stack([np.asarray(p["inference/batch_size"], np.float64) for p in posted])
 
 
 class ChunkWork:

@@ -20,6 +20,8 @@ from __future__ import annotations
 
 import contextlib
 import os
+import threading
+import time
 import uuid
 from typing import Any
 
@@ -27,7 +29,14 @@ from jrl.run import plugins as jrl_plugins
 from jrl.run import ray_session
 from jrl.run.sebulba.acting import LocalEnvs
 from jrl.run.sebulba.transfers import nbytes
-from jrl.run.sebulba.waits import WAIT_ENV, ActorError, ActorTimeout, seconds, wait_limit
+from jrl.run.sebulba.waits import (
+    WAIT_ENV,
+    ActorError,
+    ActorTimeout,
+    Stopping,
+    seconds,
+    wait_limit,
+)
 
 __all__ = ["NAME_PREFIX", "RayEnvs", "env_workers"]
 
@@ -64,30 +73,43 @@ class _EnvWorker:
 class RayEnvs:
     """An env worker's envs as its driving thread sees them (the interface of
     :class:`~jrl.run.sebulba.acting.LocalEnvs`), counting what crosses between the processes:
-    ``wire`` is ``(bytes, env steps of every run)`` so far."""
+    ``wire`` is ``(bytes, env steps of every run)`` so far. A call waits at most
+    :func:`~jrl.run.sebulba.wait_limit` seconds and gives up (``Stopping``) when ``stop`` is
+    set."""
 
-    def __init__(self, handle, index: int):
-        self.handle, self.index = handle, index
+    def __init__(self, handle, index: int, stop: threading.Event):
+        self.handle, self.index, self.stop = handle, index, stop
         self.wire = (0, 0)
+        self.closing = None  # the reference of the close request, once sent
 
     def _call(self, what: str, method: str, *args):
         import ray  # Ray is an optional extra (jrl[ray]): imported only for Ray workers
-        from ray.exceptions import GetTimeoutError, RayActorError, RayTaskError  # (jrl[ray])
+        from ray.exceptions import RayActorError, RayTaskError  # (jrl[ray])
 
         limit = wait_limit()
+        deadline = time.monotonic() + limit
+        ref = getattr(self.handle, method).remote(*args)
         try:
-            return ray.get(getattr(self.handle, method).remote(*args), timeout=limit)
-        except GetTimeoutError:
-            raise ActorTimeout(
-                f"ray env worker {self.index} did not answer {what} within {seconds(limit)} "
-                f"(stuck in its env, or no CPU for it in the cluster?; ${WAIT_ENV} sets the bound)"
-            ) from None
+            while not ray.wait([ref], timeout=0.1)[0]:
+                if self.stop.is_set():
+                    raise Stopping()
+                if time.monotonic() > deadline:
+                    raise ActorTimeout(
+                        f"ray env worker {self.index} did not answer {what} within "
+                        f"{seconds(limit)} (stuck in its env, or no CPU for it in the cluster?; "
+                        f"${WAIT_ENV} sets the bound)"
+                    )
+            return ray.get(ref, timeout=limit)
         except RayTaskError as e:  # its env raised
             cause = getattr(e, "cause", None) or e
             raise ActorError(
                 f"ray env worker {self.index} failed: {type(cause).__name__}: {cause}"
             ) from cause
         except RayActorError as e:
+            if getattr(e, "actor_init_failed", False):  # its envs or plugins could not be made
+                raise ActorError(
+                    f"ray env worker {self.index} could not start: {ray_session.last_line(e)}"
+                ) from e
             raise ActorError(
                 f"ray env worker {self.index} died ({ray_session.last_line(e)}); with "
                 "--inference learner a lost env worker ends the run: resume it from its last "
@@ -113,22 +135,19 @@ class RayEnvs:
         return snaps
 
     def close(self) -> None:
-        """Asks the worker to close its envs (at most :data:`CLOSE_TIMEOUT_S` seconds) and
-        kills it."""
-        import ray  # Ray is an optional extra (jrl[ray]): imported only for Ray workers
-
+        """Asks the worker to close its envs; :func:`env_workers` waits for every worker's
+        answer together (a bounded time) and then kills them."""
         with contextlib.suppress(Exception):
-            ray.wait([self.handle.close.remote()], timeout=CLOSE_TIMEOUT_S)
-        with contextlib.suppress(Exception):
-            ray.kill(self.handle, no_restart=True)
+            self.closing = self.handle.close.remote()
 
 
 @contextlib.contextmanager
-def env_workers(options, host_env: Any, seeds: list[int], per_worker: int):
+def env_workers(options, host_env: Any, seeds: list[int], per_worker: int, stop: threading.Event):
     """``make_envs(index) -> RayEnvs``: a new env worker process for actor ``index`` with
     ``per_worker`` envs of every run (Ray started or joined for ``options.ray_actors`` of
-    them); on exit a Ray this call started is shut down (the workers themselves are closed by
-    their :class:`RayEnvs`)."""
+    them; ``stop`` ends their waits). On exit the workers, asked to close their envs, get
+    :data:`CLOSE_TIMEOUT_S` seconds together to answer and are killed, and a Ray this call
+    started is shut down."""
     import ray  # Ray is an optional extra (jrl[ray]): imported only for Ray workers
 
     session = (
@@ -139,16 +158,26 @@ def env_workers(options, host_env: Any, seeds: list[int], per_worker: int):
     remote = ray.remote(num_cpus=1)(_EnvWorker)
     run_id = uuid.uuid4().hex[:8]
     modules = tuple(dict.fromkeys([*options.plugins, *jrl_plugins.from_environment()]))
+    made: list[RayEnvs] = []
 
     def make_envs(index: int) -> RayEnvs:
         handle = remote.options(
             name=f"{NAME_PREFIX}{run_id}-{index}",
             runtime_env={"env_vars": {"JAX_PLATFORMS": "cpu"}},
         ).remote(host_env, index, seeds, per_worker, modules)
-        return RayEnvs(handle, index)
+        made.append(RayEnvs(handle, index, stop))
+        return made[-1]
 
     try:
         yield make_envs
     finally:
-        if session is not None:
-            session.close()
+        try:
+            closing = [e.closing for e in made if e.closing is not None]
+            with contextlib.suppress(Exception):
+                ray.wait(closing, num_returns=len(closing), timeout=CLOSE_TIMEOUT_S)
+            for envs in made:
+                with contextlib.suppress(Exception):
+                    ray.kill(envs.handle, no_restart=True)
+        finally:
+            if session is not None:
+                session.close()

@@ -168,11 +168,11 @@ class InferenceServer:
             groups.setdefault(id(request.state), []).append(request)
         for requests in groups.values():
             self._act(requests)
-        now = time.perf_counter()
-        with self._lock:
-            self._calls += len(groups)
-            self._rows += len(batch)
-            self._wait += sum(now - r.t0 for r in batch)
+            now = time.perf_counter()
+            with self._lock:
+                self._calls += 1
+                self._rows += len(requests)
+                self._wait += sum(now - r.t0 for r in requests)
 
     def _act(self, requests: list[_Request]) -> None:
         state, keys = self._place(requests[0].state, requests[0].keys)
@@ -268,7 +268,7 @@ def central_pool(
     if opts.ray_actors:
         from jrl.run import ray_workers  # Ray is an optional extra (jrl[ray])
 
-        workers = ray_workers.env_workers(opts, host_env, seeds, per_worker)
+        workers = ray_workers.env_workers(opts, host_env, seeds, per_worker, runner.stop)
     else:
         workers = contextlib.nullcontext(
             lambda index: LocalEnvs.make(host_env, seeds, per_worker, index)

@@ -27,6 +27,9 @@ __all__ = [
 ]
 
 TRANSFERS = ("float32", "bfloat16")
+MAX_INFERENCE_WAIT_MS = 10_000.0
+"""The longest a central-inference batch may wait for more workers (a batching wait, not a
+timeout: beyond seconds it only stalls the workers that did send)."""
 INFERENCE = ("actor", "learner")
 """Where the policy acts: on each actor's device (``actor``) or batched for every env worker on
 the learner's first device (``learner``: SEED RL's central inference,
@@ -82,8 +85,13 @@ class SebulbaOptions:
                 f"inference must be one of {INFERENCE}, got {self.inference!r}",
             ),
             (
-                self.inference_wait_ms >= 0,
-                f"inference_wait_ms must be >= 0, got {self.inference_wait_ms}",
+                0 <= self.inference_wait_ms <= MAX_INFERENCE_WAIT_MS,
+                f"inference_wait_ms must be in [0, {MAX_INFERENCE_WAIT_MS:g}], "
+                f"got {self.inference_wait_ms}",
+            ),
+            (
+                self.inference == "learner" or self.inference_wait_ms == 2.0,
+                "--inference-wait-ms is for central inference: add --inference learner",
             ),
         ]
         for ok, message in checks:
