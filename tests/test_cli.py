@@ -34,6 +34,32 @@ def run(*args, cwd, timeout=600, env=None, exe=JRL):
     )
 
 
+@pytest.mark.parametrize("args", [["envs"], ["train", "ppo", "--help"], ["--help"]])
+def test_output_to_a_reader_that_went_away_ends_quietly(tmp_path, args):
+    """``jrl envs | head -1``: once the reader has closed the pipe, the command ends with exit
+    141 (128 + SIGPIPE, as a shell reports it) and no traceback. The pipe here is closed
+    before the command writes, so every write fails; the console script and ``python -m``."""
+    from jrl.app.cli import EXIT_CLOSED_PIPE
+
+    for exe in ([str(Path(sys.executable).parent / "jrl")], JRL):
+        read, write = os.pipe()
+        os.close(read)
+        try:
+            out = subprocess.run(
+                exe + args,
+                stdout=write,
+                stderr=subprocess.PIPE,
+                text=True,
+                timeout=300,
+                cwd=tmp_path,
+                env={**os.environ, "JAX_PLATFORMS": "cpu"},
+            )
+        finally:
+            os.close(write)
+        assert out.returncode == EXIT_CLOSED_PIPE, out.stderr[-2000:]
+        assert "Traceback" not in out.stderr and "BrokenPipe" not in out.stderr, out.stderr
+
+
 def test_console_script_is_installed(tmp_path):
     """The `jrl` script of this environment (next to its python, not any `jrl` on PATH) runs
     this jrl."""

@@ -19,6 +19,7 @@ SIGTERM finish the current chunk, write a checkpoint and exit with 130 or
 143, printing how to resume; a second one aborts at once, and every wait is bounded
 (:mod:`jrl.app.stopping`). A multi-process ``jrl train`` whose peer dies ends with one line
 and exit code 75 (:mod:`jrl.app.supervisor`); it resumes from its last complete checkpoint.
+Output to a reader that went away (``jrl envs | head -1``) ends the command quietly with 141.
 """
 
 import argparse
@@ -478,7 +479,26 @@ COMMANDS = {
 }
 
 
+EXIT_CLOSED_PIPE = 141
+"""Exit code when the reader of the output went away (``jrl envs | head -1``): 128 + SIGPIPE,
+what a shell reports for a command that SIGPIPE ended."""
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    """The ``jrl`` command (see the module docstring); returns its exit code. A reader that
+    closes the output early ends the command quietly with :data:`EXIT_CLOSED_PIPE`."""
+    try:
+        return _main(argv)
+    except BrokenPipeError:
+        try:  # the interpreter's last flush of stdout would fail again on exit
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, sys.stdout.fileno())
+        except (OSError, ValueError, AttributeError):  # a stdout without a descriptor
+            pass
+        return EXIT_CLOSED_PIPE
+
+
+def _main(argv: Sequence[str] | None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     debug = "--debug" in argv
     if not argv or argv[0] in ("-h", "--help"):
