@@ -27,6 +27,8 @@ __all__ = [
 ]
 
 TRANSFERS = ("float32", "bfloat16")
+INFERENCE_WAIT_MS = 2.0
+"""The default of ``inference_wait_ms``."""
 MAX_INFERENCE_WAIT_MS = 10_000.0
 """The longest a central-inference batch may wait for more workers (a batching wait, not a
 timeout: beyond seconds it only stalls the workers that did send)."""
@@ -51,7 +53,7 @@ class SebulbaOptions:
     ray_address: str = ""  # with ray:N, the cluster to join ("": a local Ray for the run)
     plugins: tuple[str, ...] = ()  # modules Ray actor processes import first (jrl.run.plugins)
     inference: str = "actor"  # or "learner": env workers only step envs (SEED RL)
-    inference_wait_ms: float = 2.0  # learner inference: the longest a batch waits for more
+    inference_wait_ms: float = INFERENCE_WAIT_MS  # learner inference: a batch's longest wait
 
     @property
     def ray_actors(self) -> int:
@@ -63,10 +65,9 @@ class SebulbaOptions:
         """Actors (threads or processes), each stepping ``num_envs / num_actors`` envs."""
         return self.ray_actors or self.actor_threads
 
-    def validate(self, num_envs: int | None = None) -> "SebulbaOptions":
-        """Raises ``ValueError`` for the first bad option (with ``num_envs``: also how the envs
-        divide among threads); returns ``self``."""
-        checks = [
+    def _option_checks(self) -> list[tuple[bool, str]]:
+        """``(ok, message)`` of every option on its own."""
+        return [
             (self.actor_threads >= 1, f"actor_threads must be >= 1, got {self.actor_threads}"),
             (self.queue_size >= 1, f"queue_size must be >= 1, got {self.queue_size}"),
             (self.max_staleness >= 0, f"max_staleness must be >= 0, got {self.max_staleness}"),
@@ -90,11 +91,15 @@ class SebulbaOptions:
                 f"got {self.inference_wait_ms}",
             ),
             (
-                self.inference == "learner" or self.inference_wait_ms == 2.0,
+                self.inference == "learner" or self.inference_wait_ms == INFERENCE_WAIT_MS,
                 "--inference-wait-ms is for central inference: add --inference learner",
             ),
         ]
-        for ok, message in checks:
+
+    def validate(self, num_envs: int | None = None) -> "SebulbaOptions":
+        """Raises ``ValueError`` for the first bad option (with ``num_envs``: also how the envs
+        divide among threads); returns ``self``."""
+        for ok, message in self._option_checks():
             if not ok:
                 raise ValueError(message)
         if self.inference == "learner":
