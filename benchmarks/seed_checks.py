@@ -25,6 +25,8 @@ Each check runs one test's configuration, its seeds vmapped in one call, for eve
   over 20 steps x 2 agents, target 10 (tests/test_ippo.py);
 - ``muzero-probe``: MuZero on TruncationProbe-v0, 8,192 steps, the lowest and highest value
   of the 20 states, target 10 (tests/test_muzero.py);
+- ``muzero-tictactoe``: MuZero's TicTacToe-v0 preset, wins and losses in 100 games against
+  the random player per seed, half as first player (tests/test_muzero.py);
 - ``jaxmarl-spread``: IPPO on jaxmarl:MPE_simple_spread_v3, 250k steps, the team return of
   the last 5% of iterations (tests/test_jaxmarl.py; needs jrl[jaxmarl]);
 - ``ray-kill``: PPO with 2 Ray actors on gymnasium:CartPole-v1, 150k steps, actor 0 killed
@@ -267,6 +269,20 @@ def muzero_probe(first: int, count: int, steps: int | None, **overrides) -> list
     return out
 
 
+def muzero_tictactoe(first: int, count: int, steps: int | None, **overrides) -> list:
+    import jrl
+    from jrl.app import api
+
+    with tempfile.TemporaryDirectory() as out:  # 100 games against random, half as first
+        jrl.train(
+            "muzero", "TicTacToe-v0", count, out=out + "/run", seed=first, progress=False,
+            **({"total_steps": steps} if steps else {}), **overrides,
+        )  # fmt: skip
+        stats = api.evaluate_run(out + "/run", episodes=100)
+    runs = stats["opponents"]["random"]["runs"]
+    return [f"win {r['win']:.2f} loss {r['loss']:.2f}" for r in runs]
+
+
 def jaxmarl_spread(first: int, count: int, steps: int | None, **overrides) -> list:
     import jrl
 
@@ -291,6 +307,7 @@ CHECKS = {
     "mappo-coordination": functools.partial(coordination, "mappo"),
     "ippo-probe": ippo_probe,
     "muzero-probe": muzero_probe,
+    "muzero-tictactoe": muzero_tictactoe,
     "jaxmarl-spread": jaxmarl_spread,
     "ray-kill": ray_kill,
     "cma-es": cma_es,

@@ -70,7 +70,9 @@ def sequences():
 @pytest.mark.parametrize("bootstrap", ["network", "root_value"])
 @pytest.mark.parametrize("sign", [1.0, -1.0])
 def test_unroll_by_hand(bootstrap, sign):
-    config = SimpleNamespace(unroll_steps=K, td_steps=N, value_bootstrap=bootstrap)
+    config = SimpleNamespace(
+        unroll_steps=K, td_steps=N, value_bootstrap=bootstrap, consistency_coef=1.0
+    )
     unroll = muzero._model_unroll(LinearNet(), represent, predict, config, sign)
     params = {"w": jnp.float32(1.5)}
     seq = sequences()
@@ -96,13 +98,19 @@ def test_unroll_by_hand(bootstrap, sign):
         seq.reward, sign * seq.discount, done, jnp.asarray(boot), (w * nxt).sum(-1), N
     )[: K + 1]
     np.testing.assert_allclose(out.value, alive * np.asarray(targets), rtol=1e-5, atol=1e-6)
+    # consistency: g's latent after k + 1 steps against h of the observation reached there
+    unit = lambda x: x / (np.linalg.norm(x, axis=-1, keepdims=True) + 1e-8)
+    seen = w * obs[1 : K + 1]
+    np.testing.assert_allclose(out.similarity, (unit(latents[1:]) * unit(seen)).sum(-1), rtol=1e-5)
 
 
 def test_each_dynamics_step_halves_the_gradient_into_the_latent_before_it():
     """d policy_logits[k] / d w: the latent of step k is reached through k dynamics steps, the
     gradient halved by each step but the last's own output: 2 * obs[0] at k = 0 and 1, half of
     it at k = 2; the targets take no gradient."""
-    config = SimpleNamespace(unroll_steps=K, td_steps=N, value_bootstrap="network")
+    config = SimpleNamespace(
+        unroll_steps=K, td_steps=N, value_bootstrap="network", consistency_coef=1.0
+    )
     unroll = muzero._model_unroll(LinearNet(), represent, predict, config, -1.0)
     seq = sequences()
     grad = lambda fn: float(jax.grad(lambda w: fn(unroll({"w": w}, seq)))(jnp.float32(1.5)))
@@ -112,6 +120,21 @@ def test_each_dynamics_step_halves_the_gradient_into_the_latent_before_it():
             grad(lambda o: o.policy_logits[k].sum()), 2 * scale * total, rtol=1e-5
         )
     assert grad(lambda o: o.value.sum()) == 0.0
+    # the consistency target h(obs_{k+1}) takes no gradient: with obs[0] = 0 and h affine the
+    # unrolled latents do not depend on w, so neither does their similarity to the targets
+    affine = lambda params, obs: params["w"] * obs + 1.0
+    shifted = muzero._model_unroll(LinearNet(), affine, predict, config, -1.0)
+    still = SimpleNamespace(**{**vars(seq), "observation": seq.observation.at[0].set(0.0)})
+    sim = lambda w: shifted({"w": w}, still).similarity.sum()
+    assert float(jax.grad(sim)(jnp.float32(1.5))) == 0.0
+    # ... where a target left to take gradient would move it
+    a = np.asarray(still.action)
+    fixed = np.cumsum(np.concatenate([np.ones((1, B, D)), np.repeat(a[:K, :, None], D, -1)]), 0)
+    unit = lambda x: x / (jnp.linalg.norm(x, axis=-1, keepdims=True) + 1e-8)
+    target = lambda w: unit(w * still.observation[1 : K + 1] + 1.0)
+    unstopped = lambda w: (unit(jnp.asarray(fixed[1:], jnp.float32)) * target(w)).sum()
+    assert float(jax.grad(unstopped)(jnp.float32(1.5))) != 0.0
+    np.testing.assert_allclose(sim(jnp.float32(1.5)), unstopped(jnp.float32(1.5)), rtol=1e-5)
     np.testing.assert_allclose(muzero._scale_gradient(jnp.float32(3.0), 0.25), 3.0, rtol=1e-6)
     np.testing.assert_allclose(
         jax.grad(lambda x: muzero._scale_gradient(x * x, 0.25))(jnp.float32(3.0)), 1.5
@@ -234,6 +257,7 @@ def _linear_agent(total_steps, updates_per_iteration):
             jnp.zeros((Kp1, B)),
             jnp.zeros((Kp1 - 1, B)),
             jnp.ones((Kp1, B)),
+            jnp.zeros((Kp1 - 1, B)),
         )
 
     network = SimpleNamespace(init=lambda key, x, a: {"w": jnp.float32(0.0)})

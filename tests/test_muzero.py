@@ -160,16 +160,23 @@ def test_unrolled_loss_by_hand():
         value=f(K + 1, B) * 3,
         reward=f(K, B),
         alive=np.array([[1, 1, 1, 1], [1, 0, 1, 1], [1, 0, 0, 1]], np.float32),
+        similarity=rng.uniform(-1, 1, size=(K, B)).astype(np.float32),
     )
     hp = MuZeroHParams(jnp.float32(1e-3), jnp.float32(0.25))
-    total, m = muzero_loss(jax.tree.map(jnp.asarray, out), hp, S)
+    total, m = muzero_loss(jax.tree.map(jnp.asarray, out), hp, S, consistency_coef=2.0)
     policy = (out.alive * _ce(out.policy, out.policy_logits)).sum(0).mean() / (K + 1)
     value = _ce(_two_hot_np(out.value, S), out.value_logits).sum(0).mean() / (K + 1)
     reward = _ce(_two_hot_np(out.reward, S), out.reward_logits).sum(0).mean() / (K + 1)
     np.testing.assert_allclose(m["train/policy_loss"], policy, rtol=1e-5)
     np.testing.assert_allclose(m["train/value_loss"], value, rtol=1e-5)
     np.testing.assert_allclose(m["train/reward_loss"], reward, rtol=1e-5)
-    np.testing.assert_allclose(total, policy + 0.25 * value + reward, rtol=1e-5)
+    # the consistency term counts unroll steps 1..K inside the episode: alive[1:]
+    consistency = (out.alive[1:] * out.similarity).sum(0).mean() / (K + 1)
+    np.testing.assert_allclose(m["train/consistency"], consistency, rtol=1e-5)
+    np.testing.assert_allclose(total, policy + 0.25 * value + reward - 2.0 * consistency, rtol=1e-5)
+    off, m_off = muzero_loss(jax.tree.map(jnp.asarray, out), hp, S)  # coefficient 0: no term
+    np.testing.assert_allclose(off, policy + 0.25 * value + reward, rtol=1e-5)
+    assert "train/consistency" not in m_off  # runs without it keep their metrics
 
 
 def test_registry_entry_kinds_and_checks():
@@ -184,6 +191,7 @@ def test_registry_entry_kinds_and_checks():
         (dict(search="beam"), "search must be one of"),
         (dict(torso="nature_cnn"), "torso must be 'mlp'"),
         (dict(value_bootstrap="x"), "value_bootstrap"),
+        (dict(consistency_coef=-1.0), "consistency_coef must be >= 0"),
         (dict(batch_size=100), "multiple of num_envs"),
         (dict(learning_starts=16), "learning_starts"),
         (dict(buffer_size=16 * 10, batch_size=32), "cannot hold a sequence"),
