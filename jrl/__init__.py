@@ -2,7 +2,8 @@
 
 Public API: the environment layer (``Environment``, ``Wrapper``,
 ``TimeStep``, ``Transition``, ``spaces``), the agent contract (``Agent``,
-``EnvSpec``), ``train`` (see :mod:`jrl.app.api`) and ``load_policy`` (see
+``EnvSpec``), ``train`` (see :mod:`jrl.app.api`), ``make_train`` (the whole run as one
+pure function, :mod:`jrl.app.functional`) and ``load_policy`` (see
 :mod:`jrl.app.export`). The library is layered in packages, from the base up:
 ``jrl.util``, ``jrl.core``, ``jrl.ops``, ``jrl.parts``, ``jrl.run`` (the runners),
 ``jrl.agents`` (one package per agent family), ``jrl.app`` (training runs, run folders,
@@ -33,6 +34,7 @@ __all__ = [
     "Wrapper",
     "spaces",
     "train",
+    "make_train",
     "load_policy",
     "__version__",
 ]
@@ -49,6 +51,10 @@ def __getattr__(name: str):
         from jrl.app.api import train  # (start-up time of `import jrl` and `jrl --help`)
 
         return train
+    if name == "make_train":  # lazily, as train
+        from jrl.app.functional import make_train  # (start-up time, as train)
+
+        return make_train
     if name == "load_policy":  # lazily, as train: it pulls in the training stack too
         from jrl.app.export import load_policy  # (start-up time, as train)
 
