@@ -191,7 +191,7 @@ class RayPool:
         self.next_j = runner.start
         self.version, self.ref = -1, None
         self._error: ActorError | None = None
-        self.params_bytes, self.sent = 0, [-1] * count  # the version each actor was sent last
+        self.published, self.sent = None, [-1] * count  # the version each actor was sent last
         self.wire = [0, 0]  # bytes between the processes, env steps of every run
 
     @property
@@ -204,7 +204,7 @@ class RayPool:
         import ray  # Ray is an optional extra (jrl[ray]): imported only for Ray actors
 
         self.version, self.ref = version, ray.put(published)
-        self.params_bytes = nbytes(published)
+        self.published = published  # (its bytes are counted as each actor is sent it)
         opts = self.runner.options
         ahead = min(opts.max_staleness, opts.queue_size)
         while self.next_j < self.runner.num_iterations and self.next_j <= version + ahead:
@@ -215,7 +215,7 @@ class RayPool:
     def _request(self, a: int, j: int):
         if self.sent[a] != self.version:  # the actor fetches this version once
             self.sent[a] = self.version
-            self.wire[0] += self.params_bytes
+            self.wire[0] += nbytes(self.published)
         snapshot = bool(self.runner.snapshot_due(j + 1))
         return self.handles[a].rollout.remote(j, self.version, [self.ref], snapshot)
 
