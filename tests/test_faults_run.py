@@ -215,6 +215,25 @@ def test_remedy_names_the_cause():
     assert training._remedy(ValueError("something else")) == "fix the cause"
 
 
+def test_the_reason_for_a_failed_write_is_one_line_with_the_os_error():
+    """orbax can wrap several tensorstore errors, tracebacks and specs (full of colons) into one
+    message: the reason is the OS error's text and number, on one line (ci of c1aa133)."""
+    spec = '[tensorstore_spec=\'{"driver":"zarr","kvstore":{"path":"/x/"}}\']'
+    wrapped = ValueError(
+        f"OUT_OF_RANGE: Error writing in OCDBT database: Failed to write 144054 bytes: "
+        f"File too large {spec} [os_error_code='27']')>\n"
+        '  Traceback (most recent call last):\n    File "type_handlers.py", line 118\n'
+        f"ValueError: OUT_OF_RANGE: Failed writing: File too large {spec} [os_error_code='27']"
+    )
+    assert training._io_reason(wrapped) == "File too large (errno 27)"
+    assert training._io_reason(OSError(errno.ENOSPC, "No space left on device")) == (
+        "No space left on device (errno 28)"
+    )
+    assert training._io_reason(ValueError("first line\nsecond")) == "ValueError: first line"
+    assert training._remedy(wrapped) == "fix the cause"
+    assert training._remedy(ValueError("x [os_error_code=13] y"), Path("d")) == "make d writable"
+
+
 def test_resume_hint_is_quoted_for_a_path_with_spaces(tmp_path):
     """The printed resume command works when pasted into a shell, for a path with spaces."""
     res = run(

@@ -15,6 +15,8 @@ import base64
 import contextlib
 import dataclasses
 import errno
+import os
+import re
 import sys
 import time
 from pathlib import Path
@@ -137,29 +139,34 @@ def decode_host_envs(encoded: list | None) -> list | None:
     return [[base64.b64decode(text) for text in thread] for thread in encoded]
 
 
+_OS_ERROR_CODE = re.compile(r"\[os_error_code=['\"]?(\d+)")
+
+
+def _os_error_code(e: BaseException) -> int | None:
+    """The OS error number behind a failed write: ``errno`` of an :class:`OSError`, else the
+    last ``[os_error_code=N]`` that tensorstore puts in its messages (orbax may wrap several
+    errors, with their tracebacks and tensorstore specs, into one message)."""
+    if isinstance(e, OSError) and e.errno:
+        return e.errno
+    codes = _OS_ERROR_CODE.findall(str(e))
+    return int(codes[-1]) if codes else None
+
+
 def _io_reason(e: BaseException) -> str:
-    """A short reason for a failed write: the OS error where the message carries one
-    (tensorstore: ``...: No space left on device [os_error_code='28']``), else its first
-    line."""
-    text = str(e).strip()
-    if isinstance(e, OSError) and e.strerror:
-        return f"{e.strerror} (errno {e.errno})"
-    if "[os_error_code=" in text:
-        head, _, tail = text.partition("[os_error_code=")
-        code = tail.split("]")[0].strip("'\"")
-        return f"{head.rstrip().rsplit(':', 1)[-1].strip()} (errno {code})"
-    first = text.splitlines()[0] if text else ""
-    return f"{type(e).__name__}: {first[:200]}"
+    """A short, one-line reason for a failed write: the OS error's text and number where there
+    is one (``File too large (errno 27)``), else the exception's type and first line."""
+    code = _os_error_code(e)
+    if code is not None:
+        text = e.strerror if isinstance(e, OSError) and e.strerror else os.strerror(code)
+        return f"{text} (errno {code})"
+    lines = str(e).strip().splitlines()
+    return f"{type(e).__name__}: {lines[0][:200] if lines else ''}"
 
 
 def _remedy(e: BaseException, where: Path | None = None) -> str:
     """What removes the cause of a failed write: ``free some space`` for a full disk or
     quota, ``make DIR writable`` for a refused write, else ``fix the cause``."""
-    code = e.errno if isinstance(e, OSError) and e.errno else None
-    text = str(e)
-    if code is None and "[os_error_code=" in text:
-        digits = text.partition("[os_error_code=")[2].split("]")[0].strip("'\"")
-        code = int(digits) if digits.isdigit() else None
+    code, text = _os_error_code(e), str(e)
     if code in (errno.ENOSPC, errno.EDQUOT) or "No space left" in text:
         return "free some space"
     if code in (errno.EACCES, errno.EPERM, errno.EROFS) or "not permitted" in text:
