@@ -49,7 +49,7 @@ import jax.numpy as jnp
 from flax import struct
 
 from jrl.core import parallel, spaces
-from jrl.core.types import PRNGKey, PyTree, Transition
+from jrl.core.types import PRNGKey, PyTree, Transition, split_action_mask
 from jrl.core.wrappers import ClipAction
 from jrl.ops import returns
 from jrl.ops.losses import normalize
@@ -466,8 +466,8 @@ def recurrent_unroll(network: nn.Module, initial: Callable[[int], PyTree]):
             return h, out
 
         outs = jax.lax.scan(step, hidden, xs)[1]
-        if next_obs is None:
-            return apply(network.heads, outs), None
+        if next_obs is None:  # the policy under the observations' action masks, if any
+            return apply(network.heads, outs, split_action_mask(obs)[1]), None
         return None, apply(network.heads, outs)[1]
 
     return unroll

@@ -22,6 +22,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from jrl.core import spaces
+from jrl.core.types import split_action_mask
 from jrl.ops import action_distributions as distributions
 from jrl.parts.torsos import MLP, make_torso, orthogonal_dense
 
@@ -91,8 +92,20 @@ class PolicyHead(nn.Module):
         raise TypeError(f"no policy head for action space {space!r}")
 
 
+def _split_mask(obs, mask):
+    """``(observation, mask)``: a masked env's ``{"observation", "action_mask"}`` split (the
+    mask given, if any, wins), else ``(obs, mask)``."""
+    obs, in_obs = split_action_mask(obs)
+    return obs, in_obs if mask is None else mask
+
+
 class ActorCritic(nn.Module):
-    """Separate actor and critic torsos: ``obs -> (distribution, value [...])``."""
+    """Separate actor and critic torsos: ``obs -> (distribution, value [...])``.
+
+    A masked env's observation ``{"observation": x, "action_mask": bool [..., A]}`` is split:
+    the torsos see ``x`` and the policy gives invalid actions probability 0 (a ``mask`` argument
+    overrides the observation's).
+    """
 
     action_space: spaces.Space
     hidden_sizes: Sequence[int] = (64, 64)
@@ -114,9 +127,11 @@ class ActorCritic(nn.Module):
         return self.policy(obs, mask), self.value(obs)
 
     def policy(self, obs: jax.Array, mask: jax.Array | None = None):
+        obs, mask = _split_mask(obs, mask)
         return self.policy_head(self.actor_torso(obs), mask)
 
     def value(self, obs: jax.Array) -> jax.Array:
+        obs, _ = split_action_mask(obs)
         return self.value_head(self.critic_torso(obs))[..., 0]
 
 
@@ -152,7 +167,8 @@ class RecurrentActorCritic(nn.Module):
     A step is three methods so a learner can unroll the core alone over a sequence:
     :meth:`embed` (the torso, over any leading dims), :meth:`core_step` (one step of the cell
     on ``[N, F]`` features from state ``[N, core_size]``) and :meth:`heads`; ``__call__`` is one
-    whole step ``(state, obs) -> (state, distribution, value)``.
+    whole step ``(state, obs) -> (state, distribution, value)``. A masked env's observation is
+    split as for :class:`ActorCritic`: :meth:`embed` sees ``x``, :meth:`heads` takes the mask.
     """
 
     action_space: spaces.Space
@@ -178,17 +194,17 @@ class RecurrentActorCritic(nn.Module):
 
     def __call__(self, state, obs: jax.Array):
         state, out = self.core_step(state, self.embed(obs))
-        dist, value = self.heads(out)
+        dist, value = self.heads(out, split_action_mask(obs)[1])
         return state, dist, value
 
     def embed(self, obs: jax.Array) -> jax.Array:
-        return self.torso_module(obs)
+        return self.torso_module(split_action_mask(obs)[0])
 
     def core_step(self, state, features: jax.Array):
         return self.cell(state, features)
 
-    def heads(self, out: jax.Array):
-        return self.policy_head(out), self.value_head(out)[..., 0]
+    def heads(self, out: jax.Array, mask: jax.Array | None = None):
+        return self.policy_head(out, mask), self.value_head(out)[..., 0]
 
 
 class NoisyDense(nn.Module):
