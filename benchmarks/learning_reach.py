@@ -57,8 +57,9 @@ class Check:
 @dataclasses.dataclass(frozen=True)
 class Config:
     """A learning test's ``jrl.train`` call and its checks; ``steps`` None: the preset's
-    budget. ``metric``: "final" (``final_returns()``), "last" (the last report's training
-    return) or "greedy" (``jrl eval``'s mean greedy return per seed, ``episodes`` episodes)."""
+    budget. ``metric``: "final" (``final_returns(fraction)``: the last ``fraction`` of the
+    iterations), "last" (the last report's training return) or "greedy" (``jrl eval``'s mean
+    greedy return per seed, ``episodes`` episodes)."""
 
     test: str
     agent: str
@@ -70,6 +71,7 @@ class Config:
     metric: str = "final"
     episodes: int = 64
     num_reports: int | None = 4
+    fraction: float = 0.05
 
 
 MINATAR = dict(num_envs=32, num_steps=64, num_epochs=2, num_minibatches=4, learning_rate=1e-3)
@@ -110,6 +112,37 @@ CONFIGS: dict[str, Config] = {
     ),
     "td3-pendulum": Config(
         L + "test_continuous_pendulum_thresholds", "td3", "Pendulum-v1", 20_000, 2, (Check(-250),)
+    ),
+    "ppo-craftax-classic": Config(
+        "tests/test_craftax.py::test_ppo_craftax_classic_beats_random",
+        "ppo",
+        "craftax:Craftax-Classic-Symbolic-v1",
+        16_384,
+        2,
+        (Check(1.8, "min"), Check(2.0)),
+        dict(num_envs=16, num_steps=64, num_epochs=2, num_minibatches=4, learning_rate=1e-3),
+        num_reports=None,
+        fraction=0.25,
+    ),
+    "pqn-jumanji-game2048": Config(
+        "tests/test_jumanji.py::test_pqn_game2048_beats_random",
+        "pqn",
+        "jumanji:Game2048-v1",
+        65_536,
+        2,
+        (Check(1200, "min"), Check(1500)),
+        num_reports=None,
+    ),
+    "ppo-xminigrid-empty": Config(
+        "tests/test_xminigrid.py::test_ppo_empty_6x6_beats_random",
+        "ppo",
+        "xminigrid:MiniGrid-Empty-6x6",
+        16_384,
+        2,
+        (Check(0.7, "min"), Check(0.8)),
+        dict(num_envs=16, num_steps=64, learning_rate=1e-3),
+        metric="last",
+        num_reports=None,
     ),
     "ppo-breakout-minatar": Config(
         "tests/test_minatar.py::test_ppo_breakout_minatar_beats_random",
@@ -258,7 +291,7 @@ def measure(name: str, seeds: int, base: int, steps: int | None = None) -> dict:
         elif c.metric == "last":
             returns = np.asarray(res.metrics["train/episode_return"][:, -1], np.float64)
         else:
-            returns = np.asarray(res.final_returns(), np.float64)
+            returns = np.asarray(res.final_returns(c.fraction), np.float64)
     groups = {label: [int(i) for i in idx] for label, idx in res.groups() if label}
     # the learning curve: each seed's (rows) training return over each twentieth of the run
     # (columns), to see how early it gets there

@@ -2,7 +2,8 @@
 registered environment), :class:`UnknownEnvError` and the id prefixes of the adapters.
 
 The registry (:mod:`jrl.envs.registry`) dispatches an id with a prefix to its adapter
-(``gymnax_adapter``, ``brax_adapter``, ``pgx_adapter``, ``jaxmarl_adapter``, ``host``), and
+(``gymnax_adapter``, ``brax_adapter``, ``pgx_adapter``, ``jaxmarl_adapter``,
+``craftax_adapter``, ``jumanji_adapter``, ``xminigrid_adapter``, ``host``), and
 every adapter builds its entries and errors from this module, so neither imports the other
 both ways.
 """
@@ -18,20 +19,26 @@ from jrl.util import names as _names
 
 __all__ = [
     "BRAX_PREFIX",
+    "CRAFTAX_PREFIX",
     "ENVPOOL_PREFIX",
     "EnvEntry",
     "GYMNASIUM_PREFIX",
     "GYMNAX_PREFIX",
     "JAXMARL_PREFIX",
+    "JUMANJI_PREFIX",
     "PGX_PREFIX",
     "PREFIXES",
     "UnknownEnvError",
+    "XMINIGRID_PREFIX",
 ]
 
 GYMNAX_PREFIX = "gymnax:"
 BRAX_PREFIX = "brax:"
 PGX_PREFIX = "pgx:"
 JAXMARL_PREFIX = "jaxmarl:"
+CRAFTAX_PREFIX = "craftax:"
+JUMANJI_PREFIX = "jumanji:"
+XMINIGRID_PREFIX = "xminigrid:"
 GYMNASIUM_PREFIX = "gymnasium:"  # host envs (envs/host.py): the Sebulba runner steps them
 ENVPOOL_PREFIX = "envpool:"
 PREFIXES = (
@@ -39,6 +46,9 @@ PREFIXES = (
     BRAX_PREFIX,
     PGX_PREFIX,
     JAXMARL_PREFIX,
+    CRAFTAX_PREFIX,
+    JUMANJI_PREFIX,
+    XMINIGRID_PREFIX,
     GYMNASIUM_PREFIX,
     ENVPOOL_PREFIX,
 )
@@ -77,7 +87,9 @@ class UnknownEnvError(KeyError, ValueError):
             listing = (
                 f"Registered: {', '.join(known)}; gymnax envs as '{GYMNAX_PREFIX}<name>', "
                 f"brax envs as '{BRAX_PREFIX}<name>', pgx games as '{PGX_PREFIX}<name>', "
-                f"JaxMARL envs as '{JAXMARL_PREFIX}<name>'; host envs (--runner sebulba) as "
+                f"JaxMARL envs as '{JAXMARL_PREFIX}<name>', Craftax as '{CRAFTAX_PREFIX}<name>', "
+                f"Jumanji as '{JUMANJI_PREFIX}<name>', XLand-MiniGrid as "
+                f"'{XMINIGRID_PREFIX}<name>'; host envs (--runner sebulba) as "
                 f"'{GYMNASIUM_PREFIX}<id>' and '{ENVPOOL_PREFIX}<id>'."
             )
         self.message = f"unknown environment {prefix + id!r}.{hint} {listing}"

@@ -21,21 +21,27 @@ import numpy as np
 from jrl.core.env import Environment
 from jrl.core.wrappers import CheckActions, TimeLimit
 from jrl.envs.brax_adapter import brax_entry
+from jrl.envs.craftax_adapter import craftax_entry
 from jrl.envs.entries import (
     BRAX_PREFIX,
+    CRAFTAX_PREFIX,
     ENVPOOL_PREFIX,
     GYMNASIUM_PREFIX,
     GYMNAX_PREFIX,
     JAXMARL_PREFIX,
+    JUMANJI_PREFIX,
     PGX_PREFIX,
     PREFIXES,
+    XMINIGRID_PREFIX,
     EnvEntry,
     UnknownEnvError,
 )
 from jrl.envs.gymnax_adapter import gymnax_entry
 from jrl.envs.host import envpool_entry, gymnasium_entry
 from jrl.envs.jaxmarl_adapter import jaxmarl_entry
+from jrl.envs.jumanji_adapter import jumanji_entry
 from jrl.envs.pgx_adapter import pgx_entry
+from jrl.envs.xminigrid_adapter import xminigrid_entry
 
 _REGISTRY: dict[str, EnvEntry] = {}
 
@@ -79,6 +85,12 @@ def entry(id: str) -> EnvEntry:
         return pgx_entry(id[len(PGX_PREFIX) :])
     if id.startswith(JAXMARL_PREFIX):
         return jaxmarl_entry(id[len(JAXMARL_PREFIX) :])
+    if id.startswith(CRAFTAX_PREFIX):
+        return craftax_entry(id[len(CRAFTAX_PREFIX) :])
+    if id.startswith(JUMANJI_PREFIX):
+        return jumanji_entry(id[len(JUMANJI_PREFIX) :])
+    if id.startswith(XMINIGRID_PREFIX):
+        return xminigrid_entry(id[len(XMINIGRID_PREFIX) :])
     if id.startswith(GYMNASIUM_PREFIX):
         return gymnasium_entry(id[len(GYMNASIUM_PREFIX) :])
     if id.startswith(ENVPOOL_PREFIX):

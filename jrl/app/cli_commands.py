@@ -31,7 +31,7 @@ class CLIError(Exception):
 
 def cmd_envs(args: Sequence[str]) -> int:
     """Prints a table of registered envs: id, observation space, action space, source (and the
-    brax and JaxMARL envs, by name, when their extras are installed)."""
+    envs of the extras of :data:`LISTED_BY_NAME`, by name, when they are installed)."""
     p = argparse.ArgumentParser(prog="jrl envs", description="List registered environments.")
     p.add_argument(
         "--all",
@@ -51,44 +51,48 @@ def cmd_envs(args: Sequence[str]) -> int:
     return 0
 
 
-def _env_ids(gymnax_too: bool) -> list[str]:
-    """The registered env ids, then (``gymnax_too``) gymnax's, and brax's and JaxMARL's when
-    their extras are installed."""
-    import jrl.envs  # the env registry (and gymnasium): not imported by `jrl --help`
-    from jrl.envs.registry import BRAX_PREFIX, JAXMARL_PREFIX  # as jrl.envs
+LISTED_BY_NAME = (
+    # (source, module, names function, action space): the extras whose envs `jrl envs` lists
+    # by name when the extra is installed (building some takes seconds)
+    ("brax", "jrl.envs.brax_adapter", "brax_names", "Box"),
+    ("jaxmarl", "jrl.envs.jaxmarl_adapter", "jaxmarl_names", "per agent"),
+    ("craftax", "jrl.envs.craftax_adapter", "craftax_names", "Discrete"),
+    ("jumanji", "jrl.envs.jumanji_adapter", "jumanji_names", "Discrete"),
+    ("xminigrid", "jrl.envs.xminigrid_adapter", "xminigrid_names", "Discrete"),
+)
 
-    ids = jrl.envs.names()
+
+def _env_ids(gymnax_too: bool) -> list[tuple[str, str | None]]:
+    """``(id, source)`` of the registered envs, then (``gymnax_too``) gymnax's, and those of the
+    :data:`LISTED_BY_NAME` extras that are installed (source: the extra; None: build it to
+    know)."""
+    import importlib  # the adapters of LISTED_BY_NAME, by module name
+
+    import jrl.envs  # the env registry (and gymnasium): not imported by `jrl --help`
+
+    ids: list[tuple[str, str | None]] = [(i, None) for i in jrl.envs.names()]
     if gymnax_too:
         import gymnax  # only for --all (it takes a while to import)
 
-        ids = ids + [f"gymnax:{n}" for n in gymnax.registered_envs]
-    try:  # the optional brax extra: its envs as brax:<name> when it is installed
-        from jrl.envs.brax_adapter import brax_names  # an optional extra, maybe absent
-
-        ids = ids + [BRAX_PREFIX + n for n in brax_names()]
-    except ImportError:
-        pass
-    try:  # the optional jaxmarl extra: its envs as jaxmarl:<name> when it is installed
-        from jrl.envs.jaxmarl_adapter import jaxmarl_names  # an optional extra, maybe absent
-
-        ids = ids + [JAXMARL_PREFIX + n for n in jaxmarl_names()]
-    except ImportError:
-        pass
+        ids += [(f"gymnax:{n}", None) for n in gymnax.registered_envs]
+    for source, module, names, _ in LISTED_BY_NAME:
+        try:  # an optional extra: its envs as <source>:<name> when it is installed
+            listed = getattr(importlib.import_module(module), names)()
+        except ImportError:
+            continue
+        ids += [(f"{source}:{n}", source) for n in listed]
     return ids
 
 
 def _env_rows(gymnax_too: bool) -> list[tuple[str, str, str, str]]:
     """A row of :func:`cmd_envs`'s table per env of :func:`_env_ids`."""
     import jrl.envs  # as in _env_ids
-    from jrl.envs.registry import BRAX_PREFIX, JAXMARL_PREFIX  # as jrl.envs
 
+    actions = {source: action for source, _, _, action in LISTED_BY_NAME}
     rows = []
-    for env_id in _env_ids(gymnax_too):
-        if env_id.startswith(BRAX_PREFIX):  # building one takes seconds: listed by name
-            rows.append((env_id, "(built on first use)", "Box", "brax"))
-            continue
-        if env_id.startswith(JAXMARL_PREFIX):  # some build for seconds: listed by name
-            rows.append((env_id, "(built on first use)", "per agent", "jaxmarl"))
+    for env_id, source in _env_ids(gymnax_too):
+        if source is not None:  # listed by name: not built
+            rows.append((env_id, "(built on first use)", actions[source], source))
             continue
         try:
             env, params = jrl.envs.make(env_id)
