@@ -234,7 +234,7 @@ TESTS: dict[str, list[str]] = {
         "tests/test_reinforce.py::test_learn_matches_a_numpy_reference",
         "tests/test_recurrent.py::test_learner_replays_what_the_agent_acted_on",
         "tests/test_impala.py::test_learn_under_policy_lag_matches_numpy_vtrace",
-        "tests/test_actor_critic.py::test_actor_critics_honour_the_action_mask[ppo-lstm]",
+        "tests/test_actor_critic.py::test_recurrent_actor_critic_honours_the_action_mask",
     ],
     "jrl/core/two_player_env.py": [
         "tests/test_alphazero.py::test_player_returns_and_targets_by_hand"
