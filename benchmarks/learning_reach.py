@@ -432,13 +432,13 @@ What each learning test's configuration reaches on seeds the test does not run b
 (from 1000 on), to set its threshold so that any seeds it is given pass
 (`JRL_LEARNING_SEED`, tests/conftest.py). Per configuration the seeds are vmapped in one
 `jrl.train` call, as the test vmaps its own; the return per seed is the test's: the final
-training return (`final_returns()`: the episodes ending in the last 5% of iterations), the last
-report's training return (MinAtar) or the mean greedy return of `jrl eval` (the memory tasks).
-"worst group" is the test's statistic over the test's seed count taken from the lowest
-measured seeds (the highest for an upper bound): no group of that many measured seeds does
-worse. "margin" is how far it lies beyond the threshold, in the return's units (0 for the
-memory tasks, whose tests ask every seed for the optimum, 1). Seconds are
-the whole `jrl.train` call with compile, on 2 cores shared with other work. Reproduce with:
+training return (`final_returns()`: the episodes ending in the last 5% of iterations, 25% for
+Craftax), the last report's training return (MinAtar) or the mean greedy return of `jrl eval`
+(the memory tasks). "worst group" is the test's statistic over the test's seed count taken
+from the lowest measured seeds (the highest for an upper bound): no group of that many
+measured seeds does worse. "margin" is how far it lies beyond the threshold, in the return's
+units (0 for the memory tasks, whose tests ask every seed for the optimum, 1). Seconds are the
+whole `jrl.train` call with compile, on 2 cores shared with other work. Reproduce with:
 
     python benchmarks/learning_reach.py --write
 

@@ -8,6 +8,7 @@ tests/test_ray_actors.py (Ray) run IMPALA and PPO both ways."""
 
 import csv
 import json
+import re
 import sys
 import threading
 
@@ -330,8 +331,10 @@ def test_ray_env_workers_equal_threads_move_no_trajectory_and_fail_with_their_er
             run(built, CrashingHostEnv(env), config, 20, ray2, seeds=1)
     finally:
         cloudpickle.unregister_pickle_by_value(sys.modules[__name__])
+    # both workers' envs fail at their 40th step: the run ends with whichever reports first
     message = str(caught.value)
-    assert "ray env worker 0 failed: RuntimeError: the simulator lost its connection" in message
+    pattern = r"ray env worker [01] failed: RuntimeError: the simulator lost its connection"
+    assert re.search(pattern, message), message
     assert caught.value.result.iterations == 2
 
 

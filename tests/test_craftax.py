@@ -47,11 +47,15 @@ def run(*args, cwd, env=None):
 
 
 def test_ids_spaces_and_shapes():
-    """Each id: its time limit is craftax's, Box(0, 1) float32 observations of craftax's shape,
-    Discrete actions; reset and step (shapes only, nothing compiled) give that observation,
-    a float32 reward, bool flags and the achievements in info."""
+    """Each id but Craftax-Pixels-v1: its time limit is craftax's, Box(0, 1) float32
+    observations of craftax's shape, Discrete actions; reset and step (shapes only, nothing
+    compiled) give that observation, a float32 reward, bool flags and the achievements in info.
+    Craftax-Pixels-v1 is left out: building it first processes full Craftax's textures (72 s
+    on this machine, once per installation), which a fresh CI venv would pay here."""
     assert craftax_adapter.craftax_names() == list(SHAPES)
     for name, (shape, actions, achievements, limit) in SHAPES.items():
+        if name == "Craftax-Pixels-v1":
+            continue
         env, params = jrl_envs.make("craftax:" + name)
         assert isinstance(env, wrappers.TimeLimit) and env.max_episode_steps == limit, name
         assert jrl_envs.entry("craftax:" + name).source == "craftax"
