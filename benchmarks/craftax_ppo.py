@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
+import subprocess
 import sys
 from importlib import metadata
 import time
@@ -159,11 +160,18 @@ def table(rows: list[dict], args: argparse.Namespace) -> str:
     import craftax
 
     version = getattr(craftax, "__version__", None) or metadata.version("craftax")
+    head = subprocess.run(
+        ["git", "-C", args.craftax_baselines, "rev-parse", "--short", "HEAD"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    ).stdout.strip()
     lines = [
         HEADING,
         "",
         f"`python benchmarks/craftax_ppo.py --steps {args.steps} --num-envs {args.num_envs} "
-        f"--seed {args.seed}`, {machine(f'craftax {version}')}: `{ENV}`, one seed each.",
+        f"--seed {args.seed}`, {machine(f'craftax {version}')}: `{ENV}`, one seed each; "
+        f"Craftax_Baselines at {head or 'an unknown commit'}.",
         "",
         "| | env steps | compile s | run s | steps/s | return (last 10% of updates) |",
         "|---|---:|---:|---:|---:|---:|",
@@ -171,7 +179,7 @@ def table(rows: list[dict], args: argparse.Namespace) -> str:
     for r in rows:
         lines.append(
             f"| {r['name']} | {r['steps']:,} | {r['compile_s']:.1f} | {r['run_s']:.1f} | "
-            f"{r['steps_per_s']:,.0f} | {r['final']:.2f} |"
+            f"{r['steps_per_s']:,.0f} | {r['final']:.3f} |"
         )
     ratio = rows[0]["steps_per_s"] / rows[1]["steps_per_s"]
     lines += ["", f"Speed ratio jrl / Craftax_Baselines (run steps/s): **{ratio:.2f}x**."]
