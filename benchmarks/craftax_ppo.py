@@ -1,8 +1,8 @@
 """PPO on Craftax-Classic (symbolic): jrl side by side with Craftax's own PPO baseline.
 
 The peer is ``ppo.py`` of a checkout of MichaelTMatthews/Craftax_Baselines (outside this
-repository, ``--craftax-baselines``), run unchanged: this script imports the module (the
-checkout's folder first on the import path, for its ``models``, ``wrappers`` and ``logz``) and
+repository, ``--craftax-baselines``), run unchanged: a process of this script whose import path
+starts with the checkout's folder (for its ``models``, ``wrappers`` and ``logz``) imports it and
 calls its ``make_train(config)`` with the defaults of its own command line (:data:`PEER`: a
 3 x 512 tanh actor and critic, lr 2e-4 annealed, 64 steps, 4 epochs x 8 minibatches, gamma
 0.99, GAE 0.8, clip 0.2, entropy 0.01, value 0.5, grad norm 1.0, its optimistic resets), with
@@ -14,7 +14,7 @@ which hands ``batch_log`` the mean return of the episodes that ended in the upda
 name is pointed at a recorder (no wandb run is started), which is the only change.
 
 jrl trains ``ppo`` on ``craftax:Craftax-Classic-Symbolic-v1`` with the same numbers (the
-network, the optimiser settings, the batch and the budget), in the same interpreter; compile
+network, the optimiser settings, the batch and the budget), in the parent process; compile
 and run seconds are the runner's; its ``train/episode_return`` is the same statistic (the mean
 return of the episodes that ended in the iteration). Both returns are averaged over the last
 10% of updates. The two differ in resets: the peer's optimistic resets (a pool of
@@ -30,6 +30,8 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
+import json
+import os
 import subprocess
 import sys
 from importlib import metadata
@@ -86,10 +88,25 @@ def tail_mean(values: list[float], fraction: float = 0.1) -> float:
 
 
 def peer(checkout: str, steps: int, num_envs: int, seed: int) -> dict:
-    """Runs the peer's ``make_train``; its compile and run seconds and per-update returns."""
+    """Runs :func:`peer_worker` in a process of its own whose import path starts with the
+    checkout's folder (its ``models``, ``wrappers`` and ``logz``), as running its script
+    does; its JSON result."""
+    cmd = [sys.executable, __file__, "--craftax-baselines", checkout, "--peer-worker"]
+    cmd += ["--steps", str(steps), "--num-envs", str(num_envs), "--seed", str(seed)]
+    path = os.pathsep.join(p for p in (checkout, os.environ.get("PYTHONPATH")) if p)
+    out = subprocess.run(
+        cmd, env={**os.environ, "PYTHONPATH": path}, capture_output=True, text=True, timeout=7200
+    )
+    if out.returncode != 0:
+        raise RuntimeError(f"the Craftax_Baselines worker failed:\n{out.stderr[-3000:]}")
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def peer_worker(checkout: str, steps: int, num_envs: int, seed: int) -> dict:
+    """The peer's ``make_train`` in this process: its compile and run seconds and the mean
+    return of its last updates."""
     import jax
 
-    sys.path.insert(0, checkout)  # its own modules (models, wrappers, logz), as its script has
     spec = importlib.util.spec_from_file_location("craftax_baselines_ppo", f"{checkout}/ppo.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
@@ -193,7 +210,11 @@ def main() -> None:
     p.add_argument("--num-envs", type=int, default=64)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--write", action="store_true", help="write the table to BENCHMARKS.md")
+    p.add_argument("--peer-worker", action="store_true", help=argparse.SUPPRESS)
     a = p.parse_args()
+    if a.peer_worker:  # the peer's side, in the process peer() starts
+        print(json.dumps(peer_worker(a.craftax_baselines, a.steps, a.num_envs, a.seed)))
+        return
     mine = ours(a.steps, a.num_envs, a.seed)
     theirs = peer(a.craftax_baselines, a.steps, a.num_envs, a.seed)
     publish(HEADING, table([mine, theirs], a), a.write)
