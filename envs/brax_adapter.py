@@ -42,7 +42,14 @@ import numpy as np
 from jrl.core import spaces
 from jrl.core.env import Environment
 from jrl.core.types import PRNGKey, PyTree
-from jrl.envs.entries import BRAX_PREFIX, EnvEntry, UnknownEnvError
+from jrl.envs.entries import (
+    BRAX_PREFIX,
+    EnvEntry,
+    ExtraMissingError,
+    UnknownEnvError,
+    import_extra,
+    install_hint,
+)
 
 __all__ = [
     "EPISODE_LENGTH",
@@ -55,24 +62,18 @@ __all__ = [
 
 EPISODE_LENGTH = 1000
 """The time limit of every ``brax:`` env: brax's training default ``episode_length``."""
-INSTALL = "pip install jrl-jax[brax]"
+INSTALL = install_hint("brax")
 
 
-class BraxMissingError(ImportError, ValueError):
+class BraxMissingError(ExtraMissingError):
     """brax cannot be imported: a user error (``jrl`` exits with 2) naming the extra."""
 
 
 def _import_brax_envs():
-    try:
-        # mujoco's MJX prints "Failed to import warp" on stdout when its optional warp backend
-        # is missing (brax uses the JAX one): sent to stderr, so stdout stays jrl's
-        with contextlib.redirect_stdout(sys.stderr):
-            from brax import envs  # optional extra: brax may be absent
-    except ImportError as e:
-        raise BraxMissingError(
-            f"brax environments need the optional brax extra: {INSTALL} ({e})"
-        ) from None
-    return envs
+    # mujoco's MJX prints "Failed to import warp" on stdout when its optional warp backend is
+    # missing (brax uses the JAX one): sent to stderr, so stdout stays jrl's
+    with contextlib.redirect_stdout(sys.stderr):
+        return import_extra("brax.envs", "brax", "brax environments", BraxMissingError)
 
 
 def brax_names() -> list[str]:

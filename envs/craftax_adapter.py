@@ -69,7 +69,14 @@ import numpy as np
 from jrl.core import spaces
 from jrl.core.env import Environment
 from jrl.core.types import PRNGKey, PyTree, TimeStep
-from jrl.envs.entries import CRAFTAX_PREFIX, EnvEntry, UnknownEnvError
+from jrl.envs.entries import (
+    CRAFTAX_PREFIX,
+    EnvEntry,
+    ExtraMissingError,
+    UnknownEnvError,
+    import_extra,
+    install_hint,
+)
 
 __all__ = [
     "INSTALL",
@@ -81,7 +88,7 @@ __all__ = [
     "craftax_names",
 ]
 
-INSTALL = "pip install jrl-jax[craftax]"
+INSTALL = install_hint("craftax")
 NAMES = (
     "Craftax-Classic-Symbolic-v1",
     "Craftax-Classic-Pixels-v1",
@@ -95,19 +102,16 @@ _NO_LIMIT = 2**31 - 1
 """``max_timesteps`` the adapter steps craftax with: its own time limit, lifted."""
 
 
-class CraftaxMissingError(ImportError, ValueError):
+class CraftaxMissingError(ExtraMissingError):
     """craftax cannot be imported: a user error (``jrl`` exits with 2) naming the extra."""
 
 
 def _import_make():
     """craftax's ``make_craftax_env_from_name``; :class:`CraftaxMissingError` without craftax."""
-    try:
-        from craftax.craftax_env import make_craftax_env_from_name  # optional extra: may be absent
-    except ImportError as e:
-        raise CraftaxMissingError(
-            f"craftax environments need the optional craftax extra: {INSTALL} ({e})"
-        ) from None
-    return make_craftax_env_from_name
+    module = import_extra(
+        "craftax.craftax_env", "craftax", "craftax environments", CraftaxMissingError
+    )
+    return module.make_craftax_env_from_name
 
 
 def craftax_names() -> list[str]:

@@ -22,6 +22,7 @@ __all__ = [
     "CRAFTAX_PREFIX",
     "ENVPOOL_PREFIX",
     "EnvEntry",
+    "ExtraMissingError",
     "GYMNASIUM_PREFIX",
     "GYMNAX_PREFIX",
     "JAXMARL_PREFIX",
@@ -30,6 +31,8 @@ __all__ = [
     "PREFIXES",
     "UnknownEnvError",
     "XMINIGRID_PREFIX",
+    "import_extra",
+    "install_hint",
 ]
 
 GYMNAX_PREFIX = "gymnax:"
@@ -71,6 +74,30 @@ class EnvEntry:
             module, _, attr = fn.partition(":")
             fn = getattr(importlib.import_module(module), attr)
         return fn(**dict(self.kwargs))
+
+
+class ExtraMissingError(ImportError, ValueError):
+    """An adapter's optional package cannot be imported: a user error (``jrl`` exits with 2)
+    whose message names the extra to install. Each adapter raises its own subclass
+    (``BraxMissingError``, ``CraftaxMissingError``, ...)."""
+
+
+def install_hint(extra: str) -> str:
+    """The command that installs jrl's optional ``extra``: ``pip install jrl-jax[<extra>]``."""
+    return f"pip install jrl-jax[{extra}]"
+
+
+def import_extra(
+    module: str, extra: str, what: str, error: type[ExtraMissingError] = ExtraMissingError
+) -> Any:
+    """Imports ``module`` (dotted) of the optional ``extra``; where it cannot be imported,
+    raises ``error`` with the one-line message "<what> need the optional <extra> extra: pip
+    install jrl-jax[<extra>] (<the ImportError>)", without the ImportError's traceback."""
+    try:
+        return importlib.import_module(module)
+    except ImportError as e:
+        message = f"{what} need the optional {extra} extra: {install_hint(extra)} ({e})"
+        raise error(" ".join(message.split())) from None
 
 
 class UnknownEnvError(KeyError, ValueError):

@@ -42,14 +42,21 @@ from jrl.core import spaces
 from jrl.core.multi_agent_env import MultiAgentEnvironment
 from jrl.core.types import PRNGKey, PyTree
 from jrl.envs import raster as R
-from jrl.envs.entries import JAXMARL_PREFIX, EnvEntry, UnknownEnvError
+from jrl.envs.entries import (
+    JAXMARL_PREFIX,
+    EnvEntry,
+    ExtraMissingError,
+    UnknownEnvError,
+    import_extra,
+    install_hint,
+)
 
 __all__ = ["INSTALL", "JaxMARLEnv", "JaxMARLMissingError", "jaxmarl_entry", "jaxmarl_names"]
 
-INSTALL = "pip install jrl-jax[jaxmarl]"
+INSTALL = install_hint("jaxmarl")
 
 
-class JaxMARLMissingError(ImportError, ValueError):
+class JaxMARLMissingError(ExtraMissingError):
     """jaxmarl cannot be imported: a user error (``jrl`` exits with 2) naming the extra."""
 
 
@@ -73,17 +80,14 @@ def _stdout_to_stderr():
 
 
 def _import_jaxmarl():
-    try:
-        with _stdout_to_stderr():
-            # optional extra: jaxmarl may be absent (the ImportError below names it)
-            import jaxmarl
-            from jaxmarl.environments.multi_agent_env import MultiAgentEnv  # optional extra
-            from jaxmarl.registration import registered_envs  # optional extra
-    except ImportError as e:
-        raise JaxMARLMissingError(
-            f"JaxMARL environments need the optional jaxmarl extra: {INSTALL} ({e})"
-        ) from None
-    return jaxmarl, MultiAgentEnv, list(registered_envs)
+    def load(module: str):
+        return import_extra(module, "jaxmarl", "JaxMARL environments", JaxMARLMissingError)
+
+    with _stdout_to_stderr():  # jaxmarl prints on import, file descriptor 1 included
+        jaxmarl = load("jaxmarl")
+        base = load("jaxmarl.environments.multi_agent_env").MultiAgentEnv
+        registered = load("jaxmarl.registration").registered_envs
+    return jaxmarl, base, list(registered)
 
 
 def jaxmarl_names() -> list[str]:

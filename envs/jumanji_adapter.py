@@ -83,7 +83,14 @@ import numpy as np
 from jrl.core import spaces
 from jrl.core.env import Environment
 from jrl.core.types import ACTION_MASK, OBSERVATION, PRNGKey, PyTree, TimeStep
-from jrl.envs.entries import JUMANJI_PREFIX, EnvEntry, UnknownEnvError
+from jrl.envs.entries import (
+    JUMANJI_PREFIX,
+    EnvEntry,
+    ExtraMissingError,
+    UnknownEnvError,
+    import_extra,
+    install_hint,
+)
 
 __all__ = [
     "ADAPTED",
@@ -97,7 +104,7 @@ __all__ = [
     "jumanji_names",
 ]
 
-INSTALL = "pip install jrl-jax[jumanji]"
+INSTALL = install_hint("jumanji")
 ADAPTED = (
     "CVRP-v1",
     "Game2048-v1",
@@ -119,7 +126,7 @@ _LOW_FIXES = {("TSP-v1", "position"): -1.0}
 (its spec says 0..19)."""
 
 
-class JumanjiMissingError(ImportError, ValueError):
+class JumanjiMissingError(ExtraMissingError):
     """jumanji cannot be imported: a user error (``jrl`` exits with 2) naming the extra."""
 
 
@@ -133,13 +140,7 @@ class JumanjiBuildError(ValueError):
 
 
 def _import_jumanji():
-    try:
-        import jumanji  # optional extra: jumanji may be absent
-    except ImportError as e:
-        raise JumanjiMissingError(
-            f"jumanji environments need the optional jumanji extra: {INSTALL} ({e})"
-        ) from None
-    return jumanji
+    return import_extra("jumanji", "jumanji", "jumanji environments", JumanjiMissingError)
 
 
 def jumanji_names() -> list[str]:

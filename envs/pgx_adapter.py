@@ -23,16 +23,23 @@ import jax.numpy as jnp
 from jrl.core import spaces
 from jrl.core.two_player_env import TwoPlayerEnv
 from jrl.core.types import ACTION_MASK, OBSERVATION
-from jrl.envs.entries import PGX_PREFIX, EnvEntry, UnknownEnvError
+from jrl.envs.entries import (
+    PGX_PREFIX,
+    EnvEntry,
+    ExtraMissingError,
+    UnknownEnvError,
+    import_extra,
+    install_hint,
+)
 
 __all__ = ["GAMES", "INSTALL", "PGX_PREFIX", "PgxGame", "PgxMissingError", "pgx_entry"]
 
-INSTALL = "pip install jrl-jax[pgx]"
+INSTALL = install_hint("pgx")
 GAMES = ("tic_tac_toe", "connect_four", "othello", "go_9x9")
 """The pgx games jrl adapts (two-player, turn-based, deterministic)."""
 
 
-class PgxMissingError(ImportError, ValueError):
+class PgxMissingError(ExtraMissingError):
     """pgx cannot be imported: a user error (``jrl`` exits with 2) naming the extra."""
 
 
@@ -42,11 +49,7 @@ def _make(name: str):
         raise UnknownEnvError(
             name, list(GAMES), prefix=PGX_PREFIX, listing=f"jrl adapts: {', '.join(GAMES)}."
         )
-    try:
-        import pgx  # optional extra: pgx may be absent
-    except ImportError as e:
-        raise PgxMissingError(f"pgx games need the optional pgx extra: {INSTALL} ({e})") from None
-    return pgx.make(name)
+    return import_extra("pgx", "pgx", "pgx games", PgxMissingError).make(name)
 
 
 def pgx_entry(name: str) -> EnvEntry:

@@ -71,7 +71,14 @@ import numpy as np
 from jrl.core import spaces
 from jrl.core.env import Environment
 from jrl.core.types import PRNGKey, PyTree
-from jrl.envs.entries import XMINIGRID_PREFIX, EnvEntry, UnknownEnvError
+from jrl.envs.entries import (
+    XMINIGRID_PREFIX,
+    EnvEntry,
+    ExtraMissingError,
+    UnknownEnvError,
+    import_extra,
+    install_hint,
+)
 
 __all__ = [
     "INSTALL",
@@ -82,25 +89,21 @@ __all__ = [
     "xminigrid_names",
 ]
 
-INSTALL = "pip install jrl-jax[xminigrid]"
+INSTALL = install_hint("xminigrid")
 TILE_PIXELS = 16
 """Pixels per grid cell in :meth:`XMiniGridEnv.render`."""
 NUM_TILES, NUM_COLORS = 13, 12
 """xminigrid's tile ids (0..12) and colour ids (0..11): the observation's bounds."""
 
 
-class XMiniGridMissingError(ImportError, ValueError):
+class XMiniGridMissingError(ExtraMissingError):
     """xminigrid cannot be imported: a user error (``jrl`` exits with 2) naming the extra."""
 
 
 def _import_xminigrid():
-    try:
-        import xminigrid  # optional extra: may be absent
-    except ImportError as e:
-        raise XMiniGridMissingError(
-            f"XLand-MiniGrid environments need the optional xminigrid extra: {INSTALL} ({e})"
-        ) from None
-    return xminigrid
+    return import_extra(
+        "xminigrid", "xminigrid", "XLand-MiniGrid environments", XMiniGridMissingError
+    )
 
 
 def xminigrid_names() -> list[str]:

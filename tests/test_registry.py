@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import importlib
+import sys
+
 import jax
 import jax.numpy as jnp
 import jrl.envs
 import numpy as np
 import pytest
 from flax import struct
-from jrl.envs import registry
+from jrl.envs import entries, registry
 
 from jrl.core import spaces
 from jrl.core.env import Environment
@@ -229,3 +232,41 @@ def test_make_builtin_cartpole():
     assert float(params.gravity) == 12.0 and env.max_episode_steps == 50
     with pytest.raises(TypeError, match="gravity"):
         jrl.envs.make("CartPole-v1", gravty=12.0)
+
+
+def test_a_missing_extra_is_one_line_naming_its_install(monkeypatch):
+    """``import_extra``: a module that imports is returned; one that cannot be imported raises
+    the adapter's error (an ImportError and a ValueError: ``jrl`` exits with 2) with one line
+    naming ``pip install jrl-jax[<extra>]`` and the import's own reason, without its
+    traceback."""
+    assert entries.import_extra("json", "x", "y") is __import__("json")
+
+    class DemoMissingError(entries.ExtraMissingError):
+        pass
+
+    monkeypatch.setitem(sys.modules, "demo_extra_pkg", None)
+    with pytest.raises(DemoMissingError) as info:
+        entries.import_extra("demo_extra_pkg", "demo", "demo environments", DemoMissingError)
+    message = str(info.value)
+    assert message.startswith(
+        "demo environments need the optional demo extra: pip install jrl-jax[demo] ("
+    )
+    assert "demo_extra_pkg" in message and "\n" not in message
+    assert info.value.__cause__ is None and info.value.__suppress_context__
+    assert isinstance(info.value, ImportError) and isinstance(info.value, ValueError)
+
+
+@pytest.mark.parametrize("extra", ["brax", "pgx", "jaxmarl", "craftax", "jumanji", "xminigrid"])
+def test_every_adapter_reports_a_missing_extra_the_same_way(extra):
+    """Every adapter of an optional suite builds its missing-extra error on the shared
+    ``ExtraMissingError`` and names the same install command."""
+    module = importlib.import_module(f"jrl.envs.{extra}_adapter")
+    errors = [
+        v
+        for v in vars(module).values()
+        if isinstance(v, type)
+        and v.__name__.endswith("MissingError")
+        and v.__module__ == module.__name__
+    ]
+    assert len(errors) == 1 and issubclass(errors[0], entries.ExtraMissingError), errors
+    assert module.INSTALL == entries.install_hint(extra) == f"pip install jrl-jax[{extra}]"
