@@ -9,8 +9,8 @@ Each check runs one test's configuration, its seeds vmapped in one call, for eve
   ``--steps`` (tests/test_r2d2.py; default 24k and 48k);
 - ``apex``: Ape-X's CartPole preset on gymnasium:CartPole-v1 with 2 actor threads (which a
   synchronous run with 2 Ray actors equals), greedy return over 10 episodes (tests/test_apex.py);
-- ``impala-actors``: IMPALA on gymnasium:CartPole-v1, 500k steps, 2 actor threads, final
-  training return (tests/test_ray_actors.py);
+- ``impala-actors``: IMPALA on gymnasium:CartPole-v1, 500k steps, 2 actor threads (``--set
+  actor_threads=1``: tests/test_sebulba.py's configuration), final training return;
 - ``impala``: IMPALA on CartPole-v1 (Anakin), 600k steps, final training return
   (tests/test_impala.py);
 - ``dqn-probe``: 3-step DQN on TruncationProbe-v0, 30k steps, the lowest and highest Q over
