@@ -51,6 +51,7 @@ BUILTIN: dict[str, str] = {
     "pqn": "jrl.agents.value.pqn:PQNConfig",
     "reinforce": "jrl.agents.actor_critic.reinforce:REINFORCEConfig",
     "sac": "jrl.agents.continuous.sac:SACConfig",
+    "sac_discrete": "jrl.agents.continuous.sac_discrete:SACDiscreteConfig",
     "td3": "jrl.agents.continuous.td3:TD3Config",
     "ddpg": "jrl.agents.continuous.ddpg:DDPGConfig",
     "alphazero": "jrl.agents.search.alphazero:AlphaZeroConfig",

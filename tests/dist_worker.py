@@ -77,7 +77,7 @@ CONTINUOUS = dict(
     hidden_sizes=(16, 16),
     total_steps=4 * 2 * 12,
 )
-for name in ("sac", "td3", "ddpg"):
+for name in ("sac", "td3", "ddpg", "sac_discrete"):  # sac_discrete: on CartPole-v1
     SMALL[name] = CONTINUOUS
 # DDPG explores with OU noise here: the per-env noise state (the off-policy loop's acting
 # state) must be split over devices like the envs; Gaussian exploration is TD3's case

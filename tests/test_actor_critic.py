@@ -52,6 +52,7 @@ def test_public_api_imports():
         "rainbow",
         "reinforce",
         "sac",
+        "sac_discrete",
         "snes",
         "td3",
     ]

@@ -19,6 +19,7 @@ from jrl.run import evaluation
 CASES = {
     "ppo": dict(total_steps=4 * 128 * 8, normalize_observations=True),  # normaliser inside
     "dqn": dict(total_steps=3000, learning_starts=1000, buffer_size=2000),
+    "sac_discrete": dict(total_steps=3000, learning_starts=1000, buffer_size=2000),
 }
 
 

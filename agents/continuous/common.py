@@ -21,10 +21,14 @@
 - :func:`make_deterministic_losses` and :func:`make_deterministic`: the losses and the agent
   of TD3 and DDPG (a deterministic actor,
   Gaussian exploration noise, target policy smoothing, delayed actor and target
-  updates; DDPG is the case of one critic, no smoothing and no delay).
+  updates; DDPG is the case of one critic, no smoothing and no delay);
+- :func:`build_continuous` and :func:`build_replay_agent`: the assembly on
+  :func:`jrl.run.loops.off_policy` (the second, without an action scale, also builds
+  discrete SAC).
 
 SAC's agent (a squashed-Gaussian actor and the entropy temperature) is in
-``agents/continuous/sac.py``; it uses the same pieces.
+``agents/continuous/sac.py``, discrete SAC's in ``agents/continuous/sac_discrete.py``; they
+use the same pieces.
 """
 
 from __future__ import annotations
@@ -49,6 +53,7 @@ from jrl.run.loops import ReplaySchedule, off_policy
 
 __all__ = [
     "build_continuous",
+    "build_replay_agent",
     "ActionScale",
     "ContinuousConfig",
     "DeterministicConfig",
@@ -176,6 +181,9 @@ class ContinuousConfig(ReplayConfig):
 
     ACTION_SPACES: ClassVar[tuple[type, ...]] = (spaces.Box,)
     RANGES: ClassVar[dict[str, Range]] = {"tau": Range(0.0, 1.0, low_open=True)}
+    Q_OF_ACTION: ClassVar[bool] = True
+    """The critics take the action as an input (Q(obs, action): an MLP torso only); discrete
+    SAC's critics output every action's value and take any torso."""
 
     total_steps: int = 1_000_000
     num_envs: int = 1
@@ -221,7 +229,7 @@ class ContinuousConfig(ReplayConfig):
                 f"(0: all critics), got {self.target_critics}",
             ),
             (
-                self.torso in ("mlp", "layernorm_mlp"),
+                self.torso in ("mlp", "layernorm_mlp") or not self.Q_OF_ACTION,
                 f"torso must be 'mlp' or 'layernorm_mlp' for a Q(obs, action) network, "
                 f"got {self.torso!r}",
             ),
@@ -484,12 +492,23 @@ def build_continuous(
     agent_name: str = "this agent",
 ) -> Built:
     """Assembles an off-policy continuous-control agent (SAC, TD3, DDPG) on ``env``, whose
-    action space must be a bounded 1-D Box: the training env, the agent from
-    ``config.make_agent(ActionScale, obs_ndim) -> (agent, networks)``, a uniform replay
-    buffer stratified by env (so D devices sample what one device does) and
-    :func:`jrl.run.loops.off_policy`."""
+    action space must be a bounded 1-D Box: :func:`build_replay_agent` with the agent from
+    ``config.make_agent(ActionScale, obs_ndim) -> (agent, networks)``."""
     config.validate()
     scale = ActionScale.from_space(env.action_space(env_params), agent_name)
+
+    def make_agent(spec: EnvSpec):
+        return config.make_agent(scale, max(len(spec.observation_space.shape), 1))
+
+    return build_replay_agent(config, env, env_params, num_devices, agent_name, make_agent)
+
+
+def build_replay_agent(
+    config: ContinuousConfig, env, env_params, num_devices: int, agent_name: str, make_agent
+) -> Built:
+    """The training env, the agent from ``make_agent(spec) -> (agent, networks)``, a uniform
+    replay buffer stratified by env (so D devices sample what one device does) and
+    :func:`jrl.run.loops.off_policy` (SAC, TD3, DDPG and discrete SAC)."""
     local_envs = envs_per_device(config.num_envs, num_devices)
     if config.batch_size % config.num_envs or config.buffer_size % config.num_envs:
         raise ValueError(
@@ -498,7 +517,7 @@ def build_continuous(
             f"of num_envs ({config.num_envs})"
         )
     env, spec = training_env(config, env, env_params, num_devices)
-    agent, network = config.make_agent(scale, max(len(spec.observation_space.shape), 1))
+    agent, network = make_agent(spec)
     buffer = buffers.uniform_buffer(config.buffer_size // num_devices, stratify=local_envs)
     schedule = ReplaySchedule(
         config.steps_per_iteration,

@@ -25,7 +25,7 @@ uniform over the action space.
 from __future__ import annotations
 
 import dataclasses
-from typing import ClassVar
+from typing import Callable, ClassVar
 
 import jax
 import jax.numpy as jnp
@@ -62,6 +62,8 @@ __all__ = [
     "build",
     "make_sac",
     "make_sac_losses",
+    "make_soft_init",
+    "make_soft_learn",
 ]
 
 
@@ -132,12 +134,13 @@ def make_sac_losses(actor, critic, scale: ActionScale, subset: int = 0, ensemble
     return critic_loss_fn, actor_loss_fn
 
 
-def _sac_init(actor, critic, scale: ActionScale, tx, hparams: SACHParams):
-    """SAC's ``init(key, spec) -> SACState``: the actor and critics, their copy as the target
-    critics, ``d = 0`` and the optimiser states."""
+def make_soft_init(init_params, tx, hparams: SACHParams):
+    """``init(key, spec) -> SACState`` of SAC and discrete SAC: the networks from
+    ``init_params(key, spec) -> {"actor": ..., "critic": ...}``, their critics' copy as the
+    target critics, ``d = 0`` and the optimiser states (``tx``)."""
 
     def init(key, spec: EnvSpec) -> SACState:
-        params = init_networks(actor, critic, scale, spec, key)
+        params = init_params(key, spec)
         log_alpha = jnp.zeros((), jnp.float32)
         opt = {k: tx.init(v) for k, v in params.items()}
         opt["alpha"] = tx.init(log_alpha)
@@ -175,19 +178,19 @@ def _optimizer_step(tx):
     return step
 
 
-def make_sac(actor, critic, scale: ActionScale, config: "SACConfig") -> Agent:
-    """The SAC agent (see the module docstring) for ``actor`` (a
-    :class:`~jrl.parts.networks.SquashedGaussianActor`) and ``critic`` (a
-    :class:`~jrl.parts.networks.QEnsemble`)."""
-    hparams, total = config.hparams(), max(config.num_updates, 1)
-    tx = make_optimizer("adam", config.max_grad_norm)
+def make_soft_learn(critic_loss_fn, actor_loss_fn, config, entropy_unit) -> Callable:
+    """SAC's ``learn(state, sample, key) -> Learned`` over its two losses (SAC's own, or
+    discrete SAC's of :mod:`jrl.agents.continuous.sac_discrete`): an Adam step of the critics
+    on ``critic_loss_fn(critic_params, state, batch, alpha, key) -> (loss, q)``, then of the
+    actor on ``actor_loss_fn(actor_params, new_critic_params, obs, alpha, key) -> (loss,
+    log_prob [B])`` (``log_prob``: the log-probability of the actor's action, or its
+    expectation), then of ``d`` on :func:`alpha_loss` with the target entropy
+    ``target_entropy_scale * entropy_unit(obs)`` (``[]`` or ``[B]``); the target critics move
+    by ``tau``. ``config``: the agent's :class:`~jrl.agents.continuous.common.ContinuousConfig`
+    with ``autotune``."""
+    total = max(config.num_updates, 1)
+    step = _optimizer_step(make_optimizer("adam", config.max_grad_norm))
     autotune = bool(config.autotune)
-    subset, ensemble = config.target_subset, config.actor_q
-
-    init = _sac_init(actor, critic, scale, tx, hparams)
-    act, policy = _sac_acting(actor, scale)
-    critic_loss_fn, actor_loss_fn = make_sac_losses(actor, critic, scale, subset, ensemble)
-    step = _optimizer_step(tx)
 
     def learn(state: SACState, sample_, key) -> Learned:
         hp, batch = state.hparams, sample_.items
@@ -202,7 +205,7 @@ def make_sac(actor, critic, scale: ActionScale, config: "SACConfig") -> Agent:
             state.params["actor"], new_critic, batch.observation, alpha, k_actor
         )
         new_actor, opt_state = step(state.params["actor"], opt_state, "actor", grads, lr)
-        target_entropy = hp.target_entropy_scale * scale.dim
+        target_entropy = hp.target_entropy_scale * entropy_unit(batch.observation)
         log_alpha = state.log_alpha
         # the loss at log alpha = log alpha_0 + d; its gradient in log alpha is the one in d
         t_loss, grads = jax.value_and_grad(alpha_loss)(jnp.log(alpha), log_prob, target_entropy)
@@ -227,6 +230,20 @@ def make_sac(actor, critic, scale: ActionScale, config: "SACConfig") -> Agent:
         )
         return Learned(new, {**metrics, "train/alpha": alpha})
 
+    return learn
+
+
+def make_sac(actor, critic, scale: ActionScale, config: "SACConfig") -> Agent:
+    """The SAC agent (see the module docstring) for ``actor`` (a
+    :class:`~jrl.parts.networks.SquashedGaussianActor`) and ``critic`` (a
+    :class:`~jrl.parts.networks.QEnsemble`)."""
+    tx = make_optimizer("adam", config.max_grad_norm)
+    init = make_soft_init(
+        lambda key, spec: init_networks(actor, critic, scale, spec, key), tx, config.hparams()
+    )
+    act, policy = _sac_acting(actor, scale)
+    losses = make_sac_losses(actor, critic, scale, config.target_subset, config.actor_q)
+    learn = make_soft_learn(*losses, config, lambda obs: scale.dim)
     return Agent(init=init, act=act, learn=learn, policy=policy)
 
 

@@ -30,8 +30,10 @@ __all__ = [
     "MuZeroNetwork",
     "ActorCritic",
     "CORES",
+    "CategoricalActor",
     "ContinuousQ",
     "DeterministicActor",
+    "DiscreteQEnsemble",
     "NoisyDense",
     "PolicyHead",
     "QEnsemble",
@@ -433,6 +435,54 @@ class QEnsemble(nn.Module):
         return ensemble(self.hidden_sizes, self.activation, self.obs_ndim, self.layer_norm)(
             obs, action
         )
+
+
+class DiscreteQEnsemble(nn.Module):
+    """``num_critics`` independent :class:`QNetwork` s as one vmapped module: ``obs [...,
+    *obs_shape] -> q [num_critics, ..., num_actions]``, every parameter with a leading
+    ``[num_critics]`` axis (discrete SAC's critics; flax's default init, no QR)."""
+
+    num_actions: int
+    num_critics: int = 2
+    hidden_sizes: Sequence[int] = (256, 256)
+    activation: str = "relu"
+    obs_ndim: int = 1
+    torso: str = "mlp"  # a name of torsos.TORSOS
+
+    @nn.compact
+    def __call__(self, obs: jax.Array) -> jax.Array:
+        ensemble = nn.vmap(
+            QNetwork,
+            variable_axes={"params": 0},
+            split_rngs={"params": True},
+            in_axes=None,
+            out_axes=0,
+            axis_size=self.num_critics,
+        )
+        q = ensemble(
+            self.num_actions, self.hidden_sizes, self.activation, self.obs_ndim, torso=self.torso
+        )
+        return q(obs)
+
+
+class CategoricalActor(nn.Module):
+    """``obs -> Categorical`` over ``num_actions`` (discrete SAC): a torso (flax's default init)
+    and a Dense of orthogonal gain 0.01 (a nearly uniform first policy). A masked env's
+    ``{"observation", "action_mask"}`` is split and invalid actions get probability 0."""
+
+    num_actions: int
+    hidden_sizes: Sequence[int] = (256, 256)
+    activation: str = "relu"
+    obs_ndim: int = 1
+    torso: str = "mlp"  # a name of torsos.TORSOS
+
+    @nn.compact
+    def __call__(self, obs, mask: jax.Array | None = None) -> distributions.Categorical:
+        obs, mask = _split_mask(obs, mask)
+        x = make_torso(
+            self.torso, self.hidden_sizes, self.activation, self.obs_ndim, orthogonal=False
+        )(obs)
+        return PolicyHead(spaces.Discrete(self.num_actions))(x, mask)
 
 
 class DeterministicActor(nn.Module):
