@@ -30,7 +30,7 @@ import numpy as np
 
 import jrl.agents
 import jrl.envs
-from jrl.app import checkpoint, compile_cache, peers, run_folder
+from jrl.app import checkpoint, compile_cache, peers, run_folder, videos
 from jrl.app import execution as training
 from jrl.app.checkpoint import CheckpointError
 from jrl.app.chunk_work import make_evaluator
@@ -89,6 +89,7 @@ def check_env(spec: RunSpec) -> None:
     jrl.agents.check_kind(spec.agent, kind, spec.env_id)
     jrl.agents.check_action_space(spec.agent, space, spec.env_id)
     check(spec.config.env_checks(space, spec.agent))
+    videos.check_videos(spec, env, env_params)  # --video-every: an env that renders
 
 
 def check_runner(spec: RunSpec, env) -> None:
@@ -189,7 +190,9 @@ def train(
         every process after :func:`jrl.app.distributed.initialize`, where only
         process 0 writes ``out``), ``num_reports``, ``eval_every`` and
         ``eval_episodes`` (greedy evaluation on fresh episodes, logged as
-        ``eval/episode_return``), ``checkpoint_every`` and ``keep_checkpoints``,
+        ``eval/episode_return``), ``video_every``, ``video_episodes`` and ``video_format``
+        (videos of greedy episodes in ``out/videos`` and the sinks: :mod:`jrl.app.videos`),
+        ``checkpoint_every`` and ``keep_checkpoints``,
         ``log`` ("jsonl", "tensorboard", "wandb"), ``stop_at_steps`` (stop as on
         SIGINT after the chunk reaching this many env steps per run),
         ``env_overrides``, ``progress``, ``compile_cache``, ``overwrite``, ``plugins``

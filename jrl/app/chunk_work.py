@@ -26,7 +26,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jrl.app import checkpoint, peers, run_folder, sinks
+from jrl.app import checkpoint, peers, run_folder, sinks, videos
 from jrl.app.result import Progress, sweep_groups
 from jrl.app.run_options import RunSpec
 from jrl.app.stopping import StallWatch
@@ -297,6 +297,7 @@ class ChunkWork:
             config=spec.record(),
             resume_from_iteration=start.iteration if start.resuming else None,
             resume_from_step=start.iteration * self.per_iter if start.resuming else None,
+            videos=spec.options.video_format if spec.options.video_every else None,
         )
 
     @contextlib.contextmanager
@@ -338,6 +339,9 @@ class ChunkWork:
         )
         self.evaluator = self.eval_key = None
         opts = self.spec.options
+        self.videos = None  # process 0 draws the --video-every videos (it writes the sinks)
+        if opts.video_every > 0 and self.writer:
+            self.videos = videos.VideoMaker(self.spec, self.built, view, self.runs)
         if opts.eval_every > 0:
             self.eval_key = jax.random.fold_in(jax.random.key(opts.seed), EVAL_SALT)
             evaluator = make_evaluator(self.built, opts.eval_episodes)
@@ -427,6 +431,8 @@ class ChunkWork:
             evaluated = self._evaluate(view, prev, done) if due else None
             if self.sinks is not None:
                 sinks.write_records(self.sinks, self._records(metrics, prev, done, evaluated))
+                if self.videos is not None:  # after the records of the same iteration
+                    self.videos(self.sinks, view, prev, done)
         except Exception:  # e.g. a failing sink: keep this good chunk's state before stopping
             # (not in a multi-process run: a save is collective, and the others go on)
             if self.checkpointer is not None and jax.process_count() == 1:

@@ -25,13 +25,13 @@ imageio-ffmpeg), atomically.
 from __future__ import annotations
 
 import functools
+import io
 import math
 import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import imageio.v3 as iio
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -42,7 +42,17 @@ from jrl.core.wrappers import TimeLimit, VmapEnv
 from jrl.run.evaluation import as_stateful
 from jrl.util import files
 
-__all__ = ["VIDEO_EXTENSIONS", "episode_frames", "write_video"]
+__all__ = [
+    "VIDEO_EXTENSIONS",
+    "check_renders",
+    "check_writer",
+    "draw_states",
+    "encode_gif",
+    "episode_frames",
+    "episode_states",
+    "time_limit",
+    "write_video",
+]
 
 VIDEO_EXTENSIONS = (".gif", ".mp4")
 """File extensions :func:`write_video` writes."""
@@ -100,20 +110,26 @@ def episode_frames(
     if int(max_steps) < 1:
         raise ValueError(f"max_steps must be positive, got {max_steps}")
     params = env.default_params if env_params is None else env_params
-    frame_shape = _check_renders(env, key, params)
-    limit = _time_limit(env)
+    check_renders(env, key, params)
+    limit = time_limit(env)
     num_steps = int(max_steps) if limit is None else min(int(max_steps), limit)
 
-    rollout = jax.jit(functools.partial(_rollout, policy, VmapEnv(env, 1), num_steps))
+    rollout = jax.jit(functools.partial(episode_states, policy, env, num_steps))
     states, total_return, length = rollout(key, params)
     length = int(length)
+    return draw_states(env, states, params, length), float(total_return), length
 
-    chunk = min(_RENDER_CHUNK, num_steps + 1)
-    frames = np.empty((length + 1,) + frame_shape, np.uint8)
-    for start in range(0, length + 1, chunk):
-        drawn = np.asarray(_render_chunk(env, chunk, states, params, start, length))
-        frames[start : start + chunk] = drawn[: length + 1 - start]
-    return frames, float(total_return), length
+
+def draw_states(env: Environment, states: PyTree, params: PyTree, length: int) -> np.ndarray:
+    """``uint8[length + 1, H, W, 3]``: ``env.render`` of ``states[0 .. length]`` (``states``: an
+    :func:`episode_states` buffer, a leading ``[N + 1]`` axis with ``N >= length``), drawn a
+    fixed-size chunk at a time (one compiled program per env and buffer size)."""
+    chunk = min(_RENDER_CHUNK, jax.tree.leaves(states)[0].shape[0])
+    drawn = [
+        np.asarray(_render_chunk(env, chunk, states, params, start, length))
+        for start in range(0, length + 1, chunk)
+    ]
+    return np.concatenate(drawn)[: length + 1]
 
 
 def host_episode_frames(
@@ -153,14 +169,16 @@ def host_episode_frames(
     return np.stack(frames), total, length
 
 
-def _rollout(policy, venv: VmapEnv, num_steps: int, key: jax.Array, params: PyTree):
-    """One episode of ``venv`` (a batch of one): ``(states, return, length)``.
+def episode_states(policy, env: Environment, num_steps: int, key: jax.Array, params: PyTree):
+    """One episode of the unbatched ``env`` (played as a batch of one), jittable and vmappable
+    over keys: ``(states, return, length)``.
 
     ``states`` has a leading ``[num_steps + 1]`` axis over the unbatched env
     state: slot 0 is the reset state, slot ``t`` the state after step ``t``,
     for ``t <= length``; later slots repeat the reset state. Keys are drawn as
-    in :func:`jrl.run.evaluation.episode_returns`.
+    in :func:`jrl.run.evaluation.episode_returns`. ``policy`` as in :func:`episode_frames`.
     """
+    venv = VmapEnv(env, 1)
     k_reset, key = jax.random.split(key)
     state, ts = venv.reset(k_reset, params)
     states = jax.tree.map(lambda x: jnp.broadcast_to(x[0], (num_steps + 1,) + x.shape[1:]), state)
@@ -207,7 +225,7 @@ def _env_name(env: Environment) -> str:
     return type(env.unwrapped).__name__ if name == Environment.id else str(name)
 
 
-def _check_renders(env: Environment, key: jax.Array, params: PyTree) -> tuple[int, int, int]:
+def check_renders(env: Environment, key: jax.Array, params: PyTree) -> tuple[int, int, int]:
     """The frame shape ``(H, W, 3)`` of ``env.render``, found by abstract evaluation (nothing is
     compiled); ``ValueError`` if the env cannot render or its frames are not ``uint8[H, W, 3]``."""
     name = _env_name(env)
@@ -235,7 +253,7 @@ def _check_renders(env: Environment, key: jax.Array, params: PyTree) -> tuple[in
     return tuple(int(d) for d in frame.shape)
 
 
-def _time_limit(env: Environment) -> int | None:
+def time_limit(env: Environment) -> int | None:
     """The tightest TimeLimit in ``env``'s wrapper chain, or None."""
     limits = []
     while isinstance(env, Wrapper):
@@ -282,11 +300,7 @@ def write_video(frames: np.ndarray | jax.Array, path: str | os.PathLike, fps: fl
             f"supported: {', '.join(VIDEO_EXTENSIONS)}"
         )
     frames = np.asarray(frames)
-    if frames.ndim != 4 or frames.shape[-1] != 3 or frames.dtype != np.uint8 or 0 in frames.shape:
-        raise ValueError(
-            f"frames must be uint8[T, H, W, 3] with T, H, W >= 1, "
-            f"got {frames.dtype}{list(frames.shape)}"
-        )
+    _check_frames(frames)
     writer = _video_writer(suffix, float(fps))
     path.parent.mkdir(parents=True, exist_ok=True)
     # the temporary file ends in the real extension for the writers and is created by the
@@ -294,6 +308,23 @@ def write_video(frames: np.ndarray | jax.Array, path: str | os.PathLike, fps: fl
     with files.replacing(path) as tmp:
         writer(frames, tmp)
     return path
+
+
+def check_writer(suffix: str) -> None:
+    """``ImportError`` (naming the extra) when :func:`write_video` cannot write ``suffix``
+    files here (``.mp4`` without imageio-ffmpeg); ``ValueError`` for an unknown suffix."""
+    if suffix.lower() not in VIDEO_EXTENSIONS:
+        raise ValueError(f"unsupported video extension {suffix!r}; supported: .gif, .mp4")
+    _video_writer(suffix.lower(), 30.0)
+
+
+def _check_frames(frames: np.ndarray) -> None:
+    """``ValueError`` unless ``frames`` is ``uint8[T, H, W, 3]`` with ``T, H, W >= 1``."""
+    if frames.ndim != 4 or frames.shape[-1] != 3 or frames.dtype != np.uint8 or 0 in frames.shape:
+        raise ValueError(
+            f"frames must be uint8[T, H, W, 3] with T, H, W >= 1, "
+            f"got {frames.dtype}{list(frames.shape)}"
+        )
 
 
 def _video_writer(suffix: str, fps: float) -> Callable[[np.ndarray, Path], None]:
@@ -316,7 +347,7 @@ def _video_writer(suffix: str, fps: float) -> Callable[[np.ndarray, Path], None]
     return functools.partial(_write_mp4, fps=fps)
 
 
-def _write_gif(frames: np.ndarray, path: Path, delay_ms: int) -> None:
+def _write_gif(frames: np.ndarray, path: Path | io.BytesIO, delay_ms: int) -> None:
     """Writes an animated GIF with every frame of ``frames`` ``uint8[T, H, W, 3]``.
 
     Pillow's GIF writer (through Pillow 13 at least, with no option to turn
@@ -330,6 +361,8 @@ def _write_gif(frames: np.ndarray, path: Path, delay_ms: int) -> None:
     merged again), the others are the real image. Readers that composite
     frames (browsers, Pillow, imageio) give back the identical image.
     """
+    import imageio.v3 as iio  # deferred: every run imports this module (--video-every)
+
     hold = np.zeros(frames.shape[1:3] + (4,), np.uint8)  # RGBA, alpha 0 everywhere
     with iio.imopen(path, "w", plugin="pillow", extension=".gif") as out:
         repeats = 0
@@ -344,12 +377,24 @@ def _write_gif(frames: np.ndarray, path: Path, delay_ms: int) -> None:
             )
 
 
+def encode_gif(frames: np.ndarray, fps: float = 30) -> bytes:
+    """The bytes of the GIF file :func:`write_video` writes for ``frames`` ``uint8[T, H, W, 3]``
+    (e.g. for a TensorBoard image summary, which shows an animated GIF)."""
+    frames = np.asarray(frames)
+    _check_frames(frames)
+    out = io.BytesIO()
+    _video_writer(".gif", float(fps))(frames, out)
+    return out.getvalue()
+
+
 def _write_mp4(frames: np.ndarray, path: Path, fps: float) -> None:
     """Writes an H.264 MP4 (yuv420p) of ``frames`` ``uint8[T, H, W, 3]``, padded to even sizes."""
     _, h, w, _ = frames.shape
     if h % 2 or w % 2:
         frames = np.pad(frames, ((0, 0), (0, h % 2), (0, w % 2), (0, 0)), mode="edge")
     # macro_block_size=1: no resampling to multiples of 16 (only even sizes are needed).
+    import imageio.v3 as iio  # deferred: every run imports this module (--video-every)
+
     iio.imwrite(
         path,
         frames,

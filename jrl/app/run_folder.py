@@ -55,6 +55,7 @@ RUN_FILES = ("config.json", "metrics.csv", "learning_curve.png", "params.msgpack
 """The files every finished run folder holds."""
 OUTPUTS = RUN_FILES + ("metrics.jsonl", "eval.json", "checkpoints", "tb")
 OUTPUTS += ("pbt_lineage.json", "pbt_lineage.png")  # PBT runs (jrl.run.pbt)
+OUTPUTS += ("videos",)  # --video-every (jrl.app.videos)
 """Everything a run may write (what ``overwrite`` deletes)."""
 FINAL_FILES = ("params.msgpack", "summary.json", "learning_curve.png")
 """What a run writes after its last checkpoint; a resume completes them when missing."""

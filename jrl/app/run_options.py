@@ -83,6 +83,14 @@ class RunOptions:
     """Evaluate the greedy policy on fresh episodes every this many env steps per run (0: never)."""
     eval_episodes: int = 10
     """Episodes per run for each --eval-every evaluation."""
+    video_every: int = 0
+    """Draw greedy episodes with the env's own render every this many env steps per run, and at
+    the end, into OUT/videos/<run>_iter<N>.gif (and TensorBoard, wandb): run 0, or the first run
+    of each swept value (0: never; pure-JAX envs that render, anakin runner)."""
+    video_episodes: int = 1
+    """Episodes in each --video-every video, played one after another."""
+    video_format: typing.Literal["gif", "mp4"] = "gif"
+    """File format of the --video-every videos (mp4: pip install jrl-jax[video])."""
     checkpoint_every: int = 0
     """Write a checkpoint (the whole train state, every seed) every this many env steps per run,
     at the end of a chunk; 0: only at the end and on Ctrl-C/SIGTERM."""
@@ -196,6 +204,14 @@ class RunOptions:
             ),
             (int(self.eval_episodes) >= 1, f"eval_episodes must be >= 1, got {self.eval_episodes}"),
             (
+                int(self.video_every) >= 0,
+                f"video_every must be >= 0 (0: off), got {self.video_every}",
+            ),
+            (
+                int(self.video_episodes) >= 1,
+                f"video_episodes must be >= 1, got {self.video_episodes}",
+            ),
+            (
                 int(self.keep_checkpoints) >= 1,
                 f"keep_checkpoints must be >= 1, got {self.keep_checkpoints}",
             ),
@@ -204,8 +220,9 @@ class RunOptions:
                 f"stop_at_steps must be >= 0, got {self.stop_at_steps}",
             ),
             (
-                has_out or (int(self.checkpoint_every) == 0 and not self.log),
-                "checkpoint_every and log write into the run folder: pass out=DIR",
+                has_out
+                or (int(self.checkpoint_every) == 0 and not self.log and not self.video_every),
+                "checkpoint_every, log and video_every write into the run folder: pass out=DIR",
             ),
         ]
 
@@ -330,6 +347,10 @@ NEWER_SEBULBA = ("inference", "inference_wait_ms")
 """Sebulba options added after runs were recorded without them: recorded only when not at
 their defaults, so the records (and fingerprints) of older runs stay what they were."""
 
+VIDEO_OPTIONS = ("video_every", "video_episodes", "video_format")
+"""Options added after runs were recorded without them: recorded only when ``video_every`` is
+on, so the records (and fingerprints) of other runs stay as they were."""
+
 LAYOUT = ("devices", "actor_threads", "actors")
 """Recorded options that say where a run ran, not what it computes: a checkpoint written on
 one device count resumes on another (:mod:`jrl.app.reshard`), and a Sebulba run's actors
@@ -345,6 +366,7 @@ RECORDED = (
     "num_reports",
     "eval_every",
     "eval_episodes",
+    *VIDEO_OPTIONS,
     "checkpoint_every",
     "log",
     "log_every",

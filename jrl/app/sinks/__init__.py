@@ -32,10 +32,19 @@ What each sink writes:
   wandb run; at step ``env_steps`` the mean/min/max over the runs
   (:func:`summarize`) and each run's values as ``<run name>/<metric>``.
 
+Videos (``--video-every``): a :class:`Video` (one run's episodes drawn at one iteration,
+``uint8[T, H, W, 3]`` frames) goes to every sink with a ``write_video`` method
+(:func:`write_video`; the others ignore it): :class:`VideoFileSink` writes
+``videos/<run name>_iter<NNNNNN>.gif`` (or ``.mp4``) in the run folder, TensorBoard an image
+summary holding the GIF (tag ``eval/video``, shown in its Images tab), wandb a
+``wandb.Video``. :func:`make_sinks` adds the file sink when given ``videos`` (the format), behind a
+:class:`ThreadedSink` like TensorBoard and wandb, so no video is encoded on the training thread.
+
 Resuming from a checkpoint at iteration ``k`` (``env_steps`` ``S``): the CSV and
 JSONL files keep their header and the rows with ``iteration <= k`` (rewritten
 atomically: a temporary file in the same directory, then ``os.replace``; a last
-line cut short by a crash is dropped) and new rows are appended. A file that
+line cut short by a crash is dropped) and new rows are appended; the videos of iterations
+after ``k`` are deleted (the resumed run draws them again). A file that
 does not exist yet is started afresh. TensorBoard opens a new event file in
 each run's folder whose first events are a ``file_version`` event and a
 ``SessionLog.START`` at step ``S + 1`` (tensorboardX's ``purge_step``):
@@ -70,13 +79,25 @@ from typing import Any
 
 from jrl.app.sinks.composite import MultiSink, ThreadedSink
 from jrl.app.sinks.file_sinks import CSVSink, JSONLSink
-from jrl.app.sinks.record import Record, Sink, run_name, summarize, write_records
-from jrl.app.sinks.tensorboard_sink import TensorBoardSink
+from jrl.app.sinks.record import (
+    Record,
+    Sink,
+    Video,
+    run_name,
+    summarize,
+    write_records,
+    write_video,
+)
+from jrl.app.sinks.tensorboard_sink import VIDEO_TAG, TensorBoardSink
+from jrl.app.sinks.video_files import VIDEO_FORMATS, VideoFileSink, video_file_name
 from jrl.app.sinks.wandb_sink import WandbSink
 from jrl.util.names import did_you_mean
 
 __all__ = [
     "SINK_NAMES",
+    "VIDEO_DIR",
+    "VIDEO_FORMATS",
+    "VIDEO_TAG",
     "CSVSink",
     "JSONLSink",
     "MultiSink",
@@ -84,17 +105,23 @@ __all__ = [
     "Sink",
     "TensorBoardSink",
     "ThreadedSink",
+    "Video",
+    "VideoFileSink",
     "WandbSink",
     "check_available",
     "check_names",
     "make_sinks",
     "run_name",
     "summarize",
+    "video_file_name",
     "write_records",
+    "write_video",
 ]
 
 SINK_NAMES = ("csv", "jsonl", "tensorboard", "wandb")
 """The names :func:`make_sinks` accepts."""
+VIDEO_DIR = "videos"
+"""The run folder's folder of ``--video-every`` videos (:class:`VideoFileSink`)."""
 
 
 def check_names(names: Sequence[str]) -> None:
@@ -131,6 +158,7 @@ def make_sinks(
     config: Mapping[str, Any],
     resume_from_iteration: int | None = None,
     resume_from_step: int | None = None,
+    videos: str | None = None,
 ) -> MultiSink:
     """The sinks ``names`` (from :data:`SINK_NAMES`) writing under ``out_dir``, as one MultiSink.
 
@@ -139,7 +167,8 @@ def make_sinks(
     ``out_dir`` with ``{**config, "runs": runs}`` as its config (``runs``: the ``[R]`` run
     identities); these two behind a :class:`ThreadedSink`. ``resume_from_iteration`` and
     ``resume_from_step`` are the iteration and ``env_steps`` of the checkpoint resumed (see the
-    module docstring); resuming TensorBoard needs ``resume_from_step``.
+    module docstring); resuming TensorBoard needs ``resume_from_step``. ``videos`` (a format of
+    :data:`VIDEO_FORMATS`) adds a :class:`VideoFileSink` writing ``out_dir/videos``, threaded.
     """
     check_names(names)
     if "tensorboard" in names and resume_from_iteration is not None and resume_from_step is None:
@@ -166,6 +195,9 @@ def make_sinks(
     try:
         for name in names:
             sinks.append(factories[name]())
+        if videos is not None:
+            files = VideoFileSink(out_dir / VIDEO_DIR, videos, resume_from_iteration)
+            sinks.append(ThreadedSink(files))
     except BaseException:
         with contextlib.suppress(
             Exception

@@ -10,7 +10,7 @@ from collections.abc import Callable, Iterable, Sequence
 
 import numpy as np
 
-from jrl.app.sinks.record import Record, Sink, write_records
+from jrl.app.sinks.record import Record, Sink, Video, write_records, write_video
 
 __all__ = ["MultiSink", "ThreadedSink"]
 
@@ -43,15 +43,24 @@ class MultiSink:
         """Hands the records to each sink (:func:`write_records`)."""
         _call_all(lambda sink=sink: write_records(sink, records) for sink in self.sinks)
 
+    def write_video(self, video: Video) -> None:
+        """Hands the video to each sink that takes videos (:func:`write_video`)."""
+        _call_all(lambda sink=sink: write_video(sink, video) for sink in self.sinks)
+
     def close(self) -> None:
         _call_all(lambda sink=sink: sink.close() for sink in self.sinks)
 
 
 _STOP = object()
+PENDING_VIDEOS = 2
+"""Videos a :class:`ThreadedSink` holds at most (queued or being written): a video's frames
+can take hundreds of megabytes, so ``write_video`` waits for a slot rather than piling
+them up when encoding is slower than training."""
 
 
 class ThreadedSink:
-    """Runs ``sink.write`` on a background thread so that slow I/O never stalls the training loop.
+    """Runs ``sink.write`` (and ``sink.write_video``) on a background thread so that slow I/O
+    never stalls the training loop.
 
     ``write`` (one record) and ``write_many`` (a chunk's records, one queue item) copy the arrays
     and queue them (they wait only when ``max_queue`` items are pending). Records reach ``sink``
@@ -64,6 +73,7 @@ class ThreadedSink:
     def __init__(self, sink: Sink, max_queue: int = 1024):
         self.sink = sink
         self._queue: queue.Queue = queue.Queue(max_queue)
+        self._video_slots = threading.Semaphore(PENDING_VIDEOS)
         self._error: BaseException | None = None
         self._error_raised = False
         self._closed = False
@@ -78,11 +88,15 @@ class ThreadedSink:
             try:
                 if record is _STOP:
                     return
-                if self._error is None:
+                if self._error is None and isinstance(record, Video):
+                    write_video(self.sink, record)
+                elif self._error is None:
                     write_records(self.sink, record)  # a chunk's records
             except BaseException as err:  # noqa: BLE001 -- handed to the caller's thread
                 self._error = err
             finally:
+                if isinstance(record, Video):
+                    self._video_slots.release()
                 self._queue.task_done()
 
     def _raise_error(self) -> None:
@@ -105,6 +119,18 @@ class ThreadedSink:
                 for r in records
             ]
         )
+
+    def write_video(self, video: Video) -> None:
+        """Queues the video, its frames as they are (not copied, unlike records' arrays: the
+        caller hands them over and must not change them); ``sink`` encodes and writes it on
+        the worker thread. Waits while :data:`PENDING_VIDEOS` videos are pending. Ignored when
+        ``sink`` takes no videos."""
+        if self._closed:
+            raise RuntimeError(f"write to a closed ThreadedSink({type(self.sink).__name__})")
+        self._raise_error()
+        if getattr(self.sink, "write_video", None) is not None:
+            self._video_slots.acquire()
+            self._queue.put(video)
 
     def flush(self) -> None:
         """Waits until every queued record has reached ``sink`` (or was dropped after an error),

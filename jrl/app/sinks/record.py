@@ -1,6 +1,7 @@
-"""What a metric sink takes: :class:`Record` (the metrics of R runs at one iteration) and
-the :class:`Sink` protocol, with the helpers every sink shares (:func:`run_name`,
-:func:`summarize`, :func:`write_records`)."""
+"""What a metric sink takes: :class:`Record` (the metrics of R runs at one iteration),
+:class:`Video` (one run's episodes drawn at one iteration) and the :class:`Sink` protocol, with
+the helpers every sink shares (:func:`run_name`, :func:`summarize`, :func:`write_records`,
+:func:`write_video`)."""
 
 from __future__ import annotations
 
@@ -16,9 +17,11 @@ __all__ = [
     "METRICS",
     "Record",
     "Sink",
+    "Video",
     "run_name",
     "summarize",
     "write_records",
+    "write_video",
 ]
 
 ITERATION = "iteration"
@@ -53,9 +56,41 @@ class Record:
             )
 
 
+@dataclasses.dataclass(frozen=True)
+class Video:
+    """Episodes of one run drawn at one report (``--video-every``).
+
+    ``frames`` is a host ``uint8[T, H, W, 3]`` array (the episodes one after another: each
+    episode's reset frame, then one per step); ``name`` is the run's :func:`run_name`
+    (``seed0``), ``run`` its identity as in :attr:`Record.runs`, ``returns`` each episode's
+    return.
+    """
+
+    iteration: int  # iterations done per run
+    env_steps: int  # env steps per run
+    name: str
+    frames: np.ndarray  # uint8 [T, H, W, 3]
+    fps: float
+    run: Mapping[str, Any]
+    returns: tuple[float, ...] = ()
+
+    def __post_init__(self):
+        shape, dtype = np.shape(self.frames), np.asarray(self.frames).dtype
+        if len(shape) != 4 or shape[-1] != 3 or dtype != np.uint8 or 0 in shape:
+            raise ValueError(
+                f"Video: frames must be uint8[T, H, W, 3] with T, H, W >= 1, got "
+                f"{dtype}{list(shape)}"
+            )
+
+
 @runtime_checkable
 class Sink(Protocol):
-    """Where records go: ``write`` once per report, ``close`` once at the end (idempotent)."""
+    """Where records go: ``write`` once per report, ``close`` once at the end (idempotent).
+
+    A sink may also take videos: a method ``write_video(video: Video) -> None``, called after
+    the records of the video's iteration were written. It is optional (not part of the
+    protocol's checked methods): :func:`write_video` passes videos over sinks without it.
+    """
 
     def write(self, record: Record) -> None: ...
 
@@ -99,6 +134,13 @@ def run_name(run: Mapping[str, Any]) -> str:
         if key not in ("run", "seed")
     ]
     return "-".join([head, *rest])
+
+
+def write_video(sink: Sink, video: Video) -> None:
+    """Hands ``video`` to ``sink``'s ``write_video``; a sink without one ignores videos."""
+    method = getattr(sink, "write_video", None)
+    if method is not None:
+        method(video)
 
 
 def write_records(sink: Sink, records: Sequence[Record]) -> None:

@@ -12,9 +12,12 @@ from typing import Any
 
 import numpy as np
 
-from jrl.app.sinks.record import Record, run_name
+from jrl.app.sinks.record import Record, Video, run_name
 
-__all__ = ["TensorBoardSink"]
+__all__ = ["VIDEO_TAG", "TensorBoardSink"]
+
+VIDEO_TAG = "eval/video"
+"""The tag of a run's ``--video-every`` videos in its TensorBoard folder."""
 
 
 class TensorBoardSink:
@@ -99,6 +102,29 @@ class TensorBoardSink:
                     )
         for writer in touched.values():
             writer.flush()
+
+    def write_video(self, video: Video) -> None:
+        """Writes ``video`` into its run's file (``video.name``) at step ``env_steps`` as an
+        image summary holding an animated GIF (tag :data:`VIDEO_TAG`), which TensorBoard's
+        Images tab plays: what tensorboardX's ``add_video`` writes, encoded by Pillow rather
+        than moviepy (not a dependency), every frame kept."""
+        from tensorboardX.proto.event_pb2 import Event  # lazily, as in __init__
+
+        from jrl.app import render  # the GIF encoder (imageio): only in runs that draw videos
+
+        if self._closed:
+            raise RuntimeError(f"write to a closed TensorBoardSink({self.logdir})")
+        _, height, width, _ = np.shape(video.frames)
+        image = self._summary.Image(
+            height=height,
+            width=width,
+            colorspace=3,
+            encoded_image_string=render.encode_gif(video.frames, video.fps),
+        )
+        summary = self._summary(value=[self._summary.Value(tag=VIDEO_TAG, image=image)])
+        writer = self._writer(video.name)
+        writer.write_event(Event(wall_time=time.time(), step=int(video.env_steps), summary=summary))
+        writer.flush()
 
     def close(self) -> None:
         if not self._closed:

@@ -4,12 +4,14 @@ and each run's values at step ``env_steps`` (see :mod:`jrl.app.sinks`)."""
 from __future__ import annotations
 
 import math
+import tempfile
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from jrl.app.sinks.record import Record, run_name, summarize
+from jrl.app.sinks.record import Record, Video, run_name, summarize
 
 __all__ = ["WandbSink"]
 
@@ -51,6 +53,21 @@ class WandbSink:
                 if not math.isnan(value):
                     data[f"{name}/{metric}"] = value
         self._run.log(data, step=int(record.env_steps))
+
+    def write_video(self, video: Video) -> None:
+        """Logs ``video`` as ``<run name>/eval/video`` at step ``env_steps``: a ``wandb.Video``
+        of a GIF file (wandb encodes raw frames only with moviepy, not a dependency) captioned
+        with the episodes' returns. The file is a temporary one, which ``log`` copies into the
+        wandb run."""
+        import wandb  # the optional extra, present: __init__ imported it
+
+        from jrl.app import render  # the GIF encoder (imageio): only in runs that draw videos
+
+        with tempfile.TemporaryDirectory(prefix="jrl-video-") as folder:
+            path = render.write_video(video.frames, Path(folder) / f"{video.name}.gif", video.fps)
+            caption = "returns " + ", ".join(f"{r:g}" for r in video.returns)
+            clip = wandb.Video(str(path), caption=caption, format="gif")  # fps: the GIF's delays
+            self._run.log({f"{video.name}/eval/video": clip}, step=int(video.env_steps))
 
     def close(self) -> None:
         if not self._closed:
