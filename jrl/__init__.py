@@ -2,8 +2,9 @@
 
 Public API: the environment layer (``Environment``, ``Wrapper``,
 ``TimeStep``, ``Transition``, ``spaces``), the agent contract (``Agent``,
-``EnvSpec``), ``train`` (see :mod:`jrl.app.api`), ``make_train`` (the whole run as one
-pure function, :mod:`jrl.app.functional`) and ``load_policy`` (see
+``EnvSpec``), ``train`` (see :mod:`jrl.app.api`; a hyperparameter search:
+:mod:`jrl.app.search`), ``make_train`` (the whole run as one pure function,
+:mod:`jrl.app.functional`) and ``load_policy`` (see
 :mod:`jrl.app.export`). The library is layered in packages, from the base up:
 ``jrl.util``, ``jrl.core``, ``jrl.ops``, ``jrl.parts``, ``jrl.run`` (the runners),
 ``jrl.agents`` (one package per agent family), ``jrl.app`` (training runs, run folders,
@@ -48,7 +49,8 @@ every other submodule of ``jrl``."""
 
 def __getattr__(name: str):
     if name == "train":  # imported lazily: it pulls in the agents and the runner
-        from jrl.app.api import train  # (start-up time of `import jrl` and `jrl --help`)
+        # (start-up time of `import jrl` and `jrl --help`); jrl.app.api.train, or a search
+        from jrl.app.search import train
 
         return train
     if name == "make_train":  # lazily, as train

@@ -5,7 +5,8 @@ through :mod:`~jrl.app.execution` and :mod:`~jrl.app.chunk_work`, with the run's
 and record in :mod:`~jrl.app.run_options`, its folder in :mod:`~jrl.app.run_folder`,
 checkpoints in :mod:`~jrl.app.checkpoint`, metric logs in :mod:`~jrl.app.sinks`;
 :mod:`~jrl.app.export` and :mod:`~jrl.app.render` turn a trained run into a policy file
-or a video, and :mod:`~jrl.app.cli` is the ``jrl`` command line. Each module is reachable
+or a video, :mod:`~jrl.app.search` searches hyperparameters in batches of runs, and
+:mod:`~jrl.app.cli` is the ``jrl`` command line. Each module is reachable
 as an attribute without importing it first (``jrl.app.api``).
 """
 

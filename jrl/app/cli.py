@@ -3,7 +3,8 @@
     jrl envs                                  list registered environments
     jrl agents                                list agents
     jrl train AGENT [--env ENV] [--seeds N] [--total-steps N] [--out DIR] [config fields ...]
-    jrl train --resume RUN_DIR                continue an interrupted run exactly
+    jrl train AGENT --search-space FIELD=SPEC [--trials N] [--search-batch B]   a search
+    jrl train --resume RUN_DIR                continue an interrupted run (or search) exactly
     jrl eval RUN_DIR [--episodes N] [--greedy | --stochastic]
     jrl render RUN_DIR [--out episode.gif] [--run R]
     jrl export RUN_DIR --out DIR [--run R]    one run's policy for inference (jrl.load_policy)
@@ -98,6 +99,15 @@ class CLIOptions:
     sweep: tuple[str, ...] = ()
     """Sweep a hyperparameter in the same program: FIELD=v1,v2 (a sweepable field of the agent,
     e.g. learning_rate or gamma)."""
+    search_space: tuple[str, ...] = ()
+    """Hyperparameter search (pip install jrl-jax[search]): FIELD=SPEC per sweepable field, SPEC
+    log:LO:HI, uniform:LO:HI, int:LO:HI or choice:a,b,c; TPE proposes each batch of trials."""
+    trials: int = 16
+    """With --search-space: trials in all (each trains --seeds seeds)."""
+    search_batch: int | None = None
+    """With --search-space: trials per batch, trained as one program (default: --trials)."""
+    search_metric: typing.Literal["final_return", "eval_return"] = "final_return"
+    """With --search-space: a trial's value (eval_return needs --eval-every), seeds' mean."""
     quiet: bool = False
     """No progress line."""
     num_processes: int | None = None
@@ -185,7 +195,11 @@ def _parse_train(args: list[str]):
     # every --sweep and --import occurrence (tyro keeps only the last one of a repeated flag)
     return (
         agent,
-        dataclasses.replace(ns.cli, sweep=_flag_values(rest, "--sweep")),
+        dataclasses.replace(
+            ns.cli,
+            sweep=_flag_values(rest, "--sweep"),
+            search_space=_flag_values(rest, "--search-space"),
+        ),
         dataclasses.replace(ns.options, plugins=_flag_values(rest, "--import")),
         overrides,
         saved,
@@ -200,11 +214,12 @@ def _agent_and_preset(args: list[str]):
     import jrl.agents  # the training stack, as in _train_args
     import jrl.envs  # as jrl.agents
     from jrl.app import api as experiment  # as jrl.agents
+    from jrl.app import search  # as jrl.agents
 
     resume_dir, saved = _resume_target(args), None
     if resume_dir is not None:
-        try:
-            saved = experiment.read_spec(resume_dir)
+        try:  # a search's folder (jrl.app.search), else a run's
+            saved = search.saved_spec(resume_dir) or experiment.read_spec(resume_dir)
         except (ValueError, FileNotFoundError) as e:
             raise CLIError(str(e)) from e
         if not args or args[0].startswith("-"):
@@ -322,6 +337,7 @@ USER_ERRORS = (
 def cmd_train(args: Sequence[str]) -> int:
     """``jrl train AGENT ...``: trains and writes a run folder."""
     from jrl.app import api as experiment  # the training stack, as in _train_args
+    from jrl.app import search  # as api
 
     try:
         agent, cli, options, overrides, saved, given = _parse_train(list(args))
@@ -331,6 +347,7 @@ def cmd_train(args: Sequence[str]) -> int:
         raise
     _check_pbt_flags(cli, given)
     _check_resume_flags(cli, options, saved, given)
+    overrides = {**overrides, **search.cli_keywords(cli, given)}  # --search-space: a search
     cache = cli.compile_cache and (cli.compile_cache_dir or True)
     options = dataclasses.replace(options, progress=not cli.quiet, compile_cache=cache)
     multi_process = cli.multihost or any(
@@ -393,14 +410,14 @@ def _train_or_resume(
     """``jrl train``'s run: ``resume`` with ``--resume`` (on ``devices`` when given), else
     ``train`` into ``--out`` (by default a new folder under runs/, which runs/latest then
     points at)."""
-    from jrl.app import api as experiment  # the training stack, as in _train_args
+    from jrl.app import search  # the training stack (jrl.app.api), as in _train_args
 
     if cli.resume is not None:
         invocation = ("progress", "compile_cache", "keep_checkpoints", "stop_at_steps")
         kw = {k: getattr(options, k) for k in invocation}
         if devices is not None:
             kw["devices"] = devices
-        return experiment.resume(
+        return search.resume(  # a run's folder, or a search's (jrl.app.search)
             cli.resume, step=cli.resume_step, agent=agent, env=cli.env, **kw, **overrides
         )
     out = cli.out or default_run_folder(agent, cli.env, options.seed, options.seeds)
@@ -414,7 +431,7 @@ def _train_or_resume(
         pbt = PBT(cli.pbt_interval, cli.pbt_fraction, cli.pbt_perturb, cli.pbt_fields)
         options = dataclasses.replace(options, pbt=pbt)
     try:
-        return experiment.train(
+        return search.train(  # a run, or with --search-space a search
             agent, cli.env, options.seeds, out=out, options=options, **overrides
         )
     finally:
@@ -463,8 +480,9 @@ def _print_result(result) -> int:
         return 0
     names = ["learning_curve.png", "metrics.csv", "config.json", "params.msgpack", "checkpoints"]
     out = Path(result.out_dir)
-    # what this run wrote
-    made = [n + ("/" if n == "checkpoints" else "") for n in names if (out / n).exists()]
+    # what this run wrote (a search: its study and the batches' run folders)
+    names += ["search"] + sorted(p.name for p in out.glob("batch-*"))
+    made = [n + ("/" if (out / n).is_dir() else "") for n in names if (out / n).exists()]
     print(f"run folder: {out} ({', '.join(made)})")
     return 0
 

@@ -237,6 +237,11 @@ def read_spec(run_dir: str | os.PathLike) -> RunSpec:
         raise CheckpointError(f"{run_dir} is a file, not a run folder")
     if not run_dir.is_dir():
         raise FileNotFoundError(f"run folder {run_dir} does not exist")
+    if not cfg.is_file() and (run_dir / "search" / "study.json").is_file():  # jrl.app.search
+        raise CheckpointError(
+            f"{run_dir} holds a hyperparameter search, not one run: each batch's run is in "
+            f"{run_dir}/batch-NNN; resume the search with `{resume_command(run_dir)}`"
+        )
     if not cfg.is_file():
         raise CheckpointError(f"{run_dir} is not a jrl run folder (it has no config.json)")
     try:

@@ -72,6 +72,8 @@ class RunOptions:
     )
     """Sweepable config field -> values; every value is trained for every seed, in the same
     compiled program."""
+    sweep_zip: Annotated[bool, _Hidden] = False
+    """Pair the swept values by position (lists of one length), for jrl.app.search's batches."""
     env_overrides: Annotated[dict[str, Any], _Hidden] = dataclasses.field(default_factory=dict)
     """Env parameters to override (``jrl.envs.make`` keyword arguments)."""
     devices: int | None = None
@@ -260,9 +262,10 @@ class RunOptions:
             value = getattr(self, name)
             if name in SEBULBA_OPTIONS:  # recorded with "runner"
                 continue
-            if name == "pbt":  # absent when off: the records of runs without PBT are unchanged
-                if value is not None:
-                    out["pbt"] = value.record()
+            if name in VIDEO_OPTIONS and not self.video_every:  # older records are unchanged
+                continue
+            if name in ("pbt", "sweep_zip"):  # absent when off: older records are unchanged
+                out.update({name: value.record() if name == "pbt" else value} if value else {})
                 continue
             if name == "runner":  # absent for anakin: older records are unchanged
                 if value != "anakin":
@@ -361,6 +364,7 @@ RECORDED = (
     "seeds",
     "seed",
     "sweep",
+    "sweep_zip",
     "env_overrides",
     "devices",
     "num_reports",
@@ -445,8 +449,8 @@ class RunSpec:
     @property
     def combos(self) -> list[tuple]:
         """Every combination of swept values (one empty combination without a sweep)."""
-        sweep = self.options.sweep
-        return list(itertools.product(*sweep.values())) if sweep else [()]
+        sweep, pick = self.options.sweep, zip if self.options.sweep_zip else itertools.product
+        return list(pick(*sweep.values())) if sweep else [()]
 
     @property
     def run_seeds(self) -> list[int]:
