@@ -62,6 +62,9 @@ BUILTIN: dict[str, str] = {
     "ippo": "jrl.agents.multi_agent.ippo:IPPOConfig",
     "mappo": "jrl.agents.multi_agent.mappo:MAPPOConfig",
     "impala": "jrl.agents.actor_critic.impala:IMPALAConfig",
+    "bc": "jrl.agents.offline.bc:BCConfig",
+    "cql": "jrl.agents.offline.cql:CQLConfig",
+    "iql": "jrl.agents.offline.iql:IQLConfig",
 }
 """Built-in agent name -> ``"module:ConfigClass"``; the module defines ``build``."""
 

@@ -28,6 +28,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import datetime
+import functools
 import json
 import statistics
 import sys
@@ -72,6 +73,32 @@ class Config:
     episodes: int = 64
     num_reports: int | None = 4
     fraction: float = 0.05
+    dataset: float | None = None  # an offline agent's: the epsilon of offline_dataset's data
+
+
+@functools.cache
+def _data_folder() -> str:
+    """This process's folder of offline datasets (made once, shared by the configurations)."""
+    return tempfile.mkdtemp(prefix="reach-data-")
+
+
+def offline_dataset(epsilon: float, folder: str) -> str:
+    """The offline learning tests' dataset (tests/test_offline.py, fixtures ``expert_run``,
+    ``expert_data``, ``mixed_data``): 4,000 transitions of a PPO run on CartPole-v1 (60k steps,
+    seed 0), collected on 8 envs by its greedy policy (epsilon 0, collection seed 0) or mixed
+    with uniformly random actions (epsilon 0.5, collection seed 1). Written into ``folder``."""
+    import jrl
+    from jrl.app import collect
+
+    run = Path(folder) / "expert-ppo"
+    if not run.exists():
+        jrl.train(
+            "ppo", "CartPole-v1", 1, out=run, total_steps=60_000, num_reports=2, progress=False
+        )
+    out = Path(folder) / f"data-{epsilon:g}.npz"
+    if not out.exists():
+        collect.collect_run(run, 4000, out, envs=8, epsilon=epsilon, seed=int(epsilon > 0))
+    return str(out)
 
 
 MINATAR = dict(num_envs=32, num_steps=64, num_epochs=2, num_minibatches=4, learning_rate=1e-3)
@@ -94,6 +121,27 @@ R2D2_MEMORY = dict(
 )
 
 L = "tests/test_learning.py::"
+
+
+def offline_config(agent: str, epsilon: float, threshold: float) -> Config:
+    """tests/test_offline.py::test_offline_agents_reach_their_returns for ``agent`` on the
+    dataset of ``epsilon`` (:func:`offline_dataset`): 4 seeds, 16k greedy env steps (2,000
+    updates of 128), a 64x64 network, the mean greedy return of 16 episodes per seed."""
+    return Config(
+        "tests/test_offline.py::test_offline_agents_reach_their_returns",
+        agent,
+        "CartPole-v1",
+        16_000,
+        4,
+        (Check(threshold),),
+        dict(hidden_sizes=(64, 64), batch_size=128),
+        metric="greedy",
+        episodes=16,
+        num_reports=2,
+        dataset=epsilon,
+    )
+
+
 CONFIGS: dict[str, Config] = {
     # the slowest tests first: the order they are measured in
     "qrdqn-cartpole": Config(
@@ -262,6 +310,20 @@ CONFIGS: dict[str, Config] = {
         metric="greedy",
         num_reports=None,
     ),
+    "sac_discrete-cartpole": Config(
+        "tests/test_sac_discrete.py::test_learns_cartpole",
+        "sac_discrete",
+        "CartPole-v1",
+        None,
+        2,
+        (Check(150),),
+    ),
+    "bc-expert-cartpole": offline_config("bc", 0.0, 250),
+    "bc-mixed-cartpole": dataclasses.replace(  # a comparison for CQL and IQL, not a test
+        offline_config("bc", 0.5, 250), test="(comparison with cql/iql-mixed-cartpole)"
+    ),
+    "cql-mixed-cartpole": offline_config("cql", 0.5, 250),
+    "iql-mixed-cartpole": offline_config("iql", 0.5, 250),
 }
 """Each learning test's configuration as the test runs it, with its seed count and thresholds
 (copied from the test: change both together)."""
@@ -280,6 +342,8 @@ def measure(name: str, seeds: int, base: int, steps: int | None = None) -> dict:
         kw["num_reports"] = c.num_reports
     eval_seconds = None
     with tempfile.TemporaryDirectory(prefix="reach-") as tmp:
+        if c.dataset is not None:  # an offline agent: its dataset is made first, not timed
+            kw["dataset"] = offline_dataset(c.dataset, _data_folder())
         start = time.perf_counter()
         res = jrl.train(c.agent, c.env, out=tmp if c.metric == "greedy" else None, **kw)
         seconds = time.perf_counter() - start

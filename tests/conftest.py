@@ -245,6 +245,44 @@ def env_for():
     return _env_for
 
 
+def write_random_dataset(path, steps: int = 256, env_id: str = "CartPole-v1"):
+    """A small dataset of uniformly random actions on ``env_id`` (collected as ``jrl collect``
+    collects, with epsilon 1), written to ``path``; returns the path."""
+    import jrl.envs
+
+    from jrl.run import datasets
+
+    env, params = jrl.envs.make(env_id)
+    greedy = lambda obs, key: jnp.zeros((obs.shape[0],), jnp.int32)  # noqa: E731 (replaced)
+    collector = datasets.Collector(greedy, env, params, 4, 1.0, steps // 4)
+    _, (transitions, episodes) = jax.device_get(collector.chunk(collector.init(jax.random.key(0))))
+    arrays = datasets.flatten_chunks([transitions], steps)
+    returns = episodes["episode_return"][episodes["episode_done"]]
+    return datasets.save_dataset(path, arrays, returns, {"env_id": env_id, "epsilon": 1.0})
+
+
+@pytest.fixture(scope="session")
+def random_dataset(tmp_path_factory):
+    """A 256-step CartPole-v1 dataset of uniformly random actions (:func:`write_random_dataset`)."""
+    return write_random_dataset(tmp_path_factory.mktemp("offline") / "random.npz")
+
+
+@pytest.fixture
+def dataset_for(random_dataset):
+    """``dataset_for(agent)``: the config overrides an agent needs in the tests parametrised over
+    every agent: ``{"dataset": path}`` of :func:`random_dataset` for the offline agents (they
+    learn from a fixed dataset and refuse to build without one), ``{}`` for the others."""
+    import dataclasses
+
+    import jrl.agents
+
+    def overrides(agent: str) -> dict:
+        fields = {f.name for f in dataclasses.fields(jrl.agents.get(agent).config_cls)}
+        return {"dataset": str(random_dataset)} if "dataset" in fields else {}
+
+    return overrides
+
+
 # ---------------------------------------------------------------------------------------------
 # Ray (issue 43): one local Ray at a time on the machine. A test that uses Ray takes one of two
 # fixtures: `ray_session` (the session's Ray, in this process) or `ray_of_its_own` (its child

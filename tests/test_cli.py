@@ -208,8 +208,8 @@ def test_train_writes_run_folder(tmp_path):
         (
             ["train", "sac", "--env", "CartPole-v1"],
             "sac needs a Box action space, but CartPole-v1 has Discrete(2); agents for a "
-            "Discrete action space: a2c, apex, c51, cma_es, dqn, impala, muzero, openai_es, ppo, "
-            "pqn, qrdqn, rainbow, reinforce, snes",
+            "Discrete action space: a2c, apex, bc, c51, cma_es, cql, dqn, impala, iql, muzero, "
+            "openai_es, ppo, pqn, qrdqn, rainbow, reinforce, sac_discrete, snes",
         ),
         (["train", "td3", "--env", "Pendulum-v1", "--num-critics", "0"], "num_critics must be"),
         (["train", "sac", "--env", "Pendulum-v1", "--actor-q", "max"], "actor_q must be"),

@@ -233,8 +233,8 @@ def test_a_failing_sink_stops_training_with_a_checkpoint_of_the_last_good_chunk(
     assert checkpoint.steps(tmp_path) == [calls[-1]] == [3]
 
 
-def _init_states(agent: str, seeds: int = 2, env_id: str = "CartPole-v1"):
-    config = experiment.make_config(agent, env_id, total_steps=20_000)
+def _init_states(agent: str, seeds: int = 2, env_id: str = "CartPole-v1", **overrides):
+    config = experiment.make_config(agent, env_id, total_steps=20_000, **overrides)
     env, params = jrl.envs.make(env_id)
     built = jrl.agents.get(agent).build(config, env, params)
     keys = jax.random.split(jax.random.key(1), seeds)
@@ -242,10 +242,12 @@ def _init_states(agent: str, seeds: int = 2, env_id: str = "CartPole-v1"):
 
 
 @pytest.mark.parametrize("agent", jrl.agents.names())
-def test_every_agent_state_round_trips_through_a_checkpoint(agent, env_for, tmp_path):
+def test_every_agent_state_round_trips_through_a_checkpoint(
+    agent, env_for, dataset_for, tmp_path
+):
     """Every leaf of every agent's stacked train state (keys, buffers, normalisers, counters)
     comes back bit for bit, typed keys as keys."""
-    built, keys, states = _init_states(agent, env_id=env_for(agent))
+    built, keys, states = _init_states(agent, env_id=env_for(agent), **dataset_for(agent))
     ck = checkpoint.Checkpointer(tmp_path, keep=2)
     ck.save(3, states, {"m": np.arange(6.0).reshape(2, 3)}, {"note": "x"})
     ck.close()

@@ -8,6 +8,7 @@
     jrl eval RUN_DIR [--episodes N] [--greedy | --stochastic]
     jrl render RUN_DIR [--out episode.gif] [--run R]
     jrl export RUN_DIR --out DIR [--run R]    one run's policy for inference (jrl.load_policy)
+    jrl collect RUN_DIR --steps N [--out PATH] [--epsilon E]   a dataset for offline agents
 
 ``jrl train AGENT --help`` lists every config field with its docstring and
 the defaults of the chosen env's preset. Bad input (unknown agent or env,
@@ -41,6 +42,7 @@ from jrl import __version__
 from jrl.app.cli_commands import (
     CLIError,
     cmd_agents,
+    cmd_collect,
     cmd_envs,
     cmd_eval,
     cmd_export,
@@ -494,6 +496,7 @@ COMMANDS = {
     "eval": cmd_eval,
     "render": cmd_render,
     "export": cmd_export,
+    "collect": cmd_collect,
 }
 
 

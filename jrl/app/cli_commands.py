@@ -1,6 +1,6 @@
 """The commands of ``jrl`` besides ``train`` (:mod:`jrl.app.cli`): ``envs``, ``agents``,
-and those that read a run folder: ``eval``, ``render``, ``export``; and :class:`CLIError`,
-the user error every command reports in one line (exit code 2).
+and those that read a run folder: ``eval``, ``render``, ``export``, ``collect``; and
+:class:`CLIError`, the user error every command reports in one line (exit code 2).
 
 Only the standard library, numpy and jax (which ``import jrl`` loads anyway) are imported
 here at the top: what a command needs beyond them (the env and agent registries, the
@@ -22,7 +22,15 @@ from jrl.app import compile_cache
 from jrl.core import spaces
 from jrl.util import files
 
-__all__ = ["CLIError", "cmd_agents", "cmd_envs", "cmd_eval", "cmd_export", "cmd_render"]
+__all__ = [
+    "CLIError",
+    "cmd_agents",
+    "cmd_collect",
+    "cmd_envs",
+    "cmd_eval",
+    "cmd_export",
+    "cmd_render",
+]
 
 
 class CLIError(Exception):
@@ -319,5 +327,62 @@ def cmd_export(args: Sequence[str]) -> int:
         f"exported {info['agent']} on {info['env_id']}, run {info['run']} (seed {info['seed']}), "
         f"checkpoint at iteration {info['checkpoint_iteration']}, "
         f"{'greedy' if info['greedy'] else 'stochastic'} policy -> {out}"
+    )
+    return 0
+
+
+def cmd_collect(args: Sequence[str]) -> int:
+    """``jrl collect RUN_DIR --steps N``: a dataset of the run's policy for offline agents."""
+    p = argparse.ArgumentParser(
+        prog="jrl collect",
+        description="Step fresh envs with a trained run's greedy policy (or, with --epsilon, "
+        "that policy mixed with uniformly random actions) and write the transitions to an "
+        ".npz dataset for the offline agents (jrl train bc --dataset PATH).",
+    )
+    p.add_argument("run_dir", help="a run folder written by `jrl train`")
+    p.add_argument("--steps", type=int, required=True, help="transitions to collect (all envs)")
+    p.add_argument("--out", default=None, help="the .npz file (default: RUN_DIR/dataset.npz)")
+    p.add_argument(
+        "--epsilon",
+        type=float,
+        default=0.0,
+        help="probability that an action is replaced by a uniformly random one, independently "
+        "per env and step (0: the expert's data; e.g. 0.5 for a mixed dataset)",
+    )
+    p.add_argument("--envs", type=int, default=16, help="envs stepped in parallel")
+    p.add_argument("--seed", type=int, default=0, help="seed of the collection's envs and mix")
+    p.add_argument("--run", type=int, default=0, help="which run (seed) of the folder acts")
+    p.add_argument(
+        "--step", type=int, default=None, help="checkpoint (iteration) to load; default: the latest"
+    )
+    p.add_argument("--quiet", action="store_true", help="no progress lines")
+    p.add_argument("--debug", action="store_true", help="show tracebacks on errors")
+    p.add_argument("--import", action="append", default=[], metavar="MODULE", help="a plugin")
+    ns = _parse(p, args)
+    from jrl.app import collect  # the training stack: not imported by `jrl --help`
+
+    compile_cache.enable()
+    report = None if ns.quiet else (lambda line: print(line, flush=True))
+    try:
+        path, meta = collect.collect_run(
+            ns.run_dir,
+            ns.steps,
+            ns.out,
+            epsilon=ns.epsilon,
+            envs=ns.envs,
+            seed=ns.seed,
+            run=ns.run,
+            step=ns.step,
+            report=report,
+        )
+    except (ValueError, FileNotFoundError, KeyError, TypeError, OSError) as e:
+        if ns.debug:
+            raise
+        raise CLIError(str(e)) from e
+    mean = meta["mean_episode_return"]
+    print(
+        f"{meta['steps']:,} transitions of {meta['agent']} on {meta['env_id']} ({meta['policy']}; "
+        f"{meta['episodes']} episodes ended, mean return "
+        f"{'-' if mean is None else f'{mean:.2f}'}) -> {path}"
     )
     return 0
