@@ -586,8 +586,8 @@ def test_impala_sebulba_gymnasium_cartpole_420(inference, learning_seed):
     (BENCHMARKS.md "IMPALA's advantage floor"; `benchmarks/seed_checks.py impala-actors --set
     actor_threads=1 ent_coef=0.02 --seeds 5:2 9:2 ...`): 16 pairs (0, 3, 5, 7, 9 .. 23,
     2000 .. 2006) end at pair means 447.6 .. 498.6 (the 18 seeds of 9 of them: 406.1 .. 500);
-    threshold 420, a margin of 27.6 over the worst pair. With ent_coef 0.01 seed 6 of pair 5 collapsed to one
-    action (9.3: pair mean 254.7), which the former threshold 450 failed."""
+    threshold 420, a margin of 27.6 over the worst pair. With ent_coef 0.01 seed 6 of pair 5
+    collapsed to one action (9.3: pair mean 254.7), which the former threshold 450 failed."""
     result = experiment.train(
         "impala",
         "gymnasium:CartPole-v1",
