@@ -45,9 +45,7 @@ def test_every_agent_entry_follows_the_contract(agent):
 def test_hparams_reach_the_state_through_the_algorithms_hook(agent, env_for, dataset_for):
     """The runner sets swept values through Algorithm.with_hparams (vmapped over runs); the
     agent state then holds each run's own value."""
-    config = experiment.make_config(
-        agent, env_for(agent), total_steps=20_000, **dataset_for(agent)
-    )
+    config = experiment.make_config(agent, env_for(agent), total_steps=20_000, **dataset_for(agent))
     env, params = jrl.envs.make(env_for(agent))
     built = jrl.agents.get(agent).build(config, env, params)
     keys = jax.random.split(jax.random.key(0), 3)

@@ -37,9 +37,7 @@ def max_diff(a, b):
     return max(float(np.abs(x - y).max()) for x, y in zip(a, b))
 
 
-@pytest.mark.parametrize(
-    "agent", ["ppo", "dqn", "reinforce", "sac", "td3", "ddpg", "sac_discrete"]
-)
+@pytest.mark.parametrize("agent", ["ppo", "dqn", "reinforce", "sac", "td3", "ddpg", "sac_discrete"])
 def test_device_count_invariance(agent, tmp_path):
     """The same global batch gives the same parameters on 1, 2 and 4 devices (DQN: replay split by
     env over the devices, each device sampling the same items from its envs as one device would)."""

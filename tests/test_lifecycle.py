@@ -242,9 +242,7 @@ def _init_states(agent: str, seeds: int = 2, env_id: str = "CartPole-v1", **over
 
 
 @pytest.mark.parametrize("agent", jrl.agents.names())
-def test_every_agent_state_round_trips_through_a_checkpoint(
-    agent, env_for, dataset_for, tmp_path
-):
+def test_every_agent_state_round_trips_through_a_checkpoint(agent, env_for, dataset_for, tmp_path):
     """Every leaf of every agent's stacked train state (keys, buffers, normalisers, counters)
     comes back bit for bit, typed keys as keys."""
     built, keys, states = _init_states(agent, env_id=env_for(agent), **dataset_for(agent))
