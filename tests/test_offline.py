@@ -102,6 +102,16 @@ def test_collect_cli_refuses_bad_input_in_one_line_and_writes_nothing(expert_run
     assert list(tmp_path.iterdir()) == []
 
 
+def test_collect_refuses_dict_observations_before_collecting(tmp_path):
+    """A run on an env with an action mask in its observations (a dict) is refused in one line
+    before any step is taken, and nothing is written."""
+    run = tmp_path / "masked"
+    jrl.train("ppo", "MaskedProbe-v0", seeds=1, out=run, total_steps=2048, **QUIET)
+    with pytest.raises(ValueError, match="records array observations; MaskedProbe-v0's are Dict"):
+        collect.collect_run(run, 64, tmp_path / "masked.npz")
+    assert not (tmp_path / "masked.npz").exists()
+
+
 def test_collect_cli_writes_the_dataset_with_progress(expert_run, tmp_path):
     out = tmp_path / "d.npz"
     r = subprocess.run(
@@ -234,11 +244,23 @@ def test_a_run_without_a_dataset_is_refused_in_one_line(agent, tmp_path):
 
 
 def test_a_dataset_of_another_env_is_refused_before_the_run_folder(tmp_path, random_dataset):
+    """Another env's dataset, or a file that is not a dataset, is refused before the run
+    folder is made (no folder, not even its lock file)."""
     with pytest.raises(ValueError, match="observations are"):
         jrl.train(
             "bc", "Acrobot-v1", out=tmp_path / "run", dataset=str(random_dataset), **SMALL, **QUIET
         )
-    assert list((tmp_path / "run").glob("*.json")) == []
+    assert not (tmp_path / "run").exists()
+    bad = tmp_path / "bad.npz"
+    bad.write_bytes(b"not a dataset")
+    with pytest.raises(ValueError, match="bad.npz"):
+        jrl.train("bc", "CartPole-v1", out=tmp_path / "run", dataset=str(bad), **SMALL, **QUIET)
+    assert not (tmp_path / "run").exists()
+
+
+def test_bc_refuses_a_gamma_it_would_ignore(random_dataset):
+    with pytest.raises(ValueError, match="bc learns no values: gamma is not used"):
+        jrl.train("bc", "CartPole-v1", dataset=str(random_dataset), gamma=0.5, **SMALL, **QUIET)
 
 
 def _same(a, b):
@@ -408,3 +430,26 @@ def test_the_offline_loop_samples_dataset_rows_with_their_discounts(random_datas
         assert float(metrics["train/ok"]) == 1.0
     assert int(state.env_steps) == 4 * 3 * 2 and int(state.num_updates) == 16
     assert data["terminated"].any()  # the check above covers terminal rows too
+
+
+def test_a_search_pins_its_dataset(tmp_path, random_dataset, monkeypatch):
+    """A search of an offline agent records the dataset as the batches' runs do (absolute, with
+    its SHA-256), so a resume from elsewhere reads the same file or refuses a changed one."""
+    pytest.importorskip("optuna")
+    monkeypatch.chdir(random_dataset.parent)
+    jrl.train(
+        "bc",
+        "CartPole-v1",
+        seeds=1,
+        out=tmp_path / "search",
+        dataset=random_dataset.name,
+        search_space={"learning_rate": "log:1e-4:1e-2"},
+        trials=2,
+        search_batch=2,
+        **SMALL,
+        **QUIET,
+    )
+    study = json.loads((tmp_path / "search" / "search" / "study.json").read_text())
+    overrides = study["overrides"]
+    assert overrides["dataset"] == str(random_dataset.resolve()), overrides
+    assert overrides["dataset_digest"] == datasets.file_digest(random_dataset), overrides

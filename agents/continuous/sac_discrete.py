@@ -245,13 +245,10 @@ def build(config: SACDiscreteConfig, env, env_params, num_devices: int = 1) -> B
     """Assembles discrete SAC on ``env`` (a Discrete action space, with or without an action
     mask in the observation)."""
     config.validate()
-    obs_space, num_actions = EnvSpec.from_env(env, env_params).value_based("sac_discrete")
-    obs_ndim = max(len(obs_space.shape), 1)
-    return build_replay_agent(
-        config,
-        env,
-        env_params,
-        num_devices,
-        "sac_discrete",
-        lambda spec: config.make_agent(num_actions, obs_ndim),
-    )
+    EnvSpec.from_env(env, env_params).value_based("sac_discrete")  # refused before wrapping
+
+    def make_agent(spec: EnvSpec):  # from the training env's spec, as build_continuous does
+        obs_space, num_actions = spec.value_based("sac_discrete")
+        return config.make_agent(num_actions, max(len(obs_space.shape), 1))
+
+    return build_replay_agent(config, env, env_params, num_devices, "sac_discrete", make_agent)

@@ -55,6 +55,17 @@ class BCConfig(OfflineConfig):
     HPARAMS: ClassVar[type] = BCHParams
     PRESETS: ClassVar[dict[str, dict]] = {"CartPole-v1": {}, "Acrobot-v1": {}}
 
+    def checks(self):
+        """Also that ``gamma`` is left alone: cloning uses no rewards, so a value would be
+        ignored silently."""
+        default = next(f.default for f in dataclasses.fields(self) if f.name == "gamma")
+        return super().checks() + [
+            (
+                self.gamma == default,
+                f"bc learns no values: gamma is not used (got {self.gamma}; leave it out)",
+            )
+        ]
+
 
 def make_bc(config: BCConfig, spec: EnvSpec) -> tuple[Agent, Any]:
     """The BC agent and its policy network."""

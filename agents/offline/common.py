@@ -25,7 +25,7 @@ from jrl.parts.agent_config import AgentConfig, Check, LearningRate
 from jrl.parts.learner import apply_gradients, scheduled_lr
 from jrl.parts.optim import grad_norm_metric
 from jrl.run.builders import Built, training_env
-from jrl.run.datasets import file_digest
+from jrl.run.datasets import check_dataset, file_digest, load_dataset
 from jrl.run.offline import DatasetSource, OfflineSchedule, offline
 
 __all__ = [
@@ -62,6 +62,8 @@ class OfflineConfig(AgentConfig):
     MAX_DEVICES: ClassVar[int | None] = 1
 
     total_steps: int = 64_000
+    """Greedy env steps per run (the episodes whose returns the run reports; learning takes
+    updates_per_iteration updates per num_envs * eval_steps_per_iteration of them)."""
     num_envs: int = 8
     learning_rate: LearningRate = 3e-4
     anneal_lr: bool = False
@@ -97,6 +99,15 @@ class OfflineConfig(AgentConfig):
         return super().env_checks(action_space, agent) + [
             (bool(self.dataset), f"{agent} {NO_DATASET}")
         ]
+
+    def check_env(self, env: Any, env_params: Any) -> None:
+        """The dataset read and checked against the env's spaces before any run folder is
+        touched (``ValueError`` in one line: another env's shapes, an unreadable or changed
+        file)."""
+        if self.dataset:
+            data = load_dataset(self.dataset, self.dataset_digest or None)
+            obs_space, act_space = env.observation_space(env_params), env.action_space(env_params)
+            check_dataset(data, obs_space, act_space, self.dataset)
 
     @property
     def env_steps_per_iteration(self) -> int:

@@ -12,10 +12,12 @@ action the data did not take:
   weights ``min(exp(beta * (Q_target(s, a) - V(s))), max_weight)``
   (:func:`jrl.agents.offline.common.weighted_log_likelihood_loss`).
 
-The three losses are summed into one gradient step (each reaches only its own network: the
-cross terms carry no gradient). The greedy ``policy`` is the policy's most likely action;
-``act`` samples from it. (One Q-network, where the paper's continuous version takes the
-minimum of two.)
+The three losses are summed into one gradient step: each loss's gradient reaches only its
+own network (the cross terms carry no gradient), but the three share one optimiser, so
+``max_grad_norm`` clips their global norm together (the paper's code steps three optimisers
+without clipping; a large Q gradient here shortens the V and policy steps). The greedy
+``policy`` is the policy's most likely action; ``act`` samples from it. (One Q-network,
+where the paper's continuous version takes the minimum of two.)
 """
 
 from __future__ import annotations

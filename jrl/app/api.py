@@ -89,6 +89,7 @@ def check_env(spec: RunSpec) -> None:
     jrl.agents.check_kind(spec.agent, kind, spec.env_id)
     jrl.agents.check_action_space(spec.agent, space, spec.env_id)
     check(spec.config.env_checks(space, spec.agent))
+    spec.config.check_env(env, env_params)  # e.g. an offline agent's dataset against the env
     videos.check_videos(spec, env, env_params)  # --video-every: an env that renders
 
 

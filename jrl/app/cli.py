@@ -483,7 +483,7 @@ def _print_result(result) -> int:
     names = ["learning_curve.png", "metrics.csv", "config.json", "params.msgpack", "checkpoints"]
     out = Path(result.out_dir)
     # what this run wrote (a search: its study and the batches' run folders)
-    names += ["search"] + sorted(p.name for p in out.glob("batch-*"))
+    names += ["videos", "search"] + sorted(p.name for p in out.glob("batch-*"))
     made = [n + ("/" if (out / n).is_dir() else "") for n in names if (out / n).exists()]
     print(f"run folder: {out} ({', '.join(made)})")
     return 0

@@ -23,6 +23,7 @@ import jax
 import numpy as np
 
 from jrl.app import api
+from jrl.core import spaces
 from jrl.core.multi_agent_env import agent_names
 from jrl.core.types import EPISODE_DONE, EPISODE_RETURN
 from jrl.envs.host import host_env_of
@@ -58,6 +59,11 @@ def _policy(loaded: api.LoadedRun, run: int):
         )
     if host_env_of(built.env) is not None:
         raise ValueError(f"jrl collect steps jrl envs in a compiled rollout; {spec.env_id} is not")
+    if not isinstance(built.spec.observation_space, spaces.Box):  # e.g. a masked env's dict
+        raise ValueError(
+            f"jrl collect records array observations; {spec.env_id}'s are "
+            f"{type(built.spec.observation_space).__name__}"
+        )
     if not 0 <= run < len(spec.run_seeds):
         raise ValueError(f"--run must lie in [0, {len(spec.run_seeds)}), got {run}")
     one = jax.tree.map(lambda x: x[run], loaded.state)

@@ -276,6 +276,8 @@ def run_search(
         opts = dataclasses.replace(opts, env_overrides={**object_overrides, **opts.env_overrides})
     opts = opts.validate(has_out=out is not None).normalized()
     config = make_config(agent, env_id, **kwargs)
+    if getattr(config, "dataset_digest", ""):  # an offline agent: the file as resolved, pinned
+        kwargs.update(dataset=config.dataset, dataset_digest=config.dataset_digest)
     settings.check(agent, config, kwargs, opts)
     api.check_env(RunSpec(agent, env_id, config, opts))  # as a batch's run would, up front
     search = _Search(agent, env_id, kwargs, opts, settings, None if out is None else Path(out))

@@ -334,6 +334,11 @@ class AgentConfig:
         the messages use); none by default."""
         return []
 
+    def check_env(self, env: Any, env_params: Any) -> None:
+        """``ValueError`` in one line where this config cannot train on ``env`` for a reason
+        its action space alone does not give (an offline agent's dataset of another env's
+        shapes); run before any run folder is touched. Nothing by default."""
+
     def _one_iteration(self, what: str) -> Check:
         return (
             self.total_steps >= self.env_steps_per_iteration,
