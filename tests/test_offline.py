@@ -20,6 +20,7 @@ from jrl.agents.offline.cql import cql_loss
 from jrl.agents.offline.iql import iql_loss
 from jrl.app import api as experiment
 from jrl.app import collect, export
+from jrl.parts.buffers import Sample
 from jrl.parts.nstep import NStepTransition
 from jrl.run import datasets, evaluation
 
@@ -188,9 +189,9 @@ def test_cql_loss_by_hand():
     q = jnp.asarray([[1.0, 2.0, 0.0], [0.5, -1.0, 3.0]])
     next_online = jnp.asarray([[0.0, 1.0, 0.0], [2.0, 0.0, 0.0]])  # argmax: 1, 0
     next_target = jnp.asarray([[4.0, 3.0, 5.0], [1.0, 6.0, 0.0]])
-    batch = _batch([1.0, 0.0], [0.9, 0.0])  # the second terminated
+    batch = _batch([2.0, 0.0], [0.9, 0.0])  # the second terminated
     loss, (td, penalty, q_taken) = cql_loss(q, next_online, next_target, batch, 0.5)
-    y = np.asarray([1.0 + 0.9 * 3.0, 0.0])  # double Q: target's value at online argmax
+    y = np.asarray([2.0 + 0.9 * 3.0, 0.0])  # double Q: target's value at online argmax
     td_want = 0.5 * np.mean((np.asarray([1.0, 3.0]) - y) ** 2)
     lse = np.log(np.exp([1.0, 2.0, 0.0]).sum()), np.log(np.exp([0.5, -1.0, 3.0]).sum())
     pen_want = np.mean([lse[0] - 1.0, lse[1] - 3.0])
@@ -200,8 +201,11 @@ def test_cql_loss_by_hand():
     np.testing.assert_allclose(loss, td_want + 0.5 * pen_want, rtol=1e-6)
     # without double Q the bootstrap is the target's own max
     _, (td_max, _, _) = cql_loss(q, next_online, next_target, batch, 0.5, double_q=False)
-    y_max = np.asarray([1.0 + 0.9 * 5.0, 0.0])
+    y_max = np.asarray([2.0 + 0.9 * 5.0, 0.0])
     np.testing.assert_allclose(td_max, 0.5 * np.mean((np.asarray([1.0, 3.0]) - y_max) ** 2))
+    # the TD target is held fixed: no gradient reaches the bootstrap values
+    grad = jax.grad(lambda nt: cql_loss(q, next_online, nt, batch, 0.5)[0])(next_target)
+    np.testing.assert_array_equal(grad, np.zeros_like(next_target))
 
 
 def test_iql_loss_by_hand():
@@ -210,11 +214,11 @@ def test_iql_loss_by_hand():
     q = jnp.asarray([[1.0, 2.0, 0.0], [0.5, -1.0, 3.0]])
     q_target = jnp.asarray([[2.0, 0.0, 0.0], [0.0, 0.0, 1.0]])  # at the actions: 2, 1
     v, v_next = jnp.asarray([1.0, 2.0]), jnp.asarray([4.0, 10.0])
-    batch = _batch([1.0, 0.5], [0.5, 0.0])
+    batch = _batch([2.0, 0.5], [0.5, 0.0])
     hp = SimpleNamespace(expectile=0.8, beta=1.0)
     loss, parts = iql_loss(q, q_target, v, v_next, LOG_PROBS, batch, hp, 100.0)
     v_want = (0.8 * (2.0 - 1.0) ** 2 + 0.2 * (1.0 - 2.0) ** 2) / 2
-    y = np.asarray([1.0 + 0.5 * 4.0, 0.5])
+    y = np.asarray([2.0 + 0.5 * 4.0, 0.5])
     q_want = 0.5 * np.mean((np.asarray([1.0, 3.0]) - y) ** 2)
     w = np.exp([1.0, -1.0])
     pi_want = -(w[0] * np.log(0.5) + w[1] * np.log(0.3)) / 2
@@ -453,3 +457,68 @@ def test_a_search_pins_its_dataset(tmp_path, random_dataset, monkeypatch):
     overrides = study["overrides"]
     assert overrides["dataset"] == str(random_dataset.resolve()), overrides
     assert overrides["dataset_digest"] == datasets.file_digest(random_dataset), overrides
+
+
+def _one_learn(agent: str, random_dataset):
+    """An offline agent built on CartPole-v1, its initial state, a batch of 8 transitions whose
+    actions agree with the initial greedy policy on the first 6 only, and one ``learn`` step."""
+    env, env_params = jrl.envs.make("CartPole-v1")
+    config = experiment.make_config(
+        agent, "CartPole-v1", dataset=str(random_dataset), hidden_sizes=(16, 16)
+    )
+    built = jrl.agents.get(agent).build(config, env, env_params)
+    state = built.agent.init(jax.random.key(3), built.spec)
+    obs = jax.random.normal(jax.random.key(4), (8, 4))
+    greedy = built.agent.policy(state.params, obs, jax.random.key(5))
+    action = jnp.where(jnp.arange(8) < 6, greedy, 1 - greedy).astype(jnp.int32)
+    nxt = obs + 0.1
+    batch = NStepTransition(
+        obs,
+        action,
+        jnp.ones(8),
+        jnp.full(8, 0.99),
+        nxt,
+        jnp.zeros(8, bool),
+        jnp.zeros(8, bool),
+        jnp.ones(8, jnp.int32),
+    )
+    sample = Sample(batch, jnp.zeros(8, jnp.int32), jnp.ones(8))
+    learned = built.agent.learn(state, sample, jax.random.key(6))
+    return built, config, state, batch, learned
+
+
+@pytest.mark.parametrize("agent", ["bc", "cql", "iql"])
+def test_one_learn_step_counts_moves_the_target_and_reports_by_hand(agent, random_dataset):
+    """One ``learn`` step: the update count becomes 1; CQL's and IQL's target Q network moves
+    to ``tau * online + (1 - tau) * target`` after every update; the metrics equal values
+    computed by hand from the parameters the step starts from."""
+    built, config, state, batch, learned = _one_learn(agent, random_dataset)
+    new, m = learned.agent_state, learned.metrics
+    assert int(new.num_updates) == 1
+    net, old = built.network, state.params
+    if agent == "bc":
+        log_probs = net.apply(old, batch.observation).log_probs
+        agree = np.mean(np.argmax(np.asarray(log_probs), -1) == np.asarray(batch.action))
+        assert agree == 0.75
+        np.testing.assert_allclose(m["train/accuracy"], agree, rtol=1e-6)
+        entropy = -(np.exp(log_probs) * log_probs).sum(-1).mean()
+        np.testing.assert_allclose(m["train/entropy"], entropy, rtol=1e-5)
+        return
+    online = new.params if agent == "cql" else new.params["q"]
+    want = jax.tree.map(
+        lambda t, p: state.hparams.tau * p + (1 - state.hparams.tau) * t,
+        state.target_params,
+        online,
+    )
+    for a, b in zip(jax.tree.leaves(new.target_params), jax.tree.leaves(want)):
+        np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-7)
+    moved = zip(jax.tree.leaves(new.target_params), jax.tree.leaves(state.target_params))
+    assert any(not np.array_equal(a, b) for a, b in moved)  # the step moved the target
+    take = lambda q: np.take_along_axis(np.asarray(q), np.asarray(batch.action)[:, None], -1)[:, 0]
+    if agent == "cql":
+        np.testing.assert_allclose(m["train/q"], take(net.apply(old, batch.observation)).mean())
+        return
+    q_target = take(net.q.apply(state.target_params, batch.observation))
+    advantage = q_target - np.asarray(net.value(old, batch.observation))
+    weight = np.minimum(np.exp(float(state.hparams.beta) * advantage), config.max_weight)
+    np.testing.assert_allclose(m["train/weight"], weight.mean(), rtol=1e-5)

@@ -120,7 +120,7 @@ def make_sac_discrete_losses(actor, critic, subset: int = 0, ensemble: str = "mi
         obs, _ = split_action_mask(batch.observation)
         q_all = critic.apply(critic_params, obs)  # [N, B, A]
         action = batch.action.astype(jnp.int32)
-        q = jnp.take_along_axis(q_all, action[None, :, None], axis=-1)[..., 0]
+        q = jnp.take_along_axis(q_all, action[None, :, None], axis=-1).squeeze(-1)  # [N, B]
         return critic_loss(q, target), q
 
     def actor_loss_fn(actor_params, critic_params, obs, alpha, key):
