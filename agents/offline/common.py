@@ -199,9 +199,9 @@ def build_offline(
 ) -> Built:
     """The training env (``num_envs`` envs of greedy episodes), the agent and the network
     from ``make_agent(config, spec) -> (agent, network)``, and the offline loop over the
-    config's dataset: read and checked against the env now when its file is there unchanged,
-    else when training first traces a step (so evaluation needs no dataset). ``ValueError`` in
-    one line when the config names no dataset or the dataset has another env's shapes."""
+    config's dataset, read and checked when training first traces a step (so evaluation needs
+    no dataset; a fresh run has checked it before its folder, :meth:`OfflineConfig.check_env`).
+    ``ValueError`` in one line when the config names no dataset."""
     if not config.dataset:
         raise ValueError(f"{type(config).__name__[:-6].lower()} {NO_DATASET}")
     env, spec = training_env(config, env, env_params, num_devices)
@@ -211,6 +211,5 @@ def build_offline(
         config.updates_per_iteration, config.batch_size, config.eval_steps_per_iteration
     )
     source = DatasetSource(config.dataset, config.dataset_digest)
-    source.check_if_present(spec)  # a dataset of another env: refused before a run starts
     algorithm = offline(agent, env, source, schedule, discount=discount, env_params=env_params)
     return Built(algorithm, agent, env, env_params, spec, network)

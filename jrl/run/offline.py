@@ -12,13 +12,12 @@ a config's ``total_steps`` sets the run's length in greedy env steps.
 The dataset (:class:`DatasetSource`) is needed only when ``step`` is traced, so a trained run
 is evaluated, rendered and exported without it; it becomes a constant of the compiled program
 (it is the same for every run and never changes), checked against the env's spaces and,
-where the run recorded one, the file's SHA-256. A build may check it earlier
-(:meth:`DatasetSource.check_if_present`).
+where the run recorded one, the file's SHA-256. A fresh run checks it earlier, before its
+folder is made (``OfflineConfig.check_env`` in ``agents/offline/common.py``).
 """
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Callable, NamedTuple
 
 import jax
@@ -32,7 +31,7 @@ from jrl.parts.agent import Agent, EnvSpec
 from jrl.parts.buffers import Sample
 from jrl.parts.nstep import NStepTransition
 from jrl.run.algorithm import NO_EPISODE, Algorithm, agent_hparams, collect_step, episode_metrics
-from jrl.run.datasets import check_dataset, file_digest, load_dataset
+from jrl.run.datasets import check_dataset, load_dataset
 
 __all__ = ["DatasetSource", "OfflineSchedule", "OfflineState", "offline"]
 
@@ -52,14 +51,6 @@ class DatasetSource:
     def __init__(self, path: str, digest: str | None = None):
         self.path, self.digest = str(path), digest or None
         self._arrays: dict[str, np.ndarray] | None = None
-
-    def check_if_present(self, spec: EnvSpec) -> None:
-        """Reads and checks the dataset now when its file is there unchanged, so that one of
-        another env is refused before a run starts; a missing or changed file is left to the
-        first trace of ``step`` (evaluating or exporting a trained run needs no dataset)."""
-        path = Path(self.path)
-        if path.is_file() and (self.digest is None or file_digest(path) == self.digest):
-            self.arrays(spec)
 
     def arrays(self, spec: EnvSpec) -> dict[str, np.ndarray]:
         """The dataset's :data:`jrl.run.datasets.FIELDS` arrays ``[N, ...]``; ``ValueError`` in
